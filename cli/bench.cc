@@ -1,0 +1,201 @@
+// sluice bench: closed-loop load on one store. `--concurrency N` calls are kept in flight
+// (each completion issues the next call), spread round-robin over `--keys K` ids.
+// Latency is measured from the call to its callback; decisions/s counts completed calls
+// (allowed + refused + errors) in the measured period, after a warm-up.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "histogram.h"
+#include "sluice/sluice.h"
+
+namespace sluice::cli {
+namespace {
+
+struct BenchOptions {
+  std::string url;
+  std::string algorithm = "fixed_window";
+  int concurrency = 50;
+  double duration_s = 5;
+  double warmup_s = 1;
+  int keys = 10'000;
+  int64_t limit = 1'000'000'000;
+  int64_t window_ms = 60'000;
+  int64_t deadline_ms = 200;
+  bool json = false;
+};
+
+// Shared by the in-flight calls; touched only on the client's single I/O thread except
+// the atomics.
+struct Run {
+  explicit Run(Limiter l) : limiter(std::move(l)) {}
+  Limiter limiter;
+  std::vector<std::string> ids;
+  std::atomic<bool> measuring{false};
+  std::atomic<bool> stopping{false};
+  std::atomic<int> in_flight{0};
+  uint64_t next_id = 0;
+  Histogram latency;
+  uint64_t allowed = 0, refused = 0, errors = 0;
+  std::string first_error;
+};
+
+void IssueOne(const std::shared_ptr<Run>& run);
+
+// A store may answer inline (the embedded store does): a trampoline turns that
+// recursion into a loop on the thread that started it.
+void Issue(const std::shared_ptr<Run>& run) {
+  static thread_local bool issuing = false;
+  static thread_local int deferred = 0;
+  if (issuing) {
+    ++deferred;
+    return;
+  }
+  issuing = true;
+  deferred = 1;
+  while (deferred > 0) {
+    --deferred;
+    IssueOne(run);
+  }
+  issuing = false;
+}
+
+void IssueOne(const std::shared_ptr<Run>& run) {
+  if (run->stopping.load(std::memory_order_relaxed)) {
+    run->in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    return;
+  }
+  const std::string& id = run->ids[run->next_id++ % run->ids.size()];
+  const auto start = std::chrono::steady_clock::now();
+  run->limiter.CheckAsync(id, {}, [run, start](StatusOr<Decision> result) {
+    if (run->measuring.load(std::memory_order_relaxed)) {
+      run->latency.Record(std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::steady_clock::now() - start)
+                              .count());
+      if (!result.ok()) {
+        if (run->errors++ == 0) run->first_error = result.status().ToString();
+      } else if (result->allowed) {
+        ++run->allowed;
+      } else {
+        ++run->refused;
+      }
+    }
+    Issue(run);
+  });
+}
+
+int RunBench(const BenchOptions& o) {
+  auto algorithm = ParseAlgorithm(o.algorithm);
+  if (!algorithm.ok()) {
+    std::fprintf(stderr, "sluice bench: %s\n", algorithm.status().ToString().c_str());
+    return kExitError;
+  }
+  if (o.concurrency < 1 || o.keys < 1 || o.duration_s <= 0 || o.warmup_s < 0) {
+    std::fprintf(stderr, "sluice bench: --concurrency, --keys and --duration must be positive\n");
+    return kExitError;
+  }
+  auto client = Client::Create({.url = o.url,
+                                .prefix = "sluicebench",
+                                .deadline = std::chrono::milliseconds(o.deadline_ms),
+                                .max_in_flight = static_cast<size_t>(o.concurrency) + 1024});
+  if (!client.ok()) {
+    std::fprintf(stderr, "sluice bench: %s\n", client.status().ToString().c_str());
+    return kExitError;
+  }
+  auto limiter = (*client)->MakeLimiter(
+      "bench", {.algorithm = *algorithm, .limit = o.limit,
+                .window = std::chrono::milliseconds(o.window_ms)});
+  if (!limiter.ok()) {
+    std::fprintf(stderr, "sluice bench: %s\n", limiter.status().ToString().c_str());
+    return kExitError;
+  }
+  auto run = std::make_shared<Run>(*limiter);
+  run->ids.reserve(static_cast<size_t>(o.keys));
+  for (int i = 0; i < o.keys; ++i) run->ids.push_back("user:" + std::to_string(i));
+
+  run->in_flight = o.concurrency;
+  // With an inline-answering store the driver keeps looping until the run stops.
+  std::thread driver([run, n = o.concurrency] {
+    for (int i = 0; i < n; ++i) Issue(run);
+  });
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
+  const ClientStats before = (*client)->stats();
+  run->measuring = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
+  run->measuring = false;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const ClientStats after = (*client)->stats();
+  run->stopping = true;
+  while (run->in_flight.load(std::memory_order_acquire) > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  driver.join();
+
+  const uint64_t total = run->allowed + run->refused + run->errors;
+  const double rate = static_cast<double>(total) / elapsed;
+  const uint64_t writes = after.writes - before.writes;
+  const double per_write =
+      writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes) : 0;
+  if (o.json) {
+    nlohmann::json j = {{"algorithm", o.algorithm},
+                        {"concurrency", o.concurrency},
+                        {"keys", o.keys},
+                        {"duration_s", elapsed},
+                        {"decisions_per_s", rate},
+                        {"allowed", run->allowed},
+                        {"refused", run->refused},
+                        {"errors", run->errors},
+                        {"p50_us", run->latency.Quantile(0.50)},
+                        {"p99_us", run->latency.Quantile(0.99)},
+                        {"p999_us", run->latency.Quantile(0.999)},
+                        {"commands_per_write", per_write}};
+    if (!run->first_error.empty()) j["first_error"] = run->first_error;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("sluice bench  %s  concurrency=%d keys=%d  %.1f s measured\n", o.algorithm.c_str(),
+                o.concurrency, o.keys, elapsed);
+    std::printf("  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu)\n", rate,
+                static_cast<unsigned long long>(run->allowed),
+                static_cast<unsigned long long>(run->refused),
+                static_cast<unsigned long long>(run->errors));
+    std::printf("  latency      p50 %lld us  p99 %lld us  p999 %lld us\n",
+                static_cast<long long>(run->latency.Quantile(0.50)),
+                static_cast<long long>(run->latency.Quantile(0.99)),
+                static_cast<long long>(run->latency.Quantile(0.999)));
+    std::printf("  pipelining   %.1f commands per write\n", per_write);
+    if (!run->first_error.empty()) std::printf("  first error  %s\n", run->first_error.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddBench(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<BenchOptions>();
+  o->url = DefaultRedisUrl();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Closed-loop load on one store: decisions/s and latency percentiles.");
+  cmd->add_option("--redis", o->url, "Store URL (redis://, unix://, memory://); env SLUICE_REDIS_URL")
+      ->capture_default_str();
+  cmd->add_option("--algorithm", o->algorithm, "Algorithm (fixed_window)")->capture_default_str();
+  cmd->add_option("--concurrency", o->concurrency, "Calls kept in flight")->capture_default_str();
+  cmd->add_option("--duration", o->duration_s, "Measured seconds")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup_s, "Unmeasured seconds before")->capture_default_str();
+  cmd->add_option("--keys", o->keys, "Distinct ids, used round-robin")->capture_default_str();
+  cmd->add_option("--limit", o->limit, "Limit per window per id")->capture_default_str();
+  cmd->add_option("--window-ms", o->window_ms, "Window length")->capture_default_str();
+  cmd->add_option("--deadline-ms", o->deadline_ms, "Deadline per call")->capture_default_str();
+  cmd->add_flag("--json", o->json, "One JSON object on stdout");
+  cmd->callback([o, &exit_code] { exit_code = RunBench(*o); });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,20 @@
+// The sluice CLI's subcommands. Each registers itself on the CLI11 app and returns the
+// process exit code through the shared `exit_code`: 0 done/clean, 1 findings,
+// 2 usage or connection error.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace sluice::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFindings = 1;
+inline constexpr int kExitError = 2;
+
+// URL from --redis, else $SLUICE_REDIS_URL, else redis://127.0.0.1:6379.
+std::string DefaultRedisUrl();
+
+void AddBench(CLI::App& app, int& exit_code);
+void AddDemo(CLI::App& app, int& exit_code);
+
+}  // namespace sluice::cli

@@ -1,0 +1,48 @@
+// sluice/asio.h — the check as an Asio asynchronous operation, for C++20 coroutines
+// (boost::asio::use_awaitable), futures (use_future) or any other completion token.
+//
+//   boost::asio::awaitable<void> Serve(sluice::Limiter login) {
+//     sluice::StatusOr<sluice::Decision> d =
+//         co_await sluice::AsyncCheck(login, "account:101", {}, boost::asio::use_awaitable);
+//   }
+//
+// The completion signature is void(StatusOr<Decision>). The handler runs on its
+// associated executor (a coroutine resumes on its own executor), never inline inside
+// AsyncCheck. Same errors and deadline as Limiter::Check.
+//
+// Thread-safety: as Limiter.
+#pragma once
+
+#include <utility>  // before Boost: Asio 1.74 under g++ 12 needs std::exchange declared
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/post.hpp>
+
+#include "sluice/client.h"
+
+namespace sluice {
+
+template <typename CompletionToken>
+auto AsyncCheck(const Limiter& limiter, std::string_view id, const CheckOptions& options,
+                CompletionToken&& token) {
+  return boost::asio::async_initiate<CompletionToken, void(StatusOr<Decision>)>(
+      [](auto handler, Limiter on, std::string for_id, CheckOptions with) {
+        // The handler may be move-only (coroutines); DecisionCallback must be copyable.
+        using Handler = decltype(handler);
+        auto shared = std::make_shared<Handler>(std::move(handler));
+        on.CheckAsync(for_id, with, [shared](StatusOr<Decision> result) {
+          auto executor = boost::asio::get_associated_executor(*shared);
+          boost::asio::post(executor, [shared, result = std::move(result)]() mutable {
+            (*shared)(std::move(result));
+          });
+        });
+      },
+      token, limiter, std::string(id), options);
+}
+
+}  // namespace sluice

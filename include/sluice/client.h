@@ -1,0 +1,155 @@
+// sluice/client.h — the entry point: a Client connected to a store, and Limiters on it.
+//
+//   auto client = sluice::Client::Create({.url = "redis://127.0.0.1:6379"});
+//   if (!client.ok()) { /* client.status() names the problem */ }
+//   auto login = (*client)->MakeLimiter("login", {.limit = 5, .window = 60s});
+//   sluice::StatusOr<sluice::Decision> d = login->Check("account:101");
+//
+// Three call styles share one implementation: Check (blocks the calling thread until
+// the decision or the deadline), CheckAsync (a callback), and AsyncCheck in
+// sluice/asio.h (any Asio completion token, C++20 coroutines included).
+//
+// Thread-safety: Client and Limiter are thread-safe; one Limiter may be used from any
+// number of threads at once. No exception crosses this API. A Limiter keeps its Client's
+// machinery alive, so it stays usable after the last shared_ptr<Client> is gone.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/limits.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+namespace internal {
+class ClientCore;
+class ClientFactory;
+}  // namespace internal
+
+struct ClientOptions {
+  // Where the state lives:
+  //   redis://[[user]:password@]host[:port][/db]   TCP (port 6379 and db 0 when omitted)
+  //   unix:///path/to/redis.sock[?db=N&user=U&password=P]
+  //   memory://                                     the embedded store of this process
+  // Default: "redis://127.0.0.1:6379".
+  std::string url = "redis://127.0.0.1:6379";
+  // First part of every key (`<prefix>:{<limiter>:<id>}`); letters, digits and `_.-`,
+  // 1–64 bytes. Default: "sluice".
+  std::string prefix = "sluice";
+  // Deadline of each check, counted from the call. A store that does not answer in time
+  // yields DeadlineExceeded, even when it stays silent. Default: 5 ms.
+  std::chrono::milliseconds deadline{5};
+  // Deadline of connecting, authenticating and loading scripts. Default: 2000 ms.
+  std::chrono::milliseconds connect_timeout{2000};
+  // A connection whose oldest outstanding command has waited this long is considered
+  // dead: it is closed and reconnected. Default: 1000 ms.
+  std::chrono::milliseconds stall_timeout{1000};
+  // Reconnect backoff: first delay, doubled per failed attempt up to the maximum.
+  // Default: 10 ms and 1000 ms.
+  std::chrono::milliseconds reconnect_min_backoff{10};
+  std::chrono::milliseconds reconnect_max_backoff{1000};
+  // Commands in flight on one connection before new ones fail fast with Unavailable
+  // instead of queueing behind a store that cannot keep up. Default: 100000.
+  std::size_t max_in_flight = 100000;
+  // Threads running the client's I/O and callbacks. Default: 1.
+  int io_threads = 1;
+  // Tests only: when set, scripts and the embedded store use this clock's time instead
+  // of the store's own clock (Redis TIME). Default: none — the store's clock.
+  std::shared_ptr<const Clock> model_clock;
+};
+
+using DecisionCallback = std::function<void(StatusOr<Decision>)>;
+
+// Per-call settings for Check/CheckAsync.
+struct CheckOptions {
+  // Units this request spends; 1 ≤ cost ≤ kMaxLimit. A cost larger than the limit is a
+  // refusal with RefusalReason::kCostExceedsLimit. Default: 1.
+  int64_t cost = 1;
+  // The limit for this call instead of the limiter's own (rule: limits are arguments).
+  // Default: the limiter's limit.
+  std::optional<Limit> limit;
+  // Deadline for this call instead of ClientOptions::deadline. Default: the client's.
+  std::optional<std::chrono::milliseconds> deadline;
+};
+
+class Limiter {
+ public:
+  // Decides whether `id` may spend `options.cost` now, and spends it if so.
+  // Returns a Decision (allowed or refused), or:
+  //   InvalidArgument  — empty id, a cost or limit out of range;
+  //   DeadlineExceeded — the store did not answer within the deadline;
+  //   Unavailable      — the store cannot be reached (connection down, reconnecting).
+  // Blocks the calling thread at most the deadline (plus scheduling delay).
+  StatusOr<Decision> Check(std::string_view id, const CheckOptions& options = {}) const;
+
+  // As Check, without blocking: `done` is called exactly once with the result, on one of
+  // the client's I/O threads — or on the calling thread before CheckAsync returns when
+  // the result is known at once (invalid input, embedded store, connection down).
+  // `done` must not block.
+  void CheckAsync(std::string_view id, const CheckOptions& options, DecisionCallback done) const;
+
+  const std::string& name() const { return name_; }
+  const Limit& limit() const { return limit_; }
+  // The key this limiter uses for `id`, or InvalidArgument for an empty id.
+  StatusOr<std::string> KeyFor(std::string_view id) const;
+
+ private:
+  friend class Client;
+  Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit);
+
+  std::shared_ptr<internal::ClientCore> core_;
+  std::string name_;
+  Limit limit_;
+  std::string key_head_;  // "<prefix>:{<name>:"
+};
+
+// Counters of the client's store connection, cumulative since Create.
+struct ClientStats {
+  uint64_t commands = 0;           // commands written to the store
+  uint64_t writes = 0;             // batches written: commands / writes = pipelining depth
+  uint64_t deadline_exceeded = 0;  // calls completed by their deadline, not by a reply
+  uint64_t reconnects = 0;         // connections lost after being up
+  uint64_t noscript_retries = 0;   // calls resent as EVAL after a NOSCRIPT reply
+};
+
+class Client {
+  friend class internal::ClientFactory;
+
+ public:
+  // Connects to options.url: resolves, connects, authenticates, selects the database,
+  // checks that Redis is ≥ 7.0 and loads the scripts, within options.connect_timeout.
+  // Returns InvalidArgument (bad URL or options), Unavailable (cannot connect),
+  // PermissionDenied (AUTH/ACL refused), FailedPrecondition (Redis older than 7.0) or
+  // DeadlineExceeded (no answer in time). Blocks at most connect_timeout.
+  static StatusOr<std::shared_ptr<Client>> Create(ClientOptions options);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // A limiter named `name` (letters, digits, `_.-`; 1–64 bytes) enforcing `limit`.
+  // InvalidArgument for a bad name or limit. Cheap; does not touch the store.
+  StatusOr<Limiter> MakeLimiter(std::string_view name, const Limit& limit) const;
+
+  const ClientOptions& options() const;
+  // All zero for the embedded store. Thread-safe, cheap.
+  ClientStats stats() const;
+
+  // Internal machinery shared with Limiters and sluice/asio.h.
+  const std::shared_ptr<internal::ClientCore>& core() const { return core_; }
+
+ private:
+  explicit Client(std::shared_ptr<internal::ClientCore> core) : core_(std::move(core)) {}
+  std::shared_ptr<internal::ClientCore> core_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,56 @@
+// sluice/decision.h — what a check answers.
+//
+// A refusal is a Decision with allowed == false, never an error. Durations are exact
+// milliseconds; round retry_after up when showing it in seconds (RetryAfterSeconds()).
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace sluice {
+
+// Where a decision came from.
+enum class DecisionSource {
+  kStore,           // the shared store (Redis, or the embedded memory store) decided
+  kLocalFallback,   // the store could not answer; a local limiter decided
+  kFailOpen,        // the store could not answer; the limit's policy admitted
+  kFailClosed,      // the store could not answer; the limit's policy refused
+  kCachedDenial,    // an earlier refusal of this id was still in force; no store call
+};
+
+std::string_view DecisionSourceName(DecisionSource source);
+
+// Why a request was refused (kNone when admitted).
+enum class RefusalReason {
+  kNone,
+  kOverLimit,        // the budget of the current window/bucket is spent
+  kCostExceedsLimit, // the request's cost is larger than the limit: it can never pass
+};
+
+std::string_view RefusalReasonName(RefusalReason reason);
+
+struct Decision {
+  bool allowed = false;
+  // The limit in force for this decision.
+  int64_t limit = 0;
+  // What is left after this decision (never negative).
+  int64_t remaining = 0;
+  // Until the state is back to full (for a fixed window: until the window ends).
+  std::chrono::milliseconds reset_after{0};
+  // Until this same request could pass; 0 when allowed. For kCostExceedsLimit it is the
+  // reset_after of the state, but the request will never pass: check `reason`.
+  std::chrono::milliseconds retry_after{0};
+  DecisionSource source = DecisionSource::kStore;
+  RefusalReason reason = RefusalReason::kNone;
+
+  // retry_after rounded up to whole seconds, as HTTP's Retry-After wants it.
+  int64_t RetryAfterSeconds() const { return (retry_after.count() + 999) / 1000; }
+  // "allowed limit=100 remaining=4 reset_after=1200ms source=store"
+  std::string ToString() const;
+};
+
+}  // namespace sluice

@@ -1,0 +1,8 @@
+// sluice/sluice.h — everything of the public API but the Asio adapter (sluice/asio.h).
+#pragma once
+
+#include "sluice/client.h"
+#include "sluice/clock.h"
+#include "sluice/decision.h"
+#include "sluice/limits.h"
+#include "sluice/status.h"

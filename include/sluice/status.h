@@ -1,0 +1,84 @@
+// sluice/status.h — error values: Status and StatusOr<T>.
+//
+// Errors are values, never exceptions: every fallible public call returns a Status or a
+// StatusOr<T>. The code tells the caller what to do (retry, fix the input, give up);
+// the message says what happened, in words an operator can act on.
+//
+// Thread-safety: these are plain values; distinct objects may be used from different
+// threads, one object must not be mutated concurrently.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace sluice {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,     // the caller's input is wrong; retrying the same call cannot help
+  kDeadlineExceeded,    // the store did not answer before the call's deadline
+  kUnavailable,         // the store cannot be reached right now; retrying later may help
+  kFailedPrecondition,  // the store is not usable as is (e.g. Redis older than 7.0)
+  kNotFound,
+  kPermissionDenied,    // AUTH/ACL refused
+  kInternal,            // a bug or a broken invariant; report it
+};
+
+// Returns a stable lower_snake_case name ("deadline_exceeded") for logs and metrics.
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "deadline_exceeded: redis 127.0.0.1:6379 did not answer within 5 ms"
+  std::string ToString() const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+Status InvalidArgumentError(std::string message);
+Status DeadlineExceededError(std::string message);
+Status UnavailableError(std::string message);
+Status FailedPreconditionError(std::string message);
+Status PermissionDeniedError(std::string message);
+Status InternalError(std::string message);
+
+// Holds either a value or a non-OK Status.
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
+    assert(!status_.ok() && "StatusOr needs a value or a non-OK status");
+    if (status_.ok()) status_ = InternalError("StatusOr built from an OK status");
+  }
+
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+  // Precondition: ok().
+  const T& value() const& { return *value_; }
+  T& value() & { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  const T& operator*() const& { return *value_; }
+  T& operator*() & { return *value_; }
+  const T* operator->() const { return &*value_; }
+  T* operator->() { return &*value_; }
+
+ private:
+  Status status_;
+  std::optional<T> value_;
+};
+
+}  // namespace sluice

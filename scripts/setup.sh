@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that building and testing sluice needs, and only
+# those that are missing. Safe to run again: a machine that has everything does nothing.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache git
+  redis-server redis-tools            # the store, redis-benchmark for the ceiling
+  libhiredis-dev                      # RESP formatting and parsing only
+  libboost-dev                        # Asio (header-only in 1.74)
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+  libcli11-dev nlohmann-json3-dev
+  procps tmux                         # ps/pkill-free process checks, tmux for CLI tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+# Keep package scripts from starting a system redis-server on port 6379: sluice's tests
+# start their own servers on free loopback ports and must not depend on a system one.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod +x /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

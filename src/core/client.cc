@@ -1,0 +1,174 @@
+#include <utility>
+
+#include <atomic>
+
+#include "core/client_core.h"
+#include "core/keys.h"
+#include "memory/memory_store.h"
+#include "redis/redis_store.h"
+#include "sluice/client.h"
+
+namespace sluice {
+namespace internal {
+
+ClientCore::ClientCore(ClientOptions opts)
+    : options(std::move(opts)), io(options.io_threads), work_(io.get_executor()) {}
+
+void ClientCore::StartThreads() {
+  for (int i = 0; i < options.io_threads; ++i) {
+    threads_.emplace_back([this] { io.run(); });
+  }
+}
+
+ClientCore::~ClientCore() {
+  if (store) store->Shutdown();
+  work_.reset();
+  for (std::thread& t : threads_) {
+    if (t.get_id() == std::this_thread::get_id()) {
+      // The last reference was dropped inside a callback: this thread cannot join
+      // itself. Stop the loop; the thread ends when the callback returns.
+      io.stop();
+      t.detach();
+    } else {
+      t.join();
+    }
+  }
+}
+
+}  // namespace internal
+
+namespace {
+Status ValidateOptions(const ClientOptions& o);
+}  // namespace
+
+StatusOr<std::shared_ptr<Client>> internal::ClientFactory::WithStore(
+    ClientOptions options, std::shared_ptr<Store> store) {
+  if (Status s = ValidateOptions(options); !s.ok()) return s;
+  auto core = std::make_shared<ClientCore>(std::move(options));
+  core->store = std::move(store);
+  core->StartThreads();
+  return std::shared_ptr<Client>(new Client(std::move(core)));
+}
+
+namespace {
+
+Status ValidateOptions(const ClientOptions& o) {
+  if (Status s = internal::ValidateName("prefix", o.prefix); !s.ok()) return s;
+  auto positive = [](const char* name, std::chrono::milliseconds v) {
+    return v.count() > 0 ? Status::Ok()
+                         : InvalidArgumentError(std::string(name) + " must be > 0 ms, got " +
+                                                std::to_string(v.count()));
+  };
+  for (auto [name, value] : {std::pair{"deadline", o.deadline},
+                             std::pair{"connect_timeout", o.connect_timeout},
+                             std::pair{"stall_timeout", o.stall_timeout},
+                             std::pair{"reconnect_min_backoff", o.reconnect_min_backoff},
+                             std::pair{"reconnect_max_backoff", o.reconnect_max_backoff}}) {
+    if (Status s = positive(name, value); !s.ok()) return s;
+  }
+  if (o.io_threads < 1 || o.io_threads > 64) {
+    return InvalidArgumentError("io_threads must be 1-64, got " + std::to_string(o.io_threads));
+  }
+  if (o.max_in_flight < 1) return InvalidArgumentError("max_in_flight must be >= 1");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
+  if (Status s = ValidateOptions(options); !s.ok()) return s;
+  auto core = std::make_shared<internal::ClientCore>(std::move(options));
+  const ClientOptions& o = core->options;
+  if (o.url == "memory://") {
+    std::shared_ptr<const Clock> clock = o.model_clock;
+    if (!clock) clock = std::make_shared<SystemClock>();
+    core->store = std::make_shared<internal::MemoryStore>(std::move(clock));
+    core->StartThreads();
+    return std::shared_ptr<Client>(new Client(std::move(core)));
+  }
+  auto endpoint = internal::ParseRedisUrl(o.url);
+  if (!endpoint.ok()) return endpoint.status();
+  core->StartThreads();
+  internal::ConnectionOptions copts;
+  copts.connect_timeout = o.connect_timeout;
+  copts.stall_timeout = o.stall_timeout;
+  copts.reconnect_min_backoff = o.reconnect_min_backoff;
+  copts.reconnect_max_backoff = o.reconnect_max_backoff;
+  copts.max_in_flight = o.max_in_flight;
+  auto store = internal::RedisStore::Connect(core->io.get_executor(), std::move(*endpoint), copts);
+  if (!store.ok()) return store.status();
+  core->store = std::move(*store);
+  return std::shared_ptr<Client>(new Client(std::move(core)));
+}
+
+Client::~Client() = default;
+
+const ClientOptions& Client::options() const { return core_->options; }
+
+ClientStats Client::stats() const { return core_->store->stats(); }
+
+StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit) const {
+  if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
+  if (Status s = limit.Validate(); !s.ok()) return s;
+  return Limiter(core_, std::string(name), limit);
+}
+
+Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit)
+    : core_(std::move(core)),
+      name_(std::move(name)),
+      limit_(limit),
+      key_head_(internal::KeyHead(core_->options.prefix, name_)) {}
+
+StatusOr<std::string> Limiter::KeyFor(std::string_view id) const {
+  if (id.empty()) return InvalidArgumentError("id is empty");
+  return internal::MakeKey(key_head_, id);
+}
+
+void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
+                         DecisionCallback done) const {
+  if (id.empty()) {
+    done(InvalidArgumentError("id is empty"));
+    return;
+  }
+  const Limit& limit = options.limit ? *options.limit : limit_;
+  if (options.limit) {
+    if (Status s = limit.Validate(); !s.ok()) {
+      done(std::move(s));
+      return;
+    }
+  }
+  if (options.cost < 1 || options.cost > kMaxLimit) {
+    done(InvalidArgumentError("cost must be between 1 and " + std::to_string(kMaxLimit) +
+                              ", got " + std::to_string(options.cost)));
+    return;
+  }
+  const auto deadline = options.deadline.value_or(core_->options.deadline);
+  if (deadline.count() <= 0) {
+    done(InvalidArgumentError("deadline must be > 0 ms"));
+    return;
+  }
+  internal::CheckCall call;
+  call.key = internal::MakeKey(key_head_, id);
+  call.limit = limit;
+  call.cost = options.cost;
+  if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
+  call.deadline = std::chrono::steady_clock::now() + deadline;
+  core_->store->Check(std::move(call), std::move(done));
+}
+
+StatusOr<Decision> Limiter::Check(std::string_view id, const CheckOptions& options) const {
+  struct Waiter {
+    std::atomic<bool> done{false};
+    std::optional<StatusOr<Decision>> result;
+  };
+  auto waiter = std::make_shared<Waiter>();
+  CheckAsync(id, options, [waiter](StatusOr<Decision> result) {
+    waiter->result.emplace(std::move(result));
+    waiter->done.store(true, std::memory_order_release);
+    waiter->done.notify_one();
+  });
+  while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
+  return std::move(*waiter->result);
+}
+
+}  // namespace sluice

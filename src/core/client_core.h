@@ -1,0 +1,47 @@
+// What a Client owns and its Limiters share: the I/O threads and the store.
+#pragma once
+
+#include <utility>
+
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "core/store.h"
+#include "sluice/client.h"
+
+namespace sluice::internal {
+
+class ClientCore {
+ public:
+  explicit ClientCore(ClientOptions options);
+  // Shuts the store down and joins the I/O threads.
+  ~ClientCore();
+
+  void StartThreads();
+
+  const ClientOptions options;
+  boost::asio::io_context io;
+  std::shared_ptr<Store> store;
+
+ private:
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::vector<std::thread> threads_;
+};
+
+// Builds a Client around a store made elsewhere: the fault-injecting wrapper in tests,
+// and later the policy layer's composed stores.
+class ClientFactory {
+ public:
+  static StatusOr<std::shared_ptr<Client>> WithStore(ClientOptions options,
+                                                     std::shared_ptr<Store> store);
+  static const std::shared_ptr<Store>& StoreOf(const Client& client) {
+    return client.core()->store;
+  }
+};
+
+}  // namespace sluice::internal

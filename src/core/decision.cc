@@ -1,0 +1,42 @@
+#include "sluice/decision.h"
+
+#include <string>
+
+namespace sluice {
+
+std::string_view DecisionSourceName(DecisionSource source) {
+  switch (source) {
+    case DecisionSource::kStore: return "store";
+    case DecisionSource::kLocalFallback: return "local_fallback";
+    case DecisionSource::kFailOpen: return "fail_open";
+    case DecisionSource::kFailClosed: return "fail_closed";
+    case DecisionSource::kCachedDenial: return "cached_denial";
+  }
+  return "unknown";
+}
+
+std::string_view RefusalReasonName(RefusalReason reason) {
+  switch (reason) {
+    case RefusalReason::kNone: return "none";
+    case RefusalReason::kOverLimit: return "over_limit";
+    case RefusalReason::kCostExceedsLimit: return "cost_exceeds_limit";
+  }
+  return "unknown";
+}
+
+std::string Decision::ToString() const {
+  std::string out = allowed ? "allowed" : "refused";
+  if (!allowed) {
+    out += " reason=";
+    out += RefusalReasonName(reason);
+  }
+  out += " limit=" + std::to_string(limit);
+  out += " remaining=" + std::to_string(remaining);
+  out += " reset_after=" + std::to_string(reset_after.count()) + "ms";
+  out += " retry_after=" + std::to_string(retry_after.count()) + "ms";
+  out += " source=";
+  out += DecisionSourceName(source);
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,64 @@
+#include "core/keys.h"
+
+#include "core/sha256.h"
+
+namespace sluice::internal {
+namespace {
+
+bool IsNameByte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '_' || c == '.' || c == '-';
+}
+
+bool NeedsEscape(unsigned char c) {
+  return c <= 0x20 || c >= 0x7f || c == '%' || c == '{' || c == '}' || c == '#';
+}
+
+}  // namespace
+
+Status ValidateName(std::string_view what, std::string_view name) {
+  if (name.empty() || name.size() > kMaxNameBytes) {
+    return InvalidArgumentError(std::string(what) + " must be 1-64 bytes, got " +
+                                std::to_string(name.size()));
+  }
+  for (unsigned char c : name) {
+    if (!IsNameByte(c)) {
+      return InvalidArgumentError(std::string(what) + " \"" + std::string(name) +
+                                  "\" may hold only letters, digits and _.-");
+    }
+  }
+  return Status::Ok();
+}
+
+std::string EncodeId(std::string_view id) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(id.size() + 8);
+  for (unsigned char c : id) {
+    if (NeedsEscape(c)) {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+    if (out.size() > kMaxEncodedIdBytes) return "#" + Sha256Hex(id);
+  }
+  return out;
+}
+
+std::string KeyHead(std::string_view prefix, std::string_view limiter) {
+  std::string head;
+  head.reserve(prefix.size() + limiter.size() + 3);
+  head.append(prefix).append(":{").append(limiter).push_back(':');
+  return head;
+}
+
+std::string MakeKey(std::string_view key_head, std::string_view id) {
+  std::string key;
+  key.reserve(key_head.size() + id.size() + 8);
+  key.append(key_head).append(EncodeId(id)).push_back('}');
+  return key;
+}
+
+}  // namespace sluice::internal

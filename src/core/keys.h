@@ -1,0 +1,36 @@
+// Key layout (DESIGN.md §2): `<prefix>:{<limiter>:<id>}[:<suffix>]`.
+//
+// The hash tag holds the limiter name and the id, so every key of one decision sits in
+// one cluster slot. Limiter names and prefixes are restricted to [A-Za-z0-9_.-]; ids may
+// be any bytes and are encoded:
+//   - bytes outside the printable ASCII range and the bytes % { } # are written %XX, so
+//     no id can open or close the hash tag and the encoding is reversible;
+//   - an encoded id longer than kMaxEncodedIdBytes becomes `#` + SHA-256 hex of the raw
+//     id. `#` never appears in an encoded id, so a hashed id cannot equal an encoded one.
+// Two different ids therefore never share a key, and keys stay bounded in length.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "sluice/status.h"
+
+namespace sluice::internal {
+
+inline constexpr std::size_t kMaxEncodedIdBytes = 128;
+inline constexpr std::size_t kMaxNameBytes = 64;
+
+// OK when `name` is 1–64 bytes of [A-Za-z0-9_.-]; InvalidArgument naming `what` otherwise.
+Status ValidateName(std::string_view what, std::string_view name);
+
+// The id as it appears inside the hash tag (see above). Precondition: !id.empty().
+std::string EncodeId(std::string_view id);
+
+// "<prefix>:{<limiter>:" — the part shared by all keys of one limiter.
+std::string KeyHead(std::string_view prefix, std::string_view limiter);
+
+// KeyHead + EncodeId(id) + "}".
+std::string MakeKey(std::string_view key_head, std::string_view id);
+
+}  // namespace sluice::internal

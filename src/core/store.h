@@ -1,0 +1,40 @@
+// The Store interface: where decisions are made. The Redis store runs each algorithm's
+// script; the memory store runs its in-memory twin. Everything above (limiters, policies,
+// the service, the CLI) sees only this interface, so the fault-injecting test wrapper
+// and every policy work the same on both.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "sluice/client.h"
+#include "sluice/limits.h"
+
+namespace sluice::internal {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+struct CheckCall {
+  std::string key;
+  Limit limit;
+  int64_t cost = 1;
+  // The model clock's time when ClientOptions::model_clock is set; otherwise the store
+  // reads its own clock.
+  std::optional<int64_t> now_ms;
+  Deadline deadline;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  // Decides `call`. `done` runs exactly once: inline, or on a store thread. Errors are
+  // Status values already translated to sluice's codes.
+  virtual void Check(CheckCall call, DecisionCallback done) = 0;
+  virtual ClientStats stats() const { return {}; }
+  // Stops I/O; outstanding calls complete with Unavailable. Idempotent.
+  virtual void Shutdown() {}
+};
+
+}  // namespace sluice::internal

@@ -1,0 +1,531 @@
+#include "redis/connection.h"
+
+#include <algorithm>
+#include <random>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <hiredis/read.h>
+#include <hiredis/hiredis.h>
+
+#include "redis/resp.h"
+
+namespace sluice::internal {
+
+namespace asio = boost::asio;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+struct Connection::Session {
+  explicit Session(const asio::strand<asio::any_io_executor>& strand)
+      : socket(strand), resolver(strand), reader(redisReaderCreate()) {}
+  ~Session() { redisReaderFree(reader); }
+
+  asio::generic::stream_protocol::socket socket;
+  asio::ip::tcp::resolver resolver;
+  redisReader* reader;
+  std::string writing;                // the batch being written
+  std::vector<char> read_buf = std::vector<char>(64 * 1024);
+  std::vector<redisReply*> replies;   // scratch, reused per read
+  std::vector<Request> batch;         // scratch, reused per read
+  bool connected = false;             // strand only
+  bool closed = false;                // strand only
+};
+
+namespace {
+
+// Callbacks run between flushes of what they issued (see OnReplies).
+constexpr size_t kFlushEvery = 16;
+
+int64_t Ms(steady_clock::duration d) {
+  return std::chrono::duration_cast<milliseconds>(d).count();
+}
+
+// Parses "redis_version:7.0.15" out of INFO server; 0 when absent.
+int MajorVersion(std::string_view info) {
+  constexpr std::string_view kKey = "redis_version:";
+  auto at = info.find(kKey);
+  if (at == std::string_view::npos) return 0;
+  int major = 0;
+  for (size_t i = at + kKey.size(); i < info.size() && info[i] >= '0' && info[i] <= '9'; ++i) {
+    major = major * 10 + (info[i] - '0');
+  }
+  return major;
+}
+
+}  // namespace
+
+std::shared_ptr<Connection> Connection::Make(asio::any_io_executor executor, Endpoint endpoint,
+                                             ConnectionOptions options) {
+  return std::shared_ptr<Connection>(
+      new Connection(std::move(executor), std::move(endpoint), std::move(options)));
+}
+
+Connection::Connection(asio::any_io_executor executor, Endpoint endpoint,
+                       ConnectionOptions options)
+    : strand_(asio::make_strand(executor)),
+      endpoint_(std::move(endpoint)),
+      options_(std::move(options)),
+      shas_(options_.scripts.size()),
+      timer_(strand_),
+      retry_timer_(strand_),
+      backoff_(options_.reconnect_min_backoff) {}
+
+Connection::~Connection() = default;
+
+void Connection::Start(std::function<void(Status)> first_result) {
+  asio::post(strand_, [self = shared_from_this(), first_result = std::move(first_result)]() mutable {
+    self->first_result_ = std::move(first_result);
+    self->Connect();
+  });
+}
+
+void Connection::Connect() {
+  auto session = std::make_shared<Session>(strand_);
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::kShutdown) return;
+    state_ = State::kConnecting;
+    session_ = session;
+  }
+  auto self = shared_from_this();
+  retry_timer_.expires_after(options_.connect_timeout);
+  retry_timer_.async_wait(asio::bind_executor(strand_, [self, session](boost::system::error_code ec) {
+    if (ec || session->connected || session->closed) return;
+    self->Break(session, DeadlineExceededError("connecting to redis " + self->endpoint_.Describe() +
+                                               " took longer than " +
+                                               std::to_string(self->options_.connect_timeout.count()) +
+                                               " ms"));
+  }));
+  auto on_connect = [self, session](boost::system::error_code ec) {
+    if (session->closed) return;
+    if (ec) {
+      self->Break(session, UnavailableError("cannot connect to redis " + self->endpoint_.Describe() +
+                                            ": " + ec.message()));
+      return;
+    }
+    self->OnConnected(session);
+  };
+  if (endpoint_.kind == Endpoint::Kind::kUnix) {
+    asio::generic::stream_protocol::endpoint ep{asio::local::stream_protocol::endpoint(endpoint_.path)};
+    session->socket.async_connect(ep, asio::bind_executor(strand_, on_connect));
+    return;
+  }
+  session->resolver.async_resolve(
+      endpoint_.host, std::to_string(endpoint_.port),
+      asio::bind_executor(strand_, [self, session, on_connect](
+                                       boost::system::error_code ec,
+                                       asio::ip::tcp::resolver::results_type results) {
+        if (session->closed) return;
+        if (ec || results.empty()) {
+          self->Break(session, UnavailableError("cannot resolve redis host \"" + self->endpoint_.host +
+                                                "\": " + ec.message()));
+          return;
+        }
+        asio::generic::stream_protocol::endpoint ep{results.begin()->endpoint()};
+        session->socket.async_connect(ep, asio::bind_executor(self->strand_, on_connect));
+      }));
+}
+
+void Connection::OnConnected(const std::shared_ptr<Session>& session) {
+  session->connected = true;
+  retry_timer_.cancel();
+  if (endpoint_.kind == Endpoint::Kind::kTcp) {
+    boost::system::error_code ignored;
+    session->socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (session_ != session) return;
+    state_ = State::kHandshaking;
+  }
+  StartRead(session);
+  Handshake(session);
+}
+
+void Connection::Handshake(const std::shared_ptr<Session>& session) {
+  struct Progress {
+    int pending = 0;
+    Status status;
+  };
+  auto progress = std::make_shared<Progress>();
+  auto self = shared_from_this();
+  const Deadline deadline = steady_clock::now() + options_.connect_timeout;
+  // Each step reports here; the last one to finish decides.
+  auto step = [self, session, progress](Status status) {
+    if (!status.ok() && progress->status.ok()) progress->status = std::move(status);
+    if (--progress->pending == 0) self->HandshakeDone(session, progress->status);
+  };
+  auto send = [&](std::string command, std::function<Status(const redisReply*)> check) {
+    ++progress->pending;
+    Request request;
+    request.deadline = deadline;
+    request.issued = steady_clock::now();
+    request.done = [step, check = std::move(check)](const Status& status, const redisReply* reply) {
+      step(status.ok() ? check(reply) : status);
+    };
+    Enqueue(std::move(request), [&](std::string& out, const Request&) { out += command; },
+            /*handshake=*/true);
+  };
+  auto any = [](const redisReply*) { return Status::Ok(); };
+
+  if (!endpoint_.password.empty()) {
+    send(endpoint_.user.empty() ? FormatCommand({"AUTH", endpoint_.password})
+                                : FormatCommand({"AUTH", endpoint_.user, endpoint_.password}),
+         any);
+  }
+  if (endpoint_.db != 0) {
+    send(FormatCommand({"SELECT", std::to_string(endpoint_.db)}), any);
+  }
+  const std::string where = endpoint_.Describe();
+  send(FormatCommand({"INFO", "server"}), [where](const redisReply* reply) {
+    if (reply->type != REDIS_REPLY_STRING) {
+      return InternalError("redis " + where + ": unexpected reply to INFO server");
+    }
+    int major = MajorVersion(std::string_view(reply->str, reply->len));
+    if (major < 7) {
+      return FailedPreconditionError("redis " + where + " is version " + std::to_string(major) +
+                                     ".x; sluice needs Redis >= 7.0 (EXPIRE ... NX)");
+    }
+    return Status::Ok();
+  });
+  for (size_t i = 0; i < options_.scripts.size(); ++i) {
+    send(FormatCommand({"SCRIPT", "LOAD", options_.scripts[i].source}),
+         [self, i, where](const redisReply* reply) {
+           if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+             return InternalError("redis " + where + ": unexpected reply to SCRIPT LOAD of " +
+                                  std::string(self->options_.scripts[i].name));
+           }
+           self->shas_[i].assign(reply->str, reply->len);
+           return Status::Ok();
+         });
+  }
+}
+
+void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status status) {
+  if (!status.ok()) {
+    Break(session, std::move(status));
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (session_ != session || state_ != State::kHandshaking) return;
+    state_ = State::kReady;
+    last_error_ = Status::Ok();
+  }
+  ready_.store(true, std::memory_order_relaxed);
+  backoff_ = options_.reconnect_min_backoff;
+  if (first_result_) std::exchange(first_result_, nullptr)(Status::Ok());
+}
+
+template <typename WriteFn>
+void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
+  bool post_write = false, post_timer = false;
+  Status fail;
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(mu_);
+    if (!(state_ == State::kReady || (handshake && state_ == State::kHandshaking))) {
+      fail = UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
+                              (last_error_.ok() ? std::string() : " (" + last_error_.message() + ")"));
+    } else if (queue_.size() >= options_.max_in_flight) {
+      fail = UnavailableError("redis " + endpoint_.Describe() + ": " +
+                              std::to_string(queue_.size()) + " calls already in flight");
+    } else {
+      write(out_, request);
+      if (!timer_armed_ || request.deadline < armed_at_) {
+        timer_armed_ = true;
+        armed_at_ = request.deadline;
+        post_timer = true;
+      }
+      queue_.push_back(std::move(request));
+      ++stats_.commands;
+      if (!write_in_flight_ && !write_posted_) {
+        write_posted_ = true;
+        post_write = true;
+        session = session_;
+      }
+    }
+  }
+  auto self = shared_from_this();
+  if (!fail.ok()) {
+    // Never inline: a caller that retries from its callback must not recurse.
+    asio::post(strand_, [done = std::move(request.done), fail = std::move(fail)] { done(fail, nullptr); });
+    return;
+  }
+  if (post_write) asio::post(strand_, [self, session] { self->StartWrite(session); });
+  if (post_timer) asio::post(strand_, [self] { self->OnTimer(); });
+}
+
+void Connection::Send(std::string_view command, Deadline deadline, Callback done) {
+  Request request;
+  request.done = std::move(done);
+  request.deadline = deadline;
+  request.issued = steady_clock::now();
+  Enqueue(std::move(request), [command](std::string& out, const Request&) { out.append(command); },
+          false);
+}
+
+void Connection::Eval(int script, std::string tail, int tail_items, Deadline deadline,
+                      Callback done) {
+  Request request;
+  request.done = std::move(done);
+  request.deadline = deadline;
+  request.issued = steady_clock::now();
+  request.script = script;
+  request.tail_items = tail_items;
+  request.tail = std::move(tail);
+  // shas_ is written by the handshake on the strand before the state becomes ready, and
+  // read here only when ready (under mu_, which the handshake's state change also took).
+  Enqueue(std::move(request), [this, script](std::string& out, const Request& r) {
+    AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
+    AppendBulk(out, "EVALSHA");
+    AppendBulk(out, shas_[static_cast<size_t>(script)]);
+    out += r.tail;
+  }, false);
+}
+
+void Connection::StartWrite(const std::shared_ptr<Session>& session) {
+  {
+    std::lock_guard lock(mu_);
+    if (!session || session->closed || session_ != session) return;
+    write_posted_ = false;
+    if (write_in_flight_ || out_.empty()) return;
+    write_in_flight_ = true;
+    session->writing.clear();
+    std::swap(session->writing, out_);
+    ++stats_.writes;
+  }
+  auto self = shared_from_this();
+  asio::async_write(session->socket, asio::buffer(session->writing),
+                    asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t) {
+                      if (session->closed) return;
+                      {
+                        std::lock_guard lock(self->mu_);
+                        self->write_in_flight_ = false;
+                      }
+                      if (ec) {
+                        self->Break(session, UnavailableError("writing to redis " +
+                                                              self->endpoint_.Describe() +
+                                                              " failed: " + ec.message()));
+                        return;
+                      }
+                      self->StartWrite(session);
+                    }));
+}
+
+void Connection::StartRead(const std::shared_ptr<Session>& session) {
+  auto self = shared_from_this();
+  session->socket.async_read_some(
+      asio::buffer(session->read_buf),
+      asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t n) {
+        if (session->closed) return;
+        if (ec) {
+          self->Break(session, UnavailableError("connection to redis " + self->endpoint_.Describe() +
+                                                " lost: " + ec.message()));
+          return;
+        }
+        redisReaderFeed(session->reader, session->read_buf.data(), n);
+        session->replies.clear();
+        for (;;) {
+          void* reply = nullptr;
+          if (redisReaderGetReply(session->reader, &reply) != REDIS_OK) {
+            for (redisReply* r : session->replies) freeReplyObject(r);
+            session->replies.clear();
+            self->Break(session, InternalError("protocol error from redis " +
+                                               self->endpoint_.Describe() + ": " +
+                                               session->reader->errstr));
+            return;
+          }
+          if (reply == nullptr) break;
+          session->replies.push_back(static_cast<redisReply*>(reply));
+        }
+        if (!session->replies.empty()) self->OnReplies(session, session->replies);
+        if (!session->closed) self->StartRead(session);
+      }));
+}
+
+void Connection::OnReplies(const std::shared_ptr<Session>& session,
+                           std::vector<redisReply*>& replies) {
+  std::vector<Request>& batch = session->batch;
+  batch.clear();
+  bool desync = false;
+  {
+    std::lock_guard lock(mu_);
+    if (replies.size() > queue_.size()) {
+      desync = true;
+    } else {
+      for (size_t i = 0; i < replies.size(); ++i) {
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+  }
+  if (desync) {
+    for (redisReply* r : replies) freeReplyObject(r);
+    Break(session, InternalError("redis " + endpoint_.Describe() + " sent a reply nobody asked for"));
+    return;
+  }
+  const std::string where = endpoint_.Describe();
+  for (size_t i = 0; i < replies.size(); ++i) {
+    // Hand what the callbacks issued so far to the socket now instead of after the whole
+    // batch: Redis works on it while this thread runs the remaining callbacks, instead of
+    // both sides taking turns.
+    if (i > 0 && i % kFlushEvery == 0) StartWrite(session);
+    Request& request = batch[i];
+    redisReply* reply = replies[i];
+    if (request.done) {
+      if (reply->type == REDIS_REPLY_ERROR) {
+        std::string_view error(reply->str, reply->len);
+        if (request.script >= 0 && !request.retried && error.starts_with("NOSCRIPT")) {
+          // The script cache was flushed: send the same call with the source, which runs
+          // it and caches it again. Same deadline, same callback.
+          request.retried = true;
+          {
+            std::lock_guard lock(mu_);
+            ++stats_.noscript_retries;
+          }
+          const Script& script = options_.scripts[static_cast<size_t>(request.script)];
+          Enqueue(std::move(request), [&script](std::string& out, const Request& r) {
+            AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
+            AppendBulk(out, "EVAL");
+            AppendBulk(out, script.source);
+            out += r.tail;
+          }, false);
+        } else {
+          request.done(ErrorReplyToStatus(error, where), reply);
+        }
+      } else {
+        request.done(Status::Ok(), reply);
+      }
+    }
+    freeReplyObject(reply);
+  }
+  batch.clear();
+}
+
+void Connection::OnTimer() {
+  const auto now = steady_clock::now();
+  std::vector<std::pair<Callback, int64_t>> expired;
+  Deadline next = Deadline::max();
+  std::shared_ptr<Session> stalled;
+  int64_t stalled_ms = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (Request& r : queue_) {
+      if (!r.done) continue;
+      if (r.deadline <= now) {
+        expired.emplace_back(std::move(r.done), Ms(r.deadline - r.issued));
+        r.done = nullptr;
+        ++stats_.deadline_exceeded;
+      } else {
+        next = std::min(next, r.deadline);
+      }
+    }
+    if (state_ == State::kReady && !queue_.empty()) {
+      // Timed-out calls stay queued until their reply arrives (FIFO matching); if the
+      // oldest waits too long, the server or the network is gone.
+      const auto stall_at = queue_.front().issued + options_.stall_timeout;
+      if (stall_at <= now) {
+        stalled = session_;
+        stalled_ms = Ms(now - queue_.front().issued);
+      } else {
+        next = std::min(next, stall_at);
+      }
+    }
+    timer_armed_ = next != Deadline::max();
+    armed_at_ = next;
+  }
+  for (auto& [done, ms] : expired) {
+    done(DeadlineExceededError("redis " + endpoint_.Describe() + " did not answer within " +
+                               std::to_string(ms) + " ms"),
+         nullptr);
+  }
+  if (stalled) {
+    Break(stalled, UnavailableError("redis " + endpoint_.Describe() + " sent no reply for " +
+                                    std::to_string(stalled_ms) + " ms; reconnecting"));
+    return;
+  }
+  if (next != Deadline::max()) {
+    timer_.expires_at(next);
+    timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
+      if (!ec) self->OnTimer();
+    }));
+  }
+}
+
+void Connection::Break(const std::shared_ptr<Session>& session, Status why) {
+  std::deque<Request> failed;
+  bool shutdown = false;
+  {
+    std::lock_guard lock(mu_);
+    if (session_ != session || session->closed) return;
+    session->closed = true;
+    failed.swap(queue_);
+    out_.clear();
+    write_posted_ = false;
+    write_in_flight_ = false;
+    session_.reset();
+    last_error_ = why;
+    shutdown = state_ == State::kShutdown;
+    if (!shutdown) state_ = State::kDown;
+    if (ready_.exchange(false)) ++stats_.reconnects;
+  }
+  boost::system::error_code ignored;
+  session->socket.close(ignored);
+  session->resolver.cancel();
+  retry_timer_.cancel();
+  const Status lost = why.code() == StatusCode::kUnavailable
+                          ? why
+                          : UnavailableError("connection to redis " + endpoint_.Describe() +
+                                             " closed: " + why.message());
+  for (Request& r : failed) {
+    if (r.done) r.done(lost, nullptr);
+  }
+  if (first_result_) {
+    // Start-up: report the first failure instead of retrying silently.
+    std::exchange(first_result_, nullptr)(std::move(why));
+    return;
+  }
+  if (!shutdown) ScheduleReconnect();
+}
+
+void Connection::ScheduleReconnect() {
+  // Jitter (±25%) keeps a fleet that lost Redis together from reconnecting in lockstep.
+  static thread_local std::minstd_rand jitter(std::random_device{}());
+  auto delay = backoff_ * (75 + static_cast<int>(jitter() % 51)) / 100;
+  backoff_ = std::min(backoff_ * 2, options_.reconnect_max_backoff);
+  retry_timer_.expires_after(delay);
+  retry_timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec) self->Connect();
+  }));
+}
+
+void Connection::Shutdown() {
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::kShutdown) return;
+    state_ = State::kShutdown;
+    session = session_;
+  }
+  asio::post(strand_, [self = shared_from_this(), session] {
+    if (session) self->Break(session, UnavailableError("the sluice client was shut down"));
+    self->retry_timer_.cancel();
+    self->timer_.cancel();
+    if (self->first_result_) {
+      std::exchange(self->first_result_, nullptr)(UnavailableError("the sluice client was shut down"));
+    }
+  });
+}
+
+Connection::Stats Connection::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace sluice::internal

@@ -1,0 +1,157 @@
+// One multiplexed, automatically pipelined connection to one Redis endpoint.
+//
+// Any thread may call Send/Eval. Every command issued while a write is in flight joins
+// the next write, so many concurrent callers cost few syscalls; replies are matched to
+// callers in FIFO order. Every call carries a deadline that a timer enforces even when
+// Redis is silent; a call completes exactly once — with its reply, DeadlineExceeded, or
+// Unavailable when the connection breaks. A connection whose oldest command has waited
+// stall_timeout is closed; after a break the connection reconnects with exponential
+// backoff, authenticates, selects the database and reloads the scripts.
+//
+// Scripts are loaded at every (re)connect and called by EVALSHA; a NOSCRIPT reply
+// (SCRIPT FLUSH) is answered by resending the same call as EVAL, which also reloads the
+// script, once and invisibly to the caller.
+//
+// Routing: a command is sent to the Connection its caller chose; a cluster router will
+// pick the connection per key slot and own one Connection per master.
+//
+// Thread-safety: thread-safe. Callbacks run on the connection's strand (an I/O thread),
+// or inline in Send/Eval when the call fails before being queued (not connected,
+// too many in flight). Callbacks must not block.
+#pragma once
+
+#include <utility>  // before Boost (Asio 1.74 + g++ 12)
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "redis/endpoint.h"
+#include "sluice/status.h"
+
+struct redisReply;
+
+namespace sluice::internal {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+struct Script {
+  std::string_view name;
+  std::string_view source;
+};
+
+struct ConnectionOptions {
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds stall_timeout{1000};
+  std::chrono::milliseconds reconnect_min_backoff{10};
+  std::chrono::milliseconds reconnect_max_backoff{1000};
+  std::size_t max_in_flight = 100000;
+  // Loaded at every (re)connect; Eval's script index points into this list.
+  std::vector<Script> scripts;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // On error `reply` is null; on success it is valid only during the call.
+  using Callback = std::function<void(const Status&, const redisReply*)>;
+
+  static std::shared_ptr<Connection> Make(boost::asio::any_io_executor executor,
+                                          Endpoint endpoint, ConnectionOptions options);
+  ~Connection();
+
+  // Connects, authenticates, selects the database, checks the server is Redis >= 7.0,
+  // loads the scripts. `first_result` gets the outcome of the first attempt; if it fails
+  // the connection stays down (Start is for start-up: a clear error beats a silent
+  // retry loop). Once up, breaks are repaired by reconnecting in the background.
+  void Start(std::function<void(Status)> first_result);
+
+  // Sends one formatted command (FormatCommand).
+  void Send(std::string_view command, Deadline deadline, Callback done);
+
+  // EVALSHA of options.scripts[script]. `tail` is the RESP of numkeys, keys and args
+  // (tail_items of them), written with AppendBulk.
+  void Eval(int script, std::string tail, int tail_items, Deadline deadline, Callback done);
+
+  // Closes the connection for good: queued calls complete with Unavailable.
+  void Shutdown();
+
+  bool ready() const { return ready_.load(std::memory_order_relaxed); }
+  const Endpoint& endpoint() const { return endpoint_; }
+
+  struct Stats {
+    uint64_t commands = 0;   // commands written
+    uint64_t writes = 0;     // write system calls' worth of batches
+    uint64_t deadline_exceeded = 0;
+    uint64_t reconnects = 0;
+    uint64_t noscript_retries = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Session;
+  struct Request {
+    Callback done;  // empty once completed by the deadline timer
+    Deadline deadline;
+    std::chrono::steady_clock::time_point issued;
+    int script = -1;  // for the NOSCRIPT retry
+    int tail_items = 0;
+    std::string tail;
+    bool retried = false;
+  };
+  enum class State { kIdle, kConnecting, kHandshaking, kReady, kDown, kShutdown };
+
+  Connection(boost::asio::any_io_executor executor, Endpoint endpoint, ConnectionOptions options);
+
+  // Queues a request whose bytes are already in `out_`-ready form via `write`. Fails fast
+  // (inline callback) unless the connection is ready or `handshake` is set.
+  template <typename WriteFn>
+  void Enqueue(Request request, WriteFn&& write, bool handshake);
+
+  void Connect();
+  void OnConnected(const std::shared_ptr<Session>& session);
+  void Handshake(const std::shared_ptr<Session>& session);
+  void HandshakeDone(const std::shared_ptr<Session>& session, Status status);
+  void StartRead(const std::shared_ptr<Session>& session);
+  void StartWrite(const std::shared_ptr<Session>& session);
+  void OnReplies(const std::shared_ptr<Session>& session, std::vector<redisReply*>& replies);
+  void ArmTimer();
+  void OnTimer();
+  void Break(const std::shared_ptr<Session>& session, Status why);
+  void ScheduleReconnect();
+
+  boost::asio::strand<boost::asio::any_io_executor> strand_;
+  const Endpoint endpoint_;
+  const ConnectionOptions options_;
+  std::vector<std::string> shas_;  // per script, filled by the handshake (strand only)
+  boost::asio::steady_timer timer_;      // deadlines and stalls
+  boost::asio::steady_timer retry_timer_;  // connect timeout and reconnect backoff
+  std::chrono::milliseconds backoff_;
+  std::function<void(Status)> first_result_;  // strand only
+
+  mutable std::mutex mu_;  // guards everything below
+  State state_ = State::kIdle;
+  std::shared_ptr<Session> session_;
+  std::deque<Request> queue_;  // in flight, FIFO = reply order
+  std::string out_;            // bytes not yet handed to a write
+  bool write_posted_ = false;     // a StartWrite is posted to the strand
+  bool write_in_flight_ = false;  // an async_write is running; its completion flushes out_
+  bool timer_armed_ = false;
+  Deadline armed_at_ = Deadline::max();
+  Status last_error_;
+  Stats stats_;
+
+  std::atomic<bool> ready_{false};
+};
+
+}  // namespace sluice::internal

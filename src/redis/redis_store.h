@@ -1,0 +1,39 @@
+// The Redis store: each algorithm's script, called by EVALSHA over one pipelined
+// Connection per endpoint.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <utility>
+
+#include <memory>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include "core/store.h"
+#include "redis/connection.h"
+#include "redis/endpoint.h"
+
+namespace sluice::internal {
+
+class RedisStore final : public Store {
+ public:
+  // Connects (see Connection::Start) and waits for the first result, at most
+  // options.connect_timeout plus a second of grace.
+  static StatusOr<std::shared_ptr<RedisStore>> Connect(boost::asio::any_io_executor executor,
+                                                       Endpoint endpoint,
+                                                       ConnectionOptions options);
+
+  void Check(CheckCall call, DecisionCallback done) override;
+  void Shutdown() override;
+  ClientStats stats() const override;
+
+  Connection& connection() { return *connection_; }
+
+ private:
+  explicit RedisStore(std::shared_ptr<Connection> connection)
+      : connection_(std::move(connection)) {}
+  std::shared_ptr<Connection> connection_;
+};
+
+}  // namespace sluice::internal

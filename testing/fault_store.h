@@ -1,0 +1,77 @@
+// A Store wrapper that injects failures in front of a real store: errors, deadline
+// expiries and dropped answers, for the next N calls or with a probability. Tests of the
+// policies above the store use it to make a real store misbehave on demand.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+
+#include "core/store.h"
+
+namespace sluice::testing {
+
+class FaultStore final : public internal::Store {
+ public:
+  explicit FaultStore(std::shared_ptr<internal::Store> inner, uint32_t seed = 1)
+      : inner_(std::move(inner)), rng_(seed) {}
+
+  // The next `n` calls fail with `status` without reaching the inner store.
+  void FailNext(int n, Status status) {
+    std::lock_guard lock(mu_);
+    fail_next_ = n;
+    fail_status_ = std::move(status);
+  }
+  // Each call fails with `status` with probability `p` (0..1), after the forced ones.
+  void FailRandomly(double p, Status status) {
+    std::lock_guard lock(mu_);
+    fail_probability_ = p;
+    random_status_ = std::move(status);
+  }
+  int64_t calls() const {
+    std::lock_guard lock(mu_);
+    return calls_;
+  }
+  int64_t injected() const {
+    std::lock_guard lock(mu_);
+    return injected_;
+  }
+
+  void Check(internal::CheckCall call, DecisionCallback done) override {
+    Status fault;
+    {
+      std::lock_guard lock(mu_);
+      ++calls_;
+      if (fail_next_ > 0) {
+        --fail_next_;
+        fault = fail_status_;
+      } else if (fail_probability_ > 0 &&
+                 std::uniform_real_distribution<double>(0, 1)(rng_) < fail_probability_) {
+        fault = random_status_;
+      }
+      if (!fault.ok()) ++injected_;
+    }
+    if (!fault.ok()) {
+      done(std::move(fault));
+      return;
+    }
+    inner_->Check(std::move(call), std::move(done));
+  }
+  void Shutdown() override { inner_->Shutdown(); }
+
+ private:
+  std::shared_ptr<internal::Store> inner_;
+  mutable std::mutex mu_;
+  std::mt19937 rng_;
+  int fail_next_ = 0;
+  Status fail_status_;
+  double fail_probability_ = 0;
+  Status random_status_;
+  int64_t calls_ = 0;
+  int64_t injected_ = 0;
+};
+
+}  // namespace sluice::testing

@@ -1,0 +1,213 @@
+#include "testing/redis_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+namespace sluice::testing {
+namespace {
+
+[[noreturn]] void Fatal(const std::string& what) {
+  std::fprintf(stderr, "redis test fixture: %s\n", what.c_str());
+  std::abort();
+}
+
+RedisValue Convert(const redisReply* r) {
+  RedisValue v;
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER:
+      v.type = RedisValue::Type::kInteger;
+      v.integer = r->integer;
+      break;
+    case REDIS_REPLY_STRING:
+      v.type = RedisValue::Type::kString;
+      v.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      v.type = RedisValue::Type::kStatus;
+      v.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      v.type = RedisValue::Type::kError;
+      v.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ARRAY:
+      v.type = RedisValue::Type::kArray;
+      for (size_t i = 0; i < r->elements; ++i) v.elements.push_back(Convert(r->element[i]));
+      break;
+    default:
+      break;
+  }
+  return v;
+}
+
+}  // namespace
+
+uint16_t FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) Fatal("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) Fatal("bind() failed");
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(options)) {
+  char tmpl[] = "/tmp/sluice-redis-XXXXXX";
+  if (!::mkdtemp(tmpl)) Fatal("mkdtemp failed");
+  dir_ = tmpl;
+  unix_path_ = dir_ + "/redis.sock";
+  for (int attempt = 0; attempt < 5 && pid_ <= 0; ++attempt) {
+    port_ = FreeLoopbackPort();
+    Start();
+  }
+  if (pid_ <= 0) Fatal("could not start redis-server after 5 attempts");
+}
+
+RedisServer::~RedisServer() {
+  if (pid_ > 0) Kill();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string RedisServer::url() const {
+  std::string auth = options_.requirepass.empty() ? "" : ":" + options_.requirepass + "@";
+  return "redis://" + auth + "127.0.0.1:" + std::to_string(port_);
+}
+
+void RedisServer::Start() {
+  std::vector<std::string> args = {"redis-server",     "--port",     std::to_string(port_),
+                                   "--bind",           "127.0.0.1",  "--save",
+                                   "",                 "--appendonly", "no",
+                                   "--dir",            dir_,         "--unixsocket",
+                                   unix_path_,         "--unixsocketperm", "700",
+                                   "--daemonize",      "no",         "--loglevel",
+                                   "warning",          "--logfile",  dir_ + "/redis.log"};
+  if (!options_.requirepass.empty()) {
+    args.push_back("--requirepass");
+    args.push_back(options_.requirepass);
+  }
+  for (const auto& a : options_.extra_args) args.push_back(a);
+  pid_t child = ::fork();
+  if (child < 0) Fatal("fork failed");
+  if (child == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execvp("redis-server", argv.data());
+    std::fprintf(stderr, "redis test fixture: cannot exec redis-server (is it installed? "
+                         "run scripts/setup.sh)\n");
+    ::_exit(127);
+  }
+  pid_ = child;
+  paused_ = false;
+  // Ready when PING answers; give up after 5 s.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {  // exited: port taken or not installed
+      pid_ = -1;
+      return;
+    }
+    timeval tv{0, 200000};
+    redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+    if (c && !c->err) {
+      if (!options_.requirepass.empty()) {
+        freeReplyObject(redisCommand(c, "AUTH %s", options_.requirepass.c_str()));
+      }
+      auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
+      bool ok = reply && reply->type == REDIS_REPLY_STATUS;
+      if (reply) freeReplyObject(reply);
+      redisFree(c);
+      if (ok) return;
+    } else if (c) {
+      redisFree(c);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Fatal("redis-server on port " + std::to_string(port_) + " did not answer PING within 5 s");
+}
+
+void RedisServer::Pause() {
+  if (pid_ > 0 && !paused_) {
+    ::kill(pid_, SIGSTOP);
+    paused_ = true;
+  }
+}
+
+void RedisServer::Resume() {
+  if (pid_ > 0 && paused_) {
+    ::kill(pid_, SIGCONT);
+    paused_ = false;
+  }
+}
+
+void RedisServer::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+  paused_ = false;
+}
+
+RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
+  timeval tv{2, 0};
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
+  if (!c || c->err) Fatal("cannot connect to the test redis on port " + std::to_string(port_));
+  redisSetTimeout(c, tv);
+  if (!options_.requirepass.empty()) {
+    freeReplyObject(redisCommand(c, "AUTH %s", options_.requirepass.c_str()));
+  }
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
+  if (!reply) Fatal("command failed on the test redis: " + std::string(c->errstr));
+  RedisValue value = Convert(reply);
+  freeReplyObject(reply);
+  redisFree(c);
+  return value;
+}
+
+std::vector<std::string> RedisServer::Keys(const std::string& pattern) const {
+  std::vector<std::string> keys;
+  std::string cursor = "0";
+  do {
+    RedisValue page = Command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+    if (page.type != RedisValue::Type::kArray || page.elements.size() != 2) Fatal("bad SCAN reply");
+    cursor = page.elements[0].str;
+    for (const auto& k : page.elements[1].elements) keys.push_back(k.str);
+  } while (cursor != "0");
+  return keys;
+}
+
+std::vector<std::string> RedisServer::KeysWithoutTtl(const std::string& pattern) const {
+  std::vector<std::string> leaked;
+  for (const auto& key : Keys(pattern)) {
+    if (Command({"PTTL", key}).integer == -1) leaked.push_back(key);
+  }
+  return leaked;
+}
+
+}  // namespace sluice::testing

@@ -1,0 +1,71 @@
+// A private redis-server for one test: started on a free loopback port (and a unix
+// socket in a temporary directory), stopped by its pid when the object goes away.
+// Also a small blocking command helper (hiredis, test-only) to seed and inspect keys.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace sluice::testing {
+
+struct RedisServerOptions {
+  std::string requirepass;            // sets requirepass when not empty
+  std::vector<std::string> extra_args;  // appended to the command line
+};
+
+// One reply, flattened for assertions.
+struct RedisValue {
+  enum class Type { kNil, kInteger, kString, kStatus, kError, kArray } type = Type::kNil;
+  long long integer = 0;
+  std::string str;
+  std::vector<RedisValue> elements;
+};
+
+class RedisServer {
+ public:
+  // Starts redis-server; aborts the test binary with a clear message when it cannot
+  // (a missing redis-server is a set-up error, never a reason to skip).
+  explicit RedisServer(RedisServerOptions options = {});
+  ~RedisServer();
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& unix_path() const { return unix_path_; }
+  // redis://[:requirepass@]127.0.0.1:<port>
+  std::string url() const;
+
+  // SIGSTOP / SIGCONT: a server that is alive but silent.
+  void Pause();
+  void Resume();
+  // SIGKILL and wait; Start() again brings it back on the same port (empty).
+  void Kill();
+  void Start();
+  bool running() const { return pid_ > 0; }
+
+  // Runs one command on a fresh blocking connection (authenticated). Aborts the test on
+  // connection failure.
+  RedisValue Command(const std::vector<std::string>& args) const;
+  // All keys matching `pattern` (SCAN), and those among them with no expiry.
+  std::vector<std::string> Keys(const std::string& pattern) const;
+  std::vector<std::string> KeysWithoutTtl(const std::string& pattern) const;
+
+ private:
+  RedisServerOptions options_;
+  std::string dir_;
+  std::string unix_path_;
+  uint16_t port_ = 0;
+  pid_t pid_ = -1;
+  bool paused_ = false;
+};
+
+// A free TCP port on 127.0.0.1 (bound to port 0 and released).
+uint16_t FreeLoopbackPort();
+
+}  // namespace sluice::testing

@@ -1,0 +1,263 @@
+// The Redis connection layer against a real redis-server: pipelining order, deadlines
+// on a silent server, stall detection, reconnect, NOSCRIPT reload, AUTH/ACL, SELECT,
+// unix sockets, start-up errors.
+#include <utility>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include "redis/connection.h"
+#include "redis/resp.h"
+#include "sluice/sluice.h"
+#include "testing/redis_server.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using testing::RedisServer;
+
+// An io_context running on `threads` threads for the duration of a test.
+class IoThreads {
+ public:
+  explicit IoThreads(int threads) : work_(io_.get_executor()) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { io_.run(); });
+  }
+  ~IoThreads() {
+    work_.reset();
+    for (auto& t : threads_) t.join();
+  }
+  boost::asio::io_context& io() { return io_; }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::vector<std::thread> threads_;
+};
+
+std::shared_ptr<internal::Connection> StartConnection(boost::asio::io_context& io,
+                                                       const std::string& url) {
+  auto endpoint = internal::ParseRedisUrl(url);
+  EXPECT_TRUE(endpoint.ok());
+  auto conn = internal::Connection::Make(io.get_executor(), *endpoint, {});
+  std::promise<Status> started;
+  conn->Start([&](Status s) { started.set_value(std::move(s)); });
+  Status s = started.get_future().get();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return conn;
+}
+
+std::shared_ptr<Client> MustCreate(ClientOptions options) {
+  auto client = Client::Create(std::move(options));
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  if (!client.ok()) std::abort();
+  return *client;
+}
+
+// Polls `check` every 20 ms for up to `limit`; true when it held.
+template <typename F>
+bool Eventually(F check, milliseconds limit = milliseconds(5000)) {
+  const auto until = steady_clock::now() + limit;
+  while (steady_clock::now() < until) {
+    if (check()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return check();
+}
+
+TEST(Connection, PipelinedRepliesReachTheirCallersInOrder) {
+  RedisServer server;
+  IoThreads io(2);  // two I/O threads: the strand must still serialize the connection
+  auto conn = StartConnection(io.io(), server.url());
+  constexpr int kThreads = 8, kPerThread = 2000;
+  std::atomic<int> matched{0}, mismatched{0}, failed{0}, done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        std::string payload = "t" + std::to_string(t) + ":" + std::to_string(i);
+        conn->Send(internal::FormatCommand({"ECHO", payload}), steady_clock::now() + seconds(10),
+                   [&, payload](const Status& s, const redisReply* reply) {
+                     if (!s.ok()) {
+                       ++failed;
+                     } else if (std::string(reply->str, reply->len) == payload) {
+                       ++matched;
+                     } else {
+                       ++mismatched;
+                     }
+                     ++done;
+                   });
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(Eventually([&] { return done.load() == kThreads * kPerThread; }, seconds(30)));
+  EXPECT_EQ(matched.load(), kThreads * kPerThread);
+  EXPECT_EQ(mismatched.load(), 0);
+  EXPECT_EQ(failed.load(), 0);
+  auto stats = conn->stats();
+  EXPECT_EQ(stats.commands, uint64_t{kThreads * kPerThread} + 1);  // + the handshake INFO
+  EXPECT_LT(stats.writes, stats.commands) << "no command ever joined another's write";
+  conn->Shutdown();
+}
+
+TEST(Connection, DeadlineHoldsWhenRedisIsSilentAndCompletesOnce) {
+  RedisServer server;
+  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(30)});
+  auto limiter = *client->MakeLimiter("silent", {.limit = 10, .window = seconds(60)});
+  const CheckOptions patient{.deadline = seconds(5)};  // for calls that must succeed
+  ASSERT_TRUE(limiter.Check("a", patient).ok());
+
+  server.Pause();
+  std::atomic<int> calls{0};
+  std::promise<Status> first;
+  const auto t0 = steady_clock::now();
+  limiter.CheckAsync("a", {}, [&](StatusOr<Decision> d) {
+    if (calls.fetch_add(1) == 0) first.set_value(d.status());
+  });
+  Status status = first.get_future().get();
+  const auto waited = steady_clock::now() - t0;
+  EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded) << status.ToString();
+  EXPECT_LT(waited, milliseconds(1000)) << "the deadline was not enforced while Redis was silent";
+
+  auto sync = limiter.Check("b");
+  EXPECT_EQ(sync.status().code(), StatusCode::kDeadlineExceeded);
+
+  server.Resume();
+  // The late replies arrive and are matched to the timed-out calls, which stay completed.
+  ASSERT_TRUE(Eventually([&] { return limiter.Check("c", patient).ok(); }));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_GE(client->stats().deadline_exceeded, 2u);
+}
+
+TEST(Connection, StalledConnectionIsReplacedAndWorksAgain) {
+  RedisServer server;
+  auto client = MustCreate(
+      {.url = server.url(), .deadline = milliseconds(20), .stall_timeout = milliseconds(200)});
+  auto limiter = *client->MakeLimiter("stall", {.limit = 100, .window = seconds(60)});
+  const CheckOptions patient{.deadline = milliseconds(150)};  // below the stall timeout
+  ASSERT_TRUE(limiter.Check("a", patient).ok());
+  server.Pause();
+  EXPECT_FALSE(limiter.Check("a").ok());
+  std::this_thread::sleep_for(milliseconds(400));
+  server.Resume();
+  ASSERT_TRUE(Eventually([&] { return limiter.Check("a", patient).ok(); }));
+  EXPECT_GE(client->stats().reconnects, 1u);
+}
+
+TEST(Connection, ReconnectsAfterRedisRestarts) {
+  RedisServer server;
+  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(50),
+                            .reconnect_max_backoff = milliseconds(100)});
+  auto limiter = *client->MakeLimiter("restart", {.limit = 100, .window = seconds(60)});
+  const CheckOptions patient{.deadline = milliseconds(900)};
+  ASSERT_TRUE(limiter.Check("a", patient).ok());
+  server.Kill();
+  auto down = limiter.Check("a");
+  EXPECT_EQ(down.status().code(), StatusCode::kUnavailable) << down.status().ToString();
+  server.Start();
+  ASSERT_TRUE(Eventually([&] { return limiter.Check("a", patient).ok(); }))
+      << "the client did not come back after Redis restarted";
+  // The restarted server is empty: the window starts again, scripts were reloaded.
+  auto d = limiter.Check("a", patient);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(client->stats().reconnects, 1u);
+}
+
+TEST(Connection, ScriptFlushIsInvisibleToCallers) {
+  RedisServer server;
+  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(200)});
+  auto limiter = *client->MakeLimiter("flush", {.limit = 3, .window = seconds(60)});
+  EXPECT_EQ(limiter.Check("a")->remaining, 2);
+  ASSERT_EQ(server.Command({"SCRIPT", "FLUSH"}).str, "OK");
+  auto d = limiter.Check("a");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->remaining, 1);
+  EXPECT_EQ(client->stats().noscript_retries, 1u);
+  // Reloaded by the EVAL: the next call is a plain EVALSHA again.
+  EXPECT_EQ(limiter.Check("a")->remaining, 0);
+  EXPECT_EQ(client->stats().noscript_retries, 1u);
+}
+
+TEST(Connection, AuthenticatesWithPasswordAndAclUser) {
+  RedisServer server({.requirepass = "s3cret"});
+  {
+    auto client = MustCreate({.url = server.url()});
+    auto limiter = *client->MakeLimiter("auth", {.limit = 1, .window = seconds(60)});
+    EXPECT_TRUE(limiter.Check("x")->allowed);
+  }
+  const std::string base = "127.0.0.1:" + std::to_string(server.port());
+  auto wrong = Client::Create({.url = "redis://:nope@" + base});
+  EXPECT_EQ(wrong.status().code(), StatusCode::kPermissionDenied) << wrong.status().ToString();
+  auto none = Client::Create({.url = "redis://" + base});
+  EXPECT_EQ(none.status().code(), StatusCode::kPermissionDenied) << none.status().ToString();
+
+  ASSERT_EQ(server.Command({"ACL", "SETUSER", "limiter", "on", ">p%w@rd", "~sluice:*",
+                            "+@all"}).str,
+            "OK");
+  auto acl = MustCreate({.url = "redis://limiter:p%25w%40rd@" + base});
+  auto limiter = *acl->MakeLimiter("acl", {.limit = 1, .window = seconds(60)});
+  EXPECT_TRUE(limiter.Check("x")->allowed);
+  EXPECT_FALSE(limiter.Check("x")->allowed);
+}
+
+TEST(Connection, SelectsTheDatabaseOfTheUrl) {
+  RedisServer server;
+  auto client = MustCreate({.url = server.url() + "/3"});
+  auto limiter = *client->MakeLimiter("db", {.limit = 1, .window = seconds(60)});
+  ASSERT_TRUE(limiter.Check("x").ok());
+  std::string keyspace = server.Command({"INFO", "keyspace"}).str;
+  EXPECT_NE(keyspace.find("db3:keys=1"), std::string::npos) << keyspace;
+  EXPECT_EQ(keyspace.find("db0:"), std::string::npos) << keyspace;
+}
+
+TEST(Connection, WorksOverAUnixSocket) {
+  RedisServer server;
+  auto client = MustCreate({.url = "unix://" + server.unix_path()});
+  auto limiter = *client->MakeLimiter("unix", {.limit = 2, .window = seconds(60)});
+  EXPECT_EQ(limiter.Check("x")->remaining, 1);
+  EXPECT_EQ(server.Keys("sluice:*").size(), 1u);
+}
+
+TEST(Connection, UnreachableRedisIsAClearErrorAtStartUp) {
+  const uint16_t port = testing::FreeLoopbackPort();  // nothing listens there
+  auto client = Client::Create({.url = "redis://127.0.0.1:" + std::to_string(port)});
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(client.status().message().find(std::to_string(port)), std::string::npos)
+      << client.status().ToString();
+  auto unix_client = Client::Create({.url = "unix:///nonexistent/redis.sock"});
+  EXPECT_EQ(unix_client.status().code(), StatusCode::kUnavailable);
+}
+
+TEST(Connection, FailsFastWhenTooManyCallsAreInFlight) {
+  RedisServer server;
+  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(500),
+                            .max_in_flight = 4});
+  auto limiter = *client->MakeLimiter("inflight", {.limit = 100, .window = seconds(60)});
+  server.Pause();
+  std::atomic<int> unavailable{0}, deadline{0}, done{0};
+  for (int i = 0; i < 10; ++i) {
+    limiter.CheckAsync("x", {}, [&](StatusOr<Decision> d) {
+      if (d.status().code() == StatusCode::kUnavailable) ++unavailable;
+      if (d.status().code() == StatusCode::kDeadlineExceeded) ++deadline;
+      ++done;
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return done.load() == 10; }));
+  server.Resume();
+  EXPECT_EQ(unavailable.load(), 6);
+  EXPECT_EQ(deadline.load(), 4);
+}
+
+}  // namespace
+}  // namespace sluice
