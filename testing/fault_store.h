@@ -61,6 +61,7 @@ class FaultStore final : public internal::Store {
     inner_->Check(std::move(call), std::move(done));
   }
   void Shutdown() override { inner_->Shutdown(); }
+  ClientStats stats() const override { return inner_->stats(); }
 
  private:
   std::shared_ptr<internal::Store> inner_;

@@ -10,6 +10,10 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <hiredis/read.h>
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
@@ -257,6 +261,81 @@ TEST(Connection, FailsFastWhenTooManyCallsAreInFlight) {
   server.Resume();
   EXPECT_EQ(unavailable.load(), 6);
   EXPECT_EQ(deadline.load(), 4);
+}
+
+// A loopback server that speaks just enough RESP to play an old or a mute Redis: it
+// answers INFO server with `info` and anything else with +OK, or nothing when `mute`.
+class FakeRedis {
+ public:
+  FakeRedis(std::string info, bool mute)
+      : acceptor_(io_, {boost::asio::ip::address_v4::loopback(), 0}),
+        info_(std::move(info)),
+        mute_(mute),
+        thread_([this] { Serve(); }) {}
+  ~FakeRedis() {
+    stop_ = true;
+    boost::system::error_code ignored;
+    // Unblock accept() with a connection of our own, then close.
+    boost::asio::ip::tcp::socket poke(io_);
+    poke.connect({boost::asio::ip::address_v4::loopback(), port()}, ignored);
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      boost::asio::ip::tcp::socket socket(io_);
+      boost::system::error_code ec;
+      acceptor_.accept(socket, ec);
+      if (ec || stop_) return;
+      redisReader* reader = redisReaderCreate();
+      char buf[4096];
+      for (;;) {
+        size_t n = socket.read_some(boost::asio::buffer(buf), ec);
+        if (ec) break;
+        redisReaderFeed(reader, buf, n);
+        void* reply = nullptr;
+        while (redisReaderGetReply(reader, &reply) == REDIS_OK && reply) {
+          auto* r = static_cast<redisReply*>(reply);
+          bool info = r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                      std::string_view(r->element[0]->str, r->element[0]->len) == "INFO";
+          freeReplyObject(r);
+          if (mute_) continue;
+          std::string out = info ? "$" + std::to_string(info_.size()) + "\r\n" + info_ + "\r\n"
+                                 : "+OK\r\n";
+          boost::asio::write(socket, boost::asio::buffer(out), ec);
+        }
+      }
+      redisReaderFree(reader);
+    }
+  }
+
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::string info_;
+  bool mute_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(Connection, RedisOlderThanSevenIsRefusedWithAClearError) {
+  FakeRedis old("# Server\r\nredis_version:6.2.14\r\nredis_mode:standalone\r\n", false);
+  auto client = Client::Create({.url = "redis://127.0.0.1:" + std::to_string(old.port())});
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(client.status().message().find("6.x"), std::string::npos) << client.status().ToString();
+  EXPECT_NE(client.status().message().find("7.0"), std::string::npos) << client.status().ToString();
+}
+
+TEST(Connection, ServerThatNeverAnswersFailsStartUpAtTheConnectTimeout) {
+  FakeRedis mute("", true);
+  const auto t0 = steady_clock::now();
+  auto client = Client::Create({.url = "redis://127.0.0.1:" + std::to_string(mute.port()),
+                                .connect_timeout = milliseconds(300)});
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kDeadlineExceeded) << client.status().ToString();
+  EXPECT_LT(steady_clock::now() - t0, seconds(3));
 }
 
 }  // namespace
