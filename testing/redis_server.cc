@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +108,8 @@ void RedisServer::Start() {
   pid_t child = ::fork();
   if (child < 0) Fatal("fork failed");
   if (child == 0) {
+    // The server dies with the test process, even when the test aborts or is killed.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -263,6 +263,29 @@ TEST(Connection, FailsFastWhenTooManyCallsAreInFlight) {
   EXPECT_EQ(deadline.load(), 4);
 }
 
+TEST(Connection, LastReferenceDroppedInsideACallbackTearsDownCleanly) {
+  RedisServer server;
+  std::promise<void> caller_gone;
+  std::shared_future<void> caller_gone_future = caller_gone.get_future().share();
+  std::promise<bool> finished;
+  {
+    auto client = MustCreate({.url = server.url(), .deadline = seconds(2)});
+    auto held = std::make_shared<std::optional<Limiter>>(
+        *client->MakeLimiter("drop", {.limit = 5, .window = seconds(60)}));
+    client.reset();
+    (*held)->CheckAsync("x", {}, [held, caller_gone_future, &finished](StatusOr<Decision> d) mutable {
+      caller_gone_future.wait();  // the caller's references are gone: this one is the last
+      held->reset();              // so the client is torn down from its own I/O thread
+      held.reset();
+      finished.set_value(d.ok());
+    });
+  }
+  caller_gone.set_value();
+  auto result = finished.get_future();
+  ASSERT_EQ(result.wait_for(seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(result.get());
+}
+
 // A loopback server that speaks just enough RESP to play an old or a mute Redis: it
 // answers INFO server with `info` and anything else with +OK, or nothing when `mute`.
 class FakeRedis {

@@ -78,7 +78,7 @@ TEST_F(FixedWindowRedis, CostIsAllOrNothing) {
   auto too_big = limiter.Check("v", {.cost = 11});
   EXPECT_FALSE(too_big->allowed);
   EXPECT_EQ(too_big->reason, RefusalReason::kCostExceedsLimit);
-  EXPECT_TRUE(server_.Keys("fwtest:{upload:v}").empty()) << "a refusal created a key";
+  EXPECT_TRUE(server_.Keys("fwtest:{upload:v}:fw").empty()) << "a refusal created a key";
 }
 
 TEST_F(FixedWindowRedis, KeysAreHashTaggedEscapedAndExpire) {
@@ -87,7 +87,7 @@ TEST_F(FixedWindowRedis, KeysAreHashTaggedEscapedAndExpire) {
   ASSERT_TRUE(limiter.Check(hostile).ok());
   auto keys = server_.Keys("fwtest:*");
   ASSERT_EQ(keys.size(), 1u);
-  EXPECT_EQ(keys[0], "fwtest:{api:a%7Db%7Bc%25d%00e%23}");
+  EXPECT_EQ(keys[0], "fwtest:{api:a%7Db%7Bc%25d%00e%23}:fw");
   long long pttl = server_.Command({"PTTL", keys[0]}).integer;
   EXPECT_GT(pttl, 29'000);
   EXPECT_LE(pttl, 30'000);

@@ -21,6 +21,7 @@
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 
 #include "sluice/client.h"
@@ -35,11 +36,15 @@ auto AsyncCheck(const Limiter& limiter, std::string_view id, const CheckOptions&
         // The handler may be move-only (coroutines); DecisionCallback must be copyable.
         using Handler = decltype(handler);
         auto shared = std::make_shared<Handler>(std::move(handler));
-        on.CheckAsync(for_id, with, [shared](StatusOr<Decision> result) {
-          auto executor = boost::asio::get_associated_executor(*shared);
-          boost::asio::post(executor, [shared, result = std::move(result)]() mutable {
+        // Outstanding work on the handler's executor until the completion is posted, as
+        // every Asio operation owes its caller: the caller's io_context cannot run out of
+        // work (return from run(), be destroyed) while the result is on its way.
+        auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(*shared));
+        on.CheckAsync(for_id, with, [shared, work](StatusOr<Decision> result) mutable {
+          boost::asio::post(work.get_executor(), [shared, result = std::move(result)]() mutable {
             (*shared)(std::move(result));
           });
+          work.reset();
         });
       },
       token, limiter, std::string(id), options);

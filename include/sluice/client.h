@@ -97,12 +97,30 @@ class Limiter {
   // `done` must not block.
   void CheckAsync(std::string_view id, const CheckOptions& options, DecisionCallback done) const;
 
+  // Reports whether a request of `options.cost` would be admitted now, spending
+  // nothing: the Decision's `allowed`, `remaining`, `reset_after` and `retry_after` are
+  // those a Check would return, without its effect. Same errors and deadline as Check.
+  StatusOr<Decision> Peek(std::string_view id, const CheckOptions& options = {}) const;
+
+  // Gives back `amount` units (e.g. the downstream call failed), never above the limit.
+  // The Decision reports the state after the refund (allowed is true). A refund with no
+  // spent state is a no-op. Same errors and deadline as Check.
+  StatusOr<Decision> Refund(std::string_view id, int64_t amount,
+                            const CheckOptions& options = {}) const;
+
+  // Forgets `id`: its state is full again. Same errors and deadline as Check.
+  StatusOr<Decision> Reset(std::string_view id, const CheckOptions& options = {}) const;
+
   const std::string& name() const { return name_; }
   const Limit& limit() const { return limit_; }
   // The key this limiter uses for `id`, or InvalidArgument for an empty id.
   StatusOr<std::string> KeyFor(std::string_view id) const;
 
  private:
+  void Execute(int op, std::string_view id, const CheckOptions& options,
+               DecisionCallback done) const;
+  StatusOr<Decision> ExecuteSync(int op, std::string_view id, const CheckOptions& options) const;
+
   friend class Client;
   Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit);
 

@@ -1,40 +1,47 @@
 #include "algo/fixed_window.h"
 
-#include <algorithm>
-#include <chrono>
-
 namespace sluice::internal {
 
-FixedWindowOutcome FixedWindowStep(std::optional<FixedWindowState>& state,
-                                   const FixedWindowArgs& args, int64_t now_ms) {
-  int64_t count = state ? state->count : 0;
-  int64_t ends = state ? state->ends_ms : 0;
-  if (!state || now_ms >= ends) {
-    count = 0;
-    // Lua's % is floored modulo: for negative model times it still lands on a multiple.
-    int64_t offset = ((now_ms % args.window_ms) + args.window_ms) % args.window_ms;
-    ends = args.aligned ? now_ms - offset + args.window_ms : now_ms + args.window_ms;
+AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs& a,
+                          int64_t now, int64_t& expires_at_ms) {
+  const bool live = state && now < state->ends_ms;
+  if (!live) state.reset();  // stale state is deleted by the call that reads it
+  if (a.op == Op::kReset) {
+    state.reset();
+    return {1, a.limit, 0, 0};
   }
-  const int64_t ttl = ends - now_ms;
-  if (args.cost > args.limit) return {2, count, ttl};
-  if (count + args.cost > args.limit) return {0, count, ttl};
-  count += args.cost;
-  state = FixedWindowState{count, ends};
-  return {1, count, ttl};
-}
-
-Decision FixedWindowDecision(const FixedWindowOutcome& outcome, int64_t limit) {
-  Decision d;
-  d.allowed = outcome.code == 1;
-  d.limit = limit;
-  d.remaining = std::max<int64_t>(0, limit - outcome.count);
-  d.reset_after = std::chrono::milliseconds(outcome.ttl_ms);
-  d.retry_after = d.allowed ? std::chrono::milliseconds(0) : d.reset_after;
-  d.reason = outcome.code == 1   ? RefusalReason::kNone
-             : outcome.code == 2 ? RefusalReason::kCostExceedsLimit
-                                 : RefusalReason::kOverLimit;
-  d.source = DecisionSource::kStore;
-  return d;
+  if (!live) {
+    if (a.cost > a.limit && a.op != Op::kRefund) return {2, a.limit, 0, 0};
+    if (a.op != Op::kConsume) return {1, a.limit, 0, 0};
+    // Lua's % is floored modulo: for negative model times it still lands on a multiple.
+    const int64_t offset = ((now % a.window_ms) + a.window_ms) % a.window_ms;
+    const int64_t ends = a.aligned ? now - offset + a.window_ms : now + a.window_ms;
+    state = FixedWindowState{a.cost, ends};
+    expires_at_ms = ends;
+    return {1, a.limit - a.cost, ends - now, 0};
+  }
+  const int64_t ttl = state->ends_ms - now;
+  expires_at_ms = state->ends_ms;
+  if (a.op == Op::kRefund) {
+    state->count -= a.cost;
+    if (state->count <= 0) {
+      state.reset();
+      return {1, a.limit, 0, 0};
+    }
+    return {1, a.limit - state->count, ttl, 0};
+  }
+  int code = 1;
+  if (a.cost > a.limit) {
+    code = 2;
+  } else if (state->count + a.cost > a.limit) {
+    code = 0;
+  }
+  if (code == 1 && a.op == Op::kConsume) {
+    state->count += a.cost;
+    return {1, a.limit - state->count, ttl, 0};
+  }
+  if (code == 1) return {1, a.limit - state->count, ttl, 0};
+  return {code, a.limit - state->count, ttl, ttl};
 }
 
 }  // namespace sluice::internal

@@ -1,63 +1,94 @@
--- sluice fixed window.
--- KEYS[1]  the id's counter: a string "<count>:<window end ms>" (clock ms, see below).
--- ARGV[1]  limit (integer ≥ 1)
--- ARGV[2]  window length in ms (integer ≥ 1)
--- ARGV[3]  cost (integer ≥ 1)
--- ARGV[4]  "1" for windows aligned to multiples of the window on the clock, else "0"
--- ARGV[5]  model clock ms, or "" to read Redis TIME (the default; models are for tests)
--- Returns  {code, count, ttl_ms}: code 1 admitted, 0 refused (over limit), 2 refused
---          (cost > limit, can never pass); count is the window's count after the call;
---          ttl_ms is the time left in the window.
--- TTL rule: the only write is SET … PX <rest of window>, so a created or updated key
--- always carries its expiry. A refusal that touches an existing key gives it back an
--- expiry if it lost one (PEXPIRE … NX), without moving an existing one.
--- Refused requests change no count. The window end is stored in the value, so a key that
--- outlived its window (lost TTL, or a model clock) is read as an empty window.
--- Under a model clock (tests only) the expiry is the rest of the window plus 60 s: model
--- time does not pass in step with Redis's own clock, and a key must not vanish (in real
--- time) while its model window is still open; the stored window end keeps it exact.
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
-local now
-local grace = 0
-if ARGV[5] == '' then
+-- sluice fixed window: `limit` per `window`; the window opens at the id's first admitted
+-- request, or at multiples of `window` on the clock when aligned.
+-- KEYS[1]  the id's counter: a string "<count>:<window end ms>"
+-- ARGV     op, now ("" = Redis TIME), cost, limit, window ms, refill (unused), aligned
+--          (see src/algo/algorithm.h)
+-- Returns  {code, remaining, reset_after_ms, retry_after_ms}
+-- TTL rule: every write is SET … PX <rest of the window>, so a created or updated key
+-- always carries its expiry; a call that reads a live window without writing it gives
+-- the key back an expiry if it lost one (PEXPIRE … NX, never moving an existing one).
+-- A stored window that is over (lost TTL), or a value sluice did not write, is deleted
+-- by the call that reads it: stale state is pruned on the path that already cares.
+-- Refused requests change nothing. Under a model clock (tests only) expiries get 60 s of
+-- grace: model time does not pass in step with Redis's clock, and a key must not vanish
+-- while its model window is open; the stored window end keeps decisions exact.
+local op = ARGV[1]
+local now, grace
+if ARGV[2] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  grace = 0
 else
-  now = tonumber(ARGV[5])
+  now = tonumber(ARGV[2])
   grace = 60000
 end
+local cost = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local key = KEYS[1]
 
 local count, ends
-local v = redis.call('GET', KEYS[1])
+local live = false
+local v = redis.call('GET', key)
 if v then
   local sep = string.find(v, ':', 1, true)
   if sep then
     count = tonumber(string.sub(v, 1, sep - 1))
     ends = tonumber(string.sub(v, sep + 1))
   end
+  live = count ~= nil and ends ~= nil and now < ends
+  if not live then
+    redis.call('DEL', key)
+  end
 end
--- No key, a value sluice did not write, or a window that is over: a fresh window.
-if not count or not ends or now >= ends then
-  count = 0
-  if ARGV[4] == '1' then
+
+if op == '3' then
+  if live then
+    redis.call('DEL', key)
+  end
+  return {1, limit, 0, 0}
+end
+
+if not live then
+  if cost > limit and op ~= '2' then
+    return {2, limit, 0, 0}
+  end
+  if op ~= '0' then
+    return {1, limit, 0, 0}
+  end
+  local window = tonumber(ARGV[5])
+  if ARGV[7] == '1' then
     ends = now - (now % window) + window
   else
     ends = now + window
   end
+  redis.call('SET', key, string.format('%d:%d', cost, ends), 'PX', ends - now + grace)
+  return {1, limit - cost, ends - now, 0}
 end
-local ttl = ends - now
 
-if cost > limit or count + cost > limit then
-  if v then
-    redis.call('PEXPIRE', KEYS[1], ttl + grace, 'NX')
+local ttl = ends - now
+if op == '2' then
+  count = count - cost
+  if count <= 0 then
+    redis.call('DEL', key)
+    return {1, limit, 0, 0}
   end
-  if cost > limit then
-    return {2, count, ttl}
-  end
-  return {0, count, ttl}
+  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', ttl + grace)
+  return {1, limit - count, ttl, 0}
 end
-count = count + cost
-redis.call('SET', KEYS[1], string.format('%d:%d', count, ends), 'PX', ttl + grace)
-return {1, count, ttl}
+
+local code = 1
+if cost > limit then
+  code = 2
+elseif count + cost > limit then
+  code = 0
+end
+if code == 1 and op == '0' then
+  count = count + cost
+  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', ttl + grace)
+  return {1, limit - count, ttl, 0}
+end
+redis.call('PEXPIRE', key, ttl + grace, 'NX')
+if code == 1 then
+  return {1, limit - count, ttl, 0}
+end
+return {code, limit - count, ttl, ttl}

@@ -20,19 +20,27 @@ void ClientCore::StartThreads() {
   }
 }
 
+std::shared_ptr<ClientCore> ClientCore::Make(ClientOptions options) {
+  return std::shared_ptr<ClientCore>(new ClientCore(std::move(options)), [](ClientCore* core) {
+    if (core->OnIoThread()) {
+      std::thread([core] { delete core; }).detach();
+    } else {
+      delete core;
+    }
+  });
+}
+
+bool ClientCore::OnIoThread() const {
+  for (const std::thread& t : threads_) {
+    if (t.get_id() == std::this_thread::get_id()) return true;
+  }
+  return false;
+}
+
 ClientCore::~ClientCore() {
   if (store) store->Shutdown();
   work_.reset();
-  for (std::thread& t : threads_) {
-    if (t.get_id() == std::this_thread::get_id()) {
-      // The last reference was dropped inside a callback: this thread cannot join
-      // itself. Stop the loop; the thread ends when the callback returns.
-      io.stop();
-      t.detach();
-    } else {
-      t.join();
-    }
-  }
+  for (std::thread& t : threads_) t.join();
 }
 
 }  // namespace internal
@@ -44,7 +52,7 @@ Status ValidateOptions(const ClientOptions& o);
 StatusOr<std::shared_ptr<Client>> internal::ClientFactory::WithStore(
     ClientOptions options, std::shared_ptr<Store> store) {
   if (Status s = ValidateOptions(options); !s.ok()) return s;
-  auto core = std::make_shared<ClientCore>(std::move(options));
+  auto core = ClientCore::Make(std::move(options));
   core->store = std::move(store);
   core->StartThreads();
   return std::shared_ptr<Client>(new Client(std::move(core)));
@@ -77,7 +85,7 @@ Status ValidateOptions(const ClientOptions& o) {
 
 StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
   if (Status s = ValidateOptions(options); !s.ok()) return s;
-  auto core = std::make_shared<internal::ClientCore>(std::move(options));
+  auto core = internal::ClientCore::Make(std::move(options));
   const ClientOptions& o = core->options;
   if (o.url == "memory://") {
     std::shared_ptr<const Clock> clock = o.model_clock;
@@ -121,11 +129,11 @@ Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, L
 
 StatusOr<std::string> Limiter::KeyFor(std::string_view id) const {
   if (id.empty()) return InvalidArgumentError("id is empty");
-  return internal::MakeKey(key_head_, id);
+  return internal::MakeKey(key_head_, id, limit_.algorithm);
 }
 
-void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
-                         DecisionCallback done) const {
+void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
+                      DecisionCallback done) const {
   if (id.empty()) {
     done(InvalidArgumentError("id is empty"));
     return;
@@ -138,8 +146,10 @@ void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
     }
   }
   if (options.cost < 1 || options.cost > kMaxLimit) {
-    done(InvalidArgumentError("cost must be between 1 and " + std::to_string(kMaxLimit) +
-                              ", got " + std::to_string(options.cost)));
+    done(InvalidArgumentError(
+        std::string(static_cast<internal::Op>(op) == internal::Op::kRefund ? "amount" : "cost") +
+        " must be between 1 and " + std::to_string(kMaxLimit) + ", got " +
+        std::to_string(options.cost)));
     return;
   }
   const auto deadline = options.deadline.value_or(core_->options.deadline);
@@ -148,27 +158,58 @@ void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
     return;
   }
   internal::CheckCall call;
-  call.key = internal::MakeKey(key_head_, id);
+  call.op = static_cast<internal::Op>(op);
+  call.key = internal::MakeKey(key_head_, id, limit.algorithm);
   call.limit = limit;
   call.cost = options.cost;
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
-  core_->store->Check(std::move(call), std::move(done));
+  // Keeps the store alive until Check returns: `done` may run on an I/O thread before
+  // that and drop the last reference to this limiter and its client.
+  const std::shared_ptr<internal::ClientCore> core = core_;
+  core->store->Check(std::move(call), std::move(done));
 }
 
-StatusOr<Decision> Limiter::Check(std::string_view id, const CheckOptions& options) const {
+StatusOr<Decision> Limiter::ExecuteSync(int op, std::string_view id,
+                                        const CheckOptions& options) const {
   struct Waiter {
     std::atomic<bool> done{false};
     std::optional<StatusOr<Decision>> result;
   };
   auto waiter = std::make_shared<Waiter>();
-  CheckAsync(id, options, [waiter](StatusOr<Decision> result) {
+  Execute(op, id, options, [waiter](StatusOr<Decision> result) {
     waiter->result.emplace(std::move(result));
     waiter->done.store(true, std::memory_order_release);
     waiter->done.notify_one();
   });
   while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
   return std::move(*waiter->result);
+}
+
+void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
+                         DecisionCallback done) const {
+  Execute(static_cast<int>(internal::Op::kConsume), id, options, std::move(done));
+}
+
+StatusOr<Decision> Limiter::Check(std::string_view id, const CheckOptions& options) const {
+  return ExecuteSync(static_cast<int>(internal::Op::kConsume), id, options);
+}
+
+StatusOr<Decision> Limiter::Peek(std::string_view id, const CheckOptions& options) const {
+  return ExecuteSync(static_cast<int>(internal::Op::kPeek), id, options);
+}
+
+StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
+                                   const CheckOptions& options) const {
+  CheckOptions with = options;
+  with.cost = amount;
+  return ExecuteSync(static_cast<int>(internal::Op::kRefund), id, with);
+}
+
+StatusOr<Decision> Limiter::Reset(std::string_view id, const CheckOptions& options) const {
+  CheckOptions with = options;
+  with.cost = 1;
+  return ExecuteSync(static_cast<int>(internal::Op::kReset), id, with);
 }
 
 }  // namespace sluice

@@ -18,6 +18,10 @@ namespace sluice::internal {
 
 class ClientCore {
  public:
+  // The last reference may drop inside a callback, on an I/O thread, which can neither
+  // join itself nor destroy the io_context it runs in: the deleter then tears down on a
+  // thread of its own.
+  static std::shared_ptr<ClientCore> Make(ClientOptions options);
   explicit ClientCore(ClientOptions options);
   // Shuts the store down and joins the I/O threads.
   ~ClientCore();
@@ -30,6 +34,7 @@ class ClientCore {
 
  private:
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  bool OnIoThread() const;
   std::vector<std::thread> threads_;
 };
 

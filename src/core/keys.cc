@@ -54,10 +54,21 @@ std::string KeyHead(std::string_view prefix, std::string_view limiter) {
   return head;
 }
 
-std::string MakeKey(std::string_view key_head, std::string_view id) {
+std::string_view AlgorithmSuffix(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kFixedWindow: return "fw";
+    case Algorithm::kSlidingWindow: return "sw";
+    case Algorithm::kSlidingLog: return "sl";
+    case Algorithm::kTokenBucket: return "tb";
+    case Algorithm::kGcra: return "gcra";
+  }
+  return "x";
+}
+
+std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm) {
   std::string key;
-  key.reserve(key_head.size() + id.size() + 8);
-  key.append(key_head).append(EncodeId(id)).push_back('}');
+  key.reserve(key_head.size() + id.size() + 12);
+  key.append(key_head).append(EncodeId(id)).append("}:").append(AlgorithmSuffix(algorithm));
   return key;
 }
 

@@ -1,5 +1,8 @@
-// Key layout (DESIGN.md §2): `<prefix>:{<limiter>:<id>}[:<suffix>]`.
+// Key layout (DESIGN.md §2): `<prefix>:{<limiter>:<id>}:<suffix>`.
 //
+// The suffix names the algorithm (fw, sw, sl, tb, gcra): a limiter whose algorithm is
+// changed in a config starts on a fresh key instead of reading another algorithm's
+// state (and Redis answering WRONGTYPE); the old key expires on its own.
 // The hash tag holds the limiter name and the id, so every key of one decision sits in
 // one cluster slot. Limiter names and prefixes are restricted to [A-Za-z0-9_.-]; ids may
 // be any bytes and are encoded:
@@ -14,6 +17,7 @@
 #include <string>
 #include <string_view>
 
+#include "sluice/limits.h"
 #include "sluice/status.h"
 
 namespace sluice::internal {
@@ -30,7 +34,10 @@ std::string EncodeId(std::string_view id);
 // "<prefix>:{<limiter>:" — the part shared by all keys of one limiter.
 std::string KeyHead(std::string_view prefix, std::string_view limiter);
 
-// KeyHead + EncodeId(id) + "}".
-std::string MakeKey(std::string_view key_head, std::string_view id);
+// "fw", "sw", "sl", "tb", "gcra".
+std::string_view AlgorithmSuffix(Algorithm algorithm);
+
+// KeyHead + EncodeId(id) + "}:" + AlgorithmSuffix(algorithm).
+std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm);
 
 }  // namespace sluice::internal

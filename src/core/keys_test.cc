@@ -125,10 +125,10 @@ TEST(EncodeId, HugeIdIsHashedToABoundedLength) {
   EXPECT_EQ(encoded, "#" + Sha256Hex(id));
   ExpectTagSafe("<1 MB of x>", encoded);
 
-  const std::string key = MakeKey(KeyHead("sluice", "login"), id);
+  const std::string key = MakeKey(KeyHead("sluice", "login"), id, Algorithm::kFixedWindow);
   EXPECT_EQ(key.rfind("sluice:{login:#", 0), 0u) << key.substr(0, 40);
-  EXPECT_EQ(key.size(), std::string("sluice:{login:}").size() + 65);
-  EXPECT_EQ(key.back(), '}');
+  EXPECT_EQ(key.size(), std::string("sluice:{login:}:fw").size() + 65);
+  EXPECT_TRUE(key.ends_with("}:fw")) << key.substr(key.size() - 10);
 }
 
 TEST(EncodeId, HugeIdOfSpecialBytesIsHashed) {
@@ -145,11 +145,11 @@ TEST(EncodeId, HugeIdsDifferingInOneByteGetDifferentKeys) {
   std::string c = a;
   c.back() = '\0';
   const std::string head = KeyHead("sluice", "api");
-  EXPECT_NE(MakeKey(head, a), MakeKey(head, b));
-  EXPECT_NE(MakeKey(head, a), MakeKey(head, c));
-  EXPECT_NE(MakeKey(head, b), MakeKey(head, c));
+  EXPECT_NE(MakeKey(head, a, Algorithm::kFixedWindow), MakeKey(head, b, Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(head, a, Algorithm::kFixedWindow), MakeKey(head, c, Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(head, b, Algorithm::kFixedWindow), MakeKey(head, c, Algorithm::kFixedWindow));
   // And a prefix of a long id is a different id.
-  EXPECT_NE(MakeKey(head, a), MakeKey(head, a.substr(0, a.size() - 1)));
+  EXPECT_NE(MakeKey(head, a, Algorithm::kFixedWindow), MakeKey(head, a.substr(0, a.size() - 1), Algorithm::kFixedWindow));
 }
 
 TEST(EncodeId, ExactlyMaxEncodedBytesIsNotHashed) {
@@ -202,19 +202,19 @@ TEST(KeyHead, LayoutIsPrefixColonBraceLimiterColon) {
 }
 
 TEST(MakeKey, LayoutIsPrefixTagLimiterEncodedId) {
-  EXPECT_EQ(MakeKey(KeyHead("sluice", "login"), "alice"), "sluice:{login:alice}");
-  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "a{b}"), "p:{l:a%7Bb%7D}");
-  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "\0"s), "p:{l:%00}");
-  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "x y#"), "p:{l:x%20y%23}");
+  EXPECT_EQ(MakeKey(KeyHead("sluice", "login"), "alice", Algorithm::kFixedWindow), "sluice:{login:alice}:fw");
+  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "a{b}", Algorithm::kFixedWindow), "p:{l:a%7Bb%7D}:fw");
+  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "\0"s, Algorithm::kFixedWindow), "p:{l:%00}:fw");
+  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "x y#", Algorithm::kFixedWindow), "p:{l:x%20y%23}:fw");
 }
 
 TEST(MakeKey, TagHoldsExactlyOneOpenAndOneCloseBrace) {
   for (std::string id : {"}"s, "{"s, "}}{{"s, "a}:{b"s, std::string(300, '}')}) {
-    const std::string key = MakeKey(KeyHead("sluice", "rl"), id);
+    const std::string key = MakeKey(KeyHead("sluice", "rl"), id, Algorithm::kFixedWindow);
     EXPECT_EQ(std::count(key.begin(), key.end(), '{'), 1) << key;
     EXPECT_EQ(std::count(key.begin(), key.end(), '}'), 1) << key;
     EXPECT_EQ(key.find('{'), std::string("sluice:").size()) << key;
-    EXPECT_EQ(key.back(), '}') << key;
+    EXPECT_TRUE(key.ends_with("}:fw")) << key;
   }
 }
 
@@ -222,10 +222,10 @@ TEST(MakeKey, DifferentLimitersNeverShareAKey) {
   // The limiter ends at the first ':' after '{' because a valid name cannot hold ':' ...
   ASSERT_FALSE(ValidateName("limiter", "a:b").ok());
   // ... so a limiter whose name is a prefix of another's cannot reach its keys.
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "b:c"), MakeKey(KeyHead("p", "ab"), ":c"));
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "bx"), MakeKey(KeyHead("p", "ab"), "x"));
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x"), MakeKey(KeyHead("p", "b"), "x"));
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x"), MakeKey(KeyHead("q", "a"), "x"));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "b:c", Algorithm::kFixedWindow), MakeKey(KeyHead("p", "ab"), ":c", Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "bx", Algorithm::kFixedWindow), MakeKey(KeyHead("p", "ab"), "x", Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x", Algorithm::kFixedWindow), MakeKey(KeyHead("p", "b"), "x", Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x", Algorithm::kFixedWindow), MakeKey(KeyHead("q", "a"), "x", Algorithm::kFixedWindow));
 }
 
 TEST(ValidateName, AcceptsLettersDigitsUnderscoreDotDash) {

@@ -4,20 +4,50 @@
 
 namespace sluice {
 
+namespace {
+
+constexpr Algorithm kAll[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindow,
+                              Algorithm::kSlidingLog, Algorithm::kTokenBucket, Algorithm::kGcra};
+
+}  // namespace
+
 std::string_view AlgorithmName(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kFixedWindow: return "fixed_window";
+    case Algorithm::kSlidingWindow: return "sliding_window";
+    case Algorithm::kSlidingLog: return "sliding_log";
+    case Algorithm::kTokenBucket: return "token_bucket";
+    case Algorithm::kGcra: return "gcra";
   }
   return "unknown";
 }
 
+bool AlgorithmAvailable(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kFixedWindow: return true;
+    case Algorithm::kSlidingWindow: return false;
+    case Algorithm::kSlidingLog: return false;
+    case Algorithm::kTokenBucket: return false;
+    case Algorithm::kGcra: return false;
+  }
+  return false;
+}
+
 StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
-  if (name == "fixed_window") return Algorithm::kFixedWindow;
-  return InvalidArgumentError("unknown algorithm \"" + std::string(name) +
-                              "\"; known: fixed_window");
+  std::string known;
+  for (Algorithm a : kAll) {
+    if (name == AlgorithmName(a)) return a;
+    if (!known.empty()) known += ", ";
+    known += AlgorithmName(a);
+  }
+  return InvalidArgumentError("unknown algorithm \"" + std::string(name) + "\"; known: " + known);
 }
 
 Status Limit::Validate() const {
+  if (!AlgorithmAvailable(algorithm)) {
+    return InvalidArgumentError("algorithm " + std::string(AlgorithmName(algorithm)) +
+                                " is not available in this build yet");
+  }
   if (limit < 1 || limit > kMaxLimit) {
     return InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
                                 ", got " + std::to_string(limit));
@@ -26,6 +56,10 @@ Status Limit::Validate() const {
     return InvalidArgumentError("window must be between 1 ms and " +
                                 std::to_string(kMaxWindow.count()) + " ms, got " +
                                 std::to_string(window.count()) + " ms");
+  }
+  if (refill < 0 || refill > kMaxLimit) {
+    return InvalidArgumentError("refill must be between 0 and " + std::to_string(kMaxLimit) +
+                                ", got " + std::to_string(refill));
   }
   return Status::Ok();
 }

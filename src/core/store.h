@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "algo/algorithm.h"
 #include "sluice/client.h"
 #include "sluice/limits.h"
 
@@ -17,9 +18,10 @@ namespace sluice::internal {
 using Deadline = std::chrono::steady_clock::time_point;
 
 struct CheckCall {
+  Op op = Op::kConsume;
   std::string key;
   Limit limit;
-  int64_t cost = 1;
+  int64_t cost = 1;  // consume/peek: cost; refund: amount
   // The model clock's time when ClientOptions::model_clock is set; otherwise the store
   // reads its own clock.
   std::optional<int64_t> now_ms;

@@ -16,30 +16,51 @@ void MemoryStore::MaybeSweep(Shard& shard, int64_t now_ms) {
   shard.next_sweep_at = std::max<std::size_t>(1024, 2 * shard.entries.size());
 }
 
+template <typename State, typename Step>
+AlgoReply MemoryStore::Apply(Shard& shard, const std::string& key, const AlgoArgs& args,
+                             int64_t now_ms, Step step) {
+  std::optional<State> state;
+  auto it = shard.entries.find(key);
+  if (it != shard.entries.end() && it->second.expires_at_ms > now_ms) {
+    if (State* stored = std::get_if<State>(&it->second.state)) state = std::move(*stored);
+  }
+  int64_t expires_at_ms = 0;
+  AlgoReply reply = step(state, args, now_ms, expires_at_ms);
+  if (state) {
+    if (it == shard.entries.end()) it = shard.entries.try_emplace(key).first;
+    it->second.state = std::move(*state);
+    it->second.expires_at_ms = expires_at_ms;
+  } else if (it != shard.entries.end()) {
+    shard.entries.erase(it);
+  }
+  return reply;
+}
+
 StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
   const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
+  const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
   Shard& shard = ShardFor(call.key);
   std::lock_guard lock(shard.mu);
   MaybeSweep(shard, now);
-
-  std::optional<FixedWindowState> state;
-  auto it = shard.entries.find(call.key);
-  if (it != shard.entries.end()) {
-    if (it->second.expires_at_ms > now) {
-      state = it->second.fixed_window;
-    } else {
-      shard.entries.erase(it);
-      it = shard.entries.end();
-    }
+  AlgoReply reply;
+  switch (call.limit.algorithm) {
+    case Algorithm::kFixedWindow:
+      reply = Apply<FixedWindowState>(shard, call.key, args, now, FixedWindowStep);
+      break;
+    case Algorithm::kSlidingWindow:
+      reply = Apply<SlidingWindowState>(shard, call.key, args, now, SlidingWindowStep);
+      break;
+    case Algorithm::kSlidingLog:
+      reply = Apply<SlidingLogState>(shard, call.key, args, now, SlidingLogStep);
+      break;
+    case Algorithm::kTokenBucket:
+      reply = Apply<TokenBucketState>(shard, call.key, args, now, TokenBucketStep);
+      break;
+    case Algorithm::kGcra:
+      reply = Apply<GcraState>(shard, call.key, args, now, GcraStep);
+      break;
   }
-  FixedWindowArgs args{call.limit.limit, call.limit.window.count(), call.cost, call.limit.aligned};
-  FixedWindowOutcome outcome = FixedWindowStep(state, args, now);
-  if (outcome.code == 1) {
-    Entry& entry = it != shard.entries.end() ? it->second : shard.entries[call.key];
-    entry.fixed_window = *state;
-    entry.expires_at_ms = state->ends_ms;
-  }
-  return FixedWindowDecision(outcome, call.limit.limit);
+  return MakeDecision(reply, call.limit.limit);
 }
 
 void MemoryStore::Check(CheckCall call, DecisionCallback done) { done(CheckNow(call)); }

@@ -14,7 +14,13 @@
 #include <string>
 #include <unordered_map>
 
+#include <variant>
+
 #include "algo/fixed_window.h"
+#include "algo/gcra.h"
+#include "algo/sliding_log.h"
+#include "algo/sliding_window.h"
+#include "algo/token_bucket.h"
 #include "core/store.h"
 #include "sluice/clock.h"
 
@@ -32,8 +38,11 @@ class MemoryStore final : public Store {
   std::size_t KeyCount();
 
  private:
+  // Keys carry their algorithm's suffix, so one key only ever holds one kind of state.
+  using AnyState = std::variant<FixedWindowState, SlidingWindowState, SlidingLogState,
+                                TokenBucketState, GcraState>;
   struct Entry {
-    FixedWindowState fixed_window;
+    AnyState state;
     int64_t expires_at_ms = 0;
   };
   struct Shard {
@@ -47,6 +56,10 @@ class MemoryStore final : public Store {
   // Drops expired entries once the shard has doubled since the last sweep: memory stays
   // bounded by twice the live keys at an amortized O(1) per call.
   static void MaybeSweep(Shard& shard, int64_t now_ms);
+  // Runs one twin on the key's state under the shard's lock.
+  template <typename State, typename Step>
+  static AlgoReply Apply(Shard& shard, const std::string& key, const AlgoArgs& args,
+                         int64_t now_ms, Step step);
 
   std::shared_ptr<const Clock> clock_;
   std::array<Shard, kShards> shards_;

@@ -232,7 +232,7 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
     if (!(state_ == State::kReady || (handshake && state_ == State::kHandshaking))) {
       fail = UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
                               (last_error_.ok() ? std::string() : " (" + last_error_.message() + ")"));
-    } else if (queue_.size() >= options_.max_in_flight) {
+    } else if (!handshake && queue_.size() >= options_.max_in_flight) {
       fail = UnavailableError("redis " + endpoint_.Describe() + ": " +
                               std::to_string(queue_.size()) + " calls already in flight");
     } else {

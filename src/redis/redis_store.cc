@@ -4,7 +4,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "algo/fixed_window.h"
+#include "algo/algorithm.h"
 #include "redis/resp.h"
 #include "redis/scripts.h"
 
@@ -33,37 +33,44 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
 }
 
 void RedisStore::Check(CheckCall call, DecisionCallback done) {
+  const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
   std::string tail;
   tail.reserve(96 + call.key.size());
   AppendBulk(tail, "1");
   AppendBulk(tail, call.key);
-  AppendBulk(tail, call.limit.limit);
-  AppendBulk(tail, static_cast<int64_t>(call.limit.window.count()));
-  AppendBulk(tail, call.cost);
-  AppendBulk(tail, call.limit.aligned ? "1" : "0");
+  AppendBulk(tail, static_cast<int64_t>(args.op));
   if (call.now_ms) {
     AppendBulk(tail, *call.now_ms);
   } else {
     AppendBulk(tail, "");
   }
+  AppendBulk(tail, args.cost);
+  AppendBulk(tail, args.limit);
+  AppendBulk(tail, args.window_ms);
+  AppendBulk(tail, args.refill);
+  AppendBulk(tail, args.aligned ? "1" : "0");
   const int64_t limit = call.limit.limit;
+  const int script = static_cast<int>(call.limit.algorithm);
   connection_->Eval(
-      kFixedWindowScript, std::move(tail), 7, call.deadline,
+      script, std::move(tail), 9, call.deadline,
       [limit, done = std::move(done)](const Status& status, const redisReply* reply) {
         if (!status.ok()) {
           done(status);
           return;
         }
-        if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
-            reply->element[0]->type != REDIS_REPLY_INTEGER ||
-            reply->element[1]->type != REDIS_REPLY_INTEGER ||
-            reply->element[2]->type != REDIS_REPLY_INTEGER) {
-          done(InternalError("fixed_window script returned an unexpected reply"));
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+          done(InternalError("a sluice script returned an unexpected reply"));
           return;
         }
-        FixedWindowOutcome outcome{static_cast<int>(reply->element[0]->integer),
-                                   reply->element[1]->integer, reply->element[2]->integer};
-        done(FixedWindowDecision(outcome, limit));
+        for (size_t i = 0; i < 4; ++i) {
+          if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            done(InternalError("a sluice script returned a non-integer field"));
+            return;
+          }
+        }
+        AlgoReply r{static_cast<int>(reply->element[0]->integer), reply->element[1]->integer,
+                    reply->element[2]->integer, reply->element[3]->integer};
+        done(MakeDecision(r, limit));
       });
 }
 

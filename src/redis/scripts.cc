@@ -4,7 +4,9 @@ namespace sluice::internal {
 
 std::vector<Script> AllScripts() {
   return {
-      {"fixed_window", kFixedWindowLua},
+      {"fixed_window", kFixedWindowLua},     {"sliding_window", kSlidingWindowLua},
+      {"sliding_log", kSlidingLogLua},       {"token_bucket", kTokenBucketLua},
+      {"gcra", kGcraLua},
   };
 }
 

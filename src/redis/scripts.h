@@ -9,11 +9,13 @@
 
 namespace sluice::internal {
 
-enum ScriptId : int {
-  kFixedWindowScript = 0,
-};
-
+// One script per Algorithm, in the enum's order: the script of algorithm `a` has
+// index static_cast<int>(a).
 extern const std::string_view kFixedWindowLua;
+extern const std::string_view kSlidingWindowLua;
+extern const std::string_view kSlidingLogLua;
+extern const std::string_view kTokenBucketLua;
+extern const std::string_view kGcraLua;
 
 // Every script, indexed by ScriptId.
 std::vector<Script> AllScripts();

@@ -1,0 +1,60 @@
+// What every algorithm shares: the operation, the arguments every script and twin take,
+// the reply every script returns, and the Decision built from it.
+//
+// Script calling convention (every src/algo/<name>.lua):
+//   KEYS[1]  the id's key: `<prefix>:{<limiter>:<id>}`; an algorithm that needs more
+//            than one key derives them from KEYS[1] + a suffix (same hash tag, same slot)
+//   ARGV[1]  op: "0" consume, "1" peek, "2" refund, "3" reset   (Op below)
+//   ARGV[2]  model clock ms, or "" to read Redis TIME (the default; models are tests)
+//   ARGV[3]  cost (consume, peek) or amount (refund); integer >= 1
+//   ARGV[4]  limit    (Limit::limit)
+//   ARGV[5]  window   (Limit::window in ms)
+//   ARGV[6]  refill   (Limit::refill; 0 means `limit`)
+//   ARGV[7]  aligned  ("1" or "0")
+//   returns  {code, remaining, reset_after_ms, retry_after_ms}
+//            code 1: admitted (consume), would be admitted (peek), done (refund, reset);
+//            code 0: refused, over the limit; code 2: refused, cost > limit (never passes)
+// Each twin is a function with the same inputs and outputs on an explicit state, and the
+// differential tests hold script and twin to identical replies.
+#pragma once
+
+#include <cstdint>
+
+#include "sluice/decision.h"
+#include "sluice/limits.h"
+
+namespace sluice::internal {
+
+enum class Op : int {
+  kConsume = 0,  // spend `cost` if all of it fits
+  kPeek = 1,     // report whether `cost` would fit, spend nothing
+  kRefund = 2,   // give back `cost`, never above the limit
+  kReset = 3,    // forget the id: its state is full again
+};
+
+struct AlgoArgs {
+  Op op = Op::kConsume;
+  int64_t cost = 1;
+  int64_t limit = 0;
+  int64_t window_ms = 0;
+  int64_t refill = 0;  // as given; the algorithm treats 0 as `limit`
+  bool aligned = false;
+};
+
+struct AlgoReply {
+  int code = 0;
+  int64_t remaining = 0;
+  int64_t reset_after_ms = 0;
+  int64_t retry_after_ms = 0;
+
+  bool operator==(const AlgoReply&) const = default;
+};
+
+inline AlgoArgs ArgsFor(Op op, int64_t cost, const Limit& limit) {
+  return AlgoArgs{op, cost, limit.limit, limit.window.count(), limit.refill, limit.aligned};
+}
+
+// The Decision both stores return for a reply.
+Decision MakeDecision(const AlgoReply& reply, int64_t limit);
+
+}  // namespace sluice::internal

@@ -1,0 +1,17 @@
+// sliding_log: the in-memory twin of sliding_log.lua (see algo/algorithm.h for the contract).
+// NOT IMPLEMENTED YET: AlgorithmAvailable() reports false, so no limiter can reach it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "algo/algorithm.h"
+
+namespace sluice::internal {
+
+struct SlidingLogState {};
+
+AlgoReply SlidingLogStep(std::optional<SlidingLogState>& state, const AlgoArgs& args, int64_t now_ms,
+                       int64_t& expires_at_ms);
+
+}  // namespace sluice::internal

@@ -1,0 +1,14 @@
+#include "algo/sliding_window.h"
+
+namespace sluice::internal {
+
+AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const AlgoArgs& args, int64_t now_ms,
+                       int64_t& expires_at_ms) {
+  (void)state;
+  (void)args;
+  (void)now_ms;
+  (void)expires_at_ms;
+  return {0, 0, 0, 0};  // unreachable: AlgorithmAvailable(kSlidingWindow) is false
+}
+
+}  // namespace sluice::internal

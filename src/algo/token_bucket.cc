@@ -1,0 +1,14 @@
+#include "algo/token_bucket.h"
+
+namespace sluice::internal {
+
+AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs& args, int64_t now_ms,
+                       int64_t& expires_at_ms) {
+  (void)state;
+  (void)args;
+  (void)now_ms;
+  (void)expires_at_ms;
+  return {0, 0, 0, 0};  // unreachable: AlgorithmAvailable(kTokenBucket) is false
+}
+
+}  // namespace sluice::internal
