@@ -15,33 +15,19 @@ SLUICE=./build/bin/sluice
 LUA=src/algo/fixed_window.lua
 [ -x "$SLUICE" ] || { echo "build first: make build" >&2; exit 2; }
 
-port=""
-for _ in $(seq 1 50); do
-  p=$((20000 + RANDOM % 40000))
-  if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then port=$p; break; fi
-done
-[ -n "$port" ] || { echo "no free port found" >&2; exit 2; }
-dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-  --logfile "$dir/redis.log" --daemonize no &
-redis_pid=$!
-trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+source bench/lib.sh
+start_private_redis
 
 cli() { redis-cli -p "$port" "$@"; }
 sha=$(cli SCRIPT LOAD "$(cat "$LUA")")
-usec_per_call() {  # usec_per_call of evalsha since the last CONFIG RESETSTAT
-  cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
-}
 # Same script, arguments and key space as `sluice bench` (prefix sluicebench, 10k ids,
 # limit 1e9 per 60 s: every call is admitted, the write path is measured).
 rb() {  # rb <clients> <pipeline> <requests>
   redis-benchmark -p "$port" -c "$1" -P "$2" -n "$3" -r 10000 --csv \
-    EVALSHA "$sha" 1 'sluicebench:{bench:user:__rand_int__}' 1000000000 60000 1 0 "" 2>/dev/null |
+    EVALSHA "$sha" 1 'sluicebench:{bench:user:__rand_int__}:fw' 0 "" 1 1000000000 60000 0 0 2>/dev/null |
     tail -1 | tr -d '"'
 }
 field() { echo "$1" | cut -d, -f"$2"; }
-json() { echo "$1" | sed -n "s/.*\"$2\":\([0-9.e+-]*\).*/\1/p"; }
 
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p') on 127.0.0.1:$port, $(nproc) cores; ${SECONDS_PER_RUN}s per run"
 

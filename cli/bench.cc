@@ -3,6 +3,7 @@
 // Latency is measured from the call to its callback; decisions/s counts completed calls
 // (allowed + refused + errors) in the measured period, after a warm-up.
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -48,6 +49,36 @@ struct Run {
 };
 
 void IssueOne(const std::shared_ptr<Run>& run);
+
+// What the bench reads from the server around the measured period: script calls and
+// their time (INFO commandstats, evalsha + eval) and the process's CPU (INFO cpu).
+struct ServerSample {
+  bool ok = false;
+  double script_calls = 0, script_usec = 0, cpu_s = 0;
+};
+
+double InfoNumber(const std::string& info, const std::string& key) {
+  auto at = info.find(key);
+  if (at == std::string::npos) return 0;
+  return std::strtod(info.c_str() + at + key.size(), nullptr);
+}
+
+ServerSample SampleServer(const Client& client) {
+  ServerSample s;
+  auto stats = client.ServerInfo("commandstats");
+  auto cpu = client.ServerInfo("cpu");
+  if (!stats.ok() || !cpu.ok()) return s;
+  s.ok = true;
+  for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
+    auto at = stats->find(cmd);
+    if (at == std::string::npos) continue;
+    std::string line = stats->substr(at, stats->find('\n', at) - at);
+    s.script_calls += InfoNumber(line, "calls=");
+    s.script_usec += InfoNumber(line, "usec=");
+  }
+  s.cpu_s = InfoNumber(*cpu, "used_cpu_sys:") + InfoNumber(*cpu, "used_cpu_user:");
+  return s;
+}
 
 // A store may answer inline (the embedded store does): a trampoline turns that
 // recursion into a loop on the thread that started it.
@@ -127,6 +158,7 @@ int RunBench(const BenchOptions& o) {
   });
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
   const ClientStats before = (*client)->stats();
+  const ServerSample server_before = SampleServer(**client);
   run->measuring = true;
   const auto t0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
@@ -134,6 +166,7 @@ int RunBench(const BenchOptions& o) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const ClientStats after = (*client)->stats();
+  const ServerSample server_after = SampleServer(**client);
   run->stopping = true;
   while (run->in_flight.load(std::memory_order_acquire) > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -145,6 +178,14 @@ int RunBench(const BenchOptions& o) {
   const uint64_t writes = after.writes - before.writes;
   const double per_write =
       writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes) : 0;
+  // Redis's own cost: time inside the script per call, and the server's whole CPU
+  // (parsing, I/O, scripts) per decision. Negative when unknown (embedded store).
+  double script_us = -1, server_cpu_us = -1;
+  if (server_before.ok && server_after.ok && total > 0) {
+    const double calls = server_after.script_calls - server_before.script_calls;
+    if (calls > 0) script_us = (server_after.script_usec - server_before.script_usec) / calls;
+    server_cpu_us = (server_after.cpu_s - server_before.cpu_s) * 1e6 / static_cast<double>(total);
+  }
   if (o.json) {
     nlohmann::json j = {{"algorithm", o.algorithm},
                         {"concurrency", o.concurrency},
@@ -157,7 +198,9 @@ int RunBench(const BenchOptions& o) {
                         {"p50_us", run->latency.Quantile(0.50)},
                         {"p99_us", run->latency.Quantile(0.99)},
                         {"p999_us", run->latency.Quantile(0.999)},
-                        {"commands_per_write", per_write}};
+                        {"commands_per_write", per_write},
+                        {"redis_script_us_per_call", script_us},
+                        {"redis_cpu_us_per_decision", server_cpu_us}};
     if (!run->first_error.empty()) j["first_error"] = run->first_error;
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -172,6 +215,10 @@ int RunBench(const BenchOptions& o) {
                 static_cast<long long>(run->latency.Quantile(0.99)),
                 static_cast<long long>(run->latency.Quantile(0.999)));
     std::printf("  pipelining   %.1f commands per write\n", per_write);
+    if (script_us >= 0) {
+      std::printf("  redis cost   %.2f us per script call, %.2f us of server CPU per decision\n",
+                  script_us, server_cpu_us);
+    }
     if (!run->first_error.empty()) std::printf("  first error  %s\n", run->first_error.c_str());
   }
   return kExitOk;
@@ -186,7 +233,8 @@ void AddBench(CLI::App& app, int& exit_code) {
       "bench", "Closed-loop load on one store: decisions/s and latency percentiles.");
   cmd->add_option("--redis", o->url, "Store URL (redis://, unix://, memory://); env SLUICE_REDIS_URL")
       ->capture_default_str();
-  cmd->add_option("--algorithm", o->algorithm, "Algorithm (fixed_window)")->capture_default_str();
+  cmd->add_option("--algorithm", o->algorithm,
+                  "fixed_window, sliding_window, sliding_log, token_bucket or gcra")->capture_default_str();
   cmd->add_option("--concurrency", o->concurrency, "Calls kept in flight")->capture_default_str();
   cmd->add_option("--duration", o->duration_s, "Measured seconds")->capture_default_str();
   cmd->add_option("--warmup", o->warmup_s, "Unmeasured seconds before")->capture_default_str();

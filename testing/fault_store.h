@@ -62,6 +62,10 @@ class FaultStore final : public internal::Store {
   }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override { return inner_->stats(); }
+  void Info(std::string_view section, internal::Deadline deadline,
+            std::function<void(StatusOr<std::string>)> done) override {
+    inner_->Info(section, deadline, std::move(done));
+  }
 
  private:
   std::shared_ptr<internal::Store> inner_;

@@ -162,6 +162,12 @@ class Client {
   // All zero for the embedded store. Thread-safe, cheap.
   ClientStats stats() const;
 
+  // The store server's INFO text for `section` ("server", "commandstats", "cpu", …), for
+  // operators' tools and benchmarks. FailedPrecondition for the embedded store; the
+  // errors of Check otherwise. Blocks up to `deadline`.
+  StatusOr<std::string> ServerInfo(std::string_view section,
+                                   std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
+
   // Internal machinery shared with Limiters and sluice/asio.h.
   const std::shared_ptr<internal::ClientCore>& core() const { return core_; }
 

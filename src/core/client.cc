@@ -1,6 +1,7 @@
 #include <utility>
 
 #include <atomic>
+#include <future>
 
 #include "core/client_core.h"
 #include "core/keys.h"
@@ -114,6 +115,15 @@ Client::~Client() = default;
 const ClientOptions& Client::options() const { return core_->options; }
 
 ClientStats Client::stats() const { return core_->store->stats(); }
+
+StatusOr<std::string> Client::ServerInfo(std::string_view section,
+                                         std::chrono::milliseconds deadline) const {
+  auto promise = std::make_shared<std::promise<StatusOr<std::string>>>();
+  auto result = promise->get_future();
+  core_->store->Info(section, std::chrono::steady_clock::now() + deadline,
+                     [promise](StatusOr<std::string> info) { promise->set_value(std::move(info)); });
+  return result.get();
+}
 
 StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit) const {
   if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;

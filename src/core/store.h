@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include "algo/algorithm.h"
 #include "sluice/client.h"
@@ -35,6 +37,13 @@ class Store {
   // Status values already translated to sluice's codes.
   virtual void Check(CheckCall call, DecisionCallback done) = 0;
   virtual ClientStats stats() const { return {}; }
+  // INFO <section> of the server behind the store; FailedPrecondition when there is none.
+  virtual void Info(std::string_view section, Deadline deadline,
+                    std::function<void(StatusOr<std::string>)> done) {
+    (void)section;
+    (void)deadline;
+    done(FailedPreconditionError("the embedded store has no server INFO"));
+  }
   // Stops I/O; outstanding calls complete with Unavailable. Idempotent.
   virtual void Shutdown() {}
 };

@@ -76,6 +76,20 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
 
 void RedisStore::Shutdown() { connection_->Shutdown(); }
 
+void RedisStore::Info(std::string_view section, Deadline deadline,
+                      std::function<void(StatusOr<std::string>)> done) {
+  connection_->Send(FormatCommand({"INFO", section}), deadline,
+                    [done = std::move(done)](const Status& status, const redisReply* reply) {
+                      if (!status.ok()) {
+                        done(status);
+                      } else if (reply->type != REDIS_REPLY_STRING) {
+                        done(InternalError("INFO returned an unexpected reply"));
+                      } else {
+                        done(std::string(reply->str, reply->len));
+                      }
+                    });
+}
+
 ClientStats RedisStore::stats() const {
   Connection::Stats s = connection_->stats();
   return {s.commands, s.writes, s.deadline_exceeded, s.reconnects, s.noscript_retries};

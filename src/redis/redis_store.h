@@ -27,6 +27,8 @@ class RedisStore final : public Store {
   void Check(CheckCall call, DecisionCallback done) override;
   void Shutdown() override;
   ClientStats stats() const override;
+  void Info(std::string_view section, Deadline deadline,
+            std::function<void(StatusOr<std::string>)> done) override;
 
   Connection& connection() { return *connection_; }
 
