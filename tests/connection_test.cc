@@ -67,6 +67,9 @@ std::shared_ptr<Client> MustCreate(ClientOptions options) {
   return *client;
 }
 
+// A decision the store made (not a failure policy's).
+bool FromStore(const StatusOr<Decision>& d) { return d.ok() && d->source == DecisionSource::kStore; }
+
 // Polls `check` every 20 ms for up to `limit`; true when it held.
 template <typename F>
 bool Eventually(F check, milliseconds limit = milliseconds(5000)) {
@@ -116,31 +119,38 @@ TEST(Connection, PipelinedRepliesReachTheirCallersInOrder) {
 
 TEST(Connection, DeadlineHoldsWhenRedisIsSilentAndCompletesOnce) {
   RedisServer server;
-  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(30)});
+  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(30),
+                            .on_failure = FailurePolicy::kClosed});
   auto limiter = *client->MakeLimiter("silent", {.limit = 10, .window = seconds(60)});
   const CheckOptions patient{.deadline = seconds(5)};  // for calls that must succeed
-  ASSERT_TRUE(limiter.Check("a", patient).ok());
+  ASSERT_TRUE(FromStore(limiter.Check("a", patient)));
 
   server.Pause();
   std::atomic<int> calls{0};
-  std::promise<Status> first;
+  std::promise<StatusOr<Decision>> first;
   const auto t0 = steady_clock::now();
   limiter.CheckAsync("a", {}, [&](StatusOr<Decision> d) {
-    if (calls.fetch_add(1) == 0) first.set_value(d.status());
+    if (calls.fetch_add(1) == 0) first.set_value(std::move(d));
   });
-  Status status = first.get_future().get();
+  StatusOr<Decision> decision = first.get_future().get();
   const auto waited = steady_clock::now() - t0;
-  EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded) << status.ToString();
+  ASSERT_TRUE(decision.ok()) << decision.status().ToString();
+  EXPECT_FALSE(decision->allowed);
+  EXPECT_EQ(decision->source, DecisionSource::kFailClosed);
+  EXPECT_EQ(decision->reason, RefusalReason::kStoreUnavailable);
   EXPECT_LT(waited, milliseconds(1000)) << "the deadline was not enforced while Redis was silent";
 
   auto sync = limiter.Check("b");
-  EXPECT_EQ(sync.status().code(), StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(sync.ok());
+  EXPECT_EQ(sync->source, DecisionSource::kFailClosed);
+  // A refund is not a decision: the store's error reaches the caller.
+  EXPECT_EQ(limiter.Refund("b", 1).status().code(), StatusCode::kDeadlineExceeded);
 
   server.Resume();
   // The late replies arrive and are matched to the timed-out calls, which stay completed.
-  ASSERT_TRUE(Eventually([&] { return limiter.Check("c", patient).ok(); }));
+  ASSERT_TRUE(Eventually([&] { return FromStore(limiter.Check("c", patient)); }));
   EXPECT_EQ(calls.load(), 1);
-  EXPECT_GE(client->stats().deadline_exceeded, 2u);
+  EXPECT_GE(client->stats().deadline_exceeded, 3u);
 }
 
 TEST(Connection, StalledConnectionIsReplacedAndWorksAgain) {
@@ -149,12 +159,14 @@ TEST(Connection, StalledConnectionIsReplacedAndWorksAgain) {
       {.url = server.url(), .deadline = milliseconds(20), .stall_timeout = milliseconds(200)});
   auto limiter = *client->MakeLimiter("stall", {.limit = 100, .window = seconds(60)});
   const CheckOptions patient{.deadline = milliseconds(150)};  // below the stall timeout
-  ASSERT_TRUE(limiter.Check("a", patient).ok());
+  ASSERT_TRUE(FromStore(limiter.Check("a", patient)));
   server.Pause();
-  EXPECT_FALSE(limiter.Check("a").ok());
+  auto paused = limiter.Check("a");
+  ASSERT_TRUE(paused.ok());
+  EXPECT_EQ(paused->source, DecisionSource::kFailOpen);  // the client's default policy
   std::this_thread::sleep_for(milliseconds(400));
   server.Resume();
-  ASSERT_TRUE(Eventually([&] { return limiter.Check("a", patient).ok(); }));
+  ASSERT_TRUE(Eventually([&] { return FromStore(limiter.Check("a", patient)); }));
   EXPECT_GE(client->stats().reconnects, 1u);
 }
 
@@ -164,12 +176,14 @@ TEST(Connection, ReconnectsAfterRedisRestarts) {
                             .reconnect_max_backoff = milliseconds(100)});
   auto limiter = *client->MakeLimiter("restart", {.limit = 100, .window = seconds(60)});
   const CheckOptions patient{.deadline = milliseconds(900)};
-  ASSERT_TRUE(limiter.Check("a", patient).ok());
+  ASSERT_TRUE(FromStore(limiter.Check("a", patient)));
   server.Kill();
+  EXPECT_EQ(limiter.Refund("a", 1).status().code(), StatusCode::kUnavailable);
   auto down = limiter.Check("a");
-  EXPECT_EQ(down.status().code(), StatusCode::kUnavailable) << down.status().ToString();
+  ASSERT_TRUE(down.ok());
+  EXPECT_EQ(down->source, DecisionSource::kFailOpen);
   server.Start();
-  ASSERT_TRUE(Eventually([&] { return limiter.Check("a", patient).ok(); }))
+  ASSERT_TRUE(Eventually([&] { return FromStore(limiter.Check("a", patient)); }))
       << "the client did not come back after Redis restarted";
   // The restarted server is empty: the window starts again, scripts were reloaded.
   auto d = limiter.Check("a", patient);
@@ -245,22 +259,28 @@ TEST(Connection, UnreachableRedisIsAClearErrorAtStartUp) {
 
 TEST(Connection, FailsFastWhenTooManyCallsAreInFlight) {
   RedisServer server;
-  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(500),
-                            .max_in_flight = 4});
-  auto limiter = *client->MakeLimiter("inflight", {.limit = 100, .window = seconds(60)});
+  IoThreads io(1);
+  auto endpoint = internal::ParseRedisUrl(server.url());
+  ASSERT_TRUE(endpoint.ok());
+  auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint, {.max_in_flight = 4});
+  std::promise<Status> started;
+  conn->Start([&](Status s) { started.set_value(std::move(s)); });
+  ASSERT_TRUE(started.get_future().get().ok());
   server.Pause();
   std::atomic<int> unavailable{0}, deadline{0}, done{0};
   for (int i = 0; i < 10; ++i) {
-    limiter.CheckAsync("x", {}, [&](StatusOr<Decision> d) {
-      if (d.status().code() == StatusCode::kUnavailable) ++unavailable;
-      if (d.status().code() == StatusCode::kDeadlineExceeded) ++deadline;
-      ++done;
-    });
+    conn->Send(internal::FormatCommand({"PING"}), steady_clock::now() + milliseconds(300),
+               [&](const Status& s, const redisReply*) {
+                 if (s.code() == StatusCode::kUnavailable) ++unavailable;
+                 if (s.code() == StatusCode::kDeadlineExceeded) ++deadline;
+                 ++done;
+               });
   }
   ASSERT_TRUE(Eventually([&] { return done.load() == 10; }));
   server.Resume();
   EXPECT_EQ(unavailable.load(), 6);
   EXPECT_EQ(deadline.load(), 4);
+  conn->Shutdown();
 }
 
 TEST(Connection, LastReferenceDroppedInsideACallbackTearsDownCleanly) {

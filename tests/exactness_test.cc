@@ -19,7 +19,9 @@ using std::chrono::seconds;
 
 // In a child process: `threads` threads each make `calls` checks; returns admitted cost.
 int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bool random_cost) {
-  auto client = Client::Create({.url = url, .prefix = "exact", .deadline = milliseconds(2000)});
+  // Closed: a store failure is counted as an error below, never as an admission.
+  auto client = Client::Create({.url = url, .prefix = "exact", .deadline = milliseconds(2000),
+                                .on_failure = FailurePolicy::kClosed});
   if (!client.ok()) return -1;
   auto limiter = *(*client)->MakeLimiter("hot", {.limit = limit, .window = seconds(300)});
   std::atomic<int64_t> admitted{0}, errors{0};
@@ -29,7 +31,7 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
       for (int i = 0; i < calls; ++i) {
         int64_t cost = random_cost ? 1 + (t * 7 + i) % 3 : 1;
         auto d = limiter.Check("the-one-key", {.cost = cost});
-        if (!d.ok()) {
+        if (!d.ok() || d->source != DecisionSource::kStore) {
           ++errors;
         } else if (d->allowed) {
           admitted += cost;

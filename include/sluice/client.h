@@ -35,6 +35,20 @@ class ClientCore;
 class ClientFactory;
 }  // namespace internal
 
+// What a check answers when the store cannot: a deadline passed, the connection is
+// down, or the circuit breaker is open. Refunds and resets are not decisions: they return
+// the store's error instead.
+enum class FailurePolicy {
+  kDefault,  // ClientOptions::on_failure
+  kOpen,     // admit; Decision::source is kFailOpen
+  kClosed,   // refuse; source kFailClosed, reason kStoreUnavailable (a service answers
+             // 503 with Retry-After, never 429: nobody went over a limit)
+  kLocal,    // decide on this process's embedded store with the limit divided by the
+             // number of servers sharing it; source kLocalFallback
+};
+
+std::string_view FailurePolicyName(FailurePolicy policy);
+
 struct ClientOptions {
   // Where the state lives:
   //   redis://[[user]:password@]host[:port][/db]   TCP (port 6379 and db 0 when omitted)
@@ -62,12 +76,40 @@ struct ClientOptions {
   std::size_t max_in_flight = 100000;
   // Threads running the client's I/O and callbacks. Default: 1.
   int io_threads = 1;
+  // The failure policy of every limiter that names none (LimiterOptions::on_failure).
+  // Default: kOpen — a limiter must not take the service down with it; give sign-in and
+  // other security limits kClosed or kLocal explicitly.
+  FailurePolicy on_failure = FailurePolicy::kOpen;
+  // kLocal: how many servers share each limit; the local limiter enforces
+  // limit / servers (at least 1). Default: 1.
+  int64_t servers = 1;
+  // The circuit breaker: consecutive store failures that open it, and how long it stays
+  // open before one probe call is let through. Default: 5 and 1000 ms.
+  int breaker_failures = 5;
+  std::chrono::milliseconds breaker_cool_down{1000};
   // Tests only: when set, scripts and the embedded store use this clock's time instead
   // of the store's own clock (Redis TIME). Default: none — the store's clock.
   std::shared_ptr<const Clock> model_clock;
 };
 
 using DecisionCallback = std::function<void(StatusOr<Decision>)>;
+
+// Per-limiter settings that are configuration, not arguments.
+struct LimiterOptions {
+  // Default: ClientOptions::on_failure.
+  FailurePolicy on_failure = FailurePolicy::kDefault;
+  // kLocal: servers sharing the limit; 0 means ClientOptions::servers. Default: 0.
+  int64_t servers = 0;
+};
+
+// The client's view of its store, for status pages and health checks.
+struct StoreHealth {
+  std::string breaker;              // "closed", "open" or "half_open"
+  int64_t consecutive_failures = 0;
+  int64_t breaker_opens = 0;        // times the breaker opened since Create
+  int64_t short_circuited = 0;      // checks answered by their policy without a store call
+  std::chrono::milliseconds probe_in{0};  // open: until the next probe
+};
 
 // Per-call settings for Check/CheckAsync.
 struct CheckOptions {
@@ -97,9 +139,10 @@ class Limiter {
   // `done` must not block.
   void CheckAsync(std::string_view id, const CheckOptions& options, DecisionCallback done) const;
 
-  // Reports whether a request of `options.cost` would be admitted now, spending
-  // nothing: the Decision's `allowed`, `remaining`, `reset_after` and `retry_after` are
-  // those a Check would return, without its effect. Same errors and deadline as Check.
+  // Reports the id's state now, spending nothing: `allowed` says whether a request of
+  // `options.cost` would be admitted, `remaining` what is left now (before any
+  // spending), `reset_after` until the state is full again, `retry_after` until a
+  // request of that cost could pass. Same errors and deadline as Check.
   StatusOr<Decision> Peek(std::string_view id, const CheckOptions& options = {}) const;
 
   // Gives back `amount` units (e.g. the downstream call failed), never above the limit.
@@ -113,6 +156,7 @@ class Limiter {
 
   const std::string& name() const { return name_; }
   const Limit& limit() const { return limit_; }
+  const LimiterOptions& options() const { return options_; }
   // The key this limiter uses for `id`, or InvalidArgument for an empty id.
   StatusOr<std::string> KeyFor(std::string_view id) const;
 
@@ -122,11 +166,13 @@ class Limiter {
   StatusOr<Decision> ExecuteSync(int op, std::string_view id, const CheckOptions& options) const;
 
   friend class Client;
-  Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit);
+  Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
+          LimiterOptions options);
 
   std::shared_ptr<internal::ClientCore> core_;
   std::string name_;
   Limit limit_;
+  LimiterOptions options_;
   std::string key_head_;  // "<prefix>:{<name>:"
 };
 
@@ -156,7 +202,11 @@ class Client {
 
   // A limiter named `name` (letters, digits, `_.-`; 1–64 bytes) enforcing `limit`.
   // InvalidArgument for a bad name or limit. Cheap; does not touch the store.
-  StatusOr<Limiter> MakeLimiter(std::string_view name, const Limit& limit) const;
+  StatusOr<Limiter> MakeLimiter(std::string_view name, const Limit& limit,
+                                const LimiterOptions& options = {}) const;
+
+  // The circuit breaker's state and counters. Thread-safe, cheap.
+  StoreHealth Health() const;
 
   const ClientOptions& options() const;
   // All zero for the embedded store. Thread-safe, cheap.

@@ -29,6 +29,7 @@ enum class RefusalReason {
   kNone,
   kOverLimit,        // the budget of the current window/bucket is spent
   kCostExceedsLimit, // the request's cost is larger than the limit: it can never pass
+  kStoreUnavailable, // the store could not answer and the limit's policy is `closed`
 };
 
 std::string_view RefusalReasonName(RefusalReason reason);

@@ -38,6 +38,15 @@ bool ClientCore::OnIoThread() const {
   return false;
 }
 
+void ClientCore::UseStore(std::shared_ptr<Store> real) {
+  std::shared_ptr<const Clock> clock = options.model_clock;
+  if (!clock) clock = std::make_shared<SystemClock>();
+  policy = std::make_shared<PolicyStore>(
+      std::move(real), std::move(clock),
+      BreakerOptions{options.breaker_failures, options.breaker_cool_down});
+  store = policy;
+}
+
 ClientCore::~ClientCore() {
   if (store) store->Shutdown();
   work_.reset();
@@ -54,7 +63,7 @@ StatusOr<std::shared_ptr<Client>> internal::ClientFactory::WithStore(
     ClientOptions options, std::shared_ptr<Store> store) {
   if (Status s = ValidateOptions(options); !s.ok()) return s;
   auto core = ClientCore::Make(std::move(options));
-  core->store = std::move(store);
+  core->UseStore(std::move(store));
   core->StartThreads();
   return std::shared_ptr<Client>(new Client(std::move(core)));
 }
@@ -79,6 +88,12 @@ Status ValidateOptions(const ClientOptions& o) {
     return InvalidArgumentError("io_threads must be 1-64, got " + std::to_string(o.io_threads));
   }
   if (o.max_in_flight < 1) return InvalidArgumentError("max_in_flight must be >= 1");
+  if (o.on_failure == FailurePolicy::kDefault) {
+    return InvalidArgumentError("on_failure must name a policy (open, closed or local)");
+  }
+  if (o.servers < 1) return InvalidArgumentError("servers must be >= 1");
+  if (o.breaker_failures < 1) return InvalidArgumentError("breaker_failures must be >= 1");
+  if (o.breaker_cool_down.count() < 1) return InvalidArgumentError("breaker_cool_down must be > 0 ms");
   return Status::Ok();
 }
 
@@ -91,7 +106,7 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
   if (o.url == "memory://") {
     std::shared_ptr<const Clock> clock = o.model_clock;
     if (!clock) clock = std::make_shared<SystemClock>();
-    core->store = std::make_shared<internal::MemoryStore>(std::move(clock));
+    core->UseStore(std::make_shared<internal::MemoryStore>(std::move(clock)));
     core->StartThreads();
     return std::shared_ptr<Client>(new Client(std::move(core)));
   }
@@ -106,7 +121,7 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
   copts.max_in_flight = o.max_in_flight;
   auto store = internal::RedisStore::Connect(core->io.get_executor(), std::move(*endpoint), copts);
   if (!store.ok()) return store.status();
-  core->store = std::move(*store);
+  core->UseStore(std::move(*store));
   return std::shared_ptr<Client>(new Client(std::move(core)));
 }
 
@@ -125,16 +140,36 @@ StatusOr<std::string> Client::ServerInfo(std::string_view section,
   return result.get();
 }
 
-StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit) const {
+StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
+                                      const LimiterOptions& options) const {
   if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
   if (Status s = limit.Validate(); !s.ok()) return s;
-  return Limiter(core_, std::string(name), limit);
+  if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
+  return Limiter(core_, std::string(name), limit, options);
 }
 
-Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit)
+StoreHealth Client::Health() const {
+  const internal::Breaker& b = core_->policy->breaker();
+  return {std::string(internal::BreakerStateName(b.state())), b.consecutive_failures(),
+          b.opens(), b.short_circuited(), b.RetryIn()};
+}
+
+std::string_view FailurePolicyName(FailurePolicy policy) {
+  switch (policy) {
+    case FailurePolicy::kDefault: return "default";
+    case FailurePolicy::kOpen: return "open";
+    case FailurePolicy::kClosed: return "closed";
+    case FailurePolicy::kLocal: return "local";
+  }
+  return "unknown";
+}
+
+Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
+                 LimiterOptions options)
     : core_(std::move(core)),
       name_(std::move(name)),
       limit_(limit),
+      options_(options),
       key_head_(internal::KeyHead(core_->options.prefix, name_)) {}
 
 StatusOr<std::string> Limiter::KeyFor(std::string_view id) const {
@@ -174,6 +209,9 @@ void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
   call.cost = options.cost;
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
+  call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
+                                                                  : options_.on_failure;
+  call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   // Keeps the store alive until Check returns: `done` may run on an I/O thread before
   // that and drop the last reference to this limiter and its client.
   const std::shared_ptr<internal::ClientCore> core = core_;

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "core/store.h"
+#include "policy/policy_store.h"
 #include "sluice/client.h"
 
 namespace sluice::internal {
@@ -30,7 +31,12 @@ class ClientCore {
 
   const ClientOptions options;
   boost::asio::io_context io;
+  // The store every call goes through: the policy layer in front of the real store.
   std::shared_ptr<Store> store;
+  std::shared_ptr<PolicyStore> policy;  // == store
+
+  // Puts the policy layer in front of `real` and makes it the store.
+  void UseStore(std::shared_ptr<Store> real);
 
  private:
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;

@@ -20,6 +20,7 @@ std::string_view RefusalReasonName(RefusalReason reason) {
     case RefusalReason::kNone: return "none";
     case RefusalReason::kOverLimit: return "over_limit";
     case RefusalReason::kCostExceedsLimit: return "cost_exceeds_limit";
+    case RefusalReason::kStoreUnavailable: return "store_unavailable";
   }
   return "unknown";
 }

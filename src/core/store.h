@@ -28,6 +28,10 @@ struct CheckCall {
   // reads its own clock.
   std::optional<int64_t> now_ms;
   Deadline deadline;
+  // What to answer when the store cannot (resolved: never kDefault), and for kLocal the
+  // number of servers the limit is divided among.
+  FailurePolicy on_failure = FailurePolicy::kOpen;
+  int64_t servers = 1;
 };
 
 class Store {

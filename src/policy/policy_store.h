@@ -1,0 +1,43 @@
+// The policy layer: a Store in front of the real one that never lets a store failure
+// through a check. Each consume or peek either gets the store's decision or, when the
+// store failed (deadline, connection, script error) or the circuit breaker is open, the
+// decision of the call's failure policy: open, closed, or a local limiter on this
+// process's embedded store with the limit divided among the servers. Refunds and resets
+// are passed through; their errors stay errors.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "core/store.h"
+#include "memory/memory_store.h"
+#include "policy/breaker.h"
+
+namespace sluice::internal {
+
+class PolicyStore final : public Store {
+ public:
+  PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clock> local_clock,
+              BreakerOptions breaker);
+
+  void Check(CheckCall call, DecisionCallback done) override;
+  void Shutdown() override { inner_->Shutdown(); }
+  ClientStats stats() const override { return inner_->stats(); }
+  void Info(std::string_view section, Deadline deadline,
+            std::function<void(StatusOr<std::string>)> done) override {
+    inner_->Info(section, deadline, std::move(done));
+  }
+
+  const Breaker& breaker() const { return breaker_; }
+
+ private:
+  // What the check answers instead of the store.
+  StatusOr<Decision> Fallback(const CheckCall& call);
+
+  std::shared_ptr<Store> inner_;
+  MemoryStore local_;
+  Breaker breaker_;
+};
+
+}  // namespace sluice::internal
