@@ -1,0 +1,112 @@
+// Failure policies against a real redis-server that stops answering (SIGSTOP), dies
+// (SIGKILL) and comes back: each policy answers within its deadline, the breaker stops
+// sending commands while open, and decisions come from the store again once Redis is
+// back, with no restart of the client.
+#include <utility>
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "sluice/sluice.h"
+#include "testing/redis_server.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+
+struct Three {
+  Limiter open, closed, local;
+};
+
+Three MakeThree(const Client& client) {
+  const Limit limit{.limit = 8, .window = seconds(60)};
+  return {*client.MakeLimiter("open", limit, {.on_failure = FailurePolicy::kOpen}),
+          *client.MakeLimiter("closed", limit, {.on_failure = FailurePolicy::kClosed}),
+          *client.MakeLimiter("local", limit, {.on_failure = FailurePolicy::kLocal, .servers = 4})};
+}
+
+// Checks each policy once while Redis cannot answer; returns the slowest answer's time.
+milliseconds ExpectPolicies(Three& three, const std::string& id) {
+  milliseconds slowest{0};
+  auto timed = [&](const Limiter& limiter) {
+    const auto t0 = steady_clock::now();
+    auto d = limiter.Check(id);
+    slowest = std::max(slowest, std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0));
+    return d;
+  };
+  auto open = timed(three.open);
+  EXPECT_TRUE(open.ok() && open->allowed && open->source == DecisionSource::kFailOpen);
+  auto closed = timed(three.closed);
+  EXPECT_TRUE(closed.ok() && !closed->allowed && closed->source == DecisionSource::kFailClosed);
+  auto local = timed(three.local);
+  EXPECT_TRUE(local.ok() && local->source == DecisionSource::kLocalFallback);
+  EXPECT_EQ(local->limit, 2);  // 8 shared by 4 servers
+  return slowest;
+}
+
+template <typename F>
+bool Eventually(F check, milliseconds limit = milliseconds(8000)) {
+  const auto until = steady_clock::now() + limit;
+  while (steady_clock::now() < until) {
+    if (check()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return check();
+}
+
+TEST(PolicyRedis, EachPolicyAnswersWithinItsDeadlineWhileRedisIsSilentOrDead) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(), .deadline = milliseconds(25),
+                                 .reconnect_max_backoff = milliseconds(100),
+                                 .breaker_cool_down = milliseconds(200)});
+  Three three = MakeThree(*client);
+  ASSERT_EQ(three.open.Check("warm", {.deadline = seconds(2)})->source, DecisionSource::kStore);
+
+  server.Pause();  // alive but silent: the worst case, every call waits for its deadline
+  milliseconds slowest = ExpectPolicies(three, "a");
+  EXPECT_LT(slowest, milliseconds(500)) << "a check waited for Redis, not its deadline";
+  // Local fallback enforces the divided limit for an id pinned to this server.
+  int local_allowed = 0;
+  for (int i = 0; i < 10; ++i) local_allowed += three.local.Check("pinned")->allowed;
+  EXPECT_EQ(local_allowed, 2);
+  EXPECT_NE(client->Health().breaker, "closed");
+
+  server.Kill();  // dead: connection refused, reconnect attempts with backoff
+  ExpectPolicies(three, "b");
+  server.Start();  // back, empty
+  ASSERT_TRUE(Eventually([&] {
+    auto d = three.closed.Check("after", {.deadline = seconds(1)});
+    return d.ok() && d->source == DecisionSource::kStore;
+  })) << "decisions did not come from Redis again after it returned";
+  EXPECT_EQ(client->Health().breaker, "closed");
+  EXPECT_EQ(three.open.Check("after")->source, DecisionSource::kStore);
+  EXPECT_EQ(three.local.Check("after")->source, DecisionSource::kStore);
+}
+
+TEST(PolicyRedis, OpenBreakerSendsNoCommands) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(), .deadline = milliseconds(20),
+                                 .on_failure = FailurePolicy::kClosed, .breaker_failures = 3,
+                                 .breaker_cool_down = seconds(30)});
+  auto limiter = *client->MakeLimiter("b", {.limit = 100, .window = seconds(60)});
+  ASSERT_EQ(limiter.Check("x", {.deadline = seconds(2)})->source, DecisionSource::kStore);
+  server.Pause();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(limiter.Check("x")->source, DecisionSource::kFailClosed);
+  ASSERT_EQ(client->Health().breaker, "open");
+  const uint64_t commands = client->stats().commands;
+  const auto t0 = steady_clock::now();
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(limiter.Check("x")->source, DecisionSource::kFailClosed);
+  const auto spent = steady_clock::now() - t0;
+  EXPECT_EQ(client->stats().commands, commands) << "an open breaker still sent commands";
+  EXPECT_LT(spent, milliseconds(500)) << "1000 short-circuited checks took the deadline";
+  EXPECT_EQ(client->Health().short_circuited, 1000);
+  server.Resume();
+}
+
+}  // namespace
+}  // namespace sluice
