@@ -28,9 +28,11 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config) 
   const Limit base{.algorithm = config.algorithm, .limit = 5,
                    .window = milliseconds(config.window_ms), .refill = config.refill,
                    .aligned = config.aligned};
-  auto on_redis = (*redis)->MakeLimiter("trace", base);
+  // Every call must reach the script and the twin: no denial cache in front of them.
+  const LimiterOptions uncached{.cache_denials = false};
+  auto on_redis = (*redis)->MakeLimiter("trace", base, uncached);
   ASSERT_TRUE(on_redis.ok()) << on_redis.status().ToString();
-  auto on_memory = *(*memory)->MakeLimiter("trace", base);
+  auto on_memory = *(*memory)->MakeLimiter("trace", base, uncached);
 
   std::mt19937 rng(config.seed);
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint32_t>(n)); };

@@ -31,7 +31,8 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
       for (int i = 0; i < calls; ++i) {
         int64_t cost = random_cost ? 1 + (t * 7 + i) % 3 : 1;
         auto d = limiter.Check("the-one-key", {.cost = cost});
-        if (!d.ok() || d->source != DecisionSource::kStore) {
+        if (!d.ok() || (d->source != DecisionSource::kStore &&
+                        d->source != DecisionSource::kCachedDenial)) {
           ++errors;
         } else if (d->allowed) {
           admitted += cost;

@@ -110,3 +110,26 @@ TEST(PolicyRedis, OpenBreakerSendsNoCommands) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A flood from one refused id: Redis receives one command per denial period.
+TEST(PolicyRedis, FloodFromARefusedIdCostsRedisOneCallPerDenialPeriod) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(), .deadline = milliseconds(500)});
+  auto limiter = *client->MakeLimiter("login", {.limit = 3, .window = seconds(30)});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(limiter.Check("account:777")->allowed);
+  server.Command({"CONFIG", "RESETSTAT"});
+  int refused = 0;
+  for (int i = 0; i < 5000; ++i) refused += !limiter.Check("account:777")->allowed;
+  EXPECT_EQ(refused, 5000);
+  std::string stats = server.Command({"INFO", "commandstats"}).str;
+  auto at = stats.find("cmdstat_evalsha:calls=");
+  ASSERT_NE(at, std::string::npos) << stats;
+  EXPECT_EQ(std::stoll(stats.substr(at + 22)), 1) << stats;
+  EXPECT_EQ(client->stats().cached_denials, 4999u);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -87,6 +87,10 @@ struct ClientOptions {
   // open before one probe call is let through. Default: 5 and 1000 ms.
   int breaker_failures = 5;
   std::chrono::milliseconds breaker_cool_down{1000};
+  // Keys whose latest refusal is remembered (LRU), so that checks of a refused id are
+  // refused locally until its retry_after without a store call; 0 turns the cache off.
+  // Default: 10000.
+  std::size_t denial_cache_size = 10000;
   // Tests only: when set, scripts and the embedded store use this clock's time instead
   // of the store's own clock (Redis TIME). Default: none — the store's clock.
   std::shared_ptr<const Clock> model_clock;
@@ -100,6 +104,14 @@ struct LimiterOptions {
   FailurePolicy on_failure = FailurePolicy::kDefault;
   // kLocal: servers sharing the limit; 0 means ClientOptions::servers. Default: 0.
   int64_t servers = 0;
+  // Answer repeated checks of a refused id from the client's denial cache until its
+  // retry_after (source kCachedDenial). Refunds and resets through this client forget
+  // the id's entry; another process's refund is seen after retry_after at the latest.
+  // Default: true.
+  bool cache_denials = true;
+  // Shadow mode, for dark-launching a limit: checks are evaluated and counted, but a
+  // refusal is returned as allowed with Decision::shadow_refused set. Default: false.
+  bool shadow = false;
 };
 
 // The client's view of its store, for status pages and health checks.
@@ -183,6 +195,9 @@ struct ClientStats {
   uint64_t deadline_exceeded = 0;  // calls completed by their deadline, not by a reply
   uint64_t reconnects = 0;         // connections lost after being up
   uint64_t noscript_retries = 0;   // calls resent as EVAL after a NOSCRIPT reply
+  uint64_t cached_denials = 0;     // refusals answered from the denial cache
+  uint64_t policy_decisions = 0;   // decisions made by a failure policy
+  uint64_t shadow_refusals = 0;    // shadow-mode checks that would have been refused
 };
 
 class Client {

@@ -47,6 +47,9 @@ struct Decision {
   std::chrono::milliseconds retry_after{0};
   DecisionSource source = DecisionSource::kStore;
   RefusalReason reason = RefusalReason::kNone;
+  // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
+  // `allowed` is true anyway and `reason` says why it would have been refused.
+  bool shadow_refused = false;
 
   // retry_after rounded up to whole seconds, as HTTP's Retry-After wants it.
   int64_t RetryAfterSeconds() const { return (retry_after.count() + 999) / 1000; }

@@ -43,7 +43,8 @@ void ClientCore::UseStore(std::shared_ptr<Store> real) {
   if (!clock) clock = std::make_shared<SystemClock>();
   policy = std::make_shared<PolicyStore>(
       std::move(real), std::move(clock),
-      BreakerOptions{options.breaker_failures, options.breaker_cool_down});
+      BreakerOptions{options.breaker_failures, options.breaker_cool_down},
+      options.denial_cache_size);
   store = policy;
 }
 
@@ -212,6 +213,17 @@ void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
   call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
                                                                   : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
+  call.cache_denials = options_.cache_denials;
+  if (options_.shadow && call.op == internal::Op::kConsume) {
+    done = [policy = core_->policy, done = std::move(done)](StatusOr<Decision> result) {
+      if (result.ok() && !result->allowed) {
+        result->allowed = true;
+        result->shadow_refused = true;
+        policy->CountShadowRefusal();
+      }
+      done(std::move(result));
+    };
+  }
   // Keeps the store alive until Check returns: `done` may run on an I/O thread before
   // that and drop the last reference to this limiter and its client.
   const std::shared_ptr<internal::ClientCore> core = core_;

@@ -37,6 +37,10 @@ std::string Decision::ToString() const {
   out += " retry_after=" + std::to_string(retry_after.count()) + "ms";
   out += " source=";
   out += DecisionSourceName(source);
+  if (shadow_refused) {
+    out += " shadow_refused reason=";
+    out += RefusalReasonName(reason);
+  }
   return out;
 }
 

@@ -32,6 +32,7 @@ struct CheckCall {
   // number of servers the limit is divided among.
   FailurePolicy on_failure = FailurePolicy::kOpen;
   int64_t servers = 1;
+  bool cache_denials = false;
 };
 
 class Store {

@@ -14,10 +14,21 @@ bool IsStoreFailure(const Status& status) {
 }  // namespace
 
 PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clock> local_clock,
-                         BreakerOptions breaker)
-    : inner_(std::move(inner)), local_(std::move(local_clock)), breaker_(breaker) {}
+                         BreakerOptions breaker, std::size_t denial_cache_size)
+    : inner_(std::move(inner)), clock_(local_clock), local_(std::move(local_clock)), breaker_(breaker) {
+  if (denial_cache_size > 0) denials_.emplace(denial_cache_size);
+}
+
+ClientStats PolicyStore::stats() const {
+  ClientStats s = inner_->stats();
+  s.cached_denials = cached_denials_.load(std::memory_order_relaxed);
+  s.policy_decisions = policy_decisions_.load(std::memory_order_relaxed);
+  s.shadow_refusals = shadow_refusals_.load(std::memory_order_relaxed);
+  return s;
+}
 
 StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
+  policy_decisions_.fetch_add(1, std::memory_order_relaxed);
   Decision d;
   d.limit = call.limit.limit;
   switch (call.on_failure) {
@@ -50,6 +61,16 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
 
 void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   const bool decision = call.op == Op::kConsume || call.op == Op::kPeek;
+  const bool cache = denials_ && call.cache_denials && call.op == Op::kConsume;
+  if (cache) {
+    if (auto cached = denials_->Lookup(call.key, call.limit, call.cost, NowMs(call))) {
+      cached_denials_.fetch_add(1, std::memory_order_relaxed);
+      done(*std::move(cached));
+      return;
+    }
+  } else if (denials_ && !decision) {
+    denials_->Forget(call.key);  // a refund or reset: the remembered refusal may be over
+  }
   if (!breaker_.Allow()) {
     if (decision) {
       done(Fallback(call));
@@ -72,10 +93,11 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   }
   // The fallback needs the call after the store had it: keep a copy of what it reads.
   CheckCall fallback = call;
-  inner_->Check(std::move(call), [this, fallback = std::move(fallback),
+  inner_->Check(std::move(call), [this, cache, fallback = std::move(fallback),
                                    done = std::move(done)](StatusOr<Decision> result) {
     if (result.ok()) {
       breaker_.OnSuccess();
+      if (cache) denials_->Record(fallback.key, fallback.limit, fallback.cost, *result, NowMs(fallback));
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
       breaker_.OnFailure();

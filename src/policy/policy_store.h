@@ -8,22 +8,26 @@
 // Thread-safety: thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
+#include <optional>
 
 #include "core/store.h"
 #include "memory/memory_store.h"
 #include "policy/breaker.h"
+#include "policy/denial_cache.h"
 
 namespace sluice::internal {
 
 class PolicyStore final : public Store {
  public:
   PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clock> local_clock,
-              BreakerOptions breaker);
+              BreakerOptions breaker, std::size_t denial_cache_size);
 
   void Check(CheckCall call, DecisionCallback done) override;
   void Shutdown() override { inner_->Shutdown(); }
-  ClientStats stats() const override { return inner_->stats(); }
+  ClientStats stats() const override;
+  void CountShadowRefusal() { shadow_refusals_.fetch_add(1, std::memory_order_relaxed); }
   void Info(std::string_view section, Deadline deadline,
             std::function<void(StatusOr<std::string>)> done) override {
     inner_->Info(section, deadline, std::move(done));
@@ -35,9 +39,14 @@ class PolicyStore final : public Store {
   // What the check answers instead of the store.
   StatusOr<Decision> Fallback(const CheckCall& call);
 
+  int64_t NowMs(const CheckCall& call) const { return call.now_ms ? *call.now_ms : clock_->NowMs(); }
+
   std::shared_ptr<Store> inner_;
+  std::shared_ptr<const Clock> clock_;
   MemoryStore local_;
   Breaker breaker_;
+  std::optional<DenialCache> denials_;
+  std::atomic<uint64_t> cached_denials_{0}, policy_decisions_{0}, shadow_refusals_{0};
 };
 
 }  // namespace sluice::internal

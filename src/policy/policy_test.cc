@@ -148,5 +148,86 @@ TEST(PoliciesBreaker, OpenBreakerAnswersWithoutCallingTheStore) {
   EXPECT_GT(health.probe_in, milliseconds(59'000));
 }
 
+TEST_F(Policies, RefusedIdIsAnsweredFromTheDenialCacheUntilItsRetryAfter) {
+  auto limiter = Make("flood", FailurePolicy::kClosed, 3);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(limiter.Check("abuser")->allowed);
+  auto refused = limiter.Check("abuser");  // the store refuses; the refusal is remembered
+  ASSERT_EQ(refused->source, DecisionSource::kStore);
+  ASSERT_EQ(refused->retry_after, milliseconds(60'000));
+  const int64_t calls = faults_->calls();
+  for (int i = 0; i < 1000; ++i) {
+    auto d = limiter.Check("abuser");
+    ASSERT_FALSE(d->allowed);
+    ASSERT_EQ(d->source, DecisionSource::kCachedDenial);
+  }
+  EXPECT_EQ(faults_->calls(), calls) << "a cached denial reached the store";
+  EXPECT_EQ(client_->stats().cached_denials, 1000u);
+  clock_->Advance(milliseconds(59'999));
+  auto last = limiter.Check("abuser");
+  EXPECT_EQ(last->source, DecisionSource::kCachedDenial);
+  EXPECT_EQ(last->retry_after, milliseconds(1));
+  clock_->Advance(milliseconds(1));  // at T the store decides again (a new window)
+  auto fresh = limiter.Check("abuser");
+  EXPECT_EQ(fresh->source, DecisionSource::kStore);
+  EXPECT_TRUE(fresh->allowed);
+  // Other ids were never affected.
+  EXPECT_EQ(limiter.Check("someone-else")->source, DecisionSource::kStore);
+}
+
+TEST_F(Policies, DenialCacheStepsAsideForRefundsPlanChangesAndSmallerCosts) {
+  auto limiter = Make("aside", FailurePolicy::kClosed, 4);
+  ASSERT_TRUE(limiter.Check("x", {.cost = 3})->allowed);
+  ASSERT_EQ(limiter.Check("x", {.cost = 2})->source, DecisionSource::kStore);  // refused, cached
+  EXPECT_EQ(limiter.Check("x", {.cost = 2})->source, DecisionSource::kCachedDenial);
+  EXPECT_EQ(limiter.Check("x", {.cost = 3})->source, DecisionSource::kCachedDenial);
+  auto smaller = limiter.Check("x", {.cost = 1});  // may fit: ask the store
+  EXPECT_EQ(smaller->source, DecisionSource::kStore);
+  EXPECT_TRUE(smaller->allowed);
+  ASSERT_EQ(limiter.Check("x", {.cost = 2})->source, DecisionSource::kStore);  // refused again
+  const Limit upgraded{.limit = 10, .window = seconds(60)};
+  auto upgrade = limiter.Check("x", {.cost = 2, .limit = upgraded});
+  EXPECT_EQ(upgrade->source, DecisionSource::kStore);
+  EXPECT_TRUE(upgrade->allowed);
+  ASSERT_FALSE(limiter.Check("x", {.cost = 8, .limit = upgraded})->allowed);
+  EXPECT_EQ(limiter.Check("x", {.cost = 8, .limit = upgraded})->source, DecisionSource::kCachedDenial);
+  ASSERT_TRUE(limiter.Refund("x", 6).ok());  // a refund forgets the cached refusal
+  auto after_refund = limiter.Check("x", {.cost = 8, .limit = upgraded});
+  EXPECT_EQ(after_refund->source, DecisionSource::kStore);
+  EXPECT_TRUE(after_refund->allowed);
+}
+
+TEST_F(Policies, DenialCacheIsBounded) {
+  auto client = *internal::ClientFactory::WithStore(
+      {.url = "memory://", .denial_cache_size = 32, .model_clock = clock_}, faults_);
+  auto limiter = *client->MakeLimiter("bounded", {.limit = 1, .window = seconds(60)});
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = "id" + std::to_string(i);
+    ASSERT_TRUE(limiter.Check(id)->allowed);
+    ASSERT_EQ(limiter.Check(id)->source, DecisionSource::kStore);
+  }
+  // Only the most recent refusals are remembered: an old id goes to the store again.
+  EXPECT_EQ(limiter.Check("id0")->source, DecisionSource::kStore);
+  EXPECT_EQ(limiter.Check("id999")->source, DecisionSource::kCachedDenial);
+}
+
+TEST_F(Policies, ShadowModeCountsButNeverRefuses) {
+  auto client = *internal::ClientFactory::WithStore({.url = "memory://", .model_clock = clock_}, faults_);
+  auto limiter = *client->MakeLimiter("dark", {.limit = 2, .window = seconds(60)}, {.shadow = true});
+  int shadow_refused = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto d = limiter.Check("x");
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->allowed);
+    shadow_refused += d->shadow_refused;
+    if (d->shadow_refused) {
+      EXPECT_EQ(d->reason, RefusalReason::kOverLimit);
+    }
+  }
+  EXPECT_EQ(shadow_refused, 3);
+  EXPECT_EQ(client->stats().shadow_refusals, 3u);
+  // The limit really counted what it admitted: a peek sees the window spent.
+  EXPECT_EQ(limiter.Peek("x")->remaining, 0);
+}
+
 }  // namespace
 }  // namespace sluice

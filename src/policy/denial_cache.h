@@ -1,0 +1,60 @@
+// Cached denials: once the store refused a key until time T (retry_after), later checks
+// of that key with the same limit and at least the same cost are refused here until T,
+// without a store call — a flood from one refused id costs Redis one call per denial
+// period. Bounded: an LRU of `capacity` keys (16 shards). A refund or reset of the key
+// from this process drops its entry; a refund made by another process is not seen, so a
+// cached denial can outlast it by at most its retry_after.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "sluice/decision.h"
+#include "sluice/limits.h"
+
+namespace sluice::internal {
+
+class DenialCache {
+ public:
+  explicit DenialCache(std::size_t capacity);
+
+  // The cached refusal for a check of `cost` under `limit` at `now_ms`, if one holds.
+  std::optional<Decision> Lookup(const std::string& key, const Limit& limit, int64_t cost,
+                                 int64_t now_ms);
+  // Records the store's decision for a consume; keeps refusals that say when to retry.
+  void Record(const std::string& key, const Limit& limit, int64_t cost, const Decision& decision,
+              int64_t now_ms);
+  void Forget(const std::string& key);
+
+  std::size_t size();
+
+ private:
+  struct Entry {
+    std::string key;
+    Limit limit;
+    int64_t cost = 0;
+    int64_t remaining = 0;
+    int64_t retry_at_ms = 0;
+    int64_t reset_at_ms = 0;
+  };
+  struct Shard {
+    std::mutex mu;
+    std::list<Entry> lru;  // most recent first
+    std::unordered_map<std::string, std::list<Entry>::iterator> index;
+  };
+  static constexpr std::size_t kShards = 16;
+  Shard& ShardFor(const std::string& key);
+
+  const std::size_t per_shard_;
+  std::array<Shard, kShards> shards_;
+};
+
+}  // namespace sluice::internal
