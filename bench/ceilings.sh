@@ -15,7 +15,7 @@ SECONDS_PER_RUN=${1:-5}
 shift || true
 ALGORITHMS=("$@")
 [ ${#ALGORITHMS[@]} -gt 0 ] || ALGORITHMS=(fixed_window sliding_window sliding_log token_bucket gcra)
-SLUICE=./build/bin/sluice
+SLUICE=${SLUICE:-./build/bin/sluice}
 [ -x "$SLUICE" ] || { echo "build first: make build" >&2; exit 2; }
 
 source bench/lib.sh

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-5}
-SLUICE=./build/bin/sluice
+SLUICE=${SLUICE:-./build/bin/sluice}
 LUA=src/algo/fixed_window.lua
 [ -x "$SLUICE" ] || { echo "build first: make build" >&2; exit 2; }
 

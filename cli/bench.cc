@@ -30,6 +30,7 @@ struct BenchOptions {
   int64_t limit = 1'000'000'000;
   int64_t window_ms = 60'000;
   int64_t deadline_ms = 200;
+  std::string on_failure = "open";
   bool json = false;
 };
 
@@ -45,6 +46,7 @@ struct Run {
   uint64_t next_id = 0;
   Histogram latency;
   uint64_t allowed = 0, refused = 0, errors = 0;
+  uint64_t not_from_store = 0;  // decided by a failure policy or the denial cache
   std::string first_error;
 };
 
@@ -112,10 +114,9 @@ void IssueOne(const std::shared_ptr<Run>& run) {
                               .count());
       if (!result.ok()) {
         if (run->errors++ == 0) run->first_error = result.status().ToString();
-      } else if (result->allowed) {
-        ++run->allowed;
       } else {
-        ++run->refused;
+        ++(result->allowed ? run->allowed : run->refused);
+        if (result->source != DecisionSource::kStore) ++run->not_from_store;
       }
     }
     Issue(run);
@@ -128,6 +129,15 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "sluice bench: %s\n", algorithm.status().ToString().c_str());
     return kExitError;
   }
+  FailurePolicy policy = FailurePolicy::kOpen;
+  if (o.on_failure == "closed") {
+    policy = FailurePolicy::kClosed;
+  } else if (o.on_failure == "local") {
+    policy = FailurePolicy::kLocal;
+  } else if (o.on_failure != "open") {
+    std::fprintf(stderr, "sluice bench: --on-failure must be open, closed or local\n");
+    return kExitError;
+  }
   if (o.concurrency < 1 || o.keys < 1 || o.duration_s <= 0 || o.warmup_s < 0) {
     std::fprintf(stderr, "sluice bench: --concurrency, --keys and --duration must be positive\n");
     return kExitError;
@@ -135,7 +145,8 @@ int RunBench(const BenchOptions& o) {
   auto client = Client::Create({.url = o.url,
                                 .prefix = "sluicebench",
                                 .deadline = std::chrono::milliseconds(o.deadline_ms),
-                                .max_in_flight = static_cast<size_t>(o.concurrency) + 1024});
+                                .max_in_flight = static_cast<size_t>(o.concurrency) + 1024,
+                                .on_failure = policy});
   if (!client.ok()) {
     std::fprintf(stderr, "sluice bench: %s\n", client.status().ToString().c_str());
     return kExitError;
@@ -195,6 +206,7 @@ int RunBench(const BenchOptions& o) {
                         {"allowed", run->allowed},
                         {"refused", run->refused},
                         {"errors", run->errors},
+                        {"not_from_store", run->not_from_store},
                         {"p50_us", run->latency.Quantile(0.50)},
                         {"p99_us", run->latency.Quantile(0.99)},
                         {"p999_us", run->latency.Quantile(0.999)},
@@ -206,10 +218,12 @@ int RunBench(const BenchOptions& o) {
   } else {
     std::printf("sluice bench  %s  concurrency=%d keys=%d  %.1f s measured\n", o.algorithm.c_str(),
                 o.concurrency, o.keys, elapsed);
-    std::printf("  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu)\n", rate,
-                static_cast<unsigned long long>(run->allowed),
+    std::printf("  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu; %llu not from "
+                "the store)\n",
+                rate, static_cast<unsigned long long>(run->allowed),
                 static_cast<unsigned long long>(run->refused),
-                static_cast<unsigned long long>(run->errors));
+                static_cast<unsigned long long>(run->errors),
+                static_cast<unsigned long long>(run->not_from_store));
     std::printf("  latency      p50 %lld us  p99 %lld us  p999 %lld us\n",
                 static_cast<long long>(run->latency.Quantile(0.50)),
                 static_cast<long long>(run->latency.Quantile(0.99)),
@@ -242,6 +256,8 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--limit", o->limit, "Limit per window per id")->capture_default_str();
   cmd->add_option("--window-ms", o->window_ms, "Window length")->capture_default_str();
   cmd->add_option("--deadline-ms", o->deadline_ms, "Deadline per call")->capture_default_str();
+  cmd->add_option("--on-failure", o->on_failure, "Policy when Redis cannot answer: open, closed, local")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->callback([o, &exit_code] { exit_code = RunBench(*o); });
 }

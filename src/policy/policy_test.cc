@@ -110,6 +110,28 @@ TEST_F(Policies, LocalEnforcesTheLimitDividedAmongServers) {
   EXPECT_EQ(allowed, 25);
 }
 
+// Four servers lose Redis together: a client pinned to one server gets the divided
+// limit; a client whose requests are spread over all four gets up to four times that,
+// i.e. the whole limit (documented: local fallback is approximate by design).
+TEST(PoliciesLocal, FourServersSpreadGetTheWholeLimitPinnedGetAQuarter) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  std::vector<Limiter> servers;
+  std::vector<std::shared_ptr<Client>> clients;
+  for (int i = 0; i < 4; ++i) {
+    auto down = std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
+    down->FailRandomly(1.0, UnavailableError("injected: redis down"));
+    clients.push_back(*internal::ClientFactory::WithStore(
+        {.url = "memory://", .on_failure = FailurePolicy::kLocal, .servers = 4, .model_clock = clock},
+        down));
+    servers.push_back(*clients.back()->MakeLimiter("api", {.limit = 100, .window = seconds(60)}));
+  }
+  int pinned = 0, spread = 0;
+  for (int i = 0; i < 200; ++i) pinned += servers[0].Check("pinned")->allowed;
+  for (int i = 0; i < 200; ++i) spread += servers[i % 4].Check("spread")->allowed;
+  EXPECT_EQ(pinned, 25);
+  EXPECT_EQ(spread, 100);
+}
+
 TEST_F(Policies, DefaultPolicyComesFromTheClient) {
   auto limiter = Make("default", FailurePolicy::kDefault);
   faults_->FailNext(1, UnavailableError("injected"));
