@@ -133,3 +133,33 @@ TEST(PolicyRedis, FloodFromARefusedIdCostsRedisOneCallPerDenialPeriod) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+TEST(CompositeRedis, TenantFairnessAndAllOrNothingOnRedis) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(), .prefix = "comp", .deadline = seconds(1)});
+  auto tenant = *client->MakeLimiter("tenant", {.limit = 40, .window = seconds(60)});
+  auto global = *client->MakeLimiter("global", {.limit = 100, .window = seconds(60)});
+  auto send = [&](const std::string& who, int n, int64_t cost) {
+    int admitted = 0;
+    for (int i = 0; i < n; ++i) {
+      const LimitCheck checks[] = {{&tenant, who}, {&global, "all"}};
+      auto d = CheckAll(checks, {.cost = cost});
+      EXPECT_TRUE(d.ok()) << d.status().ToString();
+      admitted += d->decision.allowed;
+    }
+    return admitted;
+  };
+  EXPECT_EQ(send("north", 200, 1), 40);
+  EXPECT_EQ(send("south", 30, 1), 30);
+  EXPECT_EQ(send("east", 15, 2), 15);  // global: 40 + 30 + 30 = 100, full
+  EXPECT_EQ(send("west", 1, 1), 0);    // refused by the global limit...
+  EXPECT_EQ(tenant.Peek("west")->remaining, 40);  // ...and refunded at the tenant
+  EXPECT_EQ(global.Peek("all")->remaining, 0);
+  EXPECT_EQ(server.KeysWithoutTtl("comp:*"), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace sluice

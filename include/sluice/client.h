@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -199,6 +200,33 @@ struct ClientStats {
   uint64_t policy_decisions = 0;   // decisions made by a failure policy
   uint64_t shadow_refusals = 0;    // shadow-mode checks that would have been refused
 };
+
+// One check against several limits (DESIGN.md §6), most specific first: e.g. user,
+// then tenant, then global.
+struct LimitCheck {
+  const Limiter* limiter;
+  std::string_view id;
+};
+
+struct CompositeDecision {
+  // Allowed: the admitted limit with the least remaining (what a response's rate limit
+  // headers should show). Refused: the limit that refused.
+  Decision decision;
+  std::size_t decided_by = 0;  // index into the checks
+};
+
+// Admits a request of `options.cost` only if every limit admits it, and leaves it counted
+// against all of them only then. The limits are taken in order; when one refuses, the
+// ones that already admitted are refunded, so a flood that one limit refuses does not
+// spend the wider limits after it (a tenant's flood cannot take the other tenants'
+// share of a global limit). Bounded inaccuracy of this staged path: between a limit's
+// admission and its refund, other callers see the request counted there (at most the
+// cost of the composite checks in flight), and a refund the store cannot take (it went
+// down in between) leaves the request counted: it may over-count, never under-count.
+// `options.limit` is ignored (each limiter's own limit applies). Errors: those of
+// Limiter::Check. Blocks up to one deadline per limit.
+StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+                                     const CheckOptions& options = {});
 
 class Client {
   friend class internal::ClientFactory;

@@ -266,6 +266,37 @@ StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
   return ExecuteSync(static_cast<int>(internal::Op::kRefund), id, with);
 }
 
+StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+                                     const CheckOptions& options) {
+  if (checks.empty()) return InvalidArgumentError("CheckAll needs at least one limit");
+  for (const LimitCheck& c : checks) {
+    if (c.limiter == nullptr) return InvalidArgumentError("CheckAll: a LimitCheck has no limiter");
+  }
+  CheckOptions each = options;
+  each.limit.reset();
+  CompositeDecision result;
+  bool have_admitted = false;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    StatusOr<Decision> d = checks[i].limiter->Check(checks[i].id, each);
+    if (!d.ok() || !d->allowed) {
+      // Give back what the earlier limits admitted, newest first.
+      for (std::size_t j = i; j-- > 0;) {
+        (void)checks[j].limiter->Refund(checks[j].id, each.cost, {.deadline = each.deadline});
+      }
+      if (!d.ok()) return d.status();
+      result.decision = *d;
+      result.decided_by = i;
+      return result;
+    }
+    if (!have_admitted || d->remaining < result.decision.remaining) {
+      result.decision = *d;
+      result.decided_by = i;
+      have_admitted = true;
+    }
+  }
+  return result;
+}
+
 StatusOr<Decision> Limiter::Reset(std::string_view id, const CheckOptions& options) const {
   CheckOptions with = options;
   with.cost = 1;

@@ -1,0 +1,67 @@
+// Several limits on one request (CheckAll) on the embedded store: all-or-nothing
+// counting and tenant fairness of a shared limit.
+#include <gtest/gtest.h>
+
+#include "sluice/sluice.h"
+#include "testing/fake_clock.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::seconds;
+
+struct Fleet {
+  std::shared_ptr<Client> client;
+  Limiter tenant, global;
+};
+
+Fleet MakeFleet() {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto client = *Client::Create({.url = "memory://", .model_clock = clock});
+  return {client, *client->MakeLimiter("tenant", {.limit = 40, .window = seconds(1)}),
+          *client->MakeLimiter("global", {.limit = 100, .window = seconds(1)})};
+}
+
+int Send(Fleet& f, const std::string& tenant, int n) {
+  int admitted = 0;
+  for (int i = 0; i < n; ++i) {
+    const LimitCheck checks[] = {{&f.tenant, tenant}, {&f.global, "all"}};
+    auto d = CheckAll(checks);
+    EXPECT_TRUE(d.ok()) << d.status().ToString();
+    admitted += d->decision.allowed;
+  }
+  return admitted;
+}
+
+TEST(CheckAll, OneTenantsFloodDoesNotSpendTheOthersShare) {
+  Fleet f = MakeFleet();
+  EXPECT_EQ(Send(f, "north", 200), 40);  // North's own limit stops it
+  EXPECT_EQ(Send(f, "south", 30), 30);   // South still gets all 30 of the shared 100
+  EXPECT_EQ(f.global.Peek("all")->remaining, 30);
+}
+
+TEST(CheckAll, ARefusalLaterInTheListRefundsTheEarlierLimits) {
+  Fleet f = MakeFleet();
+  // Spend the global limit through other tenants: t0..t4 x 20.
+  for (int t = 0; t < 5; ++t) ASSERT_EQ(Send(f, "t" + std::to_string(t), 20), 20);
+  const LimitCheck checks[] = {{&f.tenant, "late"}, {&f.global, "all"}};
+  auto d = CheckAll(checks, {.cost = 3});
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->decision.allowed);
+  EXPECT_EQ(d->decided_by, 1u);  // the global limit refused
+  EXPECT_EQ(f.tenant.Peek("late")->remaining, 40) << "the tenant kept the refused request";
+}
+
+TEST(CheckAll, AllowedReportsTheTightestLimit) {
+  Fleet f = MakeFleet();
+  const LimitCheck checks[] = {{&f.tenant, "a"}, {&f.global, "all"}};
+  auto d = CheckAll(checks, {.cost = 10});
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->decision.allowed);
+  EXPECT_EQ(d->decided_by, 0u);
+  EXPECT_EQ(d->decision.remaining, 30);
+  EXPECT_EQ(CheckAll({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice
