@@ -1,1 +1,351 @@
+// GCRA on a real redis-server through the public API: semantics on Redis's clock and on
+// a model clock (boundaries 1 ms before and at each refill), peek, refund and reset, the
+// key — one value, the TAT — and its TTL rules (expiry = full time, repaired on touch,
+// stale state pruned), and exactness under contention (processes x threads on one key).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <gtest/gtest.h>
+
+#include "sluice/sluice.h"
+#include "testing/fake_clock.h"
+#include "testing/redis_server.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::RedisServer;
+
+constexpr char kPrefix[] = "gcratest";
+constexpr int64_t kT0 = 1'700'000'000'000;
+
+// Whole tokens missing in a stored TAT "<ms>" at Redis time `now_ms`, for a refill of 1
+// per `window` (no fraction), or -1 for another value.
+int64_t UsedOf(const std::string& value, int64_t now_ms, milliseconds window) {
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) return -1;
+  const int64_t ahead = std::stoll(value) - now_ms;
+  return (ahead + window.count() - 1) / window.count();
+}
+
+Limit Bucket(int64_t burst, int64_t refill, milliseconds window) {
+  return {.algorithm = Algorithm::kGcra, .limit = burst, .window = window, .refill = refill};
+}
+
+class GcraRedis : public ::testing::Test {
+ protected:
+  // Every call here must reach the script: no denial cache, and a store failure is a
+  // refusal that says so, never an admission.
+  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
+    auto client = Client::Create({.url = server_.url(),
+                                  .prefix = kPrefix,
+                                  .deadline = milliseconds(2000),
+                                  .on_failure = FailurePolicy::kClosed,
+                                  .denial_cache_size = 0,
+                                  .model_clock = std::move(clock)});
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return *client;
+  }
+  int64_t Pttl(const std::string& key) { return server_.Command({"PTTL", key}).integer; }
+  // Redis's clock, in ms.
+  int64_t RedisNowMs() {
+    testing::RedisValue t = server_.Command({"TIME"});
+    return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
+  }
+  std::string Get(const std::string& key) { return server_.Command({"GET", key}).str; }
+  // Every integration test ends with no key of its prefix left without an expiry.
+  void TearDown() override {
+    EXPECT_EQ(server_.KeysWithoutTtl(std::string(kPrefix) + ":*"), std::vector<std::string>{});
+  }
+  RedisServer server_;
+};
+
+TEST_F(GcraRedis, AdmitsTheCapacityAndDoesNotCountRefusals) {
+  // A burst of 3, one back per second: nothing comes back while the test runs.
+  auto limiter = *Connect()->MakeLimiter("login", Limit::Gcra(1, 3));
+  for (int64_t i = 2; i >= 0; --i) {
+    auto d = limiter.Check("account:101");
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_TRUE(d->allowed);
+    EXPECT_EQ(d->remaining, i);
+    EXPECT_EQ(d->limit, 3);
+    EXPECT_EQ(d->source, DecisionSource::kStore);
+  }
+  const std::string key = *limiter.KeyFor("account:101");
+  const std::string spent = Get(key);
+  for (int i = 0; i < 5; ++i) {
+    auto d = limiter.Check("account:101");
+    ASSERT_TRUE(d.ok());
+    EXPECT_FALSE(d->allowed);
+    EXPECT_EQ(d->reason, RefusalReason::kOverLimit);
+    EXPECT_EQ(d->remaining, 0);
+    EXPECT_GT(d->retry_after, milliseconds(900));
+    EXPECT_LE(d->retry_after, milliseconds(1000));
+    EXPECT_GT(d->reset_after, milliseconds(2900));
+    EXPECT_LE(d->reset_after, milliseconds(3000));
+    EXPECT_EQ(d->RetryAfterSeconds(), 1);
+  }
+  EXPECT_EQ(Get(key), spent) << "refusals took nothing and wrote nothing";
+  EXPECT_EQ(UsedOf(spent, RedisNowMs(), seconds(1)), 3) << spent;
+  EXPECT_TRUE(limiter.Check("account:402")->allowed) << "another id has its own bucket";
+}
+
+TEST_F(GcraRedis, BoundariesOnAModelClock) {
+  // 5 tokens, 3 per second: tokens come back at 333⅓, 666⅔, 1000 ms... after emptying.
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto limiter = *Connect(clock)->MakeLimiter("edge", Bucket(5, 3, seconds(1)));
+  auto all = limiter.Check("x", {.cost = 5});
+  ASSERT_TRUE(all->allowed);
+  EXPECT_EQ(all->reset_after, milliseconds(1667));
+  auto empty = limiter.Check("x");
+  EXPECT_FALSE(empty->allowed);
+  EXPECT_EQ(empty->retry_after, milliseconds(334));
+  clock->Advance(milliseconds(333));  // 1 ms before the first token
+  auto before = limiter.Check("x");
+  EXPECT_FALSE(before->allowed);
+  EXPECT_EQ(before->retry_after, milliseconds(1));
+  clock->Advance(milliseconds(1));  // exactly when it is back
+  auto at = limiter.Check("x");
+  EXPECT_TRUE(at->allowed);
+  EXPECT_EQ(at->remaining, 0);
+  EXPECT_EQ(at->reset_after, milliseconds(1666));  // full at 1666⅔ + 333⅓ ms
+  // The second token is back at 666⅔ ms: refused at 666, admitted at 667.
+  clock->Advance(milliseconds(332));
+  auto second = limiter.Check("x");
+  EXPECT_FALSE(second->allowed);
+  EXPECT_EQ(second->retry_after, milliseconds(1));
+  clock->Advance(milliseconds(1));
+  EXPECT_TRUE(limiter.Check("x")->allowed);
+}
+
+TEST_F(GcraRedis, TheKeyExpiresWhenTheBucketIsFull) {
+  auto limiter = *Connect()->MakeLimiter("api", Bucket(100, 10, seconds(60)));
+  auto d = limiter.Check("u", {.cost = 30});  // 30 tokens at 10 per minute: 180 s
+  ASSERT_TRUE(d->allowed);
+  EXPECT_GT(d->reset_after, milliseconds(179'000));
+  EXPECT_LE(d->reset_after, milliseconds(180'000));
+  const std::string key = *limiter.KeyFor("u");
+  EXPECT_EQ(key, std::string(kPrefix) + ":{api:u}:gcra");
+  const int64_t pttl = Pttl(key);
+  EXPECT_GT(pttl, 179'000);
+  EXPECT_LE(pttl, d->reset_after.count());
+  // One value: the TAT, an integer Redis keeps without a string buffer, equal to the
+  // moment the key expires.
+  EXPECT_EQ(server_.Command({"OBJECT", "ENCODING", key}).str, "int");
+  const int64_t tat = std::stoll(Get(key));
+  const int64_t expires_at = server_.Command({"PEXPIRETIME", key}).integer;
+  EXPECT_NEAR(tat, expires_at, 1);  // the script's TIME and the SET's clock may be 1 ms apart
+  // A bucket that is full again has no key: its refund fills it and deletes the key.
+  EXPECT_TRUE(limiter.Refund("u", 30)->allowed);
+  EXPECT_TRUE(server_.Keys(std::string(kPrefix) + ":*").empty());
+}
+
+TEST_F(GcraRedis, StaleStateIsPrunedByTheCallThatReadsIt) {
+  // On a model clock the key outlives its full time by the grace; the next call must
+  // see a full bucket and drop the key.
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto limiter = *Connect(clock)->MakeLimiter("stale", Bucket(4, 4, seconds(1)));
+  ASSERT_TRUE(limiter.Check("s", {.cost = 4})->allowed);
+  const std::string key = *limiter.KeyFor("s");
+  clock->Advance(milliseconds(1000));
+  ASSERT_FALSE(server_.Keys(key).empty()) << "the grace keeps the key in Redis";
+  auto peek = limiter.Peek("s");
+  EXPECT_TRUE(peek->allowed);
+  EXPECT_EQ(peek->remaining, 4);
+  EXPECT_EQ(peek->reset_after, milliseconds(0));
+  EXPECT_TRUE(server_.Keys(key).empty());
+}
+
+TEST_F(GcraRedis, CostIsAllOrNothingAndCostAboveCapacityCreatesNoKey) {
+  auto limiter = *Connect()->MakeLimiter("upload", Bucket(10, 1, seconds(60)));
+  EXPECT_TRUE(limiter.Check("u", {.cost = 7})->allowed);
+  auto d = limiter.Check("u", {.cost = 4});
+  EXPECT_FALSE(d->allowed);
+  EXPECT_EQ(d->remaining, 3);
+  EXPECT_EQ(d->reason, RefusalReason::kOverLimit);
+  EXPECT_TRUE(limiter.Check("u", {.cost = 3})->allowed);
+  auto too_big = limiter.Check("v", {.cost = 11});
+  EXPECT_FALSE(too_big->allowed);
+  EXPECT_EQ(too_big->reason, RefusalReason::kCostExceedsLimit);
+  EXPECT_TRUE(server_.Keys(std::string(kPrefix) + ":{upload:v}:gcra").empty());
+}
+
+TEST_F(GcraRedis, PeekRefundAndReset) {
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto limiter = *Connect(clock)->MakeLimiter("ops", Bucket(10, 10, seconds(1)));
+  // Peek on a missing key: full, and nothing is created.
+  auto fresh = limiter.Peek("p", {.cost = 10});
+  EXPECT_TRUE(fresh->allowed);
+  EXPECT_EQ(fresh->remaining, 10);
+  EXPECT_TRUE(server_.Keys(std::string(kPrefix) + ":*").empty());
+  ASSERT_TRUE(limiter.Check("p", {.cost = 6})->allowed);
+  clock->Advance(milliseconds(50));  // 5.5 missing
+  auto peek = limiter.Peek("p", {.cost = 5});
+  EXPECT_FALSE(peek->allowed);
+  EXPECT_EQ(peek->remaining, 4);
+  EXPECT_EQ(peek->reset_after, milliseconds(550));
+  EXPECT_EQ(peek->retry_after, milliseconds(50));
+  auto refund = limiter.Refund("p", 2);  // 3.5 missing
+  EXPECT_TRUE(refund->allowed);
+  EXPECT_EQ(refund->remaining, 6);
+  EXPECT_EQ(refund->reset_after, milliseconds(350));
+  EXPECT_TRUE(limiter.Peek("p", {.cost = 5})->allowed);
+  auto reset = limiter.Reset("p");
+  EXPECT_TRUE(reset->allowed);
+  EXPECT_EQ(reset->remaining, 10);
+  EXPECT_TRUE(server_.Keys(std::string(kPrefix) + ":*").empty());
+  // A refund on a full bucket is a no-op that creates nothing.
+  EXPECT_EQ(limiter.Refund("p", 3)->remaining, 10);
+  EXPECT_TRUE(server_.Keys(std::string(kPrefix) + ":*").empty());
+}
+
+TEST_F(GcraRedis, KeyThatLostItsExpiryGetsItBackOnTouch) {
+  auto limiter = *Connect()->MakeLimiter("persist", Bucket(2, 1, seconds(20)));
+  const std::string key = *limiter.KeyFor("victim");
+  // Admitted path: the write sets the expiry again.
+  ASSERT_TRUE(limiter.Check("victim")->allowed);
+  ASSERT_EQ(server_.Command({"PERSIST", key}).integer, 1);
+  ASSERT_TRUE(limiter.Check("victim")->allowed);
+  EXPECT_GT(Pttl(key), 0);
+  // Refused path: the bucket is empty; a refusal gives the expiry back...
+  ASSERT_EQ(server_.Command({"PERSIST", key}).integer, 1);
+  ASSERT_FALSE(limiter.Check("victim")->allowed);
+  const int64_t pttl = Pttl(key);
+  EXPECT_GT(pttl, 39'000);
+  EXPECT_LE(pttl, 40'000);
+  // ...and never moves an existing one.
+  EXPECT_FALSE(limiter.Check("victim")->allowed);
+  EXPECT_LE(Pttl(key), pttl);
+  // Peek path.
+  ASSERT_EQ(server_.Command({"PERSIST", key}).integer, 1);
+  EXPECT_FALSE(limiter.Peek("victim")->allowed);
+  EXPECT_GT(Pttl(key), 0);
+}
+
+TEST_F(GcraRedis, SeededWithoutTtlTheNextCallGivesItOne) {
+  auto limiter = *Connect()->MakeLimiter("seeded", Bucket(5, 5, seconds(10)));
+  const std::string key = *limiter.KeyFor("s");
+  const int64_t now = [&] {
+    testing::RedisValue t = server_.Command({"TIME"});
+    return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
+  }();
+  // A TAT 10 s ahead (5 tokens missing) — written without any expiry.
+  ASSERT_EQ(server_.Command({"SET", key, std::to_string(now + 10'000)}).str, "OK");
+  ASSERT_EQ(Pttl(key), -1);
+  auto d = limiter.Check("s");
+  EXPECT_FALSE(d->allowed);
+  EXPECT_GT(Pttl(key), 9'000);
+  EXPECT_LE(Pttl(key), 10'000);
+  // A value sluice did not write is dropped by the call that reads it: a full bucket.
+  ASSERT_EQ(server_.Command({"SET", key, "not a tat"}).str, "OK");
+  auto peek = limiter.Peek("s");
+  EXPECT_TRUE(peek->allowed);
+  EXPECT_EQ(peek->remaining, 5);
+  EXPECT_TRUE(server_.Keys(key).empty());
+  ASSERT_EQ(server_.Command({"SET", key, "garbage"}).str, "OK");
+  EXPECT_EQ(limiter.Check("s")->remaining, 4);
+  EXPECT_GT(Pttl(key), 0);
+}
+
+TEST_F(GcraRedis, PlanChangeAppliesOnTheNextCallWithoutReset) {
+  auto limiter = *Connect()->MakeLimiter("plan", Limit::Gcra(1, 2));
+  ASSERT_TRUE(limiter.Check("acct")->allowed);
+  ASSERT_TRUE(limiter.Check("acct")->allowed);
+  ASSERT_FALSE(limiter.Check("acct")->allowed);
+  auto d = limiter.Check("acct", {.limit = Limit::Gcra(1, 4)});
+  EXPECT_TRUE(d->allowed);
+  EXPECT_EQ(d->remaining, 1);
+  EXPECT_EQ(d->limit, 4);
+  // Back to 2: the TAT stays where it is, 3 tokens ahead.
+  auto down = limiter.Check("acct");
+  EXPECT_FALSE(down->allowed);
+  EXPECT_EQ(down->remaining, 0);
+  EXPECT_GT(down->retry_after, milliseconds(1900));
+}
+
+// ---------------------------------------------------------------------------------------
+// Exactness under contention
+
+// In a child process: `threads` threads each make `calls` checks; returns admitted cost.
+int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity,
+               bool mixed_costs) {
+  auto client = Client::Create({.url = url, .prefix = kPrefix, .deadline = milliseconds(5000),
+                                .on_failure = FailurePolicy::kClosed, .denial_cache_size = 0});
+  if (!client.ok()) return -1;
+  // One token back per 366 days: nothing refills while the test runs.
+  auto limiter = *(*client)->MakeLimiter("hot", Bucket(capacity, 1, kMaxWindow));
+  std::atomic<int64_t> admitted{0}, errors{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < calls; ++i) {
+        const int64_t cost = mixed_costs ? 1 + (t * 7 + i) % 3 : 1;
+        auto d = limiter.Check("the-one-key", {.cost = cost});
+        if (!d.ok() || d->source != DecisionSource::kStore) {
+          ++errors;
+        } else if (d->allowed) {
+          admitted += cost;
+        }
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  return errors.load() > 0 ? -1 : admitted.load();
+}
+
+int64_t RunProcesses(const RedisServer& server, int processes, int threads, int calls,
+                     int64_t capacity, bool mixed_costs) {
+  std::vector<std::pair<pid_t, int>> children;
+  for (int p = 0; p < processes; ++p) {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      const int64_t admitted = Hammer(server.url(), threads, calls, capacity, mixed_costs);
+      const ssize_t w = ::write(fds[1], &admitted, sizeof admitted);
+      ::_exit(w == sizeof admitted ? 0 : 1);
+    }
+    ::close(fds[1]);
+    children.emplace_back(pid, fds[0]);
+  }
+  int64_t total = 0;
+  for (auto [pid, fd] : children) {
+    int64_t admitted = -1;
+    EXPECT_EQ(::read(fd, &admitted, sizeof admitted), static_cast<ssize_t>(sizeof admitted));
+    ::close(fd);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_GE(admitted, 0) << "a child saw errors";
+    total += admitted;
+  }
+  return total;
+}
+
+TEST_F(GcraRedis, ProcessesTimesThreadsAdmitExactlyTheCapacity) {
+  // 4 processes x 8 threads x 100 calls = 3200 attempts on a bucket of 500.
+  EXPECT_EQ(RunProcesses(server_, 4, 8, 100, 500, false), 500);
+  const std::string value = Get(std::string(kPrefix) + ":{hot:the-one-key}:gcra");
+  EXPECT_EQ(UsedOf(value, RedisNowMs(), kMaxWindow), 500) << value;
+}
+
+TEST_F(GcraRedis, MixedCostsNeverExceedTheCapacity) {
+  // Costs 1-3: the admitted total can stop short by at most 2, never go over.
+  const int64_t admitted = RunProcesses(server_, 3, 6, 100, 1000, true);
+  EXPECT_LE(admitted, 1000);
+  EXPECT_GE(admitted, 998);
+  const std::string value = Get(std::string(kPrefix) + ":{hot:the-one-key}:gcra");
+  EXPECT_EQ(UsedOf(value, RedisNowMs(), kMaxWindow), admitted)
+      << value << ": the stored TAT disagrees with what the callers were told";
+}
+
+}  // namespace
+}  // namespace sluice

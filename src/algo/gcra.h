@@ -1,5 +1,6 @@
-// gcra: the in-memory twin of gcra.lua (see algo/algorithm.h for the contract).
-// NOT IMPLEMENTED YET: AlgorithmAvailable() reports false, so no limiter can reach it.
+// GCRA: the in-memory twin of gcra.lua (the semantics, the stored value, the TTL rule
+// and the arithmetic are documented there). It must give exactly the script's reply for
+// the same state, arguments and clock; the differential tests hold it to that.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +10,17 @@
 
 namespace sluice::internal {
 
-struct GcraState {};
+// The theoretical arrival time, the moment the bucket is full again:
+// tat_ms + tat_fraction/rate ms (0 <= tat_fraction < rate, rate = refill or limit).
+struct GcraState {
+  int64_t tat_ms = 0;
+  int64_t tat_fraction = 0;
+};
 
+// One call. `state` is the stored state (nullopt: no key, a full bucket) and is updated
+// in place (nullopt afterwards: deleted). `expires_at_ms` is set to when the stored state
+// expires: the first ms at which the bucket is full (the TAT, rounded up).
 AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& args, int64_t now_ms,
-                       int64_t& expires_at_ms);
+                   int64_t& expires_at_ms);
 
 }  // namespace sluice::internal

@@ -1,2 +1,251 @@
--- sluice gcra: not implemented yet (AlgorithmAvailable() is false for it).
-return redis.error_reply('sluice: gcra is not implemented yet')
+-- sluice gcra: the generic cell rate algorithm, a token bucket of `limit` tokens (the
+-- burst) refilled at `refill` tokens per `window`, stored as ONE value per id: the
+-- theoretical arrival time (TAT), the moment the bucket is full again.
+-- KEYS[1]  the id's TAT, ms + f/refill milliseconds (0 <= f < refill; the fraction keeps
+--          the bucket exact when refill does not divide the window): the decimal integer
+--          ms when f is 0 (Redis keeps it as an integer, no string buffer), otherwise 16
+--          bytes, two big-endian IEEE-754 doubles ms and f (never a number's text: its
+--          first byte is not a digit). No key means a full bucket.
+-- ARGV     op, now ("" = Redis TIME), cost, limit, window ms, refill (0 = limit),
+--          aligned (unused) (see src/algo/algorithm.h)
+-- Returns  {code, remaining, reset_after_ms, retry_after_ms}
+-- TTL rule: every write is SET … PX <until the TAT>, so the key expires exactly when the
+-- bucket is full again and an idle id costs no memory; a call that reads a live TAT
+-- without writing it gives the key back an expiry if it lost one (PEXPIRE … NX, never
+-- moving an existing one). A TAT that is past (the key lost its TTL), a value sluice did
+-- not write, or a bucket found full is deleted by the call that reads it. Refused
+-- requests change nothing. Under a model clock (tests only) expiries get 60 s of grace,
+-- as in fixed_window.lua; the stored TAT keeps decisions exact.
+--
+-- Limits are arguments. A raised limit adds its tokens at once; a lowered one leaves the
+-- TAT where it is (nothing is admitted until the bucket refills below the new limit; the
+-- reply's remaining never goes below 0); under a changed refill the bucket is still full
+-- at the stored TAT and the time left is counted in tokens at the new rate. A TAT more
+-- than 2^52 ms away is not sluice's and is deleted.
+--
+-- Arithmetic: exact integers in doubles. Time is counted in ms plus a fraction in units
+-- of 1/refill ms, tokens in whole tokens, so no intermediate exceeds 2^53 for limit and
+-- refill <= 2^40 and window <= 366 days; products that could are taken apart by
+-- muldivmod. A bucket holds at most what refills in 2^52 ms (~142,000 years): when
+-- limit tokens take longer than that, the capacity in force is what refills in it.
+-- Clocks are below 2^52 ms (the year 142,000). The twin (gcra.cc) follows this file
+-- step by step.
+--
+-- Speed: in Redis's Lua every global (redis, math, tonumber, ARGV, ...) is a table
+-- lookup and every library call a C call, each costing as much as many arithmetic
+-- steps; so globals are read once, x - x % d stands for floor, strings become numbers by
+-- arithmetic, and the common case of muldivmod is written out where it is used.
+local H = 4503599627370496 -- 2^52: the horizon in ms, and the bound of exact products
+local call = redis.call
+local argv = ARGV
+local key = KEYS[1]
+
+-- floor(a*b/d) and a*b % d for integers 0 <= a, b <= 2^52 and 1 <= d < 2^41, when
+-- a*b >= 2^52 (below, p % d and (p - p % d) / d are exact). Exact when the quotient is
+-- below 2^53; a larger quotient comes back >= 2^52 (callers only compare such a
+-- quotient with something at most 2^52).
+local function wide(a, b, d)
+  local a0 = a % d
+  local b0 = b % d
+  local q = (a - a0) / d * b + a0 * ((b - b0) / d)
+  local p = a0 * b0
+  if p < H then
+    local r = p % d
+    return q + (p - r) / d, r
+  end
+  -- a0 * b0 with a0, b0 < d: long multiplication by b0's base-1024 digits, each partial
+  -- sum below 2^52 so every % d is exact.
+  local r, q0, k = 0, 0, 1099511627776
+  while k >= 1 do
+    local rest = b0 % k
+    local t = r * 1024 + a0 * ((b0 - rest) / k)
+    b0 = rest
+    r = t % d
+    q0 = q0 * 1024 + (t - r) / d
+    k = k / 1024
+  end
+  return q + q0, r
+end
+
+local op = argv[1]
+local now, grace = argv[2], 60000
+if now == '' then
+  local t = call('TIME')
+  local us = t[2] % 1000
+  now = t[1] * 1000 + (t[2] - us) / 1000
+  grace = 0
+else
+  now = now + 0
+end
+local cost = argv[3] + 0
+local limit = argv[4] + 0
+local window = argv[5] + 0
+local rate = argv[6] + 0
+if rate == 0 then
+  rate = limit
+end
+
+-- The capacity in force: `limit`, unless refilling it would take longer than H.
+local cap = limit
+if limit * window >= H then
+  local q, r = wide(limit, window, rate)
+  if q > H or (q == H and r > 0) then
+    cap = wide(H, rate, window)
+  end
+end
+
+-- The deficit: xm ms + xf/rate ms until the bucket is full.
+local v = call('GET', key)
+local live = false
+local xm, xf, stored_ttl
+if v then
+  local m, f = tonumber(v), 0
+  if not m and #v == 16 then
+    m, f = struct.unpack('>dd', v)
+  end
+  if m and f >= 0 and (now < m or (now == m and f > 0)) and m - now <= H then
+    xm = m - now
+    stored_ttl = xm
+    if f > 0 then
+      stored_ttl = xm + 1
+    end
+    xf = f
+    if xf >= rate then
+      xf = rate - 1 -- a TAT written under another refill: keep it below one ms
+    end
+    live = xm > 0 or xf > 0
+  end
+end
+
+if op == '3' then
+  if v then
+    call('DEL', key)
+  end
+  return {1, cap, 0, 0}
+end
+
+-- Stores the TAT now + m + f/rate ms; returns the ms until it.
+local function store(m, f)
+  if f > 0 then
+    call('SET', key, struct.pack('>dd', now + m, f), 'PX', m + 1 + grace)
+    return m + 1
+  end
+  call('SET', key, now + m, 'PX', m + grace)
+  return m
+end
+
+if not live then
+  if v and (op ~= '0' or cost > cap) then
+    call('DEL', key)
+  end
+  if cost > cap and op ~= '2' then
+    return {2, cap, 0, 0}
+  end
+  if op ~= '0' then
+    return {1, cap, 0, 0}
+  end
+  local p, nm, nf = cost * window
+  if p < H then
+    nf = p % rate
+    nm = (p - nf) / rate
+  else
+    nm, nf = wide(cost, window, rate)
+  end
+  return {1, cap - cost, store(nm, nf), 0}
+end
+
+-- Whole tokens missing, ceil(deficit * rate / window) — or, past 2^52 (a TAT written
+-- under a much slower refill), just a number larger than any limit or cost — and what
+-- is left.
+local used, remaining = xm, 0
+do
+  local p, q, r = xm * rate
+  if p < H then
+    r = p % window
+    q = (p - r) / window
+  else
+    q, r = wide(xm, rate, window)
+  end
+  if q > H then
+    used = q
+  else
+    r = r + xf
+    local u = r % window
+    used = q + (r - u) / window
+    if u > 0 then
+      used = used + 1
+    end
+    if used < cap then
+      remaining = cap - used
+    end
+  end
+end
+local reset = xm
+if xf > 0 then
+  reset = xm + 1
+end
+
+if op == '2' then
+  if cost >= used then
+    call('DEL', key)
+    return {1, cap, 0, 0}
+  end
+  local p, nm, nf = cost * window
+  if p < H then
+    nf = p % rate
+    nm = (p - nf) / rate
+  else
+    nm, nf = wide(cost, window, rate)
+  end
+  local ym, yf = xm - nm, xf - nf
+  if yf < 0 then
+    yf = yf + rate
+    ym = ym - 1
+  end
+  if used - cost < cap then
+    remaining = cap - (used - cost)
+  end
+  return {1, remaining, store(ym, yf), 0}
+end
+
+if cost > cap then
+  call('PEXPIRE', key, stored_ttl + grace, 'NX')
+  return {2, remaining, reset, reset}
+end
+if cost <= remaining then
+  if op == '0' then
+    local p, nm, nf = cost * window
+    if p < H then
+      nf = p % rate
+      nm = (p - nf) / rate
+    else
+      nm, nf = wide(cost, window, rate)
+    end
+    local sm, sf = xm + nm, xf + nf
+    if sf >= rate then
+      sf = sf - rate
+      sm = sm + 1
+    end
+    return {1, remaining - cost, store(sm, sf), 0}
+  end
+  call('PEXPIRE', key, stored_ttl + grace, 'NX')
+  return {1, remaining, reset, 0}
+end
+-- Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
+local p, tm, tf = (cap - cost) * window
+if p < H then
+  tf = p % rate
+  tm = (p - tf) / rate
+else
+  tm, tf = wide(cap - cost, window, rate)
+end
+local dm, df = xm - tm, xf - tf
+if df < 0 then
+  df = df + rate
+  dm = dm - 1
+end
+if df > 0 then
+  dm = dm + 1
+end
+call('PEXPIRE', key, stored_ttl + grace, 'NX')
+return {0, remaining, reset, dm}

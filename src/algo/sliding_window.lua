@@ -1,2 +1,194 @@
--- sluice sliding_window: not implemented yet (AlgorithmAvailable() is false for it).
-return redis.error_reply('sluice: sliding_window is not implemented yet')
+-- sluice sliding window counter: windows of `window` ms aligned to multiples of `window` on
+-- the clock; an id may spend `limit` per trailing window, estimated from two counters.
+-- KEYS[1]  the id's state: 20 bytes, struct.pack('<i8i6i6', start, current, previous):
+--          the current window's start (ms, little-endian int64) and the counts of the
+--          current window and of the one just before it (int48 each). Packed, not text:
+--          parsing and printing decimal numbers was a tenth of the script's cost.
+-- ARGV     op, now ("" = Redis TIME), cost (refund: amount), limit, window ms, refill
+--          (unused), aligned (unused: always aligned) (see src/algo/algorithm.h)
+-- Returns  {code, remaining, reset_after_ms, retry_after_ms}
+--
+-- Estimate at time t, e = t - start (0 <= e < window):
+--   used = floor(previous * (window - e) / window) + current
+-- consume(n) is admitted iff used + n <= limit (then current += n); refused requests change
+-- nothing. reset_after: until `used` is 0 for good. retry_after (refused): the first ms
+-- at which used + n <= limit if nothing else happens (`used` never rises on its own, so
+-- it is solved in closed form). refund(n) takes from the current count first, the rest
+-- from the previous one, never below 0. reset deletes the key.
+-- Arithmetic is integer-exact in Lua doubles for limit <= 2^40 and window <= 366 days:
+-- products below 2^52 are divided directly, larger ones digit by digit (muldiv).
+--
+-- TTL rule: the key expires exactly when `used` reaches 0 for good (at most at the end of
+-- the window after the current one), i.e. after reset_after; every write is SET … PX
+-- that. A call that reads live state without writing it gives the key back an expiry if
+-- it lost one (PEXPIRE … NX, never moving an existing one). State whose estimate is 0
+-- for good, a value sluice did not write, or a window starting more than a window after
+-- now (the clock stepped back that far) is deleted by the call that reads it.
+-- Under a model clock (tests only) expiries get 60 s of grace, as in fixed_window.lua;
+-- decisions come from the stored counts and start, never from the TTL.
+--
+-- Error bound versus an exact sliding log (at most `limit` in any trailing window): the
+-- estimate assumes the previous window's traffic was spread evenly over it. Within any
+-- trailing window of length `window` ending at t it admits at most
+-- limit + ceil(previous * e / window) <= 2 * limit units: the excess is reached only
+-- when the previous window's traffic was bunched at its very end. Conversely it may
+-- refuse while the trailing window holds fewer than `limit`, by at most the weighted
+-- previous count (traffic bunched at the previous window's start). Each aligned window
+-- admits at most `limit`, so the long-run rate never exceeds limit per window (all counts
+-- net of refunds). Rounding the weighted previous count down puts the estimate less than
+-- 1 unit below the real-valued weighting: it admits a request that real arithmetic would
+-- refuse only when that one misses by less than 1 unit, and never refuses one it admits.
+local key = KEYS[1]
+local op = ARGV[1]
+if op == '3' then
+  redis.call('DEL', key)
+  return {1, tonumber(ARGV[4]), 0, 0}
+end
+
+local floor = math.floor
+local now, grace
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
+  grace = 0
+else
+  now = tonumber(ARGV[2])
+  grace = 60000
+end
+local cost = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local w = tonumber(ARGV[5])
+
+-- floor(x * y / z) and the remainder, exact for x, z <= 2^41 and y < 2^40: a product
+-- below 2^52 is divided directly (its floored quotient is then exact); a larger one digit
+-- by digit of y in base 256, every partial product staying below 2^50.
+local function muldiv(x, y, z)
+  local prod = x * y
+  if prod < 4503599627370496 then
+    local q = floor(prod / z)
+    return q, prod - q * z
+  end
+  local q, r, b = 0, 0, 4294967296
+  while b >= 1 do
+    local t = r * 256 + x * (floor(y / b) % 256)
+    local d = floor(t / z)
+    q = q * 256 + d
+    r = t - d * z
+    b = b / 256
+  end
+  return q, r
+end
+
+-- The first ms at which the estimate of state (s, c, p) is 0 for good: once the current
+-- count has become the previous one, floor(c * (w - e) / w) = 0 iff e >= w + 1 - ceil(w / c).
+local function zero_at(s, c, p)
+  if c > 0 then
+    return s + w + w + 1 - math.ceil(w / c)
+  elseif p > 0 then
+    return s + w + 1 - math.ceil(w / p)
+  end
+  return -math.huge
+end
+
+local s, c, p, zero
+local v = redis.call('GET', key)
+if v then
+  local ok = #v == 20
+  if ok then
+    s, c, p = struct.unpack('<i8i6i6', v)
+    ok = c >= 0 and p >= 0 and s - now <= w
+  end
+  if ok then
+    zero = zero_at(s, c, p)
+  end
+  if not ok or now >= zero then
+    redis.call('DEL', key)
+    s = nil
+  end
+end
+
+if not s then
+  if cost > limit and op ~= '2' then
+    return {2, limit, 0, 0}
+  end
+  if op ~= '0' then
+    return {1, limit, 0, 0}
+  end
+  s = now - now % w
+  zero = zero_at(s, cost, 0)
+  redis.call('SET', key, struct.pack('<i8i6i6', s, cost, 0), 'PX', zero - now + grace)
+  return {1, limit - cost, zero - now, 0}
+end
+
+-- Live state. Rolling it into the next window changes neither decisions nor `zero`, so
+-- only a call that writes stores the rolled form.
+local e = now - s
+if e >= w then
+  s = s + w
+  p = c
+  c = 0
+  e = e - w
+elseif e < 0 then
+  e = 0  -- the clock stepped back behind the window's start: weigh as at its start
+end
+local used = c
+if p > 0 then
+  used = used + muldiv(p, w - e, w)
+end
+
+if op == '2' then
+  if cost <= c then
+    c = c - cost
+  else
+    p = p - (cost - c)
+    c = 0
+    if p < 0 then
+      p = 0
+    end
+  end
+  zero = zero_at(s, c, p)
+  if now >= zero then
+    redis.call('DEL', key)
+    return {1, limit, 0, 0}
+  end
+  redis.call('SET', key, struct.pack('<i8i6i6', s, c, p), 'PX', zero - now + grace)
+  used = c
+  if p > 0 then
+    used = used + muldiv(p, w - e, w)
+  end
+  return {1, limit - used, zero - now, 0}
+end
+
+local code = 1
+if cost > limit then
+  code = 2
+elseif used + cost > limit then
+  code = 0
+end
+if code == 1 and op == '0' then
+  c = c + cost
+  zero = zero_at(s, c, p)
+  redis.call('SET', key, struct.pack('<i8i6i6', s, c, p), 'PX', zero - now + grace)
+  return {1, limit - used - cost, zero - now, 0}
+end
+redis.call('PEXPIRE', key, zero - now + grace, 'NX')
+if code == 1 then
+  return {1, limit - used, zero - now, 0}
+elseif code == 2 then
+  return {2, limit - used, zero - now, zero - now}
+end
+-- Refused: the first m into the window starting at s (when current + cost fits: the
+-- previous count x weighs, k = limit - current - cost) or at s + w (otherwise: the
+-- current count x weighs as the previous one, k = limit - cost) with
+-- floor(x * (w - m) / w) <= k. As x > k, m = w - (ceil((k + 1) * w / x) - 1), 1 <= m <= w.
+local q, r
+if c + cost <= limit then
+  q, r = muldiv(limit - c - cost + 1, w, p)
+else
+  q, r = muldiv(limit - cost + 1, w, c)
+  s = s + w
+end
+if r == 0 then
+  q = q - 1
+end
+return {0, limit - used, zero - now, s + w - q - now}

@@ -1,14 +1,141 @@
 #include "algo/token_bucket.h"
 
+#include <limits>
+
 namespace sluice::internal {
 
-AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs& args, int64_t now_ms,
-                       int64_t& expires_at_ms) {
-  (void)state;
-  (void)args;
-  (void)now_ms;
-  (void)expires_at_ms;
-  return {0, 0, 0, 0};  // unreachable: AlgorithmAvailable(kTokenBucket) is false
+namespace {
+
+__extension__ using Wide = unsigned __int128;
+
+// ms until a deficit of k tokens + c/window token is refilled, rounded up
+// (token_bucket.lua: refill_ms).
+int64_t RefillMs(int64_t k, int64_t c, int64_t window, int64_t rate) {
+  const QuotRem qr = MulDivMod(k, window, rate);
+  const int64_t r = qr.rem + c;
+  int64_t u = r / rate;
+  if (u * rate < r) ++u;
+  return qr.quot + u;
+}
+
+}  // namespace
+
+QuotRem MulDivMod(int64_t a, int64_t b, int64_t d) {
+  const Wide p = static_cast<Wide>(a) * static_cast<Wide>(b);
+  const Wide q = p / static_cast<Wide>(d);
+  const int64_t rem = static_cast<int64_t>(p % static_cast<Wide>(d));
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return {q > static_cast<Wide>(kMax) ? kMax : static_cast<int64_t>(q), rem};
+}
+
+int64_t BucketCapacity(int64_t limit, int64_t window_ms, int64_t rate) {
+  const QuotRem full = MulDivMod(limit, window_ms, rate);
+  if (full.quot > kBucketHorizonMs || (full.quot == kBucketHorizonMs && full.rem > 0)) {
+    return MulDivMod(kBucketHorizonMs, rate, window_ms).quot;
+  }
+  return limit;
+}
+
+AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs& a,
+                          int64_t now, int64_t& expires_at_ms) {
+  const int64_t window = a.window_ms;
+  const int64_t rate = BucketRate(a);
+  const int64_t cap = BucketCapacity(a.limit, window, rate);
+  const int64_t cost = a.cost;
+
+  // The deficit now: xt tokens + xc/window token.
+  bool live = false;
+  int64_t xt = 0, xc = 0, stored_ttl = 0;
+  const bool had_state = state.has_value();
+  if (state) {
+    stored_ttl = state->at_ms + state->full_in_ms - now;
+    if (stored_ttl > 0 && stored_ttl <= kBucketHorizonMs) {
+      xt = state->tokens;
+      xc = state->fraction;
+      if (xc >= window) xc = window - 1;  // written under another window
+      int64_t e = now - state->at_ms;
+      if (e < 0) {
+        e = 0;
+      } else if (e > kBucketHorizonMs) {
+        e = kBucketHorizonMs;
+      }
+      const QuotRem drained = MulDivMod(e, rate, window);
+      if (drained.quot > xt || (drained.quot == xt && drained.rem >= xc)) {
+        xt = 0;
+        xc = 0;
+      } else {
+        xt -= drained.quot;
+        xc -= drained.rem;
+        if (xc < 0) {
+          xc += window;
+          --xt;
+        }
+      }
+      live = xt > 0 || xc > 0;
+    }
+  }
+
+  auto write = [&](int64_t tokens, int64_t fraction, int64_t ttl) {
+    state = TokenBucketState{tokens, fraction, now, ttl};
+    expires_at_ms = now + ttl;
+  };
+  auto keep = [&] { expires_at_ms = now + stored_ttl; };
+
+  if (a.op == Op::kReset) {
+    state.reset();
+    return {1, cap, 0, 0};
+  }
+
+  if (!live) {
+    if (had_state && (a.op != Op::kConsume || cost > cap)) state.reset();
+    if (cost > cap && a.op != Op::kRefund) return {2, cap, 0, 0};
+    if (a.op != Op::kConsume) return {1, cap, 0, 0};
+    const int64_t ttl = RefillMs(cost, 0, window, rate);
+    write(cost, 0, ttl);
+    return {1, cap - cost, ttl, 0};
+  }
+
+  int64_t reset = RefillMs(xt, xc, window, rate);
+  if (reset > stored_ttl) {
+    // Refill got slower since the write: the bucket is still full at the stored time.
+    const QuotRem capped = MulDivMod(stored_ttl, rate, window);
+    xt = capped.quot;
+    xc = capped.rem;
+    reset = stored_ttl;
+  }
+  int64_t used = xc > 0 ? xt + 1 : xt;
+  int64_t remaining = used < cap ? cap - used : 0;
+
+  if (a.op == Op::kRefund) {
+    if (cost > xt || (cost == xt && xc == 0)) {
+      state.reset();
+      return {1, cap, 0, 0};
+    }
+    xt -= cost;
+    used -= cost;
+    if (used < cap) remaining = cap - used;
+    const int64_t ttl = RefillMs(xt, xc, window, rate);
+    write(xt, xc, ttl);
+    return {1, remaining, ttl, 0};
+  }
+
+  if (cost > cap) {
+    keep();
+    return {2, remaining, reset, reset};
+  }
+  if (cost <= remaining) {
+    if (a.op == Op::kConsume) {
+      xt += cost;
+      const int64_t ttl = RefillMs(xt, xc, window, rate);
+      write(xt, xc, ttl);
+      return {1, remaining - cost, ttl, 0};
+    }
+    keep();
+    return {1, remaining, reset, 0};
+  }
+  // Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
+  keep();
+  return {0, remaining, reset, RefillMs(xt + cost - cap, xc, window, rate)};
 }
 
 }  // namespace sluice::internal

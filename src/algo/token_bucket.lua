@@ -1,2 +1,229 @@
--- sluice token_bucket: not implemented yet (AlgorithmAvailable() is false for it).
-return redis.error_reply('sluice: token_bucket is not implemented yet')
+-- sluice token bucket: `limit` tokens, refilled continuously at `refill` tokens per
+-- `window`; a request of cost n takes n tokens if all n are there.
+-- KEYS[1]  the id's bucket: 32 bytes, four big-endian IEEE-754 doubles (all integers)
+--          tokens, fraction, at_ms, full_in_ms: what the bucket was missing at at_ms
+--          (whole tokens plus fraction/window of a token, 0 <= fraction < window) and how
+--          long it then took to be full. No key means a full bucket.
+-- ARGV     op, now ("" = Redis TIME), cost, limit, window ms, refill (0 = limit),
+--          aligned (unused) (see src/algo/algorithm.h)
+-- Returns  {code, remaining, reset_after_ms, retry_after_ms}
+-- TTL rule: every write is SET … PX <until full>, so the key expires exactly when the
+-- bucket would be full again and an idle id costs no memory; a call that reads a live
+-- bucket without writing it gives the key back an expiry if it lost one (PEXPIRE … NX,
+-- never moving an existing one). A bucket past its full time (the key lost its TTL), a
+-- value sluice did not write, or a bucket found full is deleted by the call that reads
+-- it. Refused requests change nothing. Under a model clock (tests only) expiries get 60 s
+-- of grace, as in fixed_window.lua; the stored full time keeps decisions exact.
+--
+-- Limits are arguments. A raised limit adds its tokens at once; a lowered one leaves
+-- what was spent spent (nothing is admitted until the bucket refills below it; the
+-- reply's remaining never goes below 0). A changed refill applies to the tokens still
+-- missing since the state was written, but the bucket is full no later than the stored
+-- full time, the key's expiry. All of this is a function of the time alone, so a
+-- retry_after stays exact without writing on refusals. A stored value whose full time is
+-- more than 2^52 ms away is not sluice's and is deleted.
+--
+-- Arithmetic: exact integers in doubles. A deficit is whole tokens plus a fraction in
+-- units of 1/window token, time is whole ms, so no intermediate exceeds 2^53 for limit
+-- and refill <= 2^40 and window <= 366 days; products that could are taken apart by
+-- muldivmod. A bucket holds at most what refills in 2^52 ms (~142,000 years): when limit
+-- tokens take longer than that, the capacity in force is what refills in it. Clocks are
+-- below 2^52 ms (the year 142,000). The twin (token_bucket.cc) follows this file step by
+-- step.
+--
+-- Speed: in Redis's Lua every global (redis, math, tonumber, ARGV, ...) is a table
+-- lookup and every library call a C call, each costing as much as many arithmetic
+-- steps; so globals are read once, x - x % d stands for floor, strings become numbers by
+-- arithmetic, and the common case of muldivmod is written out where it is used.
+local H = 4503599627370496 -- 2^52: the horizon in ms, and the bound of exact products
+local call = redis.call
+local argv = ARGV
+local key = KEYS[1]
+
+-- floor(a*b/d) and a*b % d for integers 0 <= a, b <= 2^52 and 1 <= d < 2^41, when
+-- a*b >= 2^52 (below, p % d and (p - p % d) / d are exact). Exact when the quotient is
+-- below 2^53; a larger quotient comes back >= 2^52 (callers only compare such a
+-- quotient with something at most 2^52).
+local function wide(a, b, d)
+  local a0 = a % d
+  local b0 = b % d
+  local q = (a - a0) / d * b + a0 * ((b - b0) / d)
+  local p = a0 * b0
+  if p < H then
+    local r = p % d
+    return q + (p - r) / d, r
+  end
+  -- a0 * b0 with a0, b0 < d: long multiplication by b0's base-1024 digits, each partial
+  -- sum below 2^52 so every % d is exact.
+  local r, q0, k = 0, 0, 1099511627776
+  while k >= 1 do
+    local rest = b0 % k
+    local t = r * 1024 + a0 * ((b0 - rest) / k)
+    b0 = rest
+    r = t % d
+    q0 = q0 * 1024 + (t - r) / d
+    k = k / 1024
+  end
+  return q + q0, r
+end
+
+local op = argv[1]
+local now, grace = argv[2], 60000
+if now == '' then
+  local t = call('TIME')
+  local us = t[2] % 1000
+  now = t[1] * 1000 + (t[2] - us) / 1000
+  grace = 0
+else
+  now = now + 0
+end
+local cost = argv[3] + 0
+local limit = argv[4] + 0
+local window = argv[5] + 0
+local rate = argv[6] + 0
+if rate == 0 then
+  rate = limit
+end
+
+-- ms until a deficit of k tokens + c/window token is refilled, rounded up.
+local function refill_ms(k, c)
+  local p, q, r = k * window
+  if p < H then
+    r = p % rate
+    q = (p - r) / rate
+  else
+    q, r = wide(k, window, rate)
+  end
+  r = r + c
+  local u = r % rate
+  q = q + (r - u) / rate
+  if u > 0 then
+    return q + 1
+  end
+  return q
+end
+
+-- Stores a deficit of k tokens + c/window token, full in `ttl` ms; returns ttl.
+local function store(k, c, ttl)
+  call('SET', key, struct.pack('>dddd', k, c, now, ttl), 'PX', ttl + grace)
+  return ttl
+end
+
+-- The capacity in force: `limit`, unless refilling it would take longer than H.
+local cap = limit
+if limit * window >= H then
+  local q, r = wide(limit, window, rate)
+  if q > H or (q == H and r > 0) then
+    cap = wide(H, rate, window)
+  end
+end
+
+-- The deficit now: xt tokens + xc/window token.
+local v = call('GET', key)
+local live = false
+local xt, xc, stored_ttl
+if v and #v == 32 then
+  local at, full_in
+  xt, xc, at, full_in = struct.unpack('>dddd', v)
+  stored_ttl = at + full_in - now
+  if stored_ttl > 0 and stored_ttl <= H and xt >= 0 and xc >= 0 then
+    if xc >= window then
+      xc = window - 1 -- written under another window: keep it below one token
+    end
+    -- What came back since the state was written.
+    local e = now - at
+    if e < 0 then
+      e = 0
+    elseif e > H then
+      e = H
+    end
+    local p, dt, dc = e * rate
+    if p < H then
+      dc = p % window
+      dt = (p - dc) / window
+    else
+      dt, dc = wide(e, rate, window)
+    end
+    if dt > xt or (dt == xt and dc >= xc) then
+      xt, xc = 0, 0
+    else
+      xt = xt - dt
+      xc = xc - dc
+      if xc < 0 then
+        xc = xc + window
+        xt = xt - 1
+      end
+    end
+    live = xt > 0 or xc > 0
+  end
+end
+
+if op == '3' then
+  if v then
+    call('DEL', key)
+  end
+  return {1, cap, 0, 0}
+end
+
+if not live then
+  if v and (op ~= '0' or cost > cap) then
+    call('DEL', key)
+  end
+  if cost > cap and op ~= '2' then
+    return {2, cap, 0, 0}
+  end
+  if op ~= '0' then
+    return {1, cap, 0, 0}
+  end
+  return {1, cap - cost, store(cost, 0, refill_ms(cost, 0)), 0}
+end
+
+local reset = refill_ms(xt, xc)
+if reset > stored_ttl then
+  -- Refill got slower since the write: the bucket is still full at the stored time.
+  local p = stored_ttl * rate
+  if p < H then
+    xc = p % window
+    xt = (p - xc) / window
+  else
+    xt, xc = wide(stored_ttl, rate, window)
+  end
+  reset = stored_ttl
+end
+local used = xt
+if xc > 0 then
+  used = xt + 1
+end
+local remaining = 0
+if used < cap then
+  remaining = cap - used
+end
+
+if op == '2' then
+  if cost > xt or (cost == xt and xc == 0) then
+    call('DEL', key)
+    return {1, cap, 0, 0}
+  end
+  xt = xt - cost
+  used = used - cost
+  if used < cap then
+    remaining = cap - used
+  end
+  return {1, remaining, store(xt, xc, refill_ms(xt, xc)), 0}
+end
+
+if cost > cap then
+  call('PEXPIRE', key, stored_ttl + grace, 'NX')
+  return {2, remaining, reset, reset}
+end
+if cost <= remaining then
+  if op == '0' then
+    xt = xt + cost
+    return {1, remaining - cost, store(xt, xc, refill_ms(xt, xc)), 0}
+  end
+  call('PEXPIRE', key, stored_ttl + grace, 'NX')
+  return {1, remaining, reset, 0}
+end
+-- Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
+call('PEXPIRE', key, stored_ttl + grace, 'NX')
+return {0, remaining, reset, refill_ms(xt + cost - cap, xc)}

@@ -25,10 +25,10 @@ std::string_view AlgorithmName(Algorithm algorithm) {
 bool AlgorithmAvailable(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kFixedWindow: return true;
-    case Algorithm::kSlidingWindow: return false;
-    case Algorithm::kSlidingLog: return false;
-    case Algorithm::kTokenBucket: return false;
-    case Algorithm::kGcra: return false;
+    case Algorithm::kSlidingWindow: return true;
+    case Algorithm::kSlidingLog: return true;
+    case Algorithm::kTokenBucket: return true;
+    case Algorithm::kGcra: return true;
   }
   return false;
 }
