@@ -34,8 +34,11 @@ TEST(SlidingLogDifferential, TinyWindows) {
 
 TEST(SlidingLogDifferential, ManyIdsLongTrace) {
   testing::RedisServer server;
-  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kSlidingLog, .seed = 2718,
-                                         .window_ms = 3'000, .steps = 20'000, .ids = 3});
+  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kSlidingLog,
+                                         .seed = 2718,
+                                         .window_ms = 3'000,
+                                         .steps = 20'000,
+                                         .ids = 3});
 }
 
 }  // namespace

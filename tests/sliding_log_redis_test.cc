@@ -2,6 +2,7 @@
 // semantics, cost n, peek/refund/reset, the sorted set's layout (unique members even in
 // one millisecond), its TTL rule (expires when the newest entry leaves the window; a key
 // that lost its TTL gets it back), and exactness under processes x threads.
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,8 +13,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
@@ -282,7 +281,9 @@ TEST_F(SlidingLogRedis, LogSeededWithoutTtlGetsOneOrIsDeletedWhenStale) {
   const std::string key = *limiter.KeyFor("s");
   // A live log written without a TTL (e.g. restored from an old dump): two recent units.
   const long long now_ms = std::stoll(server_.Command({"TIME"}).elements[0].str) * 1000;
-  ASSERT_EQ(server_.Command({"ZADD", key, std::to_string(now_ms - 1000), "a0", std::to_string(now_ms - 500), "a1"})
+  ASSERT_EQ(server_
+                .Command({"ZADD", key, std::to_string(now_ms - 1000), "a0",
+                          std::to_string(now_ms - 500), "a1"})
                 .integer,
             2);
   ASSERT_EQ(server_.Command({"PTTL", key}).integer, -1);

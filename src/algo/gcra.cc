@@ -19,7 +19,7 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
   if (state) {
     const int64_t m = state->tat_ms;
     const int64_t f = state->tat_fraction;
-    if ((now < m || (now == m && f > 0)) && m - now <= h) {
+    if (f >= 0 && (now < m || (now == m && f > 0)) && m - now <= h) {
       xm = m - now;
       stored_ttl = f > 0 ? xm + 1 : xm;
       xf = f >= rate ? rate - 1 : f;  // a TAT written under another refill

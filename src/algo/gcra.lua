@@ -20,21 +20,22 @@
 -- Limits are arguments. A raised limit adds its tokens at once; a lowered one leaves the
 -- TAT where it is (nothing is admitted until the bucket refills below the new limit; the
 -- reply's remaining never goes below 0); under a changed refill the bucket is still full
--- at the stored TAT and the time left is counted in tokens at the new rate. A TAT more
--- than 2^52 ms away is not sluice's and is deleted.
+-- at the stored TAT and the time left is counted in tokens at the new rate. A value that
+-- is neither form, or a TAT more than 2^52 ms away, is not sluice's and is deleted.
 --
 -- Arithmetic: exact integers in doubles. Time is counted in ms plus a fraction in units
 -- of 1/refill ms, tokens in whole tokens, so no intermediate exceeds 2^53 for limit and
--- refill <= 2^40 and window <= 366 days; products that could are taken apart by
--- muldivmod. A bucket holds at most what refills in 2^52 ms (~142,000 years): when
--- limit tokens take longer than that, the capacity in force is what refills in it.
--- Clocks are below 2^52 ms (the year 142,000). The twin (gcra.cc) follows this file
--- step by step.
+-- refill <= 2^40 and window <= 366 days; products that could are taken apart by wide().
+-- A bucket holds at most what refills in 2^52 ms (~142,000 years): when limit tokens
+-- take longer than that, the capacity in force is what refills in it. Clocks are below
+-- 2^52 ms (the year 142,000). The twin (gcra.cc) follows this file step by step.
 --
 -- Speed: in Redis's Lua every global (redis, math, tonumber, ARGV, ...) is a table
 -- lookup and every library call a C call, each costing as much as many arithmetic
 -- steps; so globals are read once, x - x % d stands for floor, strings become numbers by
--- arithmetic, and the common case of muldivmod is written out where it is used.
+-- arithmetic, the common case of a*b/d is written out where it is used (wide() takes the
+-- rest), and a TAT with a fraction is packed binary (struct.pack/unpack cost a fraction
+-- of formatting and parsing text, and make no garbage strings).
 local H = 4503599627370496 -- 2^52: the horizon in ms, and the bound of exact products
 local call = redis.call
 local argv = ARGV

@@ -25,9 +25,10 @@
 -- not such a log (not a sorted set, or members sluice did not write) is deleted too.
 -- Refused requests change nothing. Under a model clock (tests only) expiries get 60 s of
 -- grace, as in fixed_window.lua.
--- Cost: the admitting path makes 5 redis.calls (TIME, 2 ZRANGE, ZADD, PEXPIRE), the
--- refusing one 4 (PTTL instead of the writes); constant arguments are passed as strings
--- and numbers formatted with '%d' (Redis 7.0 formats Lua numbers with a costly '%.17g').
+-- Cost: admitting makes 5 redis.calls (TIME, 2 ZRANGE, ZADD, PEXPIRE), refusing 4 (PTTL
+-- instead of the writes), plus 2 (ZREMRANGEBYSCORE, ZRANGE) when the oldest entry has
+-- left the window. Constant arguments are passed as strings and numbers formatted with
+-- '%d': Redis 7.0 turns a Lua number argument into a string with a costly '%.17g'.
 local key = KEYS[1]
 local op = ARGV[1]
 local limit = tonumber(ARGV[4])

@@ -25,8 +25,8 @@ class Log {
     if (state_ && expires_at_ms_ <= now_ms) state_.reset();
     int64_t expires_at_ms = 0;
     const AlgoReply reply = SlidingLogStep(
-        state_, AlgoArgs{.op = op, .cost = cost, .limit = limit_, .window_ms = window_ms_},
-        now_ms, expires_at_ms);
+        state_, AlgoArgs{.op = op, .cost = cost, .limit = limit_, .window_ms = window_ms_}, now_ms,
+        expires_at_ms);
     if (state_) {
       EXPECT_FALSE(state_->entries.empty());
       EXPECT_GT(expires_at_ms, now_ms) << "a stored log must outlive the call that wrote it";

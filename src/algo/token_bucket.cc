@@ -36,8 +36,8 @@ int64_t BucketCapacity(int64_t limit, int64_t window_ms, int64_t rate) {
   return limit;
 }
 
-AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs& a,
-                          int64_t now, int64_t& expires_at_ms) {
+AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs& a, int64_t now,
+                          int64_t& expires_at_ms) {
   const int64_t window = a.window_ms;
   const int64_t rate = BucketRate(a);
   const int64_t cap = BucketCapacity(a.limit, window, rate);
@@ -49,7 +49,8 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
   const bool had_state = state.has_value();
   if (state) {
     stored_ttl = state->at_ms + state->full_in_ms - now;
-    if (stored_ttl > 0 && stored_ttl <= kBucketHorizonMs) {
+    if (stored_ttl > 0 && stored_ttl <= kBucketHorizonMs && state->tokens >= 0 &&
+        state->fraction >= 0) {
       xt = state->tokens;
       xc = state->fraction;
       if (xc >= window) xc = window - 1;  // written under another window

@@ -20,13 +20,13 @@
 -- reply's remaining never goes below 0). A changed refill applies to the tokens still
 -- missing since the state was written, but the bucket is full no later than the stored
 -- full time, the key's expiry. All of this is a function of the time alone, so a
--- retry_after stays exact without writing on refusals. A stored value whose full time is
--- more than 2^52 ms away is not sluice's and is deleted.
+-- retry_after stays exact without writing on refusals. A stored value that is not 32
+-- bytes, or whose full time is more than 2^52 ms away, is not sluice's and is deleted.
 --
 -- Arithmetic: exact integers in doubles. A deficit is whole tokens plus a fraction in
 -- units of 1/window token, time is whole ms, so no intermediate exceeds 2^53 for limit
 -- and refill <= 2^40 and window <= 366 days; products that could are taken apart by
--- muldivmod. A bucket holds at most what refills in 2^52 ms (~142,000 years): when limit
+-- wide(). A bucket holds at most what refills in 2^52 ms (~142,000 years): when limit
 -- tokens take longer than that, the capacity in force is what refills in it. Clocks are
 -- below 2^52 ms (the year 142,000). The twin (token_bucket.cc) follows this file step by
 -- step.
@@ -34,7 +34,9 @@
 -- Speed: in Redis's Lua every global (redis, math, tonumber, ARGV, ...) is a table
 -- lookup and every library call a C call, each costing as much as many arithmetic
 -- steps; so globals are read once, x - x % d stands for floor, strings become numbers by
--- arithmetic, and the common case of muldivmod is written out where it is used.
+-- arithmetic, the common case of a*b/d is written out where it is used (wide() takes the
+-- rest), and the value is packed binary (struct.pack/unpack cost a fraction of
+-- formatting and parsing text, and make no garbage strings).
 local H = 4503599627370496 -- 2^52: the horizon in ms, and the bound of exact products
 local call = redis.call
 local argv = ARGV
