@@ -7,7 +7,7 @@
 #   sluice    sluice bench --concurrency 50 over the same ids, its ratio to the ceiling
 #             and the server's whole CPU per decision
 #   refused   the same ceiling with limit 10: after warm-up almost every call is refused
-#   memory    MEMORY USAGE of one id's key after 10 admitted requests
+#   memory    MEMORY USAGE of one id's key after 10 admitted requests (limit 100 per 60 s)
 # Usage: bench/ceilings.sh [seconds per run, default 5] [algorithm ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +50,7 @@ for a in "${ALGORITHMS[@]}"; do
   read -r ref ref_us <<<"$(ceiling "$sha" "$s" 10)"
   cli FLUSHALL >/dev/null
   for _ in $(seq 1 10); do
-    cli EVALSHA "$sha" 1 "sluicebench:{bench:user:mem}:$s" 0 "" 1 1000000000 60000 0 0 >/dev/null
+    cli EVALSHA "$sha" 1 "sluicebench:{bench:user:mem}:$s" 0 "" 1 100 60000 0 0 >/dev/null
   done
   mem=$(cli MEMORY USAGE "sluicebench:{bench:user:mem}:$s")
   printf '%-15s %10.0f %9s %12.0f %7.2f %11.2f %10.0f %9s %8s\n' "$a" "$ceil" "$ceil_us" "$rate" \

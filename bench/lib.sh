@@ -13,7 +13,7 @@ start_private_redis() {
     --logfile "$redis_dir/redis.log" --daemonize no &
   redis_pid=$!
   trap 'kill "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; rm -rf "$redis_dir"' EXIT
-  for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+  for _ in $(seq 1 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
   echo "redis-server did not start on port $port" >&2
   exit 2
 }
