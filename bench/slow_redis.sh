@@ -21,5 +21,6 @@ echo "reference (no pause):"
 run
 echo "with CLIENT PAUSE 2000 ALL two seconds in:"
 ( sleep 2.5; redis-cli -p "$port" CLIENT PAUSE 2000 ALL >/dev/null ) &
+pauser=$!
 run
-wait
+wait "$pauser"  # not a bare `wait`: the private redis-server is a background job too

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,6 +48,9 @@ struct Run {
   Histogram latency;
   uint64_t allowed = 0, refused = 0, errors = 0;
   uint64_t not_from_store = 0;  // decided by a failure policy or the denial cache
+  // Calls handed from an I/O thread to the driver thread (see Issue), and its wake-ups.
+  std::atomic<uint64_t> handoff{0}, wake{0};
+  std::thread::id driver;
   std::string first_error;
 };
 
@@ -82,18 +86,29 @@ ServerSample SampleServer(const Client& client) {
   return s;
 }
 
-// A store may answer inline (the embedded store does): a trampoline turns that
-// recursion into a loop on the thread that started it.
+// A check may complete inline (the embedded store, an open breaker, a cached denial): a
+// trampoline turns that recursion into a loop on the thread that started it. On one of
+// the client's I/O threads such a loop must not run for long — the thread has replies,
+// deadlines and the bench's own INFO calls to serve — so after a few inline answers in
+// a row the rest is handed to the driver thread.
 void Issue(const std::shared_ptr<Run>& run) {
   static thread_local bool issuing = false;
-  static thread_local int deferred = 0;
+  static thread_local uint64_t deferred = 0;
   if (issuing) {
     ++deferred;
     return;
   }
   issuing = true;
   deferred = 1;
-  while (deferred > 0) {
+  const bool on_driver = std::this_thread::get_id() == run->driver;
+  for (int inline_runs = 0; deferred > 0; ++inline_runs) {
+    if (!on_driver && inline_runs >= 64) {
+      run->handoff.fetch_add(deferred, std::memory_order_relaxed);
+      run->wake.fetch_add(1, std::memory_order_release);
+      run->wake.notify_one();
+      deferred = 0;
+      break;
+    }
     --deferred;
     IssueOne(run);
   }
@@ -163,10 +178,25 @@ int RunBench(const BenchOptions& o) {
   for (int i = 0; i < o.keys; ++i) run->ids.push_back("user:" + std::to_string(i));
 
   run->in_flight = o.concurrency;
-  // With an inline-answering store the driver keeps looping until the run stops.
-  std::thread driver([run, n = o.concurrency] {
+  // The driver starts the calls, then issues what I/O threads hand it (see Issue); with
+  // an inline-answering store it keeps looping in its own trampoline until the run stops.
+  std::promise<void> driver_known;
+  std::thread driver([run, n = o.concurrency, known = driver_known.get_future()]() mutable {
+    known.wait();
     for (int i = 0; i < n; ++i) Issue(run);
+    for (;;) {
+      const uint64_t seen = run->wake.load(std::memory_order_acquire);
+      const uint64_t handed = run->handoff.exchange(0, std::memory_order_relaxed);
+      for (uint64_t i = 0; i < handed; ++i) Issue(run);
+      if (run->stopping.load(std::memory_order_relaxed) &&
+          run->in_flight.load(std::memory_order_acquire) == 0) {
+        return;
+      }
+      if (handed == 0) run->wake.wait(seen, std::memory_order_acquire);
+    }
   });
+  run->driver = driver.get_id();
+  driver_known.set_value();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
   const ClientStats before = (*client)->stats();
   const ServerSample server_before = SampleServer(**client);
@@ -180,8 +210,12 @@ int RunBench(const BenchOptions& o) {
   const ServerSample server_after = SampleServer(**client);
   run->stopping = true;
   while (run->in_flight.load(std::memory_order_acquire) > 0) {
+    run->wake.fetch_add(1, std::memory_order_release);  // the driver drains its hand-offs
+    run->wake.notify_one();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  run->wake.fetch_add(1, std::memory_order_release);
+  run->wake.notify_one();
   driver.join();
 
   const uint64_t total = run->allowed + run->refused + run->errors;
