@@ -147,9 +147,9 @@ class Limiter {
   StatusOr<Decision> Check(std::string_view id, const CheckOptions& options = {}) const;
 
   // As Check, without blocking: `done` is called exactly once with the result, on one of
-  // the client's I/O threads — or on the calling thread before CheckAsync returns when
-  // the result is known at once (invalid input, embedded store, connection down).
-  // `done` must not block.
+  // the client's I/O threads, never inside CheckAsync (a result known at once — invalid
+  // input, embedded store, open breaker, cached denial — is posted), so a callback may
+  // check again without recursing. `done` must not block.
   void CheckAsync(std::string_view id, const CheckOptions& options, DecisionCallback done) const;
 
   // Reports the id's state now, spending nothing: `allowed` says whether a request of

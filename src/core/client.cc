@@ -3,6 +3,8 @@
 #include <atomic>
 #include <future>
 
+#include <boost/asio/post.hpp>
+
 #include "core/client_core.h"
 #include "core/keys.h"
 #include "memory/memory_store.h"
@@ -248,7 +250,21 @@ StatusOr<Decision> Limiter::ExecuteSync(int op, std::string_view id,
 
 void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
                          DecisionCallback done) const {
-  Execute(static_cast<int>(internal::Op::kConsume), id, options, std::move(done));
+  // A result known at once (embedded store, open breaker, cached denial, bad input) is
+  // delivered on an I/O thread, never inline: a callback that checks again must not
+  // recurse without bound.
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  Execute(static_cast<int>(internal::Op::kConsume), id, options,
+          [returned, core = core_, done = std::move(done)](StatusOr<Decision> result) mutable {
+            if (returned->load(std::memory_order_acquire)) {
+              done(std::move(result));
+              return;
+            }
+            boost::asio::post(core->io, [done = std::move(done), result = std::move(result)]() mutable {
+              done(std::move(result));
+            });
+          });
+  returned->store(true, std::memory_order_release);
 }
 
 StatusOr<Decision> Limiter::Check(std::string_view id, const CheckOptions& options) const {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -161,6 +162,32 @@ TEST(Client, ThreadSafeOnOneLimiter) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(allowed.load(), 1000);
   EXPECT_FALSE(limiter.Check("one")->allowed);
+}
+
+// A callback that checks again, 100k times on the embedded store (which knows every
+// answer at once): never called inside CheckAsync, so no recursion and no stack overflow.
+TEST(Client, CallbackThatChecksAgainNeverRecurses) {
+  auto client = MemoryClient();
+  auto limiter = *client->MakeLimiter("again", {.limit = 1'000'000, .window = seconds(3600)});
+  static thread_local bool inside_check_async = false;
+  std::atomic<int> left{100'000}, inline_calls{0};
+  std::promise<void> finished;
+  std::function<void()> next = [&] {
+    inside_check_async = true;
+    limiter.CheckAsync("x", {}, [&](StatusOr<Decision> d) {
+      if (inside_check_async) ++inline_calls;
+      if (!d.ok() || !d->allowed || --left == 0) {
+        finished.set_value();
+      } else {
+        next();
+      }
+    });
+    inside_check_async = false;
+  };
+  next();
+  finished.get_future().wait();
+  EXPECT_EQ(left.load(), 0);
+  EXPECT_EQ(inline_calls.load(), 0);
 }
 
 TEST(Client, LimiterOutlivesClientHandle) {
