@@ -360,6 +360,24 @@ TEST_F(SlidingLogRedis, PlanChangeAppliesOnTheNextCallWithoutReset) {
   EXPECT_EQ(server_.Command({"ZCARD", *limiter.KeyFor("acct")}).integer, 3);
 }
 
+TEST_F(SlidingLogRedis, AClockThatStepsBackCannotReorderTheLog) {
+  auto clock = std::make_shared<testing::FakeClock>(6'000'000'500);
+  auto limiter = *Connect(clock)->MakeLimiter("back", SlidingLog(3, seconds(1)));
+  ASSERT_TRUE(limiter.Check("b")->allowed);
+  clock->Set(6'000'000'200);  // 300 ms back
+  auto d = limiter.Check("b", {.cost = 2});
+  EXPECT_TRUE(d->allowed);
+  EXPECT_EQ(d->remaining, 0);
+  EXPECT_EQ(d->reset_after, milliseconds(1'300)) << "filed at the newest time, not earlier";
+  const std::string key = *limiter.KeyFor("b");
+  auto entries = server_.Command({"ZRANGE", key, "0", "-1", "WITHSCORES"}).elements;
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[1].str, "6000000500");
+  EXPECT_EQ(entries[2].str, "a1:2");
+  EXPECT_EQ(entries[3].str, "6000000500");
+  EXPECT_GT(server_.Command({"PTTL", key}).integer, 60'000) << "model clock: expiry + grace";
+}
+
 TEST_F(SlidingLogRedis, StartsAreRenumberedLongBeforeDoublesLoseThem) {
   // Largest limit and costs, entries overlapping so the log is never empty: starts grow
   // by 2^39 per request and are renumbered after about 2^11 of them.

@@ -88,7 +88,8 @@ struct ClientOptions {
   // open before one probe call is let through. Default: 5 and 1000 ms.
   int breaker_failures = 5;
   std::chrono::milliseconds breaker_cool_down{1000};
-  // Keys whose latest refusal is remembered (LRU), so that checks of a refused id are
+  // Keys whose latest refusal is remembered (LRU), so that checks of a refused id (same
+  // limit, same cost; `remaining` is as of the refusal) are
   // refused locally until its retry_after without a store call; 0 turns the cache off.
   // Default: 10000.
   std::size_t denial_cache_size = 10000;

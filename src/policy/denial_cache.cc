@@ -33,8 +33,10 @@ std::optional<Decision> DenialCache::Lookup(const std::string& key, const Limit&
     shard.index.erase(it);
     return std::nullopt;
   }
-  // A different limit (a plan change) or a smaller cost may pass: ask the store.
-  if (!SameLimit(e.limit, limit) || cost < e.cost) return std::nullopt;
+  // Only the same request is answered here: a different limit (a plan change) or a
+  // smaller cost may pass, and a larger cost waits longer than the cached retry_after
+  // (or can never pass): ask the store.
+  if (!SameLimit(e.limit, limit) || cost != e.cost) return std::nullopt;
   Decision d;
   d.allowed = false;
   d.limit = limit.limit;

@@ -1,5 +1,5 @@
 // Cached denials: once the store refused a key until time T (retry_after), later checks
-// of that key with the same limit and at least the same cost are refused here until T,
+// of that key with the same limit and the same cost are refused here until T,
 // without a store call — a flood from one refused id costs Redis one call per denial
 // period. Bounded: an LRU of `capacity` keys (16 shards). A refund or reset of the key
 // from this process drops its entry; a refund made by another process is not seen, so a

@@ -201,7 +201,7 @@ TEST_F(Policies, DenialCacheStepsAsideForRefundsPlanChangesAndSmallerCosts) {
   ASSERT_TRUE(limiter.Check("x", {.cost = 3})->allowed);
   ASSERT_EQ(limiter.Check("x", {.cost = 2})->source, DecisionSource::kStore);  // refused, cached
   EXPECT_EQ(limiter.Check("x", {.cost = 2})->source, DecisionSource::kCachedDenial);
-  EXPECT_EQ(limiter.Check("x", {.cost = 3})->source, DecisionSource::kCachedDenial);
+  EXPECT_EQ(limiter.Check("x", {.cost = 3})->source, DecisionSource::kStore);  // waits longer
   auto smaller = limiter.Check("x", {.cost = 1});  // may fit: ask the store
   EXPECT_EQ(smaller->source, DecisionSource::kStore);
   EXPECT_TRUE(smaller->allowed);
