@@ -25,7 +25,9 @@
 -- TTL rule: the set expires when its last lease does. Every write that moves a score
 -- forward moves the key's expiry with it (PEXPIRE … GT); a new key gets a plain PEXPIRE;
 -- when GT refuses (same ms, or the key lost its expiry) PTTL tells which, and a key
--- with no expiry gets one at its latest score. Under a model clock (tests only)
+-- with no expiry gets one at its latest score; every other path through an existing
+-- set (refusals, heartbeats that find their lease gone, lists) checks PTTL the same way.
+-- (Releasing one lease is a plain ZREM, which cannot: the next acquire repairs it.) Under a model clock (tests only)
 -- expiries get 60 s of grace, as in fixed_window.lua.
 -- A key that is not a sorted set (WRONGTYPE) is deleted by the acquire that finds it.
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
@@ -84,12 +86,14 @@ if op == '1' then
   local member = ARGV[3]
   local score = redis.call('ZSCORE', key, member)
   if not score then
+    restore_ttl()
     return {0, 0, now, 0}
   end
   score = tonumber(score)
   if score <= now then
     -- Expired but not yet pruned: gone for good (ZADD XX GT alone would revive it).
     redis.call('ZREM', key, member)
+    restore_ttl()
     return {0, 0, now, 0}
   end
   local expires = now + tonumber(ARGV[5])
@@ -115,9 +119,7 @@ if op == '4' then
     out[#out + 1] = rows[i]
     out[#out + 1] = tonumber(rows[i + 1])
   end
-  if #rows > 0 then
-    restore_ttl()
-  end
+  restore_ttl()
   return out
 end
 

@@ -9,6 +9,7 @@
 #include "sluice/lease.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -41,14 +42,25 @@ int64_t WallMs() {
       .count();
 }
 
+// Counts fork()s in this process's lineage: a child must not hand out the random bytes
+// its parent drew before forking (two processes, one lease id, one slot for two holders).
+std::atomic<uint64_t> g_forks{0};
+[[maybe_unused]] const int g_fork_hook = ::pthread_atfork(nullptr, nullptr, [] {
+  g_forks.fetch_add(1, std::memory_order_relaxed);
+});
+
 // 128 random bits from the kernel's CSPRNG as 22 base64url characters. Bytes are drawn
-// 4 KiB at a time per thread, so an acquire costs no system call on average.
+// 4 KiB at a time per thread, so an acquire costs no system call on average; a pool
+// drawn before a fork() is thrown away in the child.
 std::string NewToken() {
   static constexpr char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   thread_local std::array<unsigned char, 4096> pool;
   thread_local std::size_t used = pool.size();
-  if (used + 16 > pool.size()) {
+  thread_local uint64_t drawn_at_fork = 0;
+  const uint64_t forks = g_forks.load(std::memory_order_relaxed);
+  if (used + 16 > pool.size() || drawn_at_fork != forks) {
+    drawn_at_fork = forks;
     std::size_t filled = 0;
     while (filled < pool.size()) {
       ssize_t n = getrandom(pool.data() + filled, pool.size() - filled, 0);

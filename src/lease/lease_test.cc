@@ -1,0 +1,648 @@
+// The concurrency lease API (sluice/lease.h) on the embedded store: option validation,
+// grants up to the limit, release by destructor and by Release(), heartbeats that keep a
+// lease past its ttl, per-call limits, List, the audited ReleaseAll (and what its holders
+// see), and the lease gauges in Client::Metrics() and the Prometheus text.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "sluice/sluice.h"
+#include "testing/fake_clock.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr int64_t kT0 = 1'700'000'000'123;
+
+std::shared_ptr<Client> MemoryClient(std::shared_ptr<testing::FakeClock> clock = nullptr) {
+  auto client = Client::Create({.url = "memory://", .model_clock = std::move(clock)});
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  return *client;
+}
+
+ConcurrencyLimiter MakeLimiter(const std::shared_ptr<Client>& client, const std::string& name,
+                               const ConcurrencyOptions& options) {
+  auto limiter = client->MakeConcurrencyLimiter(name, options);
+  EXPECT_TRUE(limiter.ok()) << limiter.status().ToString();
+  return *std::move(limiter);
+}
+
+// Polls `done` every 2 ms until it holds or `timeout` passes.
+bool WaitUntil(const std::function<bool()>& done, milliseconds timeout) {
+  const auto until = steady_clock::now() + timeout;
+  while (!done()) {
+    if (steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  return true;
+}
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The gauges' max_1m restarts at each wall-clock minute: tests that read it start well
+// inside a minute (at most ~10 s of waiting).
+void AwayFromMinuteEdge() {
+  const int64_t into = WallMs() % 60'000;
+  if (into > 50'000) std::this_thread::sleep_for(milliseconds(60'000 - into + 20));
+}
+
+std::optional<double> Gauge(const std::vector<MetricSample>& samples, const std::string& name,
+                            const std::string& limiter, const std::string& id) {
+  for (const MetricSample& s : samples) {
+    if (s.name != name) continue;
+    const std::vector<std::pair<std::string, std::string>> labels = {{"limiter", limiter},
+                                                                     {"id", id}};
+    if (s.labels != labels) continue;
+    EXPECT_EQ(s.type, MetricType::kGauge) << name;
+    return s.value;
+  }
+  return std::nullopt;
+}
+
+struct Gauges {
+  std::optional<double> held, live, max_1m;
+  bool operator==(const Gauges&) const = default;
+};
+std::ostream& operator<<(std::ostream& os, const Gauges& g) {
+  auto show = [](const std::optional<double>& v) { return v ? std::to_string(*v) : "none"; };
+  return os << "{held " << show(g.held) << ", live " << show(g.live) << ", max_1m "
+            << show(g.max_1m) << "}";
+}
+Gauges Read(const Client& client, const std::string& limiter, const std::string& id) {
+  const auto samples = client.Metrics();
+  return {Gauge(samples, "sluice_leases_held", limiter, id),
+          Gauge(samples, "sluice_leases_live", limiter, id),
+          Gauge(samples, "sluice_leases_live_max_1m", limiter, id)};
+}
+Gauges Want(double held, double live, double max_1m) { return {held, live, max_1m}; }
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// ---------------------------------------------------------------------------------------
+// Options
+
+TEST(ConcurrencyLimiter, RejectsBadOptions) {
+  auto client = MemoryClient();
+  auto code = [&](std::string_view name, const ConcurrencyOptions& o) {
+    return client->MakeConcurrencyLimiter(name, o).status().code();
+  };
+  constexpr auto kBad = StatusCode::kInvalidArgument;
+  EXPECT_EQ(code("c", {.limit = 0}), kBad);
+  EXPECT_EQ(code("c", {.limit = -1}), kBad);
+  EXPECT_EQ(code("c", {.limit = kMaxLimit + 1}), kBad);
+  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(9)}), kBad);
+  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(0)}), kBad);
+  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(100),
+                       .heartbeat_interval = milliseconds(100)}), kBad);
+  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(100),
+                       .heartbeat_interval = milliseconds(101)}), kBad);
+  EXPECT_EQ(code("c", {.limit = 1, .heartbeat_interval = milliseconds(-1)}), kBad);
+  EXPECT_EQ(code("", {.limit = 1}), kBad);
+  EXPECT_EQ(code("a:b", {.limit = 1}), kBad);
+  EXPECT_EQ(code("a{b}", {.limit = 1}), kBad);
+  EXPECT_EQ(code("a b", {.limit = 1}), kBad);
+  EXPECT_EQ(code(std::string(65, 'x'), {.limit = 1}), kBad);
+  // The edges that are allowed.
+  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(10),
+                       .heartbeat_interval = milliseconds(9)}), StatusCode::kOk);
+  EXPECT_EQ(code("c", {.limit = kMaxLimit}), StatusCode::kOk);
+  EXPECT_EQ(code("A-z_0.9", {.limit = 1}), StatusCode::kOk);
+  EXPECT_EQ(code(std::string(64, 'x'), {.limit = 1}), StatusCode::kOk);
+  auto ok = client->MakeConcurrencyLimiter("streams", {.limit = 7});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->name(), "streams");
+  EXPECT_EQ(ok->options().limit, 7);
+}
+
+TEST(ConcurrencyLimiter, RejectsBadCalls) {
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "c", {.limit = 1});
+  EXPECT_EQ(limiter.Acquire("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(limiter.Acquire("x", {.limit = 0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(limiter.Acquire("x", {.deadline = milliseconds(0)}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(limiter.List("").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(limiter.KeyFor("").status().code(), StatusCode::kInvalidArgument);
+  // None of them took the slot.
+  auto a = limiter.Acquire("x");
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->acquired);
+}
+
+// ---------------------------------------------------------------------------------------
+// Acquire and release
+
+TEST(ConcurrencyLimiter, GrantsExactlyTheLimitThenRefuses) {
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto client = MemoryClient(clock);
+  // A long ttl: no heartbeat moves an expiry during the test.
+  auto limiter = MakeLimiter(client, "streams", {.limit = 3, .lease_ttl = milliseconds(60'000)});
+  std::vector<Lease> held;
+  for (int i = 0; i < 3; ++i) {
+    auto a = limiter.Acquire("user:1");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(a->acquired) << i;
+    EXPECT_EQ(a->live, i + 1);
+    EXPECT_EQ(a->limit, 3);
+    EXPECT_EQ(a->source, DecisionSource::kStore);
+    EXPECT_EQ(a->reason, RefusalReason::kNone);
+    EXPECT_EQ(a->retry_after, milliseconds(0));
+    EXPECT_TRUE(a->lease.held());
+    EXPECT_EQ(a->lease.loss(), LeaseLoss::kNone);
+    EXPECT_EQ(a->lease.acquired_at_ms(), clock->NowMs());
+    EXPECT_EQ(a->lease.id().rfind(std::to_string(clock->NowMs()) + ":", 0), 0u) << a->lease.id();
+    EXPECT_GE(a->lease.id().size(), std::to_string(kT0).size() + 1 + 16) << "an unguessable token";
+    held.push_back(std::move(a->lease));
+    clock->Advance(milliseconds(100));
+  }
+  EXPECT_NE(held[0].id(), held[1].id());
+  // Now kT0 + 300; the earliest lease expires at kT0 + 60'000.
+  for (int i = 0; i < 3; ++i) {
+    auto refused = limiter.Acquire("user:1");
+    ASSERT_TRUE(refused.ok());
+    EXPECT_FALSE(refused->acquired);
+    EXPECT_FALSE(refused->lease.held());
+    EXPECT_EQ(refused->reason, RefusalReason::kOverLimit);
+    EXPECT_EQ(refused->source, DecisionSource::kStore);
+    EXPECT_EQ(refused->live, 3);
+    EXPECT_EQ(refused->limit, 3);
+    EXPECT_EQ(refused->retry_after, milliseconds(60'000 - 300 - 10 * i));
+    clock->Advance(milliseconds(10));
+  }
+  // Another id has its own slots.
+  auto other = limiter.Acquire("user:2");
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->acquired);
+  EXPECT_EQ(other->live, 1);
+  // At the earliest expiry the first slot is free again.
+  clock->Set(kT0 + 60'000);
+  auto again = limiter.Acquire("user:1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->acquired);
+  EXPECT_EQ(again->live, 3);
+}
+
+TEST(ConcurrencyLimiter, DestructorAndReleaseFreeTheSlot) {
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "c", {.limit = 1});
+  {
+    auto a = limiter.Acquire("x");
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(a->acquired);
+    auto refused = limiter.Acquire("x");
+    ASSERT_TRUE(refused.ok());
+    EXPECT_FALSE(refused->acquired);
+  }  // the Acquisition (and its Lease) goes away
+  auto b = limiter.Acquire("x");
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->acquired) << "the destructor released the slot";
+  EXPECT_EQ(b->live, 1);
+
+  EXPECT_TRUE(b->lease.Release().ok());
+  EXPECT_FALSE(b->lease.held());
+  EXPECT_EQ(b->lease.loss(), LeaseLoss::kNone) << "a release by the owner is not a loss";
+  auto listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  auto c = limiter.Acquire("x");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->acquired) << "Release() freed the slot";
+
+  // Move-assigning over a held lease releases what it held.
+  Lease moved = std::move(c->lease);
+  EXPECT_TRUE(moved.held());
+  moved = Lease();
+  EXPECT_FALSE(moved.held());
+  auto d = limiter.Acquire("x");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->acquired);
+}
+
+TEST(ConcurrencyLimiter, ReleaseIsIdempotent) {
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "c", {.limit = 2});
+  auto a = limiter.Acquire("x");
+  auto b = limiter.Acquire("x");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a->acquired && b->acquired);
+  EXPECT_TRUE(a->lease.Release().ok());
+  EXPECT_TRUE(a->lease.Release().ok());
+  EXPECT_TRUE(a->lease.Release().ok());
+  EXPECT_FALSE(a->lease.held());
+  EXPECT_EQ(a->lease.Heartbeat().code(), StatusCode::kFailedPrecondition);
+  // The other lease was not touched by the repeated releases.
+  EXPECT_TRUE(b->lease.held());
+  auto listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id, b->lease.id());
+  EXPECT_TRUE(b->lease.Heartbeat().ok());
+  // An empty Lease releases as a no-op.
+  Lease none;
+  EXPECT_TRUE(none.Release().ok());
+  EXPECT_FALSE(none.held());
+  EXPECT_EQ(none.Heartbeat().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ConcurrencyLimiter, HeartbeatsKeepALeasePastItsTtl) {
+  auto client = MemoryClient();  // the system clock: heartbeats and expiry are real
+  auto limiter = MakeLimiter(client, "c", {.limit = 1, .lease_ttl = milliseconds(200),
+                                           .heartbeat_interval = milliseconds(20)});
+  auto a = limiter.Acquire("x");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(a->acquired);
+  const auto start = steady_clock::now();
+  int refusals = 0;
+  while (steady_clock::now() - start < milliseconds(600)) {
+    ASSERT_TRUE(a->lease.held()) << "after "
+        << std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count() << " ms";
+    auto other = limiter.Acquire("x");
+    ASSERT_TRUE(other.ok());
+    ASSERT_FALSE(other->acquired) << "the slot is taken";
+    EXPECT_GT(other->retry_after, milliseconds(0));
+    EXPECT_LE(other->retry_after, milliseconds(200));
+    ++refusals;
+    std::this_thread::sleep_for(milliseconds(25));
+  }
+  EXPECT_GE(refusals, 10);
+  EXPECT_EQ(a->lease.loss(), LeaseLoss::kNone);
+  // Three ttls later the store still has it, expiring in the future.
+  auto listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id, a->lease.id());
+  EXPECT_GT((*listed)[0].expires_at_ms, WallMs());
+  EXPECT_LE((*listed)[0].expires_at_ms, WallMs() + 200);
+  EXPECT_GE(WallMs() - (*listed)[0].acquired_at_ms, 600);
+
+  EXPECT_TRUE(a->lease.Release().ok());
+  auto b = limiter.Acquire("x");
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->acquired);
+}
+
+TEST(ConcurrencyLimiter, PerCallLimitTakesEffectOnThatCall) {
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "plan", {.limit = 1});
+  auto a = limiter.Acquire("t");
+  ASSERT_TRUE(a.ok() && a->acquired);
+  auto refused = limiter.Acquire("t");
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(refused->acquired);
+  EXPECT_EQ(refused->limit, 1);
+
+  auto upgraded = limiter.Acquire("t", {.limit = 2});
+  ASSERT_TRUE(upgraded.ok());
+  EXPECT_TRUE(upgraded->acquired);
+  EXPECT_EQ(upgraded->limit, 2);
+  EXPECT_EQ(upgraded->live, 2);
+  auto full = limiter.Acquire("t", {.limit = 2});
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(full->acquired);
+  EXPECT_EQ(full->live, 2);
+  auto more = limiter.Acquire("t", {.limit = 3});
+  ASSERT_TRUE(more.ok());
+  EXPECT_TRUE(more->acquired);
+  EXPECT_EQ(more->live, 3);
+  // Back to the limiter's limit: refused, counting the three live leases.
+  auto down = limiter.Acquire("t");
+  ASSERT_TRUE(down.ok());
+  EXPECT_FALSE(down->acquired);
+  EXPECT_EQ(down->live, 3);
+  EXPECT_EQ(down->limit, 1);
+  EXPECT_EQ(down->reason, RefusalReason::kOverLimit);
+}
+
+TEST(ConcurrencyLimiter, ListShowsTheLiveLeasesSoonestFirst) {
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto client = MemoryClient(clock);
+  auto limiter = MakeLimiter(client, "c", {.limit = 5, .lease_ttl = milliseconds(60'000)});
+  auto empty = limiter.List("x");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+
+  auto a = limiter.Acquire("x");
+  clock->Advance(milliseconds(7));
+  auto b = limiter.Acquire("x");
+  auto c = limiter.Acquire("x");
+  auto other = limiter.Acquire("y");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && other.ok());
+  ASSERT_TRUE(a->acquired && b->acquired && c->acquired && other->acquired);
+
+  auto listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 3u);
+  EXPECT_EQ((*listed)[0].id, a->lease.id());
+  EXPECT_EQ((*listed)[0].acquired_at_ms, kT0);
+  EXPECT_EQ((*listed)[0].expires_at_ms, kT0 + 60'000);
+  // b and c expire in the same ms: ordered by id.
+  const auto [first, second] = std::minmax(b->lease.id(), c->lease.id());
+  EXPECT_EQ((*listed)[1].id, first);
+  EXPECT_EQ((*listed)[2].id, second);
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_EQ((*listed)[i].acquired_at_ms, kT0 + 7);
+    EXPECT_EQ((*listed)[i].expires_at_ms, kT0 + 60'007);
+  }
+
+  ASSERT_TRUE(b->lease.Release().ok());
+  listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].id, a->lease.id());
+  EXPECT_EQ((*listed)[1].id, c->lease.id());
+  // At a's expiry it is no longer listed; 1 ms before it still is.
+  clock->Set(kT0 + 59'999);
+  listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 2u);
+  clock->Set(kT0 + 60'000);
+  listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id, c->lease.id());
+  auto y = limiter.List("y");
+  ASSERT_TRUE(y.ok());
+  ASSERT_EQ(y->size(), 1u);
+  EXPECT_EQ((*y)[0].id, other->lease.id());
+}
+
+// ---------------------------------------------------------------------------------------
+// ReleaseAll
+
+class ReleaseAllTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "sluice-lease-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ReleaseAllTest, RefusesWithoutActorReasonOrLog) {
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "c", {.limit = 2});
+  auto a = limiter.Acquire("x");
+  ASSERT_TRUE(a.ok() && a->acquired);
+  const std::string log = Path("audit.jsonl");
+  const AuditOptions audit{.log_path = log};
+  constexpr auto kBad = StatusCode::kInvalidArgument;
+  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = ""}, audit).status().code(), kBad);
+  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "stuck"}, {}).status().code(), kBad);
+  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "o\nps", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "a\x01"}, audit).status().code(), kBad);
+  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "\xff\xfe"}, audit).status().code(), kBad);
+  EXPECT_EQ(limiter.ReleaseAll("", {.actor = "ops", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "stuck"}, audit, milliseconds(0))
+                .status().code(), kBad);
+  EXPECT_FALSE(std::filesystem::exists(log)) << "no record for an action that was not done";
+  // A log that cannot be opened stops the action before the store.
+  auto unopenable = limiter.ReleaseAll("x", {.actor = "ops", .reason = "stuck"},
+                                       {.log_path = Path("missing-dir/audit.jsonl")});
+  EXPECT_FALSE(unopenable.ok());
+  EXPECT_TRUE(a->lease.held());
+  auto listed = limiter.List("x");
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->size(), 1u) << "nothing was released";
+}
+
+TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "streams", {.limit = 3, .lease_ttl = milliseconds(5000),
+                                                 .heartbeat_interval = milliseconds(20)});
+  std::atomic<int> lost_a{0}, lost_b{0}, lost_other{0};
+  std::atomic<int> lost_a_why{-1};
+  auto a = limiter.Acquire("user 1", {.on_lost = [&](LeaseLoss why) {
+    lost_a_why = static_cast<int>(why);
+    ++lost_a;
+  }});
+  auto b = limiter.Acquire("user 1", {.on_lost = [&](LeaseLoss) { ++lost_b; }});
+  auto other = limiter.Acquire("user 2", {.on_lost = [&](LeaseLoss) { ++lost_other; }});
+  ASSERT_TRUE(a.ok() && b.ok() && other.ok());
+  ASSERT_TRUE(a->acquired && b->acquired && other->acquired);
+
+  const std::string log = Path("audit.jsonl");
+  const AdminAction action{.actor = "alice \"the op\"", .reason = "stuck streams \\ incident 7"};
+  auto first = limiter.ReleaseAll("user 1", action, {.log_path = log});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->released, 2);
+  EXPECT_TRUE(first->stream_error.empty());
+
+  // The holders learn at their next heartbeat, long before their ttl.
+  ASSERT_TRUE(WaitUntil([&] { return !a->lease.held() && !b->lease.held(); }, milliseconds(2000)));
+  EXPECT_EQ(a->lease.loss(), LeaseLoss::kGone);
+  EXPECT_EQ(b->lease.loss(), LeaseLoss::kGone);
+  ASSERT_TRUE(WaitUntil([&] { return lost_a == 1 && lost_b == 1; }, milliseconds(1000)));
+  std::this_thread::sleep_for(milliseconds(100));  // several more heartbeat intervals
+  EXPECT_EQ(lost_a, 1);
+  EXPECT_EQ(lost_b, 1);
+  EXPECT_EQ(lost_a_why, static_cast<int>(LeaseLoss::kGone));
+  EXPECT_EQ(a->lease.Heartbeat().code(), StatusCode::kNotFound);
+  // The other id's holder is untouched.
+  EXPECT_TRUE(other->lease.held());
+  EXPECT_EQ(lost_other, 0);
+  // A lost lease's Release is OK and frees nothing more.
+  EXPECT_TRUE(a->lease.Release().ok());
+
+  // The id's slots are free again.
+  auto c = limiter.Acquire("user 1");
+  ASSERT_TRUE(c.ok() && c->acquired);
+  EXPECT_EQ(c->live, 1);
+  auto second = limiter.ReleaseAll("user 1", {.actor = "bob", .reason = "again"}, {.log_path = log});
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->released, 1);
+  auto third = limiter.ReleaseAll("user 1", {.actor = "bob", .reason = "empty"}, {.log_path = log});
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(third->released, 0);
+
+  // One line per call, each the record returned, each valid JSON with the fields.
+  const std::string text = Slurp(log);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  const auto lines = Lines(log);
+  ASSERT_EQ(lines.size(), 3u) << text;
+  EXPECT_EQ(lines[0], first->record);
+  EXPECT_EQ(lines[1], second->record);
+  EXPECT_EQ(lines[2], third->record);
+  const auto key = limiter.KeyFor("user 1");
+  ASSERT_TRUE(key.ok());
+  const int64_t released[] = {2, 1, 0};
+  const std::string actors[] = {action.actor, "bob", "bob"};
+  const std::string reasons[] = {action.reason, "again", "empty"};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(lines[i]);
+    nlohmann::json j;
+    ASSERT_NO_THROW(j = nlohmann::json::parse(lines[i]));
+    ASSERT_TRUE(j.is_object());
+    EXPECT_EQ(j.at("action"), "release_all");
+    EXPECT_EQ(j.at("actor"), actors[i]);
+    EXPECT_EQ(j.at("reason"), reasons[i]);
+    EXPECT_EQ(j.at("limiter"), "streams");
+    EXPECT_EQ(j.at("id"), "user%201");  // as encoded in keys
+    EXPECT_EQ(j.at("key"), *key);
+    EXPECT_EQ(j.at("released"), released[i]);
+    ASSERT_TRUE(j.at("ts").is_string());
+    const std::string ts = j.at("ts");
+    EXPECT_EQ(ts.size(), 24u) << ts;  // 2026-01-02T03:04:05.678Z
+    EXPECT_EQ(ts.back(), 'Z');
+    ASSERT_TRUE(j.at("store_ms").is_number_integer());
+    EXPECT_LE(std::abs(j.at("store_ms").get<int64_t>() - WallMs()), 10'000);
+  }
+  EXPECT_EQ(limiter.List("user 1")->size(), 0u);
+  EXPECT_EQ(limiter.List("user 2")->size(), 1u);
+}
+
+TEST_F(ReleaseAllTest, CountsOnlyLiveLeases) {
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto client = MemoryClient(clock);
+  auto limiter = MakeLimiter(client, "c", {.limit = 5, .lease_ttl = milliseconds(60'000)});
+  auto a = limiter.Acquire("x");
+  clock->Advance(milliseconds(30'000));
+  auto b = limiter.Acquire("x");
+  ASSERT_TRUE(a.ok() && b.ok() && a->acquired && b->acquired);
+  clock->Set(kT0 + 60'000);  // a expired (not pruned: no acquire since), b live
+  const std::string log = Path("audit.jsonl");
+  auto r = limiter.ReleaseAll("x", {.actor = "ops", .reason = "test"}, {.log_path = log});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->released, 1);
+  const auto lines = Lines(log);
+  ASSERT_EQ(lines.size(), 1u);
+  const auto j = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(j.at("released"), 1);
+  EXPECT_EQ(j.at("store_ms"), kT0 + 60'000);
+  EXPECT_TRUE(limiter.List("x")->empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Gauges
+
+TEST(ConcurrencyLimiter, MetricsReportLeaseGauges) {
+  AwayFromMinuteEdge();
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "streams", {.limit = 3});
+  const std::string id = "user:1";
+  EXPECT_EQ(Read(*client, "streams", id), Gauges{}) << "no series before any acquire";
+
+  auto a = limiter.Acquire(id);
+  ASSERT_TRUE(a.ok() && a->acquired);
+  EXPECT_EQ(Read(*client, "streams", id), Want(1, 1, 1));
+  auto b = limiter.Acquire(id);
+  ASSERT_TRUE(b.ok() && b->acquired);
+  EXPECT_EQ(Read(*client, "streams", id), Want(2, 2, 2));
+  ASSERT_TRUE(a->lease.Release().ok());
+  // `live` is what the store counted at the latest acquire: unchanged by a release.
+  EXPECT_EQ(Read(*client, "streams", id), Want(1, 2, 2));
+  ASSERT_TRUE(a->lease.Release().ok());
+  EXPECT_EQ(Read(*client, "streams", id), Want(1, 2, 2)) << "a second release counts nothing";
+  auto c = limiter.Acquire(id);
+  auto d = limiter.Acquire(id);
+  ASSERT_TRUE(c.ok() && c->acquired && d.ok() && d->acquired);
+  EXPECT_EQ(Read(*client, "streams", id), Want(3, 3, 3));
+  auto refused = limiter.Acquire(id);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(refused->acquired);
+  EXPECT_EQ(Read(*client, "streams", id), Want(3, 3, 3)) << "a refusal holds nothing";
+  b->lease = Lease();
+  c->lease = Lease();
+  d->lease = Lease();
+  EXPECT_EQ(Read(*client, "streams", id), Want(0, 3, 3));
+  auto e = limiter.Acquire(id);
+  ASSERT_TRUE(e.ok() && e->acquired);
+  EXPECT_EQ(Read(*client, "streams", id), Want(1, 1, 3)) << "the minute's max stays";
+
+  // Another id and another limiter have their own series.
+  auto other_limiter = MakeLimiter(client, "uploads", {.limit = 2});
+  auto f = other_limiter.Acquire(id);
+  auto g = limiter.Acquire("user:2");
+  ASSERT_TRUE(f.ok() && f->acquired && g.ok() && g->acquired);
+  EXPECT_EQ(Read(*client, "uploads", id), Want(1, 1, 1));
+  EXPECT_EQ(Read(*client, "streams", "user:2"), Want(1, 1, 1));
+  EXPECT_EQ(Read(*client, "streams", id), Want(1, 1, 3));
+
+  // A lost lease leaves `held` too.
+  auto short_lived = MakeLimiter(client, "short", {.limit = 1, .lease_ttl = milliseconds(5000),
+                                                   .heartbeat_interval = milliseconds(10)});
+  auto h = short_lived.Acquire("z");
+  ASSERT_TRUE(h.ok() && h->acquired);
+  EXPECT_EQ(Read(*client, "short", "z"), Want(1, 1, 1));
+  const std::string log = (std::filesystem::temp_directory_path() /
+                           ("sluice-lease-metrics-" + std::to_string(::getpid()) + ".jsonl"))
+                              .string();
+  auto r = short_lived.ReleaseAll("z", {.actor = "t", .reason = "t"}, {.log_path = log});
+  std::filesystem::remove(log);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return h->lease.loss() == LeaseLoss::kGone; }, milliseconds(2000)));
+  EXPECT_EQ(Read(*client, "short", "z"), Want(0, 1, 1));
+  h->lease = Lease();
+  EXPECT_EQ(Read(*client, "short", "z"), Want(0, 1, 1)) << "dropping a lost lease counts nothing";
+}
+
+TEST(ConcurrencyLimiter, PrometheusTextEscapesLabelValues) {
+  AwayFromMinuteEdge();
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "streams", {.limit = 2});
+  const std::string id = "we\"ird\\id";  // printable: kept as is in keys and labels
+  auto a = limiter.Acquire(id);
+  auto b = limiter.Acquire(id);
+  ASSERT_TRUE(a.ok() && a->acquired && b.ok() && b->acquired);
+  const auto samples = client->Metrics();
+  EXPECT_EQ(Gauge(samples, "sluice_leases_held", "streams", id), 2);
+  const std::string text = FormatPrometheus(samples);
+  for (const std::string want :
+       {"# TYPE sluice_leases_held gauge\n", "# TYPE sluice_leases_live gauge\n",
+        "# TYPE sluice_leases_live_max_1m gauge\n",
+        "\nsluice_leases_held{limiter=\"streams\",id=\"we\\\"ird\\\\id\"} 2\n",
+        "\nsluice_leases_live{limiter=\"streams\",id=\"we\\\"ird\\\\id\"} 2\n",
+        "\nsluice_leases_live_max_1m{limiter=\"streams\",id=\"we\\\"ird\\\\id\"} 2\n"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << "missing " << want << " in\n" << text;
+  }
+  EXPECT_EQ(text.find("id=\"we\"ird"), std::string::npos) << text;
+  // Each metric name has one HELP and one TYPE line.
+  size_t types = 0;
+  for (size_t at = text.find("# TYPE sluice_leases_held "); at != std::string::npos;
+       at = text.find("# TYPE sluice_leases_held ", at + 1)) {
+    ++types;
+  }
+  EXPECT_EQ(types, 1u);
+}
+
+}  // namespace
+}  // namespace sluice

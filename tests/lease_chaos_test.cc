@@ -1,0 +1,118 @@
+// The incident behind concurrency leases: holders SIGKILLed mid-stream (a deploy) must
+// not leak their slots. Child processes take every slot of one id and keep them alive
+// with heartbeats (the parent checks that they really are held past the ttl), then all
+// are SIGKILLed at once; every slot must be free again within lease_ttl plus a little
+// slack, with no reaper: the next acquires prune the dead leases themselves.
+#include <utility>
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "sluice/sluice.h"
+#include "testing/redis_server.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr int64_t kLimit = 12;
+constexpr int kChildren = 4;
+constexpr milliseconds kTtl{500};
+
+ConcurrencyOptions Options() {
+  return {.limit = kLimit, .lease_ttl = kTtl, .heartbeat_interval = milliseconds(60)};
+}
+
+// Takes `count` leases, reports them through `fd`, then streams forever.
+[[noreturn]] void HoldForever(const std::string& url, int count, int fd) {
+  // Dies with the test, whatever way the test ends.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  auto client = Client::Create({.url = url, .prefix = "lchaos", .deadline = milliseconds(300)});
+  if (!client.ok()) ::_exit(3);
+  auto cap = *(*client)->MakeConcurrencyLimiter("streams", Options());
+  std::vector<Lease> leases;
+  while (static_cast<int>(leases.size()) < count) {
+    auto a = cap.Acquire("tenant:1");
+    if (!a.ok()) ::_exit(4);
+    if (a->acquired) leases.push_back(std::move(a->lease));
+  }
+  char ok = 'k';
+  if (::write(fd, &ok, 1) != 1) ::_exit(5);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
+  testing::RedisServer server;
+  for (int round = 0; round < 3; ++round) {
+    int pipe_fds[2];
+    ASSERT_EQ(::pipe(pipe_fds), 0);
+    std::vector<pid_t> children;
+    for (int c = 0; c < kChildren; ++c) {
+      const pid_t pid = ::fork();
+      if (pid == 0) HoldForever(server.url(), kLimit / kChildren, pipe_fds[1]);
+      children.push_back(pid);
+    }
+    for (int c = 0; c < kChildren; ++c) {
+      char ok = 0;
+      ASSERT_EQ(::read(pipe_fds[0], &ok, 1), 1);
+    }
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    // This process starts threads only after forking (a child of a threaded parent may
+    // inherit locks held by threads it does not have).
+    auto client = *Client::Create({.url = server.url(), .prefix = "lchaos", .deadline = milliseconds(300)});
+    auto cap = *client->MakeConcurrencyLimiter("streams", Options());
+    // Held past their ttl by heartbeats: nobody else gets a slot.
+    std::this_thread::sleep_for(kTtl * 2);
+    auto blocked = cap.Acquire("tenant:1");
+    ASSERT_TRUE(blocked.ok());
+    if (blocked->acquired) {
+      auto listed = cap.List("tenant:1");
+      if (listed.ok()) for (const LeaseInfo& l : *listed) std::cout << l.id << " expires " << l.expires_at_ms << "\n";
+      std::cout << "granted " << blocked->lease.id() << "\n";
+      for (pid_t pid : children) ::kill(pid, SIGKILL);
+      FAIL() << "the holders' heartbeats did not keep their leases";
+    }
+    EXPECT_EQ(blocked->live, kLimit);
+
+    const auto killed = steady_clock::now();
+    for (pid_t pid : children) ::kill(pid, SIGKILL);
+    for (pid_t pid : children) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      EXPECT_TRUE(WIFSIGNALED(status)) << "a holder ended before it was killed";
+    }
+    // Take the slots back as they free up.
+    std::vector<Lease> mine;
+    while (static_cast<int64_t>(mine.size()) < kLimit &&
+           steady_clock::now() - killed < kTtl * 4) {
+      auto a = cap.Acquire("tenant:1");
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      if (a->acquired) {
+        mine.push_back(std::move(a->lease));
+      } else {
+        std::this_thread::sleep_for(milliseconds(5));
+      }
+    }
+    const auto freed = std::chrono::duration_cast<milliseconds>(steady_clock::now() - killed);
+    std::cout << "round " << round << ": all " << kLimit << " slots free " << freed.count()
+              << " ms after the SIGKILL (lease_ttl " << kTtl.count() << " ms)\n";
+    EXPECT_EQ(static_cast<int64_t>(mine.size()), kLimit);
+    EXPECT_LE(freed, kTtl + milliseconds(250));
+    for (Lease& l : mine) ASSERT_TRUE(l.Release().ok());
+  }
+  EXPECT_TRUE(server.KeysWithoutTtl("lchaos:*").empty());
+}
+
+}  // namespace
+}  // namespace sluice

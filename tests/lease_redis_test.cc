@@ -1,0 +1,459 @@
+// Concurrency leases on a real redis-server: exact caps under concurrent acquires,
+// heartbeats that keep a lease past its ttl, a release racing a heartbeat never
+// resurrects, a paused holder learns its lease is lost, a Redis restart without its data
+// takes the leases with it (and the holders learn it), the audited admin release, the
+// failure policies, and no key left without an expiry.
+#include <utility>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "redis/scripts.h"
+#include "sluice/sluice.h"
+#include "testing/redis_server.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+
+template <typename F>
+bool Eventually(F check, milliseconds limit = milliseconds(5000)) {
+  const auto until = steady_clock::now() + limit;
+  while (steady_clock::now() < until) {
+    if (check()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return check();
+}
+
+std::shared_ptr<Client> Connect(const testing::RedisServer& server, ClientOptions o = {}) {
+  o.url = server.url();
+  o.prefix = "lt";
+  if (o.deadline == milliseconds(5)) o.deadline = milliseconds(200);
+  auto client = Client::Create(o);
+  if (!client.ok()) ADD_FAILURE() << client.status().ToString();
+  return client.ok() ? *client : nullptr;
+}
+
+int64_t RedisNowMs(const testing::RedisServer& server) {
+  auto t = server.Command({"TIME"});
+  return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/sluice-lease-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<std::string> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(LeaseRedis, GrantsUpToTheLimitThenRefusesUntilAReleaseOrAnExpiry) {
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto streams = *client->MakeConcurrencyLimiter("streams", {.limit = 3, .lease_ttl = seconds(30)});
+  std::vector<Lease> held;
+  for (int i = 0; i < 3; ++i) {
+    auto a = streams.Acquire("user:42");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(a->acquired);
+    EXPECT_EQ(a->live, i + 1);
+    EXPECT_EQ(a->source, DecisionSource::kStore);
+    EXPECT_TRUE(a->lease.held());
+    held.push_back(std::move(a->lease));
+  }
+  auto refused = streams.Acquire("user:42");
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE(refused->acquired);
+  EXPECT_EQ(refused->reason, RefusalReason::kOverLimit);
+  EXPECT_EQ(refused->live, 3);
+  EXPECT_GT(refused->retry_after, seconds(29));
+  EXPECT_LE(refused->retry_after, seconds(30));
+  // Another id has its own slots.
+  EXPECT_TRUE(streams.Acquire("user:43")->acquired);
+
+  auto listed = streams.List("user:42");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 3u);
+  const int64_t now = RedisNowMs(server);
+  for (const LeaseInfo& info : *listed) {
+    EXPECT_NEAR(static_cast<double>(info.acquired_at_ms), static_cast<double>(now), 5000.0);
+    EXPECT_EQ(info.expires_at_ms - info.acquired_at_ms, 30000);
+  }
+
+  ASSERT_TRUE(held[1].Release().ok());
+  EXPECT_TRUE(held[1].Release().ok());  // idempotent
+  EXPECT_FALSE(held[1].held());
+  EXPECT_EQ(held[1].loss(), LeaseLoss::kNone);  // released by its owner, not lost
+  auto again = streams.Acquire("user:42");
+  ASSERT_TRUE(again->acquired);
+  EXPECT_EQ(again->live, 3);
+  held.clear();  // the destructors release
+  EXPECT_TRUE(Eventually([&] { return streams.List("user:42")->size() == 1; }));
+  EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
+}
+
+TEST(LeaseRedis, ThreadsAcquiringAtOnceGetExactlyTheLimit) {
+  testing::RedisServer server;
+  auto client = Connect(server, {.io_threads = 2});
+  auto cap = *client->MakeConcurrencyLimiter("cap", {.limit = 7});
+  constexpr int kThreads = 48;
+  for (int round = 0; round < 5; ++round) {
+    const std::string id = "round" + std::to_string(round);
+    std::barrier start(kThreads);
+    std::atomic<int> granted{0}, refused{0}, errors{0};
+    std::vector<Lease> leases(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        start.arrive_and_wait();
+        auto a = cap.Acquire(id);
+        if (!a.ok()) {
+          ++errors;
+        } else if (a->acquired) {
+          ++granted;
+          leases[static_cast<size_t>(t)] = std::move(a->lease);
+        } else {
+          ++refused;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(errors.load(), 0);
+    EXPECT_EQ(granted.load(), 7) << "round " << round;
+    EXPECT_EQ(refused.load(), kThreads - 7);
+    EXPECT_EQ(cap.List(id)->size(), 7u);
+  }
+  EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
+}
+
+TEST(LeaseRedis, HeartbeatsKeepALeaseLiveLongPastItsTtl) {
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter(
+      "hb", {.limit = 1, .lease_ttl = milliseconds(300), .heartbeat_interval = milliseconds(50)});
+  auto a = cap.Acquire("job");
+  ASSERT_TRUE(a->acquired);
+  const auto first_expiry = (*cap.List("job"))[0].expires_at_ms;
+  std::this_thread::sleep_for(milliseconds(1200));  // four ttls
+  EXPECT_TRUE(a->lease.held());
+  auto listed = cap.List("job");
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_GT((*listed)[0].expires_at_ms, first_expiry + 800);
+  EXPECT_FALSE(cap.Acquire("job")->acquired);  // the slot is still taken
+  // The key's own expiry follows the lease's.
+  const auto pttl = server.Command({"PTTL", *cap.KeyFor("job")}).integer;
+  EXPECT_GT(pttl, 0);
+  EXPECT_LE(pttl, 300);
+}
+
+// Calls the script directly: the order in which a late heartbeat and a release reach
+// Redis is whatever the network makes it.
+testing::RedisValue Script(const testing::RedisServer& server, const std::string& key,
+                           std::vector<std::string> argv) {
+  std::vector<std::string> args = {"EVAL", std::string(internal::kConcurrencyLua), "1", key};
+  for (auto& a : argv) args.push_back(std::move(a));
+  return server.Command(args);
+}
+
+TEST(LeaseRedis, AReleasedLeaseNeverComesBackAndALateHeartbeatNeverMovesTimeBack) {
+  testing::RedisServer server;
+  auto client = Connect(server, {.io_threads = 2});
+  auto cap = *client->MakeConcurrencyLimiter(
+      "race", {.limit = 1000000, .lease_ttl = seconds(60), .heartbeat_interval = seconds(50)});
+  // Release and heartbeat issued at the same moment from two threads, many times.
+  constexpr int kIterations = 1500;
+  std::vector<std::string> members;
+  members.reserve(kIterations);
+  int heartbeat_ok = 0, heartbeat_gone = 0;
+  for (int i = 0; i < kIterations; ++i) {
+    auto a = cap.Acquire("id");
+    ASSERT_TRUE(a.ok() && a->acquired);
+    Lease lease = std::move(a->lease);
+    members.push_back(lease.id());
+    std::barrier go(2);
+    Status hb;
+    std::thread beat([&] {
+      go.arrive_and_wait();
+      hb = lease.Heartbeat();
+    });
+    go.arrive_and_wait();
+    // Release through a raw ZREM so the heartbeat is not suppressed by the object.
+    server.Command({"ZREM", *cap.KeyFor("id"), members.back()});
+    beat.join();
+    (hb.ok() ? heartbeat_ok : heartbeat_gone)++;
+    (void)lease.Release();
+  }
+  std::cout << "heartbeat before release: " << heartbeat_ok << ", after: " << heartbeat_gone << "\n";
+  const std::string key = *cap.KeyFor("id");
+  EXPECT_EQ(server.Command({"ZCARD", key}).integer, 0) << "a released lease came back";
+
+  // A reordered late heartbeat with a shorter ttl never moves the expiry back.
+  auto a = cap.Acquire("late");
+  ASSERT_TRUE(a->acquired);
+  const std::string late_key = *cap.KeyFor("late");
+  const auto before = std::stoll(server.Command({"ZSCORE", late_key, a->lease.id()}).str);
+  auto reply = Script(server, late_key, {"1", "", a->lease.id(), "0", "10"});
+  ASSERT_EQ(reply.elements.size(), 4u);
+  EXPECT_EQ(reply.elements[0].integer, 1);
+  EXPECT_EQ(reply.elements[3].integer, before);
+  EXPECT_EQ(std::stoll(server.Command({"ZSCORE", late_key, a->lease.id()}).str), before);
+
+  // A lease that expired but was not pruned yet is not revived by a heartbeat.
+  const std::string member = a->lease.id();
+  server.Command({"ZADD", late_key, "XX", std::to_string(RedisNowMs(server) - 1), member});
+  reply = Script(server, late_key, {"1", "", member, "0", "60000"});
+  EXPECT_EQ(reply.elements[0].integer, 0);
+  EXPECT_EQ(server.Command({"ZSCORE", late_key, member}).type, testing::RedisValue::Type::kNil);
+  EXPECT_FALSE(a->lease.Heartbeat().ok());
+  EXPECT_EQ(a->lease.loss(), LeaseLoss::kGone);
+  EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
+}
+
+TEST(LeaseRedis, APausedHolderLearnsItsLeaseWasLostWhenItResumes) {
+  testing::RedisServer server;
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(report[0]);
+    auto client = Client::Create({.url = server.url(), .prefix = "lt", .deadline = milliseconds(200)});
+    if (!client.ok()) ::_exit(3);
+    auto cap = *(*client)->MakeConcurrencyLimiter(
+        "paused", {.limit = 1, .lease_ttl = milliseconds(400), .heartbeat_interval = milliseconds(50)});
+    std::atomic<int> lost_calls{0};
+    auto a = cap.Acquire("job", {.on_lost = [&](LeaseLoss) { ++lost_calls; }});
+    if (!a.ok() || !a->acquired) ::_exit(4);
+    char ready = 'a';
+    if (::write(report[1], &ready, 1) != 1) ::_exit(5);
+    // The parent stops this process now; afterwards held() must turn false at once.
+    for (int i = 0; i < 400 && a->lease.held(); ++i) std::this_thread::sleep_for(milliseconds(10));
+    const bool held = a->lease.held();
+    std::this_thread::sleep_for(milliseconds(200));  // the timer's tick reports the loss
+    char out[3] = {held ? 'H' : 'n', static_cast<char>('0' + static_cast<int>(a->lease.loss())),
+                   static_cast<char>('0' + lost_calls.load())};
+    if (::write(report[1], out, 3) != 3) ::_exit(6);
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  char ready = 0;
+  ASSERT_EQ(::read(report[0], &ready, 1), 1);
+  ::kill(child, SIGSTOP);
+  std::this_thread::sleep_for(milliseconds(1000));
+  // Its heartbeats stopped: the slot is free again for someone else.
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter("paused", {.limit = 1, .lease_ttl = seconds(5)});
+  EXPECT_TRUE(cap.Acquire("job")->acquired);
+  ::kill(child, SIGCONT);
+  char out[3] = {};
+  ASSERT_EQ(::read(report[0], out, 3), 3);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(out[0], 'n') << "the resumed holder still believed its lease";
+  EXPECT_NE(out[1], '0' + static_cast<int>(LeaseLoss::kNone));
+  EXPECT_EQ(out[2], '1') << "on_lost must be called exactly once";
+  ::close(report[0]);
+}
+
+TEST(LeaseRedis, ARedisRestartWithoutItsDataTakesTheLeasesAndTheHoldersLearnIt) {
+  testing::RedisServer server;
+  auto client = Connect(server, {.reconnect_max_backoff = milliseconds(50)});
+  auto cap = *client->MakeConcurrencyLimiter(
+      "restart", {.limit = 2, .lease_ttl = seconds(3), .heartbeat_interval = milliseconds(50)});
+  std::atomic<int> lost{0};
+  auto a = cap.Acquire("job", {.on_lost = [&](LeaseLoss why) {
+    if (why == LeaseLoss::kGone) ++lost;
+  }});
+  ASSERT_TRUE(a->acquired);
+  // A short silence (data kept): the lease survives.
+  server.Pause();
+  std::this_thread::sleep_for(milliseconds(300));
+  server.Resume();
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_TRUE(a->lease.held());
+  EXPECT_EQ(lost.load(), 0);
+  // A restart without persistence: the store has no lease any more.
+  server.Kill();
+  server.Start();
+  EXPECT_TRUE(Eventually([&] { return a->lease.loss() == LeaseLoss::kGone; }))
+      << "loss=" << LeaseLossName(a->lease.loss());
+  EXPECT_FALSE(a->lease.held());
+  EXPECT_EQ(lost.load(), 1);
+}
+
+TEST(LeaseRedis, AHolderCutOffFromRedisStopsBelievingItsLeaseAfterTheTtl) {
+  testing::RedisServer server;
+  auto client = Connect(server, {.reconnect_max_backoff = milliseconds(50)});
+  auto cap = *client->MakeConcurrencyLimiter(
+      "cut", {.limit = 2, .lease_ttl = milliseconds(500), .heartbeat_interval = milliseconds(50)});
+  auto a = cap.Acquire("job");
+  ASSERT_TRUE(a->acquired);
+  server.Kill();
+  const auto killed = steady_clock::now();
+  EXPECT_TRUE(Eventually([&] { return !a->lease.held(); }, milliseconds(2000)));
+  const auto after = std::chrono::duration_cast<milliseconds>(steady_clock::now() - killed);
+  EXPECT_LE(after, milliseconds(600));
+  EXPECT_TRUE(Eventually([&] { return a->lease.loss() == LeaseLoss::kExpired; }));
+  server.Start();
+}
+
+TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord) {
+  testing::RedisServer server;
+  TempDir dir;
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter(
+      "admin", {.limit = 5, .lease_ttl = seconds(30), .heartbeat_interval = milliseconds(50)});
+  std::atomic<int> lost{0};
+  std::vector<Lease> held;
+  for (int i = 0; i < 3; ++i) {
+    auto a = cap.Acquire("acct:7", {.on_lost = [&](LeaseLoss) { ++lost; }});
+    ASSERT_TRUE(a->acquired);
+    held.push_back(std::move(a->lease));
+  }
+  auto other = cap.Acquire("acct:8");
+  ASSERT_TRUE(other->acquired);
+  // A stale member (holder died, not pruned yet) is removed but not counted.
+  server.Command({"ZADD", *cap.KeyFor("acct:7"), std::to_string(RedisNowMs(server) - 10), "1:stale"});
+
+  const std::string log = dir.File("audit.jsonl");
+  EXPECT_EQ(cap.ReleaseAll("acct:7", {.actor = "", .reason = "x"}, {.log_path = log}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cap.ReleaseAll("acct:7", {.actor = "ana", .reason = ""}, {.log_path = log}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(std::filesystem::exists(log));
+
+  auto r = cap.ReleaseAll("acct:7", {.actor = "ana@oncall", .reason = "INC-77 \"stuck\" streams"},
+                          {.log_path = log, .stream = true});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->released, 3);
+  EXPECT_TRUE(r->stream_error.empty()) << r->stream_error;
+  auto lines = Lines(log);
+  ASSERT_EQ(lines.size(), 1u);
+  auto record = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(record["action"], "release_all");
+  EXPECT_EQ(record["actor"], "ana@oncall");
+  EXPECT_EQ(record["reason"], "INC-77 \"stuck\" streams");
+  EXPECT_EQ(record["limiter"], "admin");
+  EXPECT_EQ(record["id"], "acct:7");
+  EXPECT_EQ(record["released"], 3);
+  EXPECT_EQ(record["key"], *cap.KeyFor("acct:7"));
+  EXPECT_TRUE(record["ts"].is_string());
+  EXPECT_EQ(server.Command({"EXISTS", *cap.KeyFor("acct:7")}).integer, 0);
+  EXPECT_EQ(cap.List("acct:8")->size(), 1u);  // only that id
+  EXPECT_EQ(server.Command({"XLEN", "lt:audit"}).integer, 1);
+  EXPECT_GT(server.Command({"PTTL", "lt:audit"}).integer, 0);
+
+  // The holders learn at their next heartbeat.
+  EXPECT_TRUE(Eventually([&] { return lost.load() == 3; }));
+  for (const Lease& l : held) EXPECT_EQ(l.loss(), LeaseLoss::kGone);
+
+  // A second release finds nothing and says so; a failed one writes nothing.
+  auto again = cap.ReleaseAll("acct:7", {.actor = "ana", .reason = "again"}, {.log_path = log});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->released, 0);
+  EXPECT_EQ(Lines(log).size(), 2u);
+  server.Kill();
+  auto failed = cap.ReleaseAll("acct:8", {.actor = "ana", .reason = "down"}, {.log_path = log},
+                               milliseconds(300));
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(Lines(log).size(), 2u);
+  server.Start();
+  // A log that cannot be opened stops the action before the store.
+  auto no_log = cap.ReleaseAll("acct:8", {.actor = "ana", .reason = "x"},
+                               {.log_path = dir.File("missing-dir/audit.jsonl")});
+  EXPECT_EQ(no_log.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
+}
+
+TEST(LeaseRedis, FailurePoliciesAnswerAcquiresWhileRedisIsSilent) {
+  testing::RedisServer server;
+  auto client = Connect(server, {.deadline = milliseconds(30), .servers = 2,
+                                 .breaker_cool_down = milliseconds(200)});
+  auto open = *client->MakeConcurrencyLimiter("o", {.limit = 4, .on_failure = FailurePolicy::kOpen});
+  auto closed = *client->MakeConcurrencyLimiter("c", {.limit = 4, .on_failure = FailurePolicy::kClosed});
+  auto local = *client->MakeConcurrencyLimiter("l", {.limit = 4, .on_failure = FailurePolicy::kLocal});
+  server.Pause();
+  auto o = open.Acquire("id");
+  ASSERT_TRUE(o.ok());
+  EXPECT_TRUE(o->acquired);
+  EXPECT_EQ(o->source, DecisionSource::kFailOpen);
+  EXPECT_TRUE(o->lease.held());
+  auto c = closed.Acquire("id");
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->acquired);
+  EXPECT_EQ(c->reason, RefusalReason::kStoreUnavailable);
+  EXPECT_EQ(c->source, DecisionSource::kFailClosed);
+  EXPECT_GE(c->retry_after, milliseconds(1000));
+  std::vector<Lease> locals;
+  for (int i = 0; i < 3; ++i) {
+    auto l = local.Acquire("id");
+    ASSERT_TRUE(l.ok());
+    if (l->acquired) {
+      EXPECT_EQ(l->source, DecisionSource::kLocalFallback);
+      locals.push_back(std::move(l->lease));
+    }
+  }
+  EXPECT_EQ(locals.size(), 2u);  // 4 shared by 2 servers
+  locals.front() = Lease();      // released locally
+  auto l = local.Acquire("id");
+  EXPECT_TRUE(l.ok() && l->acquired);
+  server.Resume();
+  EXPECT_TRUE(Eventually([&] {
+    auto a = open.Acquire("id");
+    return a.ok() && a->source == DecisionSource::kStore;
+  }));
+}
+
+TEST(LeaseRedis, MetricsShowTheLiveLeasesPerIdAndTheMinutesHighest) {
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter("g", {.limit = 10});
+  std::vector<Lease> held;
+  for (int i = 0; i < 4; ++i) held.push_back(std::move(cap.Acquire("u1")->lease));
+  held.resize(1);  // three released
+  held.push_back(std::move(cap.Acquire("u1")->lease));
+  auto value = [&](const std::string& name) {
+    for (const MetricSample& s : client->Metrics()) {
+      if (s.name == name && s.labels.size() == 2 && s.labels[1].second == "u1") return s.value;
+    }
+    return -1.0;
+  };
+  EXPECT_EQ(value("sluice_leases_held"), 2);
+  EXPECT_EQ(value("sluice_leases_live"), 2);
+  // 4 unless the clock minute turned between the acquires.
+  EXPECT_GE(value("sluice_leases_live_max_1m"), 2);
+  const std::string text = FormatPrometheus(client->Metrics());
+  EXPECT_NE(text.find("sluice_leases_held{limiter=\"g\",id=\"u1\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# TYPE sluice_breaker_state gauge"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice
