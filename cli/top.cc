@@ -85,7 +85,21 @@ StatusOr<Frame> Sample(Admin& admin, const TopOptions& o) {
     rows.resize(n);
   };
   keep(frame.leases);
-  keep(frame.counters);
+  // Units differ between algorithms (ms until full for gcra, tokens, counts), so the
+  // counters are ranked within each algorithm: the top rows of each.
+  std::stable_sort(frame.counters.begin(), frame.counters.end(),
+                   [](const Row& a, const Row& b) { return a.algorithm < b.algorithm; });
+  std::vector<Row> ranked;
+  for (size_t at = 0; at < frame.counters.size();) {
+    size_t end = at;
+    while (end < frame.counters.size() && frame.counters[end].algorithm == frame.counters[at].algorithm) ++end;
+    std::vector<Row> group(frame.counters.begin() + static_cast<std::ptrdiff_t>(at),
+                           frame.counters.begin() + static_cast<std::ptrdiff_t>(end));
+    keep(group);
+    ranked.insert(ranked.end(), group.begin(), group.end());
+    at = end;
+  }
+  frame.counters = std::move(ranked);
   frame.took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return frame;
 }
@@ -106,7 +120,7 @@ std::string Render(const Frame& f, const TopOptions& o) {
                       r.id.c_str(), static_cast<long long>(r.value), static_cast<long long>(r.stale),
                       FormatTtl(r.ttl_ms).c_str()));
   }
-  add(std::snprintf(line, sizeof line, "\nHOTTEST COUNTERS\n%-20s %-40s %-15s %10s  %s\n", "limiter",
+  add(std::snprintf(line, sizeof line, "\nHOTTEST COUNTERS (top rows of each algorithm)\n%-20s %-40s %-15s %10s  %s\n", "limiter",
                     "id", "algorithm", "used", "unit"));
   if (f.counters.empty()) out += "  (no counters in use)\n";
   for (const Row& r : f.counters) {
