@@ -1,5 +1,7 @@
 #include "admin_common.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <ctime>
 
@@ -18,6 +20,10 @@ void AddAdminFlags(CLI::App* cmd, AdminFlags& flags) {
   cmd->add_option("--timeout", flags.timeout_s, "Seconds each round trip to Redis may take")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 3600.0));
+  cmd->add_option("--scan-count", flags.scan_count,
+                  "SCAN COUNT: keys per batch (each batch blocks Redis ~1 ms per 1000 keys)")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 100'000));
 }
 
 int ReportError(const char* command, const Status& status) {
@@ -27,6 +33,7 @@ int ReportError(const char* command, const Status& status) {
 
 std::unique_ptr<Admin> ConnectOrReport(const char* command, const AdminFlags& flags) {
   AdminOptions options{.url = flags.url, .prefix = flags.prefix};
+  options.scan_count = static_cast<std::size_t>(flags.scan_count);
   options.command_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));
   auto admin = Admin::Connect(std::move(options));
@@ -70,6 +77,12 @@ std::string FormatTtl(int64_t ttl_ms) {
   if (ttl_ms == -1) return "no expiry";
   if (ttl_ms == -2) return "gone";
   return FormatDurationMs(ttl_ms);
+}
+
+int64_t PeakRssKb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
 }
 
 void PrintJson(const nlohmann::json& doc) {

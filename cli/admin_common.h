@@ -18,6 +18,7 @@ struct AdminFlags {
   std::string prefix = "sluice";
   bool json = false;
   double timeout_s = 10;  // per round trip
+  int scan_count = 1000;   // SCAN COUNT
 };
 
 // Adds --redis, --prefix, --json and --timeout to `cmd`. The URL's default is not shown
@@ -37,6 +38,9 @@ std::string FormatUtcMs(int64_t ms);
 std::string FormatDurationMs(int64_t ms);
 // "no expiry" for -1, "gone" for -2, else FormatDurationMs.
 std::string FormatTtl(int64_t ttl_ms);
+
+// This process's peak resident set size in KiB (getrusage).
+int64_t PeakRssKb();
 
 // One JSON document on stdout; bytes that are not UTF-8 (ids may hold any) are
 // replaced rather than failing.

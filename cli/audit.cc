@@ -181,6 +181,7 @@ int RunAudit(const AuditOptions& o) {
     doc["largest_sets"] = big;
     doc["foreign"] = foreign;
     doc["foreign_examples"] = foreign_examples;
+    doc["peak_rss_kb"] = PeakRssKb();
     doc["exit_code"] = exit_code;
     PrintJson(doc);
     return exit_code;

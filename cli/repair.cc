@@ -28,7 +28,6 @@ namespace sluice::cli {
 namespace {
 
 constexpr std::chrono::seconds kDefaultTtl{24 * 3600};
-constexpr size_t kReadChunk = 10'000;
 
 struct RepairOptions {
   AdminFlags admin;
@@ -49,47 +48,34 @@ int RunRepair(const RepairOptions& o) {
   auto admin = ConnectOrReport("repair", o.admin);
   if (!admin) return kExitError;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::string> leaked;
+  std::vector<Planned> plan;
   std::unordered_set<std::string> seen;
   int64_t foreign = 0, scanned = 0;
-  Status status = admin->Scan({.limiter = o.limiter}, [&](const ScanBatch& batch) {
-    scanned += static_cast<int64_t>(batch.keys.size());
-    for (const ScannedKey& k : batch.keys) {
-      if (k.foreign()) {
-        if (seen.insert(k.key).second) ++foreign;
-      } else if (k.name && k.ttl_ms == -1 && seen.insert(k.key).second) {
-        leaked.push_back(k.key);
-      }
-    }
-    return true;
-  });
+  Status status = admin->Scan(
+      {.limiter = o.limiter, .read_leaked_values = o.ttl_s == 0}, [&](const ScanBatch& batch) {
+        scanned += static_cast<int64_t>(batch.keys.size());
+        for (const ScannedKey& k : batch.keys) {
+          if (k.foreign()) {
+            if (seen.insert(k.key).second) ++foreign;
+            continue;
+          }
+          if (!k.name || k.ttl_ms != -1 || !seen.insert(k.key).second) continue;
+          if (o.ttl_s > 0) {
+            plan.push_back({k.key, std::chrono::seconds(o.ttl_s), "--ttl"});
+          } else if (k.ends_at_ms >= 0) {
+            const int64_t left_ms = k.ends_at_ms - batch.now_ms;
+            plan.push_back({k.key, std::chrono::seconds(std::max<int64_t>(1, (left_ms + 999) / 1000)),
+                            left_ms > 0 ? "when its state is over" : "state already over"});
+          } else {
+            plan.push_back({k.key, kDefaultTtl, "default (the value holds no window length)"});
+          }
+        }
+        return true;
+      });
   if (!status.ok()) return ReportError("repair", status);
 
-  std::vector<Planned> plan;
-  plan.reserve(leaked.size());
-  for (size_t at = 0; at < leaked.size(); at += kReadChunk) {
-    std::span<const std::string> chunk(leaked.data() + at, std::min(kReadChunk, leaked.size() - at));
-    if (o.ttl_s > 0) {
-      for (const std::string& key : chunk) plan.push_back({key, std::chrono::seconds(o.ttl_s), "--ttl"});
-      continue;
-    }
-    auto states = admin->ReadKeys(chunk);
-    if (!states.ok()) return ReportError("repair", states.status());
-    auto now = admin->NowMs();
-    if (!now.ok()) return ReportError("repair", now.status());
-    for (const KeyState& s : *states) {
-      if (!s.name || s.ttl_ms != -1) continue;  // vanished, or got an expiry since the scan
-      if (s.ends_at_ms >= 0) {
-        const int64_t left_ms = s.ends_at_ms - *now;
-        const int64_t ttl = std::max<int64_t>(1, (left_ms + 999) / 1000);
-        plan.push_back({s.key, std::chrono::seconds(ttl),
-                        left_ms > 0 ? "when its state is over" : "state already over"});
-      } else {
-        plan.push_back({s.key, kDefaultTtl, "default (the value holds no window length)"});
-      }
-    }
-  }
-
+  const double scan_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ExpireResult done;
   if (o.apply && !plan.empty()) {
     std::vector<std::pair<std::string, std::chrono::seconds>> batch;
@@ -125,7 +111,9 @@ int RunRepair(const RepairOptions& o) {
       doc["vanished"] = done.missing;
     }
     doc["foreign_untouched"] = foreign;
+    doc["scan_s"] = scan_s;
     doc["elapsed_s"] = elapsed;
+    doc["peak_rss_kb"] = PeakRssKb();
     doc["exit_code"] = exit_code;
     PrintJson(doc);
     return exit_code;

@@ -85,6 +85,10 @@ struct ScannedKey {
   // — holders that died or lost their lease and that no acquire has pruned yet. -1
   // otherwise.
   int64_t stale = -1;
+  // With ScanOptions::read_leaked_values, for a key without an expiry whose value says
+  // when its state is over (fixed_window, token_bucket, gcra, concurrency): that time on
+  // the Redis clock (see KeyState::ends_at_ms). -1 otherwise.
+  int64_t ends_at_ms = -1;
 
   // Under the prefix but not sluice's (layout or type): never touched by repair.
   bool foreign() const { return !name.has_value() && type != KeyType::kNone; }
@@ -99,6 +103,9 @@ struct ScanBatch {
 struct ScanOptions {
   // Only keys of this limiter (SCAN MATCH narrows to it). Default: all limiters.
   std::string limiter;
+  // Also read the value of keys without an expiry, to fill ScannedKey::ends_at_ms (what
+  // repair needs). Default: false.
+  bool read_leaked_values = false;
 };
 
 // One decoded field of a key's value: {"count", 3}, {"window_end_ms", …}.
@@ -177,8 +184,9 @@ class Admin {
   StatusOr<int64_t> NowMs();
 
   // SCANs every key matching `<prefix>:*` (or `<prefix>:{<limiter>:*`), in batches of
-  // about scan_count keys, each with TYPE and PTTL (and ZCARD, and for cc the stale
-  // leases) pipelined in one round trip while the next SCAN is already in flight.
+  // about scan_count keys; each batch's TYPE and PTTL (and ZCARD, and for cc the stale
+  // leases) are read by one read-only script call (about a millisecond of Redis time)
+  // while the next SCAN is already in flight.
   // Calls `on_batch` once per batch on the calling thread; stops early (returning OK)
   // when it returns false. A key may be reported twice (SCAN's guarantee) and keys
   // created during the scan may be missed. Errors: InvalidArgument (bad limiter name),
@@ -193,8 +201,8 @@ class Admin {
   // limiter name or an empty id. Errors as Scan.
   StatusOr<IdState> Inspect(std::string_view limiter, std::string_view id);
 
-  // For each (key, ttl): EXPIRE key ttl NX, pipelined in chunks: a key that has an
-  // expiry keeps it, a key that vanished stays vanished, nothing is deleted. Every key
+  // For each (key, ttl): EXPIRE key ttl NX, by a script call per 1,000 keys, all
+  // pipelined: a key that has an expiry keeps it, a key that vanished stays vanished, nothing is deleted. Every key
   // must be of sluice's layout under the prefix (InvalidArgument names the first that is
   // not, and nothing is changed); ttl >= 1 s. Errors as Scan (keys before the failing
   // chunk may have been changed).

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -126,6 +127,79 @@ KeyType ParseType(std::string_view s) {
 }
 
 constexpr std::string_view kSuffixes[] = {"fw", "sw", "sl", "tb", "gcra", "cc"};
+
+// The admin scripts. Like every sluice script they are the only copy of their code;
+// they live here rather than in src/algo/ because they belong to no algorithm and no
+// limiter calls them. Each runs over one SCAN batch (about AdminOptions::scan_count
+// keys), so Redis is blocked for about a millisecond per call and serves other clients
+// between batches; one call replaces thousands of pipelined commands, which is what
+// makes a scan of a million keys take seconds on the client side instead of tens.
+
+// KEYS     the keys of one SCAN batch
+// ARGV     now ms (the Redis clock when the batch was scanned), "1" to read the value of
+//          keys without an expiry (else "0")
+// Returns  5 items per key: type code (0 none, 1 string, 2 list, 3 set, 4 zset, 5 hash,
+//          6 stream, 7 other), PTTL, ZCARD (-1 if not a zset), leases whose expiry is
+//          before now (`:cc` sets; -1 otherwise), and for a key without an expiry (when
+//          asked) its value: a string's bytes, a `:cc` set's last expiry (ZRANGE -1 -1
+//          WITHSCORES), else false.
+// TTL rule: reads only (flags=no-writes): it creates, changes and expires nothing.
+constexpr std::string_view kScanBatchLua = R"lua(#!lua flags=no-writes
+local call = redis.call
+local codes = {none = 0, string = 1, list = 2, set = 3, zset = 4, hash = 5, stream = 6}
+local stale_before = '(' .. ARGV[1]
+local values = ARGV[2] == '1'
+local out = {}
+local n = 0
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local t = call('TYPE', key).ok
+  local ttl = call('PTTL', key)
+  local members, stale, value = -1, -1, false
+  local cc = string.sub(key, -3) == ':cc'
+  if t == 'zset' then
+    members = call('ZCARD', key)
+    if cc then stale = call('ZCOUNT', key, '-inf', stale_before) end
+  end
+  if values and ttl == -1 then
+    if t == 'string' then
+      value = call('GET', key)
+    elseif t == 'zset' and cc then
+      local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+      if last[2] then value = last[2] end
+    end
+  end
+  out[n + 1] = codes[t] or 7
+  out[n + 2] = ttl
+  out[n + 3] = members
+  out[n + 4] = stale
+  out[n + 5] = value
+  n = n + 5
+end
+return out
+)lua";
+
+// KEYS     keys to give an expiry
+// ARGV     the expiry of each, in seconds (ARGV[i] for KEYS[i])
+// Returns  one integer per key: 1 the key had no expiry and got one (EXPIRE … NX),
+//          0 it had an expiry (left as it was), -1 it does not exist.
+// TTL rule: EXPIRE … NX only: never deletes, never moves an existing expiry.
+constexpr std::string_view kExpireBatchLua = R"lua(
+local call = redis.call
+local out = {}
+for i = 1, #KEYS do
+  if call('EXPIRE', KEYS[i], ARGV[i], 'NX') == 1 then
+    out[i] = 1
+  elseif call('EXISTS', KEYS[i]) == 1 then
+    out[i] = 0
+  else
+    out[i] = -1
+  end
+end
+return out
+)lua";
+
+enum AdminScript { kScanBatch = 0, kExpireBatch = 1 };
 
 std::string ToDecimal(int64_t v) { return std::to_string(v); }
 
@@ -411,6 +485,34 @@ struct Admin::Impl {
   // Sends `commands` pipelined; the future holds every reply in order (error replies
   // included, as kError), or the transport's error (deadline, connection lost).
   std::future<StatusOr<std::vector<Reply>>> ExecAsync(std::vector<std::string> commands) {
+    std::vector<Call> calls(commands.size());
+    for (size_t i = 0; i < commands.size(); ++i) calls[i].bytes = std::move(commands[i]);
+    return SubmitAsync(std::move(calls));
+  }
+
+  // EVALSHA of an admin script with `keys` and `args`; the future holds its reply.
+  std::future<StatusOr<std::vector<Reply>>> EvalAsync(AdminScript script,
+                                                      std::span<const std::string> keys,
+                                                      std::span<const std::string> args) {
+    Call call;
+    call.script = script;
+    internal::AppendBulk(call.bytes, static_cast<int64_t>(keys.size()));
+    for (const std::string& k : keys) internal::AppendBulk(call.bytes, k);
+    for (const std::string& a : args) internal::AppendBulk(call.bytes, a);
+    call.tail_items = static_cast<int>(1 + keys.size() + args.size());
+    std::vector<Call> calls;
+    calls.push_back(std::move(call));
+    return SubmitAsync(std::move(calls));
+  }
+
+  // One command (bytes = FormatCommand) or one script call (bytes = Eval's tail).
+  struct Call {
+    int script = -1;
+    std::string bytes;
+    int tail_items = 0;
+  };
+
+  std::future<StatusOr<std::vector<Reply>>> SubmitAsync(std::vector<Call> commands) {
     struct Pending {
       std::mutex mu;
       std::vector<Reply> replies;
@@ -428,8 +530,7 @@ struct Admin::Impl {
     }
     const auto deadline = std::chrono::steady_clock::now() + options.command_timeout;
     for (size_t i = 0; i < commands.size(); ++i) {
-      connection->Send(commands[i], deadline,
-                       [pending, i](const Status& status, const redisReply* reply) {
+      auto done = [pending, i](const Status& status, const redisReply* reply) {
                          Reply copy;
                          if (reply != nullptr) copy = Copy(reply);
                          std::lock_guard lock(pending->mu);
@@ -445,7 +546,13 @@ struct Admin::Impl {
                              pending->promise.set_value(pending->failure);
                            }
                          }
-                       });
+                       };
+      if (commands[i].script >= 0) {
+        connection->Eval(commands[i].script, std::move(commands[i].bytes), commands[i].tail_items,
+                         deadline, std::move(done));
+      } else {
+        connection->Send(commands[i].bytes, deadline, std::move(done));
+      }
     }
     return result;
   }
@@ -502,6 +609,8 @@ StatusOr<std::unique_ptr<Admin>> Admin::Connect(AdminOptions options) {
   // A SCAN batch's replies can take a while on a busy server; the deadline is the guard.
   copts.stall_timeout = impl->options.command_timeout;
   copts.max_in_flight = 1'000'000;
+  copts.scripts = {{"sluice_admin_scan_batch", kScanBatchLua},
+                   {"sluice_admin_expire_batch", kExpireBatchLua}};
   impl->connection = Connection::Make(impl->io.get_executor(), std::move(*endpoint), copts);
   impl->thread = std::thread([io = &impl->io] { io->run(); });
   auto promise = std::make_shared<std::promise<Status>>();
@@ -538,76 +647,107 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
     // `{` is not special in a glob; the prefix and limiter names hold no glob characters.
     pattern = internal::KeyHead(impl_->options.prefix, scan.limiter) + "*";
   }
-  const std::string count = std::to_string(impl_->options.scan_count);
+  // SCAN visits COUNT buckets whatever MATCH keeps. When few keys of the database match
+  // (a limiter among many, a small prefix in a big database), COUNT grows up to 4x so
+  // that fewer sequential round trips walk the table; each SCAN still blocks Redis only
+  // a few milliseconds.
+  const size_t base_count = impl_->options.scan_count;
+  size_t count = base_count;
   auto scan_round = [&](const std::string& cursor) {
-    return impl_->ExecAsync({internal::FormatCommand({"SCAN", cursor, "MATCH", pattern, "COUNT", count}),
+    return impl_->ExecAsync({internal::FormatCommand({"SCAN", cursor, "MATCH", pattern, "COUNT",
+                                                      std::to_string(count)}),
                              internal::FormatCommand({"TIME"})});
   };
+  // Redis is the bound (SCAN, TYPE and PTTL cost it ~3 us per key), so it is never left
+  // idle: the next SCAN is sent as soon as the last one is answered, and up to kDepth
+  // batch scripts are in flight while the client decodes an earlier batch.
+  constexpr size_t kDepth = 4;
+  struct InFlight {
+    std::vector<std::string> keys;
+    int64_t now_ms = 0;
+    std::future<StatusOr<std::vector<Reply>>> details;
+  };
+  std::deque<InFlight> in_flight;
   auto next = scan_round("0");
+  bool scanning = true;
   int64_t scanned = 0;
-  while (true) {
-    auto round = impl_->Checked(next.get());
-    if (!round.ok()) return round.status();
-    const Reply& sr = (*round)[0];
-    auto now = Impl::TimeMs((*round)[1]);
-    if (sr.kind != Reply::Kind::kArray || sr.elements.size() != 2 ||
-        sr.elements[1].kind != Reply::Kind::kArray || !now) {
-      return impl_->Unexpected("SCAN");
-    }
-    const std::string cursor = sr.elements[0].str;
-    const bool last = cursor == "0";
-    // The next SCAN travels while this batch's TYPE/PTTL are answered.
-    if (!last) next = scan_round(cursor);
-
-    ScanBatch batch;
-    batch.now_ms = *now;
-    batch.keys.reserve(sr.elements[1].elements.size());
-    std::vector<std::string> commands;
-    commands.reserve(sr.elements[1].elements.size() * 3);
-    std::vector<size_t> first_command;
-    const std::string before = "(" + std::to_string(*now);
-    for (const Reply& k : sr.elements[1].elements) {
-      ScannedKey key;
-      key.key = k.str;
-      key.name = ParseKeyName(impl_->options.prefix, key.key);
-      first_command.push_back(commands.size());
-      commands.push_back(internal::FormatCommand({"TYPE", key.key}));
-      commands.push_back(internal::FormatCommand({"PTTL", key.key}));
-      if (key.name && ExpectedKeyType(key.name->suffix) == KeyType::kZset) {
-        commands.push_back(internal::FormatCommand({"ZCARD", key.key}));
-        if (key.name->suffix == "cc") {
-          commands.push_back(internal::FormatCommand({"ZCOUNT", key.key, "-inf", before}));
-        }
+  while (scanning || !in_flight.empty()) {
+    if (scanning && in_flight.size() < kDepth) {
+      auto round = impl_->Checked(next.get());
+      if (!round.ok()) return round.status();
+      const Reply& sr = (*round)[0];
+      auto now = Impl::TimeMs((*round)[1]);
+      if (sr.kind != Reply::Kind::kArray || sr.elements.size() != 2 ||
+          sr.elements[1].kind != Reply::Kind::kArray || !now) {
+        return impl_->Unexpected("SCAN");
       }
-      batch.keys.push_back(std::move(key));
+      const std::string cursor = sr.elements[0].str;
+      const size_t matched = sr.elements[1].elements.size();
+      if (matched * 2 < base_count && count < 4 * base_count) {
+        count *= 2;
+      } else if (matched > 2 * base_count && count > base_count) {
+        count /= 2;
+      }
+      scanning = cursor != "0";
+      if (scanning) next = scan_round(cursor);
+      if (sr.elements[1].elements.empty()) continue;
+      InFlight f;
+      f.now_ms = *now;
+      f.keys.reserve(sr.elements[1].elements.size());
+      for (const Reply& k : sr.elements[1].elements) f.keys.push_back(k.str);
+      const std::string args[] = {std::to_string(*now), scan.read_leaked_values ? "1" : "0"};
+      f.details = impl_->EvalAsync(kScanBatch, f.keys, args);
+      in_flight.push_back(std::move(f));
+      continue;
     }
-    auto details = impl_->Exec(std::move(commands));
+    InFlight f = std::move(in_flight.front());
+    in_flight.pop_front();
+    std::vector<std::string>& keys = f.keys;
+    auto details = impl_->Checked(f.details.get());
     if (!details.ok()) return details.status();
-    for (size_t i = 0; i < batch.keys.size(); ++i) {
+    const Reply& flat = (*details)[0];
+    if (flat.kind != Reply::Kind::kArray || flat.elements.size() != 5 * keys.size()) {
+      return impl_->Unexpected("the scan batch script");
+    }
+    ScanBatch batch;
+    batch.now_ms = f.now_ms;
+    const int64_t* now = &f.now_ms;
+    static constexpr KeyType kTypes[] = {KeyType::kNone, KeyType::kString, KeyType::kList,
+                                         KeyType::kSet,  KeyType::kZset,   KeyType::kHash,
+                                         KeyType::kStream, KeyType::kOther};
+    batch.keys.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
       ScannedKey& key = batch.keys[i];
-      const Reply* r = &(*details)[first_command[i]];
-      key.type = ParseType(r[0].str);
-      key.ttl_ms = r[1].kind == Reply::Kind::kInteger ? r[1].integer : -2;
+      const Reply* r = &flat.elements[5 * i];
+      key.key = std::move(keys[i]);
+      key.type = kTypes[std::clamp<long long>(r[0].integer, 0, 7)];
+      key.ttl_ms = r[1].integer;
+      key.name = ParseKeyName(impl_->options.prefix, key.key);
       if (!key.name) continue;
       if (key.type != ExpectedKeyType(key.name->suffix)) {
         key.name.reset();  // vanished, or not sluice's
         continue;
       }
-      if (key.type == KeyType::kZset) {
-        key.members = r[2].kind == Reply::Kind::kInteger ? r[2].integer : -1;
-        if (key.name->suffix == "cc" && r[3].kind == Reply::Kind::kInteger) {
-          key.stale = r[3].integer;
+      key.members = r[2].integer;
+      key.stale = r[3].integer;
+      if (r[4].kind == Reply::Kind::kString) {
+        if (key.name->suffix == "cc") {
+          if (auto expiry = ParseScore(r[4])) key.ends_at_ms = *expiry;
+        } else {
+          KeyState state;
+          if (key.name->suffix == "fw") DecodeFixedWindow(r[4].str, *now, state);
+          if (key.name->suffix == "tb") DecodeTokenBucket(r[4].str, *now, state);
+          if (key.name->suffix == "gcra") DecodeGcra(r[4].str, *now, state);
+          key.ends_at_ms = state.ends_at_ms;
         }
       }
     }
     scanned += static_cast<int64_t>(batch.keys.size());
     batch.scanned = scanned;
-    if (!batch.keys.empty() && !on_batch(batch)) {
-      if (!last) (void)next.get();  // let the SCAN in flight finish before returning
-      return Status::Ok();
-    }
-    if (last) return Status::Ok();
+    // Calls still in flight complete into their own shared state: nothing waits on them.
+    if (!on_batch(batch)) return Status::Ok();
   }
+  return Status::Ok();
 }
 
 StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> keys) {
@@ -712,47 +852,39 @@ StatusOr<ExpireResult> Admin::ExpireIfNone(
                                   std::to_string(ttl.count()));
     }
   }
-  constexpr size_t kChunk = 20'000;
+  // One script call per chunk, every chunk pipelined.
+  constexpr size_t kChunk = 1000;
   ExpireResult result;
-  std::vector<std::string> commands;
-  // Two chunks in flight: the next is written while the last one's replies arrive.
-  std::optional<std::future<StatusOr<std::vector<Reply>>>> in_flight;
-  std::vector<int64_t> exists;
-  auto collect = [&](std::future<StatusOr<std::vector<Reply>>>& f) -> Status {
-    auto replies = impl_->Checked(f.get());
-    if (!replies.ok()) return replies.status();
-    for (size_t i = 0; i < replies->size(); ++i) {
-      const Reply& r = (*replies)[i];
-      if (r.kind != Reply::Kind::kInteger) return impl_->Unexpected("EXPIRE NX");
-      // EXPIRE NX answers 0 both for a key with a TTL and a missing key; EXISTS tells.
-      if (i % 2 == 0) {
-        exists.push_back(r.integer);
-      } else if (r.integer == 1) {
-        ++result.set;
-      }
-    }
-    return Status::Ok();
-  };
+  std::vector<std::future<StatusOr<std::vector<Reply>>>> calls;
+  std::vector<std::string> chunk_keys, ttls;
   for (size_t start = 0; start < keys.size(); start += kChunk) {
-    auto chunk = keys.subspan(start, std::min(kChunk, keys.size() - start));
-    commands.clear();
-    for (const auto& [key, ttl] : chunk) {
-      commands.push_back(internal::FormatCommand({"EXISTS", key}));
-      commands.push_back(internal::FormatCommand({"EXPIRE", key, ToDecimal(ttl.count()), "NX"}));
+    chunk_keys.clear();
+    ttls.clear();
+    for (size_t i = start; i < std::min(keys.size(), start + kChunk); ++i) {
+      chunk_keys.push_back(keys[i].first);
+      ttls.push_back(ToDecimal(keys[i].second.count()));
     }
-    auto f = impl_->ExecAsync(std::move(commands));
-    if (in_flight) {
-      if (Status s = collect(*in_flight); !s.ok()) return s;
+    calls.push_back(impl_->EvalAsync(kExpireBatch, chunk_keys, ttls));
+  }
+  Status failure;
+  for (auto& call : calls) {
+    auto replies = impl_->Checked(call.get());
+    if (!replies.ok()) {
+      if (failure.ok()) failure = replies.status();
+      continue;
     }
-    in_flight = std::move(f);
+    const Reply& r = (*replies)[0];
+    if (r.kind != Reply::Kind::kArray) {
+      if (failure.ok()) failure = impl_->Unexpected("the expire batch script");
+      continue;
+    }
+    for (const Reply& e : r.elements) {
+      if (e.integer == 1) ++result.set;
+      if (e.integer == 0) ++result.had_ttl;
+      if (e.integer == -1) ++result.missing;
+    }
   }
-  if (in_flight) {
-    if (Status s = collect(*in_flight); !s.ok()) return s;
-  }
-  for (int64_t e : exists) {
-    if (e == 0) ++result.missing;
-  }
-  result.had_ttl = static_cast<int64_t>(keys.size()) - result.set - result.missing;
+  if (!failure.ok()) return failure;
   return result;
 }
 
