@@ -41,6 +41,31 @@ class FaultStore final : public internal::Store {
   }
 
   void Check(internal::CheckCall call, DecisionCallback done) override {
+    Status fault = NextFault();
+    if (!fault.ok()) {
+      done(std::move(fault));
+      return;
+    }
+    inner_->Check(std::move(call), std::move(done));
+  }
+  void Lease(internal::LeaseCall call, internal::LeaseCallback done) override {
+    Status fault = NextFault();
+    if (!fault.ok()) {
+      done(std::move(fault));
+      return;
+    }
+    inner_->Lease(std::move(call), std::move(done));
+  }
+  void Shutdown() override { inner_->Shutdown(); }
+  ClientStats stats() const override { return inner_->stats(); }
+  void Info(std::string_view section, internal::Deadline deadline,
+            std::function<void(StatusOr<std::string>)> done) override {
+    inner_->Info(section, deadline, std::move(done));
+  }
+
+ private:
+  // The fault the next call gets (OK: none).
+  Status NextFault() {
     Status fault;
     {
       std::lock_guard lock(mu_);
@@ -54,20 +79,9 @@ class FaultStore final : public internal::Store {
       }
       if (!fault.ok()) ++injected_;
     }
-    if (!fault.ok()) {
-      done(std::move(fault));
-      return;
-    }
-    inner_->Check(std::move(call), std::move(done));
-  }
-  void Shutdown() override { inner_->Shutdown(); }
-  ClientStats stats() const override { return inner_->stats(); }
-  void Info(std::string_view section, internal::Deadline deadline,
-            std::function<void(StatusOr<std::string>)> done) override {
-    inner_->Info(section, deadline, std::move(done));
+    return fault;
   }
 
- private:
   std::shared_ptr<internal::Store> inner_;
   mutable std::mutex mu_;
   std::mt19937 rng_;

@@ -23,10 +23,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/limits.h"
+#include "sluice/metrics.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -35,6 +37,9 @@ namespace internal {
 class ClientCore;
 class ClientFactory;
 }  // namespace internal
+
+class ConcurrencyLimiter;  // sluice/lease.h
+struct ConcurrencyOptions;
 
 // What a check answers when the store cannot: a deadline passed, the connection is
 // down, or the circuit breaker is open. Refunds and resets are not decisions: they return
@@ -248,6 +253,15 @@ class Client {
   // InvalidArgument for a bad name or limit. Cheap; does not touch the store.
   StatusOr<Limiter> MakeLimiter(std::string_view name, const Limit& limit,
                                 const LimiterOptions& options = {}) const;
+
+  // A concurrency limiter (sluice/lease.h) named `name` (as MakeLimiter). InvalidArgument
+  // for a bad name or options. Cheap; does not touch the store.
+  StatusOr<ConcurrencyLimiter> MakeConcurrencyLimiter(std::string_view name,
+                                                      const ConcurrencyOptions& options) const;
+
+  // Every metric of this client (sluice/metrics.h lists them). Thread-safe; O(tracked
+  // lease ids).
+  std::vector<MetricSample> Metrics() const;
 
   // The circuit breaker's state and counters. Thread-safe, cheap.
   StoreHealth Health() const;

@@ -4,5 +4,7 @@
 #include "sluice/client.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
+#include "sluice/lease.h"
 #include "sluice/limits.h"
+#include "sluice/metrics.h"
 #include "sluice/status.h"

@@ -53,6 +53,7 @@ Status DeadlineExceededError(std::string message);
 Status UnavailableError(std::string message);
 Status FailedPreconditionError(std::string message);
 Status PermissionDeniedError(std::string message);
+Status NotFoundError(std::string message);
 Status InternalError(std::string message);
 
 // Holds either a value or a non-OK Status.

@@ -10,6 +10,7 @@
 #include "memory/memory_store.h"
 #include "redis/redis_store.h"
 #include "sluice/client.h"
+#include "sluice/lease.h"
 
 namespace sluice {
 namespace internal {
@@ -149,6 +150,27 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
   if (Status s = limit.Validate(); !s.ok()) return s;
   if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
   return Limiter(core_, std::string(name), limit, options);
+}
+
+StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(std::string_view name,
+                                                            const ConcurrencyOptions& options) const {
+  if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
+  if (options.limit < 1 || options.limit > kMaxLimit) {
+    return InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
+                                ", got " + std::to_string(options.limit));
+  }
+  using std::chrono::milliseconds;
+  if (options.lease_ttl < milliseconds(10) || options.lease_ttl > std::chrono::hours(24 * 366)) {
+    return InvalidArgumentError("lease_ttl must be between 10 ms and 366 days, got " +
+                                std::to_string(options.lease_ttl.count()) + " ms");
+  }
+  if (options.heartbeat_interval.count() < 0 || options.heartbeat_interval >= options.lease_ttl) {
+    return InvalidArgumentError("heartbeat_interval must be >= 0 (0: lease_ttl / 6) and shorter "
+                                "than lease_ttl, got " +
+                                std::to_string(options.heartbeat_interval.count()) + " ms");
+  }
+  if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
+  return ConcurrencyLimiter(core_, std::string(name), options);
 }
 
 StoreHealth Client::Health() const {

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "core/store.h"
+#include "lease/gauges.h"
 #include "policy/policy_store.h"
 #include "sluice/client.h"
 
@@ -34,6 +35,7 @@ class ClientCore {
   // The store every call goes through: the policy layer in front of the real store.
   std::shared_ptr<Store> store;
   std::shared_ptr<PolicyStore> policy;  // == store
+  LeaseGauges lease_gauges;
 
   // Puts the policy layer in front of `real` and makes it the store.
   void UseStore(std::shared_ptr<Store> real);

@@ -72,4 +72,11 @@ std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm al
   return key;
 }
 
+std::string MakeLeaseKey(std::string_view key_head, std::string_view id) {
+  std::string key;
+  key.reserve(key_head.size() + id.size() + 8);
+  key.append(key_head).append(EncodeId(id)).append("}:").append(kLeaseSuffix);
+  return key;
+}
+
 }  // namespace sluice::internal

@@ -1,6 +1,6 @@
 // Key layout (DESIGN.md §2): `<prefix>:{<limiter>:<id>}:<suffix>`.
 //
-// The suffix names the algorithm (fw, sw, sl, tb, gcra): a limiter whose algorithm is
+// The suffix names the algorithm (fw, sw, sl, tb, gcra; cc for concurrency leases): a limiter whose algorithm is
 // changed in a config starts on a fresh key instead of reading another algorithm's
 // state (and Redis answering WRONGTYPE); the old key expires on its own.
 // The hash tag holds the limiter name and the id, so every key of one decision sits in
@@ -36,6 +36,12 @@ std::string KeyHead(std::string_view prefix, std::string_view limiter);
 
 // "fw", "sw", "sl", "tb", "gcra".
 std::string_view AlgorithmSuffix(Algorithm algorithm);
+
+// The suffix of a concurrency limiter's lease set.
+inline constexpr std::string_view kLeaseSuffix = "cc";
+
+// KeyHead + EncodeId(id) + "}:" + kLeaseSuffix.
+std::string MakeLeaseKey(std::string_view key_head, std::string_view id);
 
 // KeyHead + EncodeId(id) + "}:" + AlgorithmSuffix(algorithm).
 std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm);

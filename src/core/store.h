@@ -10,8 +10,11 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "algo/algorithm.h"
+#include "lease/concurrency.h"
 #include "sluice/client.h"
 #include "sluice/limits.h"
 
@@ -35,12 +38,43 @@ struct CheckCall {
   bool cache_denials = false;
 };
 
+// One concurrency-lease operation (src/lease/concurrency.h).
+struct LeaseCall {
+  LeaseArgs args;
+  std::string key;
+  std::optional<int64_t> now_ms;  // as CheckCall::now_ms
+  Deadline deadline;
+  // Acquire only: what to answer when the store cannot (never kDefault), and for kLocal
+  // the number of servers the limit is divided among.
+  FailurePolicy on_failure = FailurePolicy::kOpen;
+  int64_t servers = 1;
+  // A lease the local fallback granted: its heartbeats and release go to the local store.
+  bool local = false;
+};
+
+// A lease operation's answer and, for acquire, who decided it.
+struct LeaseResult {
+  LeaseReply reply;
+  DecisionSource source = DecisionSource::kStore;
+};
+using LeaseCallback = std::function<void(StatusOr<LeaseResult>)>;
+
 class Store {
  public:
   virtual ~Store() = default;
   // Decides `call`. `done` runs exactly once: inline, or on a store thread. Errors are
   // Status values already translated to sluice's codes.
   virtual void Check(CheckCall call, DecisionCallback done) = 0;
+  // Runs one lease operation; `done` as for Check.
+  virtual void Lease(LeaseCall call, LeaseCallback done) = 0;
+  // Appends one record (field, value pairs) to the stream `key`, trimmed to about
+  // `max_len` entries, expiring `retention_ms` after the last append.
+  virtual void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
+                              int64_t max_len, int64_t retention_ms, Deadline deadline,
+                              std::function<void(Status)> done) {
+    (void)key; (void)fields; (void)max_len; (void)retention_ms; (void)deadline;
+    done(FailedPreconditionError("the embedded store has no streams"));
+  }
   virtual ClientStats stats() const { return {}; }
   // INFO <section> of the server behind the store; FailedPrecondition when there is none.
   virtual void Info(std::string_view section, Deadline deadline,

@@ -65,6 +65,31 @@ StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
 
 void MemoryStore::Check(CheckCall call, DecisionCallback done) { done(CheckNow(call)); }
 
+LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
+  const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
+  // Expiries get the same grace as the scripts give them under a model clock.
+  const int64_t grace = call.now_ms ? 60000 : 0;
+  Shard& shard = ShardFor(call.key);
+  std::lock_guard lock(shard.mu);
+  MaybeSweep(shard, now);
+  LeaseSetState state;
+  auto it = shard.entries.find(call.key);
+  if (it != shard.entries.end() && it->second.expires_at_ms > now) {
+    if (auto* stored = std::get_if<LeaseSetState>(&it->second.state)) state = std::move(*stored);
+  }
+  LeaseResult result{LeaseStep(state, call.args, now)};
+  if (!state.members.empty()) {
+    if (it == shard.entries.end()) it = shard.entries.try_emplace(call.key).first;
+    it->second.expires_at_ms = state.MaxExpiry() + grace;
+    it->second.state = std::move(state);
+  } else if (it != shard.entries.end()) {
+    shard.entries.erase(it);
+  }
+  return result;
+}
+
+void MemoryStore::Lease(LeaseCall call, LeaseCallback done) { done(LeaseNow(call)); }
+
 std::size_t MemoryStore::KeyCount() {
   const int64_t now = clock_->NowMs();
   std::size_t live = 0;

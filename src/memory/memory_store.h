@@ -22,6 +22,7 @@
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
 #include "core/store.h"
+#include "lease/concurrency.h"
 #include "sluice/clock.h"
 
 namespace sluice::internal {
@@ -33,6 +34,8 @@ class MemoryStore final : public Store {
 
   void Check(CheckCall call, DecisionCallback done) override;
   StatusOr<Decision> CheckNow(const CheckCall& call);
+  void Lease(LeaseCall call, LeaseCallback done) override;
+  LeaseResult LeaseNow(const LeaseCall& call);
 
   // Live (unexpired) keys; for tests and gauges.
   std::size_t KeyCount();
@@ -40,7 +43,7 @@ class MemoryStore final : public Store {
  private:
   // Keys carry their algorithm's suffix, so one key only ever holds one kind of state.
   using AnyState = std::variant<FixedWindowState, SlidingWindowState, SlidingLogState,
-                                TokenBucketState, GcraState>;
+                                TokenBucketState, GcraState, LeaseSetState>;
   struct Entry {
     AnyState state;
     int64_t expires_at_ms = 0;

@@ -108,4 +108,67 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   });
 }
 
+LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call) {
+  policy_decisions_.fetch_add(1, std::memory_order_relaxed);
+  switch (call.on_failure) {
+    case FailurePolicy::kLocal: {
+      LeaseCall local = call;
+      local.args.limit = std::max<int64_t>(1, call.args.limit / std::max<int64_t>(1, call.servers));
+      LeaseResult result = local_.LeaseNow(local);
+      result.source = DecisionSource::kLocalFallback;
+      return result;
+    }
+    case FailurePolicy::kClosed: {
+      LeaseResult result;
+      result.reply.now_ms = NowMs(call);
+      // Until the breaker probes again (at least a second), as for checks.
+      result.reply.expires_at_ms =
+          result.reply.now_ms + std::max(breaker_.RetryIn(), std::chrono::milliseconds(1000)).count();
+      result.source = DecisionSource::kFailClosed;
+      return result;
+    }
+    case FailurePolicy::kDefault:
+    case FailurePolicy::kOpen:
+      break;
+  }
+  LeaseResult result;
+  result.reply.code = 1;
+  result.reply.now_ms = NowMs(call);
+  result.reply.expires_at_ms = result.reply.now_ms + call.args.ttl_ms;
+  result.source = DecisionSource::kFailOpen;
+  return result;
+}
+
+void PolicyStore::Lease(LeaseCall call, LeaseCallback done) {
+  if (call.local) {
+    done(local_.LeaseNow(call));
+    return;
+  }
+  const bool acquire = call.args.op == LeaseOp::kAcquire;
+  if (!breaker_.Allow()) {
+    if (acquire) {
+      done(LeaseFallback(call));
+    } else {
+      done(UnavailableError("the store is unavailable (circuit breaker open); retry in " +
+                            std::to_string(breaker_.RetryIn().count()) + " ms"));
+    }
+    return;
+  }
+  std::optional<LeaseCall> fallback;
+  if (acquire) fallback = call;
+  inner_->Lease(std::move(call), [this, fallback = std::move(fallback),
+                                  done = std::move(done)](StatusOr<LeaseResult> result) {
+    if (result.ok()) {
+      breaker_.OnSuccess();
+    } else if (IsStoreFailure(result.status())) {
+      breaker_.OnFailure();
+      if (fallback) {
+        done(LeaseFallback(*fallback));
+        return;
+      }
+    }
+    done(std::move(result));
+  });
+}
+
 }  // namespace sluice::internal

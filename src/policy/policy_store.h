@@ -25,6 +25,16 @@ class PolicyStore final : public Store {
               BreakerOptions breaker, std::size_t denial_cache_size);
 
   void Check(CheckCall call, DecisionCallback done) override;
+  // Acquire: the store's answer or, when it fails, the policy's (open: a lease that is
+  // not in any store; closed: refused; local: a lease in the local store). Other lease
+  // operations pass store errors through; a local lease's go to the local store.
+  void Lease(LeaseCall call, LeaseCallback done) override;
+  void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
+                      int64_t max_len, int64_t retention_ms, Deadline deadline,
+                      std::function<void(Status)> done) override {
+    inner_->AppendToStream(std::move(key), std::move(fields), max_len, retention_ms, deadline,
+                           std::move(done));
+  }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override;
   void CountShadowRefusal() { shadow_refusals_.fetch_add(1, std::memory_order_relaxed); }
@@ -38,8 +48,10 @@ class PolicyStore final : public Store {
  private:
   // What the check answers instead of the store.
   StatusOr<Decision> Fallback(const CheckCall& call);
+  LeaseResult LeaseFallback(const LeaseCall& call);
 
-  int64_t NowMs(const CheckCall& call) const { return call.now_ms ? *call.now_ms : clock_->NowMs(); }
+  template <typename Call>
+  int64_t NowMs(const Call& call) const { return call.now_ms ? *call.now_ms : clock_->NowMs(); }
 
   std::shared_ptr<Store> inner_;
   std::shared_ptr<const Clock> clock_;

@@ -74,6 +74,113 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
       });
 }
 
+namespace {
+
+bool IsInteger(const redisReply* r) { return r->type == REDIS_REPLY_INTEGER; }
+
+// The reply of concurrency.lua for `op` (see the script's header).
+StatusOr<LeaseReply> ParseLeaseReply(LeaseOp op, const redisReply* reply) {
+  if (reply->type != REDIS_REPLY_ARRAY) {
+    return InternalError("the concurrency script returned an unexpected reply");
+  }
+  LeaseReply out;
+  if (op == LeaseOp::kList) {
+    if (reply->elements < 1 || reply->elements % 2 != 1 || !IsInteger(reply->element[0])) {
+      return InternalError("the concurrency script returned an unexpected list");
+    }
+    out.code = 1;
+    out.now_ms = reply->element[0]->integer;
+    for (size_t i = 1; i + 1 < reply->elements; i += 2) {
+      const redisReply* member = reply->element[i];
+      const redisReply* expires = reply->element[i + 1];
+      if (member->type != REDIS_REPLY_STRING || !IsInteger(expires)) {
+        return InternalError("the concurrency script returned an unexpected lease row");
+      }
+      out.rows.push_back({std::string(member->str, member->len), expires->integer});
+    }
+    return out;
+  }
+  if (reply->elements != 4) return InternalError("the concurrency script returned an unexpected reply");
+  for (size_t i = 0; i < 4; ++i) {
+    if (!IsInteger(reply->element[i])) {
+      return InternalError("the concurrency script returned a non-integer field");
+    }
+  }
+  out.code = static_cast<int>(reply->element[0]->integer);
+  out.count = reply->element[1]->integer;
+  out.now_ms = reply->element[2]->integer;
+  out.expires_at_ms = reply->element[3]->integer;
+  return out;
+}
+
+}  // namespace
+
+void RedisStore::Lease(LeaseCall call, LeaseCallback done) {
+  const LeaseOp op = call.args.op;
+  if (op == LeaseOp::kRelease) {
+    // Nothing to check: one command, whatever the lease's state.
+    connection_->Send(FormatCommand({"ZREM", call.key, call.args.token}), call.deadline,
+                      [done = std::move(done)](const Status& status, const redisReply* reply) {
+                        if (!status.ok()) {
+                          done(status);
+                        } else if (reply->type != REDIS_REPLY_INTEGER) {
+                          done(InternalError("ZREM returned an unexpected reply"));
+                        } else {
+                          done(LeaseResult{LeaseReply{.code = 1}});
+                        }
+                      });
+    return;
+  }
+  std::string tail;
+  tail.reserve(64 + call.key.size() + call.args.token.size());
+  AppendBulk(tail, "1");
+  AppendBulk(tail, call.key);
+  AppendBulk(tail, static_cast<int64_t>(op));
+  if (call.now_ms) {
+    AppendBulk(tail, *call.now_ms);
+  } else {
+    AppendBulk(tail, "");
+  }
+  AppendBulk(tail, call.args.token);
+  AppendBulk(tail, call.args.limit);
+  AppendBulk(tail, call.args.ttl_ms);
+  connection_->Eval(kConcurrencyScript, std::move(tail), 7, call.deadline,
+                    [op, done = std::move(done)](const Status& status, const redisReply* reply) {
+                      if (!status.ok()) {
+                        done(status);
+                        return;
+                      }
+                      StatusOr<LeaseReply> parsed = ParseLeaseReply(op, reply);
+                      if (!parsed.ok()) {
+                        done(parsed.status());
+                      } else {
+                        done(LeaseResult{*std::move(parsed)});
+                      }
+                    });
+}
+
+void RedisStore::AppendToStream(std::string key,
+                                std::vector<std::pair<std::string, std::string>> fields,
+                                int64_t max_len, int64_t retention_ms, Deadline deadline,
+                                std::function<void(Status)> done) {
+  std::string tail;
+  AppendBulk(tail, "1");
+  AppendBulk(tail, key);
+  AppendBulk(tail, static_cast<int64_t>(5));
+  AppendBulk(tail, "");
+  AppendBulk(tail, max_len);
+  AppendBulk(tail, retention_ms);
+  for (const auto& [field, value] : fields) {
+    AppendBulk(tail, field);
+    AppendBulk(tail, value);
+  }
+  const int items = 6 + 2 * static_cast<int>(fields.size());
+  connection_->Eval(kConcurrencyScript, std::move(tail), items, deadline,
+                    [done = std::move(done)](const Status& status, const redisReply*) {
+                      done(status);
+                    });
+}
+
 void RedisStore::Shutdown() { connection_->Shutdown(); }
 
 void RedisStore::Info(std::string_view section, Deadline deadline,

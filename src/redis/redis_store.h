@@ -25,6 +25,10 @@ class RedisStore final : public Store {
                                                        ConnectionOptions options);
 
   void Check(CheckCall call, DecisionCallback done) override;
+  void Lease(LeaseCall call, LeaseCallback done) override;
+  void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
+                      int64_t max_len, int64_t retention_ms, Deadline deadline,
+                      std::function<void(Status)> done) override;
   void Shutdown() override;
   ClientStats stats() const override;
   void Info(std::string_view section, Deadline deadline,

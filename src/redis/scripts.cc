@@ -6,7 +6,7 @@ std::vector<Script> AllScripts() {
   return {
       {"fixed_window", kFixedWindowLua},     {"sliding_window", kSlidingWindowLua},
       {"sliding_log", kSlidingLogLua},       {"token_bucket", kTokenBucketLua},
-      {"gcra", kGcraLua},
+      {"gcra", kGcraLua},                    {"concurrency", kConcurrencyLua},
   };
 }
 

@@ -16,6 +16,9 @@ extern const std::string_view kSlidingWindowLua;
 extern const std::string_view kSlidingLogLua;
 extern const std::string_view kTokenBucketLua;
 extern const std::string_view kGcraLua;
+// After the algorithms: concurrency leases (src/lease/concurrency.lua).
+extern const std::string_view kConcurrencyLua;
+inline constexpr int kConcurrencyScript = 5;
 
 // Every script, indexed by ScriptId.
 std::vector<Script> AllScripts();

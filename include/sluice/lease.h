@@ -1,0 +1,208 @@
+// sluice/lease.h — concurrency limits: at most `limit` requests of one id in flight at
+// once, counted as expiring leases (DESIGN.md §4), so a holder that dies (SIGKILL, lost
+// network) frees its slot lease_ttl later without any reaper.
+//
+//   auto streams = client->MakeConcurrencyLimiter("streams", {.limit = 20});
+//   sluice::StatusOr<sluice::Acquisition> a = streams->Acquire("user:42");
+//   if (a.ok() && a->acquired) {
+//     // a->lease heartbeats by itself; a->lease.held() turns false if it is lost.
+//   }  // the Lease's destructor stops its heartbeats and releases it
+//
+// Three call styles, as for checks: Acquire (blocks up to the deadline), AcquireAsync (a
+// callback on an I/O thread, never inline) and AsyncAcquire in sluice/asio.h (any Asio
+// completion token). Blocking calls must not be made on the client's I/O threads.
+//
+// Thread-safety: ConcurrencyLimiter is thread-safe. A Lease is one owner's handle: its
+// const members may be read from any thread, the others need external synchronization.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/client.h"
+#include "sluice/decision.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+namespace internal {
+struct LeaseState;
+}  // namespace internal
+
+struct ConcurrencyOptions {
+  // Live leases per id; 1 ≤ limit ≤ kMaxLimit.
+  int64_t limit = 0;
+  // How long a lease stays believable without a heartbeat: a dead holder's slot is free
+  // again this long after its last heartbeat. 10 ms – 366 days. Default: 120 s.
+  std::chrono::milliseconds lease_ttl{120000};
+  // How often a lease heartbeats; 0 means lease_ttl / 6 (a lease survives five lost
+  // heartbeats in a row). Must be shorter than lease_ttl. Default: 0.
+  std::chrono::milliseconds heartbeat_interval{0};
+  // What Acquire answers when the store cannot (LimiterOptions::on_failure):
+  // kOpen grants a lease that no store holds (source kFailOpen; it never heartbeats and
+  // is never lost), kClosed refuses (reason kStoreUnavailable), kLocal grants from this
+  // process's embedded store with limit / servers (source kLocalFallback; its heartbeats
+  // and release stay local). Default: ClientOptions::on_failure.
+  FailurePolicy on_failure = FailurePolicy::kDefault;
+  // kLocal: servers sharing the limit; 0 means ClientOptions::servers.
+  int64_t servers = 0;
+};
+
+// Why a lease stopped being held by its owner.
+enum class LeaseLoss {
+  kNone,
+  kGone,      // the store no longer has it: expired and pruned, released by an operator,
+              // or lost with the store's data (a restart without persistence)
+  kExpired,   // no heartbeat was confirmed within lease_ttl (store down, process paused):
+              // the store has let it expire, or will at any moment
+};
+
+std::string_view LeaseLossName(LeaseLoss loss);
+
+class Lease {
+ public:
+  Lease() = default;  // holds nothing
+  Lease(Lease&&) noexcept;
+  Lease& operator=(Lease&&) noexcept;  // releases what this held first
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  // Stops heartbeating, then releases (without waiting for the store's answer).
+  ~Lease();
+
+  // True while the lease is believed live: granted, not released, not lost, and its
+  // last confirmed heartbeat less than lease_ttl ago (checked on every call, so a
+  // process resumed after a long pause sees false at once, before any heartbeat).
+  bool held() const;
+  // Why the lease was lost; kNone while held or after a release by its owner.
+  LeaseLoss loss() const;
+  // The lease's id in its store ("<acquired at ms>:<token>"; empty for kFailOpen).
+  const std::string& id() const;
+  // Who granted it: kStore, kLocalFallback or kFailOpen.
+  DecisionSource source() const;
+  // The time the granting store's clock said at acquisition (ms since the epoch).
+  int64_t acquired_at_ms() const;
+
+  // Stops heartbeating and removes the lease from its store. Idempotent: OK when already
+  // released or lost. Errors (the store is unreachable) leave the lease to expire by
+  // itself within lease_ttl; the Lease stops heartbeating either way. Blocks up to the
+  // client's deadline.
+  Status Release();
+  // As Release, without blocking; `done` (optional) runs on an I/O thread.
+  void ReleaseAsync(std::function<void(Status)> done = nullptr);
+  // Heartbeats now instead of at the next interval. OK when the lease was extended;
+  // the Lease's loss() tells whether it is gone. Blocks up to the client's deadline.
+  Status Heartbeat();
+
+ private:
+  friend class ConcurrencyLimiter;
+  explicit Lease(std::shared_ptr<internal::LeaseState> state) : state_(std::move(state)) {}
+  std::shared_ptr<internal::LeaseState> state_;
+};
+
+// The answer of Acquire.
+struct Acquisition {
+  bool acquired = false;
+  Lease lease;  // held when acquired
+  int64_t limit = 0;
+  // Live leases of the id as the store counted them: after granting this one, or when
+  // refused (never below the limit then). 0 for kFailOpen and kFailClosed.
+  int64_t live = 0;
+  // Refused: until the earliest live lease expires (a slot may free up sooner, when a
+  // holder releases). For kFailClosed: until the store is probed again.
+  std::chrono::milliseconds retry_after{0};
+  DecisionSource source = DecisionSource::kStore;
+  RefusalReason reason = RefusalReason::kNone;  // kOverLimit or kStoreUnavailable
+};
+
+using AcquireCallback = std::function<void(StatusOr<Acquisition>)>;
+
+struct AcquireOptions {
+  // The limit for this call instead of the limiter's (a plan upgrade takes effect now).
+  std::optional<int64_t> limit;
+  // Deadline of the acquire instead of ClientOptions::deadline.
+  std::optional<std::chrono::milliseconds> deadline;
+  // Called once, on an I/O thread, when the lease is lost (not when its owner releases
+  // it), so a stream can stop instead of running unaccounted. Must not block.
+  std::function<void(LeaseLoss)> on_lost;
+};
+
+// One live lease, as an operator sees it.
+struct LeaseInfo {
+  std::string id;            // "<acquired at ms>:<token>"
+  int64_t acquired_at_ms = 0;
+  int64_t expires_at_ms = 0;  // store clock
+};
+
+// An operator's action, for the audit record.
+struct AdminAction {
+  std::string actor;   // who (required)
+  std::string reason;  // why (required)
+};
+
+// Where audit records of admin actions go (ClientOptions has none of this: a process
+// that never releases by hand needs nothing).
+struct AuditOptions {
+  // Append-only JSON-lines file, one record per action; required. Opened (created if
+  // missing) before the store is touched, so an action that cannot be recorded is not
+  // done.
+  std::string log_path;
+  // Also append each record to the Redis stream `<prefix>:audit`, trimmed to about
+  // stream_max_len entries and expiring stream_retention after the last record (every
+  // sluice key expires). Default: off.
+  bool stream = false;
+  int64_t stream_max_len = 10000;
+  std::chrono::milliseconds stream_retention{std::chrono::hours(24 * 30)};
+};
+
+struct ReleaseAllResult {
+  int64_t released = 0;  // live leases removed
+  std::string record;    // the audit record written (one JSON line, no newline)
+  // AuditOptions::stream: why the stream did not get the record (empty when it did, or
+  // when not asked). The file has it either way.
+  std::string stream_error;
+};
+
+class ConcurrencyLimiter {
+ public:
+  // Grants a lease of `id` if fewer than the limit are live (expired ones are pruned in
+  // the same step). Refusals are Acquisitions, not errors. Errors: InvalidArgument (empty
+  // id, bad limit or deadline); store errors only when the failure policy cannot answer
+  // (never for kOpen/kClosed/kLocal acquisitions).
+  StatusOr<Acquisition> Acquire(std::string_view id, const AcquireOptions& options = {}) const;
+  void AcquireAsync(std::string_view id, const AcquireOptions& options, AcquireCallback done) const;
+
+  // The live leases of `id`, soonest to expire first. Store errors are returned.
+  StatusOr<std::vector<LeaseInfo>> List(std::string_view id,
+                                        std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
+
+  // Operators: releases every lease of `id` in one atomic step and writes one audit
+  // record {"ts","action":"release_all","actor","reason","limiter","id","key","released"}
+  // to audit.log_path (and the stream when asked). InvalidArgument without actor or
+  // reason; nothing is written when the store call fails. Holders of the released leases
+  // learn at their next heartbeat (LeaseLoss::kGone).
+  StatusOr<ReleaseAllResult> ReleaseAll(std::string_view id, const AdminAction& action,
+                                        const AuditOptions& audit,
+                                        std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
+
+  const std::string& name() const { return name_; }
+  const ConcurrencyOptions& options() const { return options_; }
+  // The key of `id`'s lease set, or InvalidArgument for an empty id.
+  StatusOr<std::string> KeyFor(std::string_view id) const;
+
+ private:
+  friend class Client;
+  ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> core, std::string name,
+                     ConcurrencyOptions options);
+  std::shared_ptr<internal::ClientCore> core_;
+  std::string name_;
+  ConcurrencyOptions options_;
+  std::string key_head_;
+};
+
+}  // namespace sluice

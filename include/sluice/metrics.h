@@ -1,0 +1,45 @@
+// sluice/metrics.h — the library's metrics, as samples a service exports (Prometheus
+// text via FormatPrometheus, or any other system by walking the samples).
+//
+//   std::vector<sluice::MetricSample> samples = client->Metrics();
+//   std::string page = sluice::FormatPrometheus(samples);
+//
+// Client::Metrics() reports (counters are cumulative since Client::Create):
+//   sluice_store_commands_total, sluice_store_writes_total,
+//   sluice_store_deadline_exceeded_total, sluice_store_reconnects_total,
+//   sluice_store_noscript_retries_total                          counters of the store
+//   sluice_cached_denials_total, sluice_policy_decisions_total,
+//   sluice_shadow_refusals_total                                 counters of decisions
+//   sluice_breaker_state{state}          gauge: 1 for the current state, 0 for the others
+//   sluice_breaker_opens_total, sluice_breaker_short_circuited_total       counters
+//   sluice_breaker_consecutive_failures                                     gauge
+//   sluice_leases_held{limiter,id}        gauge: leases this client holds
+//   sluice_leases_live{limiter,id}        gauge: live leases of the id, fleet-wide, as
+//                                         counted at this client's latest acquire
+//   sluice_leases_live_max_1m{limiter,id} gauge: highest live count this clock minute
+// Lease ids are label values as encoded in keys (printable ASCII); at most 1000 ids per
+// client are tracked.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice {
+
+enum class MetricType { kCounter, kGauge };
+
+struct MetricSample {
+  std::string name;
+  MetricType type = MetricType::kGauge;
+  std::string help;
+  std::vector<std::pair<std::string, std::string>> labels;
+  double value = 0;
+};
+
+// Prometheus text exposition format 0.0.4: one HELP and TYPE line per metric name (the
+// first sample's), samples of one name together in the order given, label values
+// escaped.
+std::string FormatPrometheus(const std::vector<MetricSample>& samples);
+
+}  // namespace sluice

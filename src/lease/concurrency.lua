@@ -1,0 +1,135 @@
+-- sluice concurrency leases: at most `limit` live leases per id (DESIGN.md §4).
+-- KEYS[1]  the id's lease set: a sorted set, one member per lease.
+--            member = <acquired at ms>:<token>   (the token is random and unguessable,
+--                     chosen by the client; the acquisition time is the store's)
+--            score  = the store-clock ms at which the lease stops being believable.
+--          A lease is live while now < score. Expired members are removed by the next
+--          acquire (ZREMRANGEBYSCORE): no reaper, the path that counts is the one that
+--          prunes.
+--          Op 5 only: KEYS[1] is the audit stream instead.
+-- ARGV[1]  op: "0" acquire, "1" heartbeat, "3" release all, "4" list, "5" audit append
+--          (release of one lease is a plain ZREM: nothing to check, one command)
+-- ARGV[2]  model clock ms, or "" to read Redis TIME (models are tests)
+-- ARGV[3]  acquire: the token; heartbeat: the member
+-- ARGV[4]  acquire: limit (>= 1)
+-- ARGV[5]  acquire, heartbeat: lease ttl in ms (>= 1)
+-- Returns
+--   acquire    {1, live count after, now, expires at}         granted
+--              {0, live count, now, earliest expiry}          refused (count >= limit)
+--   heartbeat  {1, 0, now, expires at}                        extended (or kept: never back)
+--              {0, 0, now, 0}                                 gone: released, expired, or
+--                                                             never there; never resurrected
+--   release all {1, live leases removed, now, 0}
+--   list       {now, member, expires at, member, expires at, ...}  live leases only
+--   audit      {1, 0, now, 0}
+-- TTL rule: the set expires when its last lease does. Every write that moves a score
+-- forward moves the key's expiry with it (PEXPIRE … GT); a new key gets a plain PEXPIRE;
+-- when GT refuses (same ms, or the key lost its expiry) PTTL tells which, and a key
+-- with no expiry gets one at its latest score. Under a model clock (tests only)
+-- expiries get 60 s of grace, as in fixed_window.lua.
+-- A key that is not a sorted set (WRONGTYPE) is deleted by the acquire that finds it.
+-- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
+-- argument with a costly '%.17g').
+local key = KEYS[1]
+local op = ARGV[1]
+local now, grace
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  grace = 0
+else
+  now = tonumber(ARGV[2])
+  grace = 60000
+end
+
+-- Gives a key that lost its expiry one at its latest score.
+local function restore_ttl()
+  if redis.call('PTTL', key) == -1 then
+    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if top[2] then
+      redis.call('PEXPIRE', key, string.format('%d', tonumber(top[2]) - now + grace))
+    end
+  end
+end
+
+-- The key's expiry follows a score moved forward to `expires`.
+local function follow(expires, fresh)
+  local ms = string.format('%d', expires - now + grace)
+  if fresh then
+    redis.call('PEXPIRE', key, ms)
+  elseif redis.call('PEXPIRE', key, ms, 'GT') == 0 then
+    restore_ttl()
+  end
+end
+
+if op == '0' then
+  local limit = tonumber(ARGV[4])
+  local removed = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', now)
+  if type(removed) == 'table' and removed.err then
+    redis.call('DEL', key)
+  end
+  local count = redis.call('ZCARD', key)
+  if count < limit then
+    local expires = now + tonumber(ARGV[5])
+    redis.call('ZADD', key, string.format('%d', expires), string.format('%d:', now) .. ARGV[3])
+    follow(expires, count == 0)
+    return {1, count + 1, now, expires}
+  end
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  restore_ttl()
+  return {0, count, now, tonumber(first[2])}
+end
+
+if op == '1' then
+  local member = ARGV[3]
+  local score = redis.call('ZSCORE', key, member)
+  if not score then
+    return {0, 0, now, 0}
+  end
+  score = tonumber(score)
+  if score <= now then
+    -- Expired but not yet pruned: gone for good (ZADD XX GT alone would revive it).
+    redis.call('ZREM', key, member)
+    return {0, 0, now, 0}
+  end
+  local expires = now + tonumber(ARGV[5])
+  if expires > score then
+    redis.call('ZADD', key, string.format('%d', expires), member)
+    follow(expires, false)
+    return {1, 0, now, expires}
+  end
+  restore_ttl()
+  return {1, 0, now, score}
+end
+
+if op == '3' then
+  local live = redis.call('ZCOUNT', key, string.format('(%d', now), '+inf')
+  redis.call('DEL', key)
+  return {1, live, now, 0}
+end
+
+if op == '4' then
+  local rows = redis.call('ZRANGE', key, string.format('(%d', now), '+inf', 'BYSCORE', 'WITHSCORES')
+  local out = {now}
+  for i = 1, #rows, 2 do
+    out[#out + 1] = rows[i]
+    out[#out + 1] = tonumber(rows[i + 1])
+  end
+  if #rows > 0 then
+    restore_ttl()
+  end
+  return out
+end
+
+if op == '5' then
+  -- ARGV[3] max length, ARGV[4] retention ms, ARGV[5..] field, value pairs.
+  local args = {'XADD', key, 'MAXLEN', '~', ARGV[3], '*'}
+  for i = 5, #ARGV do
+    args[#args + 1] = ARGV[i]
+  end
+  redis.call(unpack(args))
+  redis.call('PEXPIRE', key, ARGV[4])
+  return {1, 0, now, 0}
+end
+
+return redis.error_reply('ERR sluice concurrency: unknown op ' .. tostring(op))

@@ -1,0 +1,57 @@
+// Gauges of concurrency leases as one client sees them (DESIGN.md §4: a leak shows as a
+// floor that never returns to zero), per (limiter, id):
+//   held     leases this client holds now (exact: counted at grant, release and loss);
+//   live     leases of the id across the fleet, as the store counted them at this
+//            client's latest acquire of the id (granted or refused);
+//   max_1m   the highest `live` seen during the current clock minute (a minute with no
+//            acquire starts from the last `live`).
+// Bounded: at most `max_ids` ids; past that, the least recently updated id this client
+// holds nothing of is forgotten first.
+//
+// Thread-safety: thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::internal {
+
+class LeaseGauges {
+ public:
+  explicit LeaseGauges(std::size_t max_ids = 1000) : max_ids_(max_ids) {}
+
+  // The store counted `live` leases of the id at `now_ms` (this process's wall clock).
+  void Observe(const std::string& limiter, const std::string& id, int64_t live, int64_t now_ms);
+  // This client's leases of the id changed by `delta` (+1 granted, -1 released or lost).
+  void Held(const std::string& limiter, const std::string& id, int64_t delta, int64_t now_ms);
+
+  struct Row {
+    std::string limiter;
+    std::string id;  // as encoded in keys (printable ASCII)
+    int64_t held = 0;
+    int64_t live = 0;
+    int64_t max_1m = 0;
+  };
+  std::vector<Row> Snapshot(int64_t now_ms) const;
+
+ private:
+  struct Entry {
+    int64_t held = 0;
+    int64_t live = 0;
+    int64_t minute = -1;
+    int64_t minute_max = 0;
+    int64_t updated_ms = 0;
+  };
+  Entry& Touch(const std::string& limiter, const std::string& id, int64_t now_ms);
+
+  const std::size_t max_ids_;
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, Entry> entries_;
+};
+
+}  // namespace sluice::internal

@@ -1,0 +1,466 @@
+// Concurrency limiters and the Lease object (sluice/lease.h).
+//
+// A Lease's state lives in a LeaseState shared by the owner's handle, its heartbeat
+// timer and the store calls in flight. The timer holds it weakly: a dropped handle stops
+// the heartbeats; the release that the handle's destructor sends keeps the state until
+// the store answers.
+#include <utility>  // before Boost: Asio 1.74 under g++ 12 needs std::exchange declared
+
+#include "sluice/lease.h"
+
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "core/client_core.h"
+#include "core/keys.h"
+#include "lease/concurrency.h"
+#include "lease/gauges.h"
+
+namespace sluice {
+namespace internal {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+namespace {
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// 128 random bits from the kernel's CSPRNG as 22 base64url characters. Bytes are drawn
+// 4 KiB at a time per thread, so an acquire costs no system call on average.
+std::string NewToken() {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  thread_local std::array<unsigned char, 4096> pool;
+  thread_local std::size_t used = pool.size();
+  if (used + 16 > pool.size()) {
+    std::size_t filled = 0;
+    while (filled < pool.size()) {
+      ssize_t n = getrandom(pool.data() + filled, pool.size() - filled, 0);
+      if (n > 0) filled += static_cast<std::size_t>(n);
+      // EINTR: try again. getrandom blocks only before the pool is initialized at boot.
+    }
+    used = 0;
+  }
+  const unsigned char* b = pool.data() + used;
+  used += 16;
+  std::string token;
+  token.reserve(22);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (int i = 0; i < 16; ++i) {
+    acc = (acc << 8) | b[i];
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      token.push_back(kAlphabet[(acc >> bits) & 63]);
+    }
+  }
+  if (bits > 0) token.push_back(kAlphabet[(acc << (6 - bits)) & 63]);
+  return token;
+}
+
+int64_t AcquiredAt(std::string_view member) {
+  int64_t at = 0;
+  for (char c : member) {
+    if (c < '0' || c > '9') break;
+    at = at * 10 + (c - '0');
+  }
+  return at;
+}
+
+// Blocks until `start` calls its callback; for the synchronous calls.
+template <typename T, typename Start>
+T Wait(Start start) {
+  struct Waiter {
+    std::atomic<bool> done{false};
+    std::optional<T> result;
+  };
+  auto waiter = std::make_shared<Waiter>();
+  start([waiter](T result) {
+    waiter->result.emplace(std::move(result));
+    waiter->done.store(true, std::memory_order_release);
+    waiter->done.notify_one();
+  });
+  while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
+  return std::move(*waiter->result);
+}
+
+}  // namespace
+
+struct LeaseState : std::enable_shared_from_this<LeaseState> {
+  LeaseState(std::shared_ptr<ClientCore> c) : core(std::move(c)), timer(core->io) {}
+
+  std::shared_ptr<ClientCore> core;
+  std::string limiter;
+  std::string encoded_id;  // for the gauges
+  std::string key;
+  std::string member;
+  DecisionSource source = DecisionSource::kStore;
+  int64_t acquired_at_ms = 0;
+  milliseconds ttl{0};
+  milliseconds interval{0};
+  std::function<void(LeaseLoss)> on_lost;
+
+  mutable std::mutex mu;
+  boost::asio::steady_timer timer;              // under mu
+  steady_clock::time_point believable_until;  // under mu
+  bool released = false;                      // under mu
+  bool counted = true;                        // under mu: still in the `held` gauge
+  LeaseLoss loss = LeaseLoss::kNone;          // under mu
+
+  bool Heartbeats() const { return source != DecisionSource::kFailOpen; }
+
+  LeaseCall Call(LeaseOp op, milliseconds deadline) const {
+    LeaseCall call;
+    call.args.op = op;
+    call.args.token = member;
+    call.args.ttl_ms = ttl.count();
+    call.key = key;
+    if (core->options.model_clock) call.now_ms = core->options.model_clock->NowMs();
+    call.deadline = steady_clock::now() + deadline;
+    call.local = source == DecisionSource::kLocalFallback;
+    return call;
+  }
+
+  // Under mu: leaves the `held` gauge once.
+  void Uncount() {
+    if (!counted) return;
+    counted = false;
+    core->lease_gauges.Held(limiter, encoded_id, -1, WallMs());
+  }
+
+  // Marks the lease lost (once) and tells its owner.
+  void Lose(LeaseLoss why) {
+    std::function<void(LeaseLoss)> notify;
+    {
+      std::lock_guard lock(mu);
+      if (released || loss != LeaseLoss::kNone) return;
+      loss = why;
+      timer.cancel();
+      Uncount();
+      notify = std::move(on_lost);
+    }
+    if (notify) notify(why);
+  }
+
+  // Under mu: the next heartbeat after `delay`, or at the lease's believable end if
+  // that comes first (the tick then finds it expired).
+  void Schedule(milliseconds delay) {
+    auto at = std::min(steady_clock::now() + delay, believable_until);
+    timer.expires_at(at);
+    timer.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      if (ec) return;
+      if (auto self = weak.lock()) self->Tick();
+    });
+  }
+
+  void Tick() {
+    bool expired;
+    {
+      std::lock_guard lock(mu);
+      if (released || loss != LeaseLoss::kNone) return;
+      expired = steady_clock::now() >= believable_until;
+    }
+    if (expired) {
+      Lose(LeaseLoss::kExpired);
+    } else {
+      SendHeartbeat(nullptr);
+    }
+  }
+
+  // Not under mu (the store may answer inline). `done` (optional) gets the outcome: OK
+  // extended, or why not.
+  void SendHeartbeat(std::function<void(Status)> done) {
+    steady_clock::time_point until;
+    {
+      std::lock_guard lock(mu);
+      until = believable_until;
+    }
+    const auto sent = steady_clock::now();
+    const auto left = std::chrono::duration_cast<milliseconds>(until - sent);
+    const milliseconds deadline =
+        std::max(milliseconds(1), std::min(left, std::max(interval, core->options.deadline)));
+    core->store->Lease(Call(LeaseOp::kHeartbeat, deadline),
+                       [self = shared_from_this(), sent, done = std::move(done)](StatusOr<LeaseResult> r) {
+                         self->OnHeartbeat(sent, std::move(r), done);
+                       });
+  }
+
+  void OnHeartbeat(steady_clock::time_point sent, StatusOr<LeaseResult> result,
+                   const std::function<void(Status)>& done) {
+    Status status;
+    if (result.ok() && result->reply.code == 1) {
+      std::lock_guard lock(mu);
+      if (!released && loss == LeaseLoss::kNone) {
+        // The store extended it from a moment after `sent`: believable until sent + ttl.
+        believable_until = std::max(believable_until, sent + ttl);
+        Schedule(interval);
+      }
+    } else if (result.ok()) {
+      status = NotFoundError("the lease is gone from the store");
+      Lose(LeaseLoss::kGone);
+    } else {
+      status = result.status();
+      std::lock_guard lock(mu);
+      if (!released && loss == LeaseLoss::kNone) {
+        // Try again soon; the tick declares the lease expired if none gets through.
+        Schedule(std::max(milliseconds(10), interval / 4));
+      }
+    }
+    if (done) done(std::move(status));
+  }
+
+  // Stops heartbeating and removes the lease from its store.
+  void Release(std::function<void(Status)> done) {
+    bool send;
+    {
+      std::lock_guard lock(mu);
+      if (released) {
+        if (done) boost::asio::post(core->io, [done] { done(Status()); });
+        return;
+      }
+      released = true;
+      timer.cancel();
+      Uncount();
+      send = Heartbeats() && loss != LeaseLoss::kGone;
+      on_lost = nullptr;
+    }
+    if (!send) {
+      if (done) boost::asio::post(core->io, [done] { done(Status()); });
+      return;
+    }
+    core->store->Lease(Call(LeaseOp::kRelease, core->options.deadline),
+                       [self = shared_from_this(), done = std::move(done)](StatusOr<LeaseResult> r) {
+                         if (!done) return;
+                         Status status = r.ok() ? Status() : r.status();
+                         boost::asio::post(self->core->io, [done, status] { done(status); });
+                       });
+  }
+};
+
+}  // namespace internal
+
+using internal::LeaseState;
+using std::chrono::milliseconds;
+
+std::string_view LeaseLossName(LeaseLoss loss) {
+  switch (loss) {
+    case LeaseLoss::kNone: return "none";
+    case LeaseLoss::kGone: return "gone";
+    case LeaseLoss::kExpired: return "expired";
+  }
+  return "unknown";
+}
+
+Lease::Lease(Lease&& other) noexcept = default;
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    if (state_) state_->Release(nullptr);
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+Lease::~Lease() {
+  if (state_) state_->Release(nullptr);
+}
+
+bool Lease::held() const {
+  if (!state_) return false;
+  std::lock_guard lock(state_->mu);
+  if (state_->released || state_->loss != LeaseLoss::kNone) return false;
+  return !state_->Heartbeats() || std::chrono::steady_clock::now() < state_->believable_until;
+}
+
+LeaseLoss Lease::loss() const {
+  if (!state_) return LeaseLoss::kNone;
+  std::lock_guard lock(state_->mu);
+  return state_->loss;
+}
+
+const std::string& Lease::id() const {
+  static const std::string kEmpty;
+  return state_ ? state_->member : kEmpty;
+}
+
+DecisionSource Lease::source() const { return state_ ? state_->source : DecisionSource::kStore; }
+
+int64_t Lease::acquired_at_ms() const { return state_ ? state_->acquired_at_ms : 0; }
+
+Status Lease::Release() {
+  if (!state_) return Status();
+  return internal::Wait<Status>([this](std::function<void(Status)> done) {
+    state_->Release(std::move(done));
+  });
+}
+
+void Lease::ReleaseAsync(std::function<void(Status)> done) {
+  if (!state_) {
+    if (done) done(Status());
+    return;
+  }
+  state_->Release(std::move(done));
+}
+
+Status Lease::Heartbeat() {
+  if (!state_) return FailedPreconditionError("this Lease holds nothing");
+  if (!state_->Heartbeats()) return Status();
+  {
+    std::lock_guard lock(state_->mu);
+    if (state_->released) return FailedPreconditionError("the lease was released");
+    if (state_->loss != LeaseLoss::kNone) {
+      return NotFoundError("the lease was lost (" + std::string(LeaseLossName(state_->loss)) + ")");
+    }
+  }
+  return internal::Wait<Status>([this](std::function<void(Status)> done) {
+    state_->SendHeartbeat(std::move(done));
+  });
+}
+
+ConcurrencyLimiter::ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> core, std::string name,
+                                       ConcurrencyOptions options)
+    : core_(std::move(core)),
+      name_(std::move(name)),
+      options_(options),
+      key_head_(internal::KeyHead(core_->options.prefix, name_)) {}
+
+StatusOr<std::string> ConcurrencyLimiter::KeyFor(std::string_view id) const {
+  if (id.empty()) return InvalidArgumentError("id is empty");
+  return internal::MakeLeaseKey(key_head_, id);
+}
+
+void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions& options,
+                                      AcquireCallback done) const {
+  // Results known at once (bad input, embedded store, open breaker) are posted, never
+  // delivered inside AcquireAsync, as for checks.
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  done = [returned, core = core_, done = std::move(done)](StatusOr<Acquisition> result) mutable {
+    if (returned->load(std::memory_order_acquire)) {
+      done(std::move(result));
+      return;
+    }
+    boost::asio::post(core->io, [done = std::move(done), result = std::move(result)]() mutable {
+      done(std::move(result));
+    });
+  };
+  auto finish = [&] { returned->store(true, std::memory_order_release); };
+  if (id.empty()) {
+    done(InvalidArgumentError("id is empty"));
+    return finish();
+  }
+  const int64_t limit = options.limit.value_or(options_.limit);
+  if (limit < 1 || limit > kMaxLimit) {
+    done(InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
+                              ", got " + std::to_string(limit)));
+    return finish();
+  }
+  const milliseconds deadline = options.deadline.value_or(core_->options.deadline);
+  if (deadline.count() <= 0) {
+    done(InvalidArgumentError("deadline must be > 0 ms"));
+    return finish();
+  }
+  internal::LeaseCall call;
+  call.args.op = internal::LeaseOp::kAcquire;
+  call.args.token = internal::NewToken();
+  call.args.limit = limit;
+  call.args.ttl_ms = options_.lease_ttl.count();
+  call.key = internal::MakeLeaseKey(key_head_, id);
+  if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
+  call.deadline = std::chrono::steady_clock::now() + deadline;
+  call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
+                                                                  : options_.on_failure;
+  call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
+  const auto sent = std::chrono::steady_clock::now();
+  auto state = std::make_shared<LeaseState>(core_);
+  state->limiter = name_;
+  state->encoded_id = internal::EncodeId(id);
+  state->key = call.key;
+  state->ttl = options_.lease_ttl;
+  state->interval = options_.heartbeat_interval.count() > 0 ? options_.heartbeat_interval
+                                                            : options_.lease_ttl / 6;
+  state->on_lost = options.on_lost;
+  const std::string token = call.args.token;
+  core_->store->Lease(std::move(call), [state, token, limit, sent, done = std::move(done)](
+                                           StatusOr<internal::LeaseResult> result) mutable {
+    if (!result.ok()) {
+      done(result.status());
+      return;
+    }
+    const internal::LeaseReply& reply = result->reply;
+    Acquisition a;
+    a.limit = limit;
+    a.source = result->source;
+    const bool from_store = result->source == DecisionSource::kStore ||
+                            result->source == DecisionSource::kLocalFallback;
+    if (from_store) {
+      a.live = reply.count;
+      state->core->lease_gauges.Observe(state->limiter, state->encoded_id, reply.count,
+                                        internal::WallMs());
+    }
+    if (reply.code != 1) {
+      a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
+                                                                : RefusalReason::kOverLimit;
+      a.retry_after = milliseconds(std::max<int64_t>(0, reply.expires_at_ms - reply.now_ms));
+      done(std::move(a));
+      return;
+    }
+    a.acquired = true;
+    state->source = result->source;
+    state->acquired_at_ms = reply.now_ms;
+    if (state->Heartbeats()) state->member = internal::LeaseMember(reply.now_ms, token);
+    state->core->lease_gauges.Held(state->limiter, state->encoded_id, +1, internal::WallMs());
+    {
+      std::lock_guard lock(state->mu);
+      state->believable_until = sent + state->ttl;
+      if (state->Heartbeats()) state->Schedule(state->interval);
+    }
+    a.lease = Lease(state);
+    done(std::move(a));
+  });
+  finish();
+}
+
+StatusOr<Acquisition> ConcurrencyLimiter::Acquire(std::string_view id,
+                                                  const AcquireOptions& options) const {
+  return internal::Wait<StatusOr<Acquisition>>([&](AcquireCallback done) {
+    AcquireAsync(id, options, std::move(done));
+  });
+}
+
+StatusOr<std::vector<LeaseInfo>> ConcurrencyLimiter::List(std::string_view id,
+                                                         milliseconds deadline) const {
+  if (id.empty()) return InvalidArgumentError("id is empty");
+  internal::LeaseCall call;
+  call.args.op = internal::LeaseOp::kList;
+  call.key = internal::MakeLeaseKey(key_head_, id);
+  if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
+  call.deadline = std::chrono::steady_clock::now() + deadline;
+  auto result = internal::Wait<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
+    core_->store->Lease(std::move(call), std::move(done));
+  });
+  if (!result.ok()) return result.status();
+  std::vector<LeaseInfo> leases;
+  for (const internal::LeaseRow& row : result->reply.rows) {
+    leases.push_back({row.member, internal::AcquiredAt(row.member), row.expires_at_ms});
+  }
+  return leases;
+}
+
+}  // namespace sluice
