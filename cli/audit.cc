@@ -201,7 +201,7 @@ int RunAudit(const AuditOptions& o) {
     std::printf("\n%lld key(s) WITHOUT AN EXPIRY (fix: sluice repair --apply):\n",
                 static_cast<long long>(leaked));
     for (const auto& [k, g] : leaks) {
-      std::printf("  limiter %s, %s (%s): %lld\n", k.first.c_str(),
+      std::printf("  %s%s, %s (%s): %lld\n", k.first.empty() ? "" : "limiter ", k.first.c_str(),
                   std::string(SuffixAlgorithm(k.second)).c_str(),
                   std::string(KeyTypeName(ExpectedKeyType(k.second))).c_str(),
                   static_cast<long long>(g.count));

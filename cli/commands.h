@@ -20,5 +20,6 @@ void AddAudit(CLI::App& app, int& exit_code);
 void AddRepair(CLI::App& app, int& exit_code);
 void AddInspect(CLI::App& app, int& exit_code);
 void AddTop(CLI::App& app, int& exit_code);
+void AddRelease(CLI::App& app, int& exit_code);
 
 }  // namespace sluice::cli

@@ -47,11 +47,11 @@ int RunInspect(const InspectOptions& o) {
       if (k.name && k.name->suffix == "cc") {
         nlohmann::json leases = nlohmann::json::array();
         for (const LeaseInfo& l : k.leases) {
-          leases.push_back({{"token", l.token},
+          leases.push_back({{"lease", l.id},
                             {"acquired_at_ms", l.acquired_at_ms},
                             {"expires_at_ms", l.expires_at_ms},
                             {"expires_in_ms", l.expires_at_ms - now},
-                            {"live", l.expires_at_ms >= now}});
+                            {"live", l.expires_at_ms > now}});
         }
         j["leases"] = leases;
       }
@@ -87,8 +87,8 @@ int RunInspect(const InspectOptions& o) {
     if (!k.leases.empty()) {
       std::printf("  %-34s %-26s %-26s %s\n", "lease", "acquired", "expires", "");
       for (const LeaseInfo& l : k.leases) {
-        const bool live = l.expires_at_ms >= now;
-        std::printf("  %-34s %-26s %-26s %s %s\n", l.token.c_str(),
+        const bool live = l.expires_at_ms > now;
+        std::printf("  %-34s %-26s %-26s %s %s\n", l.id.c_str(),
                     l.acquired_at_ms >= 0 ? FormatUtcMs(l.acquired_at_ms).c_str() : "?",
                     FormatUtcMs(l.expires_at_ms).c_str(), live ? "live, in" : "STALE, expired",
                     FormatDurationMs(live ? l.expires_at_ms - now : now - l.expires_at_ms).c_str());

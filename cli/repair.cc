@@ -11,7 +11,8 @@
 // kDefaultTtl (24 h). A TTL longer than the window never changes a decision: those
 // scripts prune entries and windows by the times stored in the value, not by the key's
 // expiry; it only keeps the bytes for longer. A shorter one could forget a live window
-// and admit more than the limit. Pass --ttl for windows longer than 24 h.
+// and admit more than the limit. Pass --ttl for windows longer than 24 h. The operators'
+// audit stream (`<prefix>:audit`) gets at least 30 days, the default retention.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +29,7 @@ namespace sluice::cli {
 namespace {
 
 constexpr std::chrono::seconds kDefaultTtl{24 * 3600};
+constexpr std::chrono::seconds kAuditStreamTtl{30 * 24 * 3600};
 
 struct RepairOptions {
   AdminFlags admin;
@@ -60,7 +62,12 @@ int RunRepair(const RepairOptions& o) {
             continue;
           }
           if (!k.name || k.ttl_ms != -1 || !seen.insert(k.key).second) continue;
-          if (o.ttl_s > 0) {
+          if (k.name->suffix == "audit") {
+            // The operators' audit stream keeps AuditOptions::stream_retention (30 days
+            // by default) after its last record; never less here, whatever --ttl says.
+            plan.push_back({k.key, std::max(kAuditStreamTtl, std::chrono::seconds(o.ttl_s)),
+                            "audit stream retention"});
+          } else if (o.ttl_s > 0) {
             plan.push_back({k.key, std::chrono::seconds(o.ttl_s), "--ttl"});
           } else if (k.ends_at_ms >= 0) {
             const int64_t left_ms = k.ends_at_ms - batch.now_ms;

@@ -309,7 +309,7 @@ TEST(CliAudit, StaleLeasesAreReportedWithTheirIds) {
   for (const auto& l : cc["leases"]) {
     EXPECT_GT(l["acquired_at_ms"].get<int64_t>(), 0);
     live += l["live"].get<bool>() ? 1 : 0;
-    EXPECT_EQ(l["live"].get<bool>(), l["expires_in_ms"].get<int64_t>() >= 0);
+    EXPECT_EQ(l["live"].get<bool>(), l["expires_in_ms"].get<int64_t>() > 0);
   }
   EXPECT_EQ(live, 1);
   // The human form shows the expiry times.
@@ -537,6 +537,146 @@ TEST(CliTop, ShowsTheHotIdUnderTmuxAndQuitsOnQ) {
   }
   std::system((tmux + "kill-server 2>/dev/null").c_str());
   std::filesystem::remove(status_file);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Stale and live leases of one id released by the operator: only that id's set goes,
+// one audit record is written (file and stream), and the holders' library sees it.
+TEST(CliRelease, ReleasesEveryLeaseOfOneIdWithOneAuditRecord) {
+  RedisServer server;
+  const std::string prefix = "rel";
+  auto client = Connect(server, prefix);
+  auto jobs = client->MakeConcurrencyLimiter("jobs", {.limit = 10});
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  std::vector<Lease> held;
+  for (int i = 0; i < 2; ++i) {
+    auto a = jobs->Acquire("worker:7");
+    ASSERT_TRUE(a.ok() && a->acquired);
+    held.push_back(std::move(a->lease));
+  }
+  auto other = jobs->Acquire("worker:8");
+  ASSERT_TRUE(other.ok() && other->acquired);
+  const std::string key7 = prefix + ":{jobs:worker:7}:cc", key8 = prefix + ":{jobs:worker:8}:cc";
+  SeedLeases(server, key7, 0, 2);  // two holders that died: stale members
+
+  Result audit = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  ASSERT_EQ(audit.Json()["stale_lease_sets"].size(), 1u);
+  EXPECT_EQ(audit.Json()["stale_lease_sets"][0]["id"], "worker:7");
+
+  const std::string log = TempPath("audit.jsonl");
+  std::filesystem::remove(log);
+  // Refused without actor or reason (nothing released, nothing recorded).
+  for (const auto& args :
+       {std::vector<std::string>{"release", "--redis", server.url(), "--prefix", prefix,
+                                 "--limiter", "jobs", "--id", "worker:7", "--reason", "stuck",
+                                 "--audit-log", log},
+        std::vector<std::string>{"release", "--redis", server.url(), "--prefix", prefix,
+                                 "--limiter", "jobs", "--id", "worker:7", "--actor", "alice",
+                                 "--reason", "", "--audit-log", log}}) {
+    Result refused = Sluice(args);
+    EXPECT_EQ(refused.exit_code, 2) << refused.out;
+    EXPECT_FALSE(refused.err.empty());
+  }
+  EXPECT_EQ(server.Command({"ZCARD", key7}).integer, 4);
+  EXPECT_FALSE(std::filesystem::exists(log) && !ReadFile(log).empty());
+
+  Result release = Sluice({"release", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                           "jobs", "--id", "worker:7", "--actor", "alice", "--reason",
+                           "worker 7 stuck after deploy", "--audit-log", log, "--json"});
+  ASSERT_EQ(release.exit_code, 0) << release.err;
+  nlohmann::json r = release.Json();
+  EXPECT_EQ(r["released"], 2) << "the live leases";
+  EXPECT_EQ(server.Command({"EXISTS", key7}).integer, 0) << "stale members go too";
+  EXPECT_EQ(server.Command({"ZCARD", key8}).integer, 1) << "another id was touched";
+  const std::vector<std::string> lines = Lines(ReadFile(log));
+  ASSERT_EQ(lines.size(), 1u);
+  nlohmann::json record = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(record["actor"], "alice");
+  EXPECT_EQ(record["reason"], "worker 7 stuck after deploy");
+  EXPECT_EQ(record["id"], "worker:7");
+  EXPECT_EQ(record["released"], 2);
+  EXPECT_EQ(server.Command({"XLEN", prefix + ":audit"}).integer, 1);
+  // The holders learn it at their next heartbeat.
+  (void)held[0].Heartbeat();  // not OK: the lease is gone
+  EXPECT_FALSE(held[0].held());
+  EXPECT_EQ(held[0].loss(), LeaseLoss::kGone);
+
+  // The audit stream is sluice's (not foreign), and with the stale set gone and the
+  // stream expiring, the prefix is clean.
+  Result after = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(after.exit_code, 0) << after.out;
+  EXPECT_EQ(after.Json()["foreign"], 0);
+  EXPECT_EQ(after.Json()["by_algorithm"]["audit_log"], 1);
+  std::filesystem::remove(log);
+}
+
+TEST(CliRelease, AnAuditLogThatCannotBeWrittenStopsTheRelease) {
+  RedisServer server;
+  const std::string prefix = "rel2";
+  SeedLeases(server, prefix + ":{jobs:worker:7}:cc", 2, 0);
+  Result run = Sluice({"release", "--redis", server.url(), "--prefix", prefix, "--limiter", "jobs",
+                       "--id", "worker:7", "--actor", "alice", "--reason", "test",
+                       "--audit-log", "/nonexistent-dir/audit.jsonl"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("audit log"), std::string::npos) << run.err;
+  EXPECT_EQ(server.Command({"ZCARD", prefix + ":{jobs:worker:7}:cc"}).integer, 2);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// The guarantee repair rests on, through the public admin API: EXPIRE NX never moves an
+// existing expiry and never resurrects a key; a foreign key is refused before anything
+// is changed.
+TEST(AdminApi, ExpireIfNoneLeavesExpiriesAndForeignKeysAlone) {
+  RedisServer server;
+  const std::string with_ttl = "adm:{signin:a}:fw", without = "adm:{signin:b}:fw",
+                    missing = "adm:{signin:c}:fw";
+  server.Command({"SET", with_ttl, "1:99999999999999", "PX", "500000"});
+  server.Command({"SET", without, "1:99999999999999"});
+  const long long expire_at = server.Command({"PEXPIRETIME", with_ttl}).integer;
+  auto admin = Admin::Connect({.url = server.url(), .prefix = "adm"});
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  const std::vector<std::pair<std::string, std::chrono::seconds>> foreign = {
+      {without, 100s}, {"adm:session:x", 100s}};
+  auto refused = (*admin)->ExpireIfNone(foreign);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.Command({"TTL", without}).integer, -1) << "changed before refusing";
+
+  const std::vector<std::pair<std::string, std::chrono::seconds>> keys = {
+      {with_ttl, 100s}, {without, 100s}, {missing, 100s}};
+  auto result = (*admin)->ExpireIfNone(keys);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->set, 1);
+  EXPECT_EQ(result->had_ttl, 1);
+  EXPECT_EQ(result->missing, 1);
+  EXPECT_EQ(server.Command({"PEXPIRETIME", with_ttl}).integer, expire_at);
+  EXPECT_GT(server.Command({"TTL", without}).integer, 90);
+  EXPECT_EQ(server.Command({"EXISTS", missing}).integer, 0);
+  auto zero = std::vector<std::pair<std::string, std::chrono::seconds>>{{without, 0s}};
+  EXPECT_EQ((*admin)->ExpireIfNone(zero).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AdminApi, ConnectRejectsMemoryStoreAndBadPrefix) {
+  EXPECT_EQ(Admin::Connect({.url = "memory://"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Admin::Connect({.prefix = "a:b"}).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

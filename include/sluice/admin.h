@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/lease.h"
 #include "sluice/status.h"
 
 namespace sluice {
@@ -51,12 +52,13 @@ enum class KeyType { kNone, kString, kList, kSet, kZset, kHash, kStream, kOther 
 // "none", "string", "list", "set", "zset", "hash", "stream", "other".
 std::string_view KeyTypeName(KeyType type);
 
-// A key of sluice's layout, `<prefix>:{<limiter>:<encoded id>}:<suffix>`.
+// A key of sluice's layout, `<prefix>:{<limiter>:<encoded id>}:<suffix>`, or the audit
+// stream of operators' actions, `<prefix>:audit` (suffix "audit", limiter and ids empty).
 struct KeyName {
   std::string limiter;
   std::string encoded_id;          // as written in the key (see README, Keys)
   std::optional<std::string> id;   // decoded; nullopt for a hashed id (`#` + SHA-256)
-  std::string suffix;              // fw, sw, sl, tb, gcra or cc
+  std::string suffix;              // fw, sw, sl, tb, gcra, cc or audit
 };
 
 // Parses `key` under `prefix`. nullopt when it is not of sluice's layout: another
@@ -65,10 +67,11 @@ struct KeyName {
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key);
 
 // The Redis type sluice stores under `suffix`: kString for fw, sw, tb, gcra; kZset for
-// sl and cc; kNone for a suffix sluice does not write.
+// sl and cc; kStream for audit; kNone for a suffix sluice does not write.
 KeyType ExpectedKeyType(std::string_view suffix);
 
-// The algorithm a suffix stands for: "fixed_window", …, "concurrency"; "" if none.
+// The algorithm a suffix stands for: "fixed_window", …, "concurrency", "audit_log";
+// "" if none.
 std::string_view SuffixAlgorithm(std::string_view suffix);
 
 // One key seen by Scan.
@@ -81,7 +84,7 @@ struct ScannedKey {
   std::optional<KeyName> name;
   // Sorted sets of sluice (sl, cc): members (ZCARD). -1 otherwise.
   int64_t members = -1;
-  // Concurrency sets (cc): leases whose expiry (score) is before the batch's `now_ms`
+  // Concurrency sets (cc): leases whose expiry (score) is at or before the batch's `now_ms`
   // — holders that died or lost their lease and that no acquire has pruned yet. -1
   // otherwise.
   int64_t stale = -1;
@@ -114,12 +117,6 @@ struct StateField {
   int64_t value = 0;
 };
 
-// One concurrency lease: member `<acquired_at_ms>:<token>`, score = expiry.
-struct LeaseInfo {
-  std::string token;
-  int64_t acquired_at_ms = -1;  // -1: the member is not of that form
-  int64_t expires_at_ms = 0;
-};
 
 // One key read and decoded by ReadKeys.
 struct KeyState {
@@ -141,7 +138,9 @@ struct KeyState {
   // expiry), on the Redis clock; -1 when the value does not say (sw and sl store no
   // window length) or the key is foreign.
   int64_t ends_at_ms = -1;
-  // cc: the leases, soonest expiry first (at most kMaxLeasesRead of them).
+  // cc: every lease (live and stale), soonest expiry first, at most kMaxLeasesRead of
+  // them; acquired_at_ms is -1 for a member not of the form `<acquired at ms>:<token>`.
+  // A lease is live while now < expires_at_ms (concurrency.lua).
   std::vector<LeaseInfo> leases;
   int64_t members = -1;  // zsets: ZCARD
 };

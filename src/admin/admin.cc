@@ -140,14 +140,14 @@ constexpr std::string_view kSuffixes[] = {"fw", "sw", "sl", "tb", "gcra", "cc"};
 //          keys without an expiry (else "0")
 // Returns  5 items per key: type code (0 none, 1 string, 2 list, 3 set, 4 zset, 5 hash,
 //          6 stream, 7 other), PTTL, ZCARD (-1 if not a zset), leases whose expiry is
-//          before now (`:cc` sets; -1 otherwise), and for a key without an expiry (when
+//          at or before now (`:cc` sets, live while now < score; -1 otherwise), and for a key without an expiry (when
 //          asked) its value: a string's bytes, a `:cc` set's last expiry (ZRANGE -1 -1
 //          WITHSCORES), else false.
 // TTL rule: reads only (flags=no-writes): it creates, changes and expires nothing.
 constexpr std::string_view kScanBatchLua = R"lua(#!lua flags=no-writes
 local call = redis.call
 local codes = {none = 0, string = 1, list = 2, set = 3, zset = 4, hash = 5, stream = 6}
-local stale_before = '(' .. ARGV[1]
+local stale_at = ARGV[1]
 local values = ARGV[2] == '1'
 local out = {}
 local n = 0
@@ -159,7 +159,7 @@ for i = 1, #KEYS do
   local cc = string.sub(key, -3) == ':cc'
   if t == 'zset' then
     members = call('ZCARD', key)
-    if cc then stale = call('ZCOUNT', key, '-inf', stale_before) end
+    if cc then stale = call('ZCOUNT', key, '-inf', stale_at) end
   end
   if values and ttl == -1 then
     if t == 'string' then
@@ -383,16 +383,14 @@ void DecodeLeases(const Reply& range, const Reply& newest, int64_t now, KeyState
   int64_t live = 0, stale = 0;
   for (auto& [member, score] : members) {
     LeaseInfo lease;
+    lease.acquired_at_ms = -1;
     const auto sep = member.find(':');
     if (sep != std::string::npos) {
-      if (auto at = ParseInt(std::string_view(member).substr(0, sep))) {
-        lease.acquired_at_ms = *at;
-        lease.token = member.substr(sep + 1);
-      }
+      if (auto at = ParseInt(std::string_view(member).substr(0, sep))) lease.acquired_at_ms = *at;
     }
-    if (lease.acquired_at_ms < 0) lease.token = member;
+    lease.id = member;
     lease.expires_at_ms = score;
-    (score < now ? stale : live) += 1;
+    (score <= now ? stale : live) += 1;
     s.leases.push_back(std::move(lease));
   }
   // Past kMaxLeasesRead the rest (later expiries) are live.
@@ -426,6 +424,7 @@ KeyType ExpectedKeyType(std::string_view suffix) {
     return KeyType::kString;
   }
   if (suffix == "sl" || suffix == "cc") return KeyType::kZset;
+  if (suffix == "audit") return KeyType::kStream;
   return KeyType::kNone;
 }
 
@@ -436,10 +435,14 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
   if (suffix == "tb") return "token_bucket";
   if (suffix == "gcra") return "gcra";
   if (suffix == "cc") return "concurrency";
+  if (suffix == "audit") return "audit_log";
   return "";
 }
 
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key) {
+  if (key.size() == prefix.size() + 6 && key.starts_with(prefix) && key.ends_with(":audit")) {
+    return KeyName{.suffix = "audit"};
+  }
   if (key.size() < prefix.size() + 2 || !key.starts_with(prefix) ||
       key.substr(prefix.size(), 2) != ":{") {
     return std::nullopt;
@@ -771,7 +774,7 @@ StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> key
       commands.push_back(internal::FormatCommand({"ZCARD", s.key}));
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "0", "0", "WITHSCORES"}));
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "-1", "-1", "WITHSCORES"}));
-    } else {
+    } else if (s.name->suffix == "cc") {
       commands.push_back(internal::FormatCommand({"ZCARD", s.key}));
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "0", max_lease, "WITHSCORES"}));
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "-1", "-1", "WITHSCORES"}));
@@ -806,7 +809,7 @@ StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> key
       if (suffix == "sw") DecodeSlidingWindow(v, s);
       if (suffix == "tb") DecodeTokenBucket(v, *now, s);
       if (suffix == "gcra") DecodeGcra(v, *now, s);
-    } else {
+    } else if (expected == KeyType::kZset) {
       s.members = r[2].kind == Reply::Kind::kInteger ? r[2].integer : 0;
       if (s.members == 0) continue;
       if (suffix == "sl") {
