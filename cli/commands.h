@@ -16,5 +16,10 @@ std::string DefaultRedisUrl();
 
 void AddBench(CLI::App& app, int& exit_code);
 void AddDemo(CLI::App& app, int& exit_code);
+void AddAudit(CLI::App& app, int& exit_code);
+void AddRepair(CLI::App& app, int& exit_code);
+void AddInspect(CLI::App& app, int& exit_code);
+void AddTop(CLI::App& app, int& exit_code);
+void AddRelease(CLI::App& app, int& exit_code);
 
 }  // namespace sluice::cli

@@ -20,6 +20,11 @@ int main(int argc, char** argv) {
   int exit_code = sluice::cli::kExitOk;
   sluice::cli::AddBench(app, exit_code);
   sluice::cli::AddDemo(app, exit_code);
+  sluice::cli::AddAudit(app, exit_code);
+  sluice::cli::AddRepair(app, exit_code);
+  sluice::cli::AddInspect(app, exit_code);
+  sluice::cli::AddTop(app, exit_code);
+  sluice::cli::AddRelease(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

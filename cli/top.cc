@@ -1,0 +1,233 @@
+// sluice top: a live view of the ids with the most live leases and the hottest counters
+// under a prefix, refreshed every --interval, sampled with SCAN (at most --sample keys
+// per refresh). Quits on q or Ctrl-C. A concurrency set whose live leases never return
+// to zero is the "floor" of a leak: it stays at the top here.
+#include <poll.h>
+#include <signal.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "admin_common.h"
+#include "commands.h"
+
+namespace sluice::cli {
+namespace {
+
+struct TopOptions {
+  AdminFlags admin;
+  std::string limiter;
+  double interval_s = 1;
+  int rows = 15;
+  int64_t sample = 20'000;
+  bool once = false;
+};
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+struct Row {
+  std::string limiter, id, algorithm, unit;
+  int64_t value = 0, stale = 0, ttl_ms = 0;
+};
+
+struct Frame {
+  int64_t sampled = 0;
+  double took_s = 0;
+  std::vector<Row> leases, counters;
+};
+
+StatusOr<Frame> Sample(Admin& admin, const TopOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  Frame frame;
+  std::vector<std::string> counter_keys;
+  Status status = admin.Scan({.limiter = o.limiter}, [&](const ScanBatch& batch) {
+    for (const ScannedKey& k : batch.keys) {
+      ++frame.sampled;
+      if (!k.name) continue;
+      if (k.name->suffix == "cc") {
+        frame.leases.push_back({k.name->limiter, k.name->encoded_id, "concurrency", "live leases",
+                                k.members - std::max<int64_t>(0, k.stale),
+                                std::max<int64_t>(0, k.stale), k.ttl_ms});
+      } else {
+        counter_keys.push_back(k.key);
+      }
+    }
+    return frame.sampled < o.sample;
+  });
+  if (!status.ok()) return status;
+  constexpr size_t kChunk = 5000;
+  for (size_t at = 0; at < counter_keys.size(); at += kChunk) {
+    std::span<const std::string> chunk(counter_keys.data() + at,
+                                       std::min(kChunk, counter_keys.size() - at));
+    auto states = admin.ReadKeys(chunk);
+    if (!states.ok()) return states.status();
+    for (const KeyState& s : *states) {
+      if (!s.name || s.used <= 0) continue;
+      frame.counters.push_back({s.name->limiter, s.name->encoded_id,
+                                std::string(SuffixAlgorithm(s.name->suffix)), s.used_unit, s.used,
+                                0, s.ttl_ms});
+    }
+  }
+  auto by_value = [](const Row& a, const Row& b) {
+    return a.value != b.value ? a.value > b.value : a.stale > b.stale;
+  };
+  auto keep = [&](std::vector<Row>& rows) {
+    const size_t n = std::min(rows.size(), static_cast<size_t>(o.rows));
+    std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(n), rows.end(), by_value);
+    rows.resize(n);
+  };
+  keep(frame.leases);
+  // Units differ between algorithms (ms until full for gcra, tokens, counts), so the
+  // counters are ranked within each algorithm: the top rows of each.
+  std::stable_sort(frame.counters.begin(), frame.counters.end(),
+                   [](const Row& a, const Row& b) { return a.algorithm < b.algorithm; });
+  std::vector<Row> ranked;
+  for (size_t at = 0; at < frame.counters.size();) {
+    size_t end = at;
+    while (end < frame.counters.size() && frame.counters[end].algorithm == frame.counters[at].algorithm) ++end;
+    std::vector<Row> group(frame.counters.begin() + static_cast<std::ptrdiff_t>(at),
+                           frame.counters.begin() + static_cast<std::ptrdiff_t>(end));
+    keep(group);
+    ranked.insert(ranked.end(), group.begin(), group.end());
+    at = end;
+  }
+  frame.counters = std::move(ranked);
+  frame.took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return frame;
+}
+
+std::string Render(const Frame& f, const TopOptions& o) {
+  std::string out;
+  char line[512];
+  auto add = [&](int n) { out.append(line, static_cast<size_t>(std::min<int>(n, sizeof line - 1))); };
+  add(std::snprintf(line, sizeof line,
+                    "sluice top — prefix %s%s%s — %lld keys sampled in %.2f s — q or Ctrl-C quits\n\n",
+                    o.admin.prefix.c_str(), o.limiter.empty() ? "" : ", limiter ",
+                    o.limiter.c_str(), static_cast<long long>(f.sampled), f.took_s));
+  add(std::snprintf(line, sizeof line, "MOST LIVE LEASES\n%-20s %-40s %10s %8s %12s\n", "limiter",
+                    "id", "live", "stale", "ttl"));
+  if (f.leases.empty()) out += "  (no concurrency sets)\n";
+  for (const Row& r : f.leases) {
+    add(std::snprintf(line, sizeof line, "%-20s %-40s %10lld %8lld %12s\n", r.limiter.c_str(),
+                      r.id.c_str(), static_cast<long long>(r.value), static_cast<long long>(r.stale),
+                      FormatTtl(r.ttl_ms).c_str()));
+  }
+  add(std::snprintf(line, sizeof line, "\nHOTTEST COUNTERS (top rows of each algorithm)\n%-20s %-40s %-15s %10s  %s\n", "limiter",
+                    "id", "algorithm", "used", "unit"));
+  if (f.counters.empty()) out += "  (no counters in use)\n";
+  for (const Row& r : f.counters) {
+    add(std::snprintf(line, sizeof line, "%-20s %-40s %-15s %10lld  %s\n", r.limiter.c_str(),
+                      r.id.c_str(), r.algorithm.c_str(), static_cast<long long>(r.value),
+                      r.unit.c_str()));
+  }
+  return out;
+}
+
+nlohmann::json ToJson(const Frame& f) {
+  auto rows = [](const std::vector<Row>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const Row& r : v) {
+      a.push_back({{"limiter", r.limiter}, {"id", r.id}, {"algorithm", r.algorithm},
+                   {"value", r.value}, {"unit", r.unit}, {"stale", r.stale}, {"ttl_ms", r.ttl_ms}});
+    }
+    return a;
+  };
+  return {{"sampled", f.sampled}, {"took_s", f.took_s}, {"leases", rows(f.leases)},
+          {"counters", rows(f.counters)}};
+}
+
+// Waits up to `seconds` for q on stdin or a signal; true when the user asked to quit.
+bool WaitForQuit(double seconds, bool& stdin_open) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!g_stop.load()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    const int n = poll(&p, stdin_open ? 1 : 0, static_cast<int>(left.count()));
+    if (n > 0) {
+      char c = 0;
+      if (read(STDIN_FILENO, &c, 1) != 1) {
+        stdin_open = false;  // EOF: only Ctrl-C quits now
+      } else if (c == 'q' || c == 'Q' || c == 3 /* Ctrl-C in raw mode */) {
+        return true;
+      }
+    }
+  }
+  return true;
+}
+
+int RunTop(const TopOptions& o) {
+  auto admin = ConnectOrReport("top", o.admin);
+  if (!admin) return kExitError;
+  if (o.once || o.admin.json) {
+    auto frame = Sample(*admin, o);
+    if (!frame.ok()) return ReportError("top", frame.status());
+    if (o.admin.json) {
+      PrintJson(ToJson(*frame));
+    } else {
+      std::fputs(Render(*frame, o).c_str(), stdout);
+    }
+    return kExitOk;
+  }
+  struct sigaction sa{};
+  sa.sa_handler = OnSignal;  // no SA_RESTART: poll returns at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const bool tty = isatty(STDIN_FILENO) == 1;
+  termios saved{};
+  if (tty && tcgetattr(STDIN_FILENO, &saved) == 0) {
+    termios raw = saved;
+    raw.c_lflag &= static_cast<tcflag_t>(~(ICANON | ECHO));
+    raw.c_cc[VMIN] = 1;
+    raw.c_cc[VTIME] = 0;
+    tcsetattr(STDIN_FILENO, TCSANOW, &raw);
+  }
+  const bool clear = isatty(STDOUT_FILENO) == 1;
+  bool stdin_open = true;
+  int exit_code = kExitOk;
+  while (!g_stop.load()) {
+    auto frame = Sample(*admin, o);
+    if (!frame.ok()) {
+      exit_code = ReportError("top", frame.status());
+      break;
+    }
+    std::string text = Render(*frame, o);
+    if (clear) text = "\x1b[H\x1b[2J" + text;
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+    if (WaitForQuit(o.interval_s, stdin_open)) break;
+  }
+  if (tty) tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+  return exit_code;
+}
+
+}  // namespace
+
+void AddTop(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<TopOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "top",
+      "Live view of the ids with the most live leases and the hottest counters under a prefix, "
+      "sampled with SCAN. Quits on q or Ctrl-C.\n"
+      "Exit codes: 0 quit, 2 usage or connection error.");
+  AddAdminFlags(cmd, o->admin);
+  cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
+  cmd->add_option("--interval", o->interval_s, "Seconds between refreshes")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--rows", o->rows, "Rows per table")->capture_default_str()->check(CLI::Range(1, 10'000));
+  cmd->add_option("--sample", o->sample, "At most this many keys scanned per refresh")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_flag("--once", o->once, "Print one frame and exit (--json implies it)");
+  cmd->callback([o, &exit_code] { exit_code = RunTop(*o); });
+}
+
+}  // namespace sluice::cli

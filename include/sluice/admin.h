@@ -1,0 +1,218 @@
+// sluice/admin.h — operators' access to the keys sluice keeps under a prefix: scan them
+// with their type and expiry, read and decode one id's state, give leaked keys (no
+// expiry) an expiry. The `sluice` CLI's audit, repair, inspect and top are built on it.
+//
+//   auto admin = sluice::Admin::Connect({.url = "redis://127.0.0.1:6379", .prefix = "sluice"});
+//   if (!admin.ok()) { /* admin.status() names the problem */ }
+//   Status s = (*admin)->Scan({}, [](const sluice::ScanBatch& batch) { ...; return true; });
+//
+// Everything here is SCAN-based (never KEYS) and pipelined, so it is safe on a server
+// that serves traffic: Redis answers other clients between batches. Nothing here deletes
+// a key, and nothing touches a key that is not of sluice's layout (a *foreign* key).
+//
+// Thread-safety: an Admin may be used from one thread at a time; its calls block the
+// calling thread (each bounded by AdminOptions::command_timeout per round trip). No
+// exception crosses this API.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sluice/lease.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+struct AdminOptions {
+  // Where the state lives: a redis:// or unix:// URL as in ClientOptions::url (the
+  // embedded memory:// store has nothing to administer). Default: "redis://127.0.0.1:6379".
+  std::string url = "redis://127.0.0.1:6379";
+  // The key prefix to work on (ClientOptions::prefix). Default: "sluice".
+  std::string prefix = "sluice";
+  // Deadline of connecting and authenticating. Default: 2000 ms.
+  std::chrono::milliseconds connect_timeout{2000};
+  // Deadline of each round trip (one SCAN batch with its PTTL/TYPE, one EXPIRE batch).
+  // Default: 10 s.
+  std::chrono::milliseconds command_timeout{10000};
+  // SCAN's COUNT hint: keys examined per batch. Default: 1000.
+  std::size_t scan_count = 1000;
+};
+
+enum class KeyType { kNone, kString, kList, kSet, kZset, kHash, kStream, kOther };
+
+// "none", "string", "list", "set", "zset", "hash", "stream", "other".
+std::string_view KeyTypeName(KeyType type);
+
+// A key of sluice's layout, `<prefix>:{<limiter>:<encoded id>}:<suffix>`, or the audit
+// stream of operators' actions, `<prefix>:audit` (suffix "audit", limiter and ids empty).
+struct KeyName {
+  std::string limiter;
+  std::string encoded_id;          // as written in the key (see README, Keys)
+  std::optional<std::string> id;   // decoded; nullopt for a hashed id (`#` + SHA-256)
+  std::string suffix;              // fw, sw, sl, tb, gcra, cc or audit
+};
+
+// Parses `key` under `prefix`. nullopt when it is not of sluice's layout: another
+// prefix, a limiter name or suffix sluice never writes, or an id that is not in
+// sluice's canonical encoding.
+std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key);
+
+// The Redis type sluice stores under `suffix`: kString for fw, sw, tb, gcra; kZset for
+// sl and cc; kStream for audit; kNone for a suffix sluice does not write.
+KeyType ExpectedKeyType(std::string_view suffix);
+
+// The algorithm a suffix stands for: "fixed_window", …, "concurrency", "audit_log";
+// "" if none.
+std::string_view SuffixAlgorithm(std::string_view suffix);
+
+// One key seen by Scan.
+struct ScannedKey {
+  std::string key;
+  KeyType type = KeyType::kNone;
+  // PTTL: ms left, -1 no expiry (a leak), -2 gone between SCAN and PTTL.
+  int64_t ttl_ms = -2;
+  // Set when the key is of sluice's layout and holds the type its suffix says.
+  std::optional<KeyName> name;
+  // Sorted sets of sluice (sl, cc): members (ZCARD). -1 otherwise.
+  int64_t members = -1;
+  // Concurrency sets (cc): leases whose expiry (score) is at or before the batch's `now_ms`
+  // — holders that died or lost their lease and that no acquire has pruned yet. -1
+  // otherwise.
+  int64_t stale = -1;
+  // With ScanOptions::read_leaked_values, for a key without an expiry whose value says
+  // when its state is over (fixed_window, token_bucket, gcra, concurrency): that time on
+  // the Redis clock (see KeyState::ends_at_ms). -1 otherwise.
+  int64_t ends_at_ms = -1;
+
+  // Under the prefix but not sluice's (layout or type): never touched by repair.
+  bool foreign() const { return !name.has_value() && type != KeyType::kNone; }
+};
+
+struct ScanBatch {
+  std::vector<ScannedKey> keys;
+  int64_t now_ms = 0;      // the Redis clock (TIME) when the batch was scanned
+  int64_t scanned = 0;     // keys returned by SCAN so far, this batch included
+};
+
+struct ScanOptions {
+  // Only keys of this limiter (SCAN MATCH narrows to it). Default: all limiters.
+  std::string limiter;
+  // Also read the value of keys without an expiry, to fill ScannedKey::ends_at_ms (what
+  // repair needs). Default: false.
+  bool read_leaked_values = false;
+};
+
+// One decoded field of a key's value: {"count", 3}, {"window_end_ms", …}.
+struct StateField {
+  std::string name;
+  int64_t value = 0;
+};
+
+
+// One key read and decoded by ReadKeys.
+struct KeyState {
+  std::string key;
+  std::optional<KeyName> name;  // nullopt: foreign (or missing)
+  KeyType type = KeyType::kNone;
+  int64_t ttl_ms = -2;           // as ScannedKey::ttl_ms
+  // Empty when the value decoded; otherwise why it is not sluice's (a script that reads
+  // it would delete it).
+  std::string problem;
+  // The algorithm's state in its own terms (README, "Operating sluice", lists them).
+  std::vector<StateField> fields;
+  // How much of the budget the state holds now: units counted (fw, sw, sl), tokens
+  // missing (tb), ms until full (gcra), live leases (cc); `used_unit` says which.
+  // -1 when unknown.
+  int64_t used = -1;
+  std::string used_unit;
+  // When the state is over by its own value (window end, bucket full again, last lease
+  // expiry), on the Redis clock; -1 when the value does not say (sw and sl store no
+  // window length) or the key is foreign.
+  int64_t ends_at_ms = -1;
+  // cc: every lease (live and stale), soonest expiry first, at most kMaxLeasesRead of
+  // them; acquired_at_ms is -1 for a member not of the form `<acquired at ms>:<token>`.
+  // A lease is live while now < expires_at_ms (concurrency.lua).
+  std::vector<LeaseInfo> leases;
+  int64_t members = -1;  // zsets: ZCARD
+};
+
+inline constexpr std::size_t kMaxLeasesRead = 10000;
+
+// The state of one id under one limiter: one entry per algorithm key that exists.
+struct IdState {
+  std::string limiter;
+  std::string id;
+  std::string encoded_id;
+  int64_t now_ms = 0;  // the Redis clock when read
+  std::vector<KeyState> keys;
+};
+
+// What ExpireIfNone did.
+struct ExpireResult {
+  int64_t set = 0;        // keys that had no expiry and got one
+  int64_t had_ttl = 0;    // keys that already had one (left alone: EXPIRE … NX)
+  int64_t missing = 0;    // keys that no longer existed
+};
+
+class Admin {
+ public:
+  // Connects to options.url (authenticates, selects the database, checks Redis >= 7.0).
+  // Returns InvalidArgument (bad URL or prefix, memory://), Unavailable (cannot connect),
+  // PermissionDenied (AUTH/ACL refused), FailedPrecondition (Redis < 7.0) or
+  // DeadlineExceeded. Blocks at most connect_timeout plus a second.
+  static StatusOr<std::unique_ptr<Admin>> Connect(AdminOptions options);
+  ~Admin();
+  Admin(const Admin&) = delete;
+  Admin& operator=(const Admin&) = delete;
+
+  const AdminOptions& options() const;
+
+  // DBSIZE: keys in the selected database (all prefixes), for progress estimates.
+  StatusOr<int64_t> DbSize();
+
+  // The Redis clock (TIME) in ms.
+  StatusOr<int64_t> NowMs();
+
+  // SCANs every key matching `<prefix>:*` (or `<prefix>:{<limiter>:*`), in batches of
+  // about scan_count keys; each batch's TYPE and PTTL (and ZCARD, and for cc the stale
+  // leases) are read by one read-only script call (about a millisecond of Redis time)
+  // while the next SCAN is already in flight.
+  // Calls `on_batch` once per batch on the calling thread; stops early (returning OK)
+  // when it returns false. A key may be reported twice (SCAN's guarantee) and keys
+  // created during the scan may be missed. Errors: InvalidArgument (bad limiter name),
+  // DeadlineExceeded/Unavailable (the server stopped answering), Internal.
+  Status Scan(const ScanOptions& options, const std::function<bool(const ScanBatch&)>& on_batch);
+
+  // Reads and decodes `keys` (type, expiry, value) in one pipelined round trip.
+  // Keys not of sluice's layout come back with name unset and no fields. Errors as Scan.
+  StatusOr<std::vector<KeyState>> ReadKeys(std::span<const std::string> keys);
+
+  // Every algorithm key of one id under `limiter`, decoded. InvalidArgument for a bad
+  // limiter name or an empty id. Errors as Scan.
+  StatusOr<IdState> Inspect(std::string_view limiter, std::string_view id);
+
+  // For each (key, ttl): EXPIRE key ttl NX, by a script call per 1,000 keys, all
+  // pipelined: a key that has an expiry keeps it, a key that vanished stays vanished, nothing is deleted. Every key
+  // must be of sluice's layout under the prefix (InvalidArgument names the first that is
+  // not, and nothing is changed); ttl >= 1 s. Errors as Scan (keys before the failing
+  // chunk may have been changed).
+  StatusOr<ExpireResult> ExpireIfNone(
+      std::span<const std::pair<std::string, std::chrono::seconds>> keys);
+
+  struct Impl;
+
+ private:
+  explicit Admin(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice

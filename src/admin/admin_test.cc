@@ -1,0 +1,67 @@
+// ParseKeyName is the line between sluice's keys and foreign ones: it must accept every
+// key internal::MakeKey writes (and give back the id) and nothing else.
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "core/keys.h"
+#include "sluice/admin.h"
+
+namespace sluice {
+namespace {
+
+TEST(ParseKeyName, AcceptsEveryKeySluiceWritesAndDecodesTheId) {
+  const uint32_t seed = 20261129;
+  std::mt19937 rng(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int i = 0; i < 2000; ++i) {
+    std::string id(1 + rng() % 150, '\0');
+    for (char& c : id) c = static_cast<char>(rng() % 256);
+    for (Algorithm a : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow, Algorithm::kSlidingLog,
+                        Algorithm::kTokenBucket, Algorithm::kGcra}) {
+      const std::string key = internal::MakeKey(internal::KeyHead("pre.fix", "lim-1"), id, a);
+      auto name = ParseKeyName("pre.fix", key);
+      ASSERT_TRUE(name.has_value()) << key;
+      EXPECT_EQ(name->limiter, "lim-1");
+      EXPECT_EQ(name->suffix, internal::AlgorithmSuffix(a));
+      EXPECT_EQ(name->encoded_id, internal::EncodeId(id));
+      if (name->encoded_id[0] == '#') {
+        EXPECT_FALSE(name->id.has_value());
+      } else {
+        EXPECT_EQ(name->id, id);
+      }
+    }
+  }
+  auto cc = ParseKeyName("sluice", "sluice:{pool:worker:7}:cc");
+  ASSERT_TRUE(cc.has_value());
+  EXPECT_EQ(cc->id, "worker:7");
+  EXPECT_EQ(ExpectedKeyType(cc->suffix), KeyType::kZset);
+}
+
+TEST(ParseKeyName, RejectsWhatSluiceNeverWrites) {
+  for (const char* key : {
+           "sluice:session:abc",             // no hash tag
+           "other:{signin:a}:fw",            // another prefix
+           "sluicex:{signin:a}:fw",          // a longer prefix
+           "sluice:{signin:a}:fwx",          // unknown suffix
+           "sluice:{signin:a}:",             // no suffix
+           "sluice:{signin:a}",              // no suffix
+           "sluice:{sign in:a}:fw",          // limiter name with a space
+           "sluice:{:a}:fw",                 // empty limiter
+           "sluice:{signin:}:fw",            // empty id
+           "sluice:{signin:a%zz}:fw",        // bad escape
+           "sluice:{signin:a%41}:fw",        // escape of a byte never escaped ('A')
+           "sluice:{signin:a%7b}:fw",        // lower-case hex: not EncodeId's
+           "sluice:{signin:a%2}:fw",         // truncated escape
+           "sluice:{signin:a b}:fw",         // raw space
+           "sluice:{signin:#abc}:fw",        // short hash
+           "sluice:{signin:a}:fw:extra",     // trailing part
+       }) {
+    EXPECT_FALSE(ParseKeyName("sluice", key).has_value()) << key;
+  }
+  EXPECT_TRUE(ParseKeyName("sluice", "sluice:{signin:a%7B%25}:fw").has_value());
+}
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,688 @@
+// The operator commands (audit, repair, inspect, top) end to end: the built `sluice`
+// binary run as a subprocess against a private redis-server, its exit code, stdout
+// (JSON) and stderr checked, and Redis's state compared before and after. Every
+// subprocess is bounded in time (killed and failed after kRunTimeout).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "sluice/admin.h"
+#include "sluice/sluice.h"
+#include "testing/redis_server.h"
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RedisServer;
+using testing::RedisValue;
+
+constexpr auto kRunTimeout = 30s;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+  nlohmann::json Json() const {
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << "stdout is not JSON:\n" << out << "\nstderr:\n" << err;
+    return j;
+  }
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("sluice_cli_test_" + std::to_string(getpid()) + "_" + name))
+      .string();
+}
+
+// Runs `sluice <args…>` with SLUICE_REDIS_URL set to `env_url` (unset when empty).
+Result Sluice(const std::vector<std::string>& args, const std::string& env_url = "") {
+  const std::string out_path = TempPath("out"), err_path = TempPath("err");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int in = open("/dev/null", O_RDONLY);
+    dup2(out, 1);
+    dup2(err, 2);
+    dup2(in, 0);
+    if (env_url.empty()) {
+      unsetenv("SLUICE_REDIS_URL");
+    } else {
+      setenv("SLUICE_REDIS_URL", env_url.c_str(), 1);
+    }
+    std::vector<char*> argv;
+    std::string bin = SLUICE_CLI_PATH;
+    argv.push_back(bin.data());
+    std::vector<std::string> copy = args;
+    for (std::string& a : copy) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  Result run;
+  const auto until = std::chrono::steady_clock::now() + kRunTimeout;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "sluice did not finish within " << kRunTimeout.count() << " s";
+      return run;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  run.out = ReadFile(out_path);
+  run.err = ReadFile(err_path);
+  std::filesystem::remove(out_path);
+  std::filesystem::remove(err_path);
+  return run;
+}
+
+std::shared_ptr<Client> Connect(const RedisServer& server, const std::string& prefix) {
+  auto client = Client::Create({.url = server.url(), .prefix = prefix, .deadline = 2000ms});
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  return *client;
+}
+
+// Every key under `prefix` with its serialized value (DUMP) and absolute expiry
+// (PEXPIRETIME: -1 none), to prove a command changed nothing it should not.
+struct Snapshot {
+  std::map<std::string, std::string> dump;
+  std::map<std::string, long long> expire_at;
+};
+
+Snapshot Take(const RedisServer& server, const std::string& prefix) {
+  Snapshot s;
+  for (const std::string& key : server.Keys(prefix + ":*")) {
+    s.dump[key] = server.Command({"DUMP", key}).str;
+    s.expire_at[key] = server.Command({"PEXPIRETIME", key}).integer;
+  }
+  return s;
+}
+
+// 1,000 keys of five limiters and every window algorithm, all with an expiry, then the
+// sign-in limiter's keys of accounts 101, 402 and 777 lose theirs (what a buggy
+// migration or a hand-made `PERSIST` leaves behind).
+std::set<std::string> SeedThousandWithThreeLeaks(const RedisServer& server, const std::string& prefix) {
+  auto client = Connect(server, prefix);
+  const std::vector<std::pair<std::string, Limit>> limiters = {
+      {"signin", {.algorithm = Algorithm::kFixedWindow, .limit = 5, .window = 600s}},
+      {"api", {.algorithm = Algorithm::kSlidingWindow, .limit = 100, .window = 600s}},
+      {"export", {.algorithm = Algorithm::kSlidingLog, .limit = 10, .window = 600s}},
+      {"upload", {.algorithm = Algorithm::kTokenBucket, .limit = 10, .window = 600s}},
+      {"search", {.algorithm = Algorithm::kGcra, .limit = 10, .window = 600s}},
+  };
+  for (const auto& [name, limit] : limiters) {
+    auto limiter = client->MakeLimiter(name, limit);
+    EXPECT_TRUE(limiter.ok());
+    for (int account = 1; account <= 200; ++account) {
+      auto d = limiter->Check("account:" + std::to_string(account), {.cost = 1 + account % 3});
+      EXPECT_TRUE(d.ok() && d->allowed);
+    }
+  }
+  EXPECT_EQ(server.Keys(prefix + ":*").size(), 1000u);
+  std::set<std::string> leaked;
+  // Accounts 402 and 777 are past the 200 seeded per limiter: give them sign-in state too,
+  // replacing two of the 1,000 so the total stays exact.
+  auto signin = client->MakeLimiter("signin", limiters[0].second);
+  EXPECT_TRUE(signin.ok());
+  server.Command({"DEL", prefix + ":{signin:account:199}:fw"});
+  server.Command({"DEL", prefix + ":{signin:account:200}:fw"});
+  for (const char* account : {"account:402", "account:777"}) {
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(signin->Check(account).ok());
+  }
+  for (const char* account : {"account:101", "account:402", "account:777"}) {
+    const std::string key = prefix + ":{signin:" + account + "}:fw";
+    EXPECT_EQ(server.Command({"PERSIST", key}).integer, 1) << key;
+    leaked.insert(key);
+  }
+  EXPECT_EQ(server.Keys(prefix + ":*").size(), 1000u);
+  return leaked;
+}
+
+std::set<std::string> LeakedKeys(const nlohmann::json& audit) {
+  std::set<std::string> keys;
+  for (const auto& group : audit["leaks"]) {
+    for (const auto& k : group["keys"]) keys.insert(k.get<std::string>());
+  }
+  return keys;
+}
+
+TEST(CliAudit, ThousandKeysThreeLeaksAuditRepairAudit) {
+  RedisServer server;
+  const std::string prefix = "sluice";
+  const std::set<std::string> leaked = SeedThousandWithThreeLeaks(server, prefix);
+  const Snapshot before = Take(server, prefix);
+
+  Result audit = Sluice({"audit", "--redis", server.url(), "--json"});
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  nlohmann::json a = audit.Json();
+  EXPECT_EQ(a["keys_scanned"], 1000);
+  EXPECT_EQ(a["sluice_keys"], 1000);
+  EXPECT_EQ(a["leaked"], 3);
+  EXPECT_EQ(LeakedKeys(a), leaked);
+  ASSERT_EQ(a["leaks"].size(), 1u);
+  EXPECT_EQ(a["leaks"][0]["limiter"], "signin");
+  EXPECT_EQ(a["leaks"][0]["algorithm"], "fixed_window");
+  EXPECT_EQ(a["foreign"], 0);
+  EXPECT_EQ(a["by_algorithm"]["fixed_window"], 200);
+  EXPECT_EQ(a["by_algorithm"]["sliding_log"], 200);
+
+  // The human form names the three keys too.
+  Result human = Sluice({"audit", "--redis", server.url()});
+  EXPECT_EQ(human.exit_code, 1);
+  for (const std::string& key : leaked) EXPECT_NE(human.out.find(key), std::string::npos) << key;
+
+  // Dry run, explicit and by default: reports, changes nothing.
+  for (auto args : {std::vector<std::string>{"repair", "--redis", server.url(), "--json"},
+                    std::vector<std::string>{"repair", "--dry-run", "--redis", server.url(), "--json"}}) {
+    Result dry = Sluice(args);
+    EXPECT_EQ(dry.exit_code, 1) << dry.err;
+    nlohmann::json d = dry.Json();
+    EXPECT_EQ(d["mode"], "dry_run");
+    EXPECT_EQ(d["without_expiry"], 3);
+    std::set<std::string> planned;
+    for (const auto& k : d["keys"]) {
+      planned.insert(k["key"].get<std::string>());
+      // A fixed window's state ends with its window: at most 600 s.
+      EXPECT_GE(k["ttl_s"].get<int64_t>(), 1);
+      EXPECT_LE(k["ttl_s"].get<int64_t>(), 600);
+    }
+    EXPECT_EQ(planned, leaked);
+    const Snapshot after_dry = Take(server, prefix);
+    EXPECT_EQ(after_dry.dump, before.dump);
+    EXPECT_EQ(after_dry.expire_at, before.expire_at);
+  }
+
+  Result apply = Sluice({"repair", "--apply", "--redis", server.url(), "--json"});
+  EXPECT_EQ(apply.exit_code, 0) << apply.err;
+  nlohmann::json r = apply.Json();
+  EXPECT_EQ(r["expiry_set"], 3);
+  EXPECT_EQ(r["had_expiry"], 0);
+  EXPECT_TRUE(server.KeysWithoutTtl(prefix + ":*").empty());
+  const Snapshot after = Take(server, prefix);
+  EXPECT_EQ(after.dump, before.dump) << "a counter value changed";
+  for (const auto& [key, at] : before.expire_at) {
+    if (leaked.count(key)) {
+      EXPECT_GT(after.expire_at.at(key), 0) << key;
+    } else {
+      EXPECT_EQ(after.expire_at.at(key), at) << "the expiry of " << key << " moved";
+    }
+  }
+
+  Result again = Sluice({"audit", "--redis", server.url(), "--json"});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.Json()["leaked"], 0);
+  // Nothing left to repair: exit 0, nothing changed.
+  Result nothing = Sluice({"repair", "--redis", server.url()});
+  EXPECT_EQ(nothing.exit_code, 0) << nothing.out;
+}
+
+TEST(CliAudit, UrlFromEnvironmentAndExplicitTtl) {
+  RedisServer server;
+  const std::string prefix = "envtest";
+  auto client = Connect(server, prefix);
+  auto limiter = client->MakeLimiter("signin", {.limit = 5, .window = 600s});
+  ASSERT_TRUE(limiter.ok());
+  ASSERT_TRUE(limiter->Check("account:101").ok());
+  const std::string key = prefix + ":{signin:account:101}:fw";
+  server.Command({"PERSIST", key});
+  // No --redis: SLUICE_REDIS_URL names the server.
+  Result audit = Sluice({"audit", "--prefix", prefix, "--json"}, server.url());
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  EXPECT_EQ(LeakedKeys(audit.Json()), std::set<std::string>{key});
+  Result apply = Sluice({"repair", "--apply", "--ttl", "1234", "--prefix", prefix}, server.url());
+  EXPECT_EQ(apply.exit_code, 0) << apply.err << apply.out;
+  const long long ttl = server.Command({"TTL", key}).integer;
+  EXPECT_GT(ttl, 1200);
+  EXPECT_LE(ttl, 1234);
+}
+
+// A concurrency set (`:cc`, member `<acquired_at_ms>:<token>`, score = expiry ms).
+void SeedLeases(const RedisServer& server, const std::string& key, int live, int stale) {
+  const long long now = std::stoll(server.Command({"TIME"}).elements[0].str) * 1000;
+  for (int i = 0; i < live; ++i) {
+    server.Command({"ZADD", key, std::to_string(now + 60'000 + i),
+                    std::to_string(now - 1000) + ":live" + std::to_string(i)});
+  }
+  for (int i = 0; i < stale; ++i) {
+    server.Command({"ZADD", key, std::to_string(now - 30'000 - i),
+                    std::to_string(now - 90'000) + ":dead" + std::to_string(i)});
+  }
+  server.Command({"PEXPIRE", key, "120000"});
+}
+
+TEST(CliAudit, StaleLeasesAreReportedWithTheirIds) {
+  RedisServer server;
+  const std::string prefix = "leases";
+  SeedLeases(server, prefix + ":{jobs:worker:7}:cc", 1, 2);
+  SeedLeases(server, prefix + ":{jobs:worker:8}:cc", 3, 0);
+  Result audit = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  nlohmann::json a = audit.Json();
+  EXPECT_EQ(a["leaked"], 0);
+  ASSERT_EQ(a["stale_lease_sets"].size(), 1u) << a.dump();
+  EXPECT_EQ(a["stale_lease_sets"][0]["id"], "worker:7");
+  EXPECT_EQ(a["stale_lease_sets"][0]["limiter"], "jobs");
+  EXPECT_EQ(a["stale_lease_sets"][0]["stale"], 2);
+  EXPECT_EQ(a["stale_lease_sets"][0]["members"], 3);
+  EXPECT_EQ(a["stale_leases"], 2);
+  // Largest sets first.
+  ASSERT_GE(a["largest_sets"].size(), 2u);
+  EXPECT_EQ(a["largest_sets"][0]["members"], 3);
+
+  Result inspect = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                        "jobs", "--id", "worker:7", "--json"});
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+  nlohmann::json i = inspect.Json();
+  ASSERT_EQ(i["keys"].size(), 1u);
+  const auto& cc = i["keys"][0];
+  EXPECT_EQ(cc["algorithm"], "concurrency");
+  EXPECT_EQ(cc["state"]["live"], 1);
+  EXPECT_EQ(cc["state"]["stale"], 2);
+  ASSERT_EQ(cc["leases"].size(), 3u);
+  int live = 0;
+  for (const auto& l : cc["leases"]) {
+    EXPECT_GT(l["acquired_at_ms"].get<int64_t>(), 0);
+    live += l["live"].get<bool>() ? 1 : 0;
+    EXPECT_EQ(l["live"].get<bool>(), l["expires_in_ms"].get<int64_t>() > 0);
+  }
+  EXPECT_EQ(live, 1);
+  // The human form shows the expiry times.
+  Result human = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "jobs",
+                      "--id", "worker:7"});
+  EXPECT_EQ(human.exit_code, 0);
+  EXPECT_NE(human.out.find("STALE"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("live, in"), std::string::npos) << human.out;
+}
+
+TEST(CliInspect, DecodesEveryAlgorithm) {
+  RedisServer server;
+  const std::string prefix = "insp";
+  auto client = Connect(server, prefix);
+  const std::string id = "account:101";
+  const std::vector<Limit> limits = {
+      {.algorithm = Algorithm::kFixedWindow, .limit = 10, .window = 600s},
+      {.algorithm = Algorithm::kSlidingWindow, .limit = 10, .window = 600s},
+      {.algorithm = Algorithm::kSlidingLog, .limit = 10, .window = 600s},
+      {.algorithm = Algorithm::kTokenBucket, .limit = 10, .window = 600s},
+      {.algorithm = Algorithm::kGcra, .limit = 10, .window = 600s},
+  };
+  for (const Limit& limit : limits) {
+    auto limiter = client->MakeLimiter("multi", limit);
+    ASSERT_TRUE(limiter.ok());
+    for (int64_t cost : {1, 2}) ASSERT_TRUE(limiter->Check(id, {.cost = cost})->allowed);
+  }
+  Result run = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "multi",
+                    "--id", id, "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json j = run.Json();
+  EXPECT_EQ(j["id"], id);
+  const int64_t now = j["now_ms"];
+  std::map<std::string, nlohmann::json> by;
+  for (const auto& k : j["keys"]) {
+    EXPECT_FALSE(k.contains("problem")) << k.dump();
+    EXPECT_GT(k["ttl_ms"].get<int64_t>(), 0);
+    by[k["algorithm"]] = k["state"];
+  }
+  ASSERT_EQ(by.size(), 5u) << j.dump();
+  EXPECT_EQ(by["fixed_window"]["count"], 3);
+  EXPECT_GT(by["fixed_window"]["window_end_ms"].get<int64_t>(), now);
+  EXPECT_LE(by["fixed_window"]["window_end_ms"].get<int64_t>(), now + 600'000);
+  EXPECT_EQ(by["sliding_window"]["current"], 3);
+  EXPECT_EQ(by["sliding_window"]["previous"], 0);
+  EXPECT_EQ(by["sliding_window"]["window_start_ms"].get<int64_t>() % 600'000, 0);
+  EXPECT_EQ(by["sliding_log"]["entries"], 2);
+  EXPECT_EQ(by["sliding_log"]["units"], 3);
+  // 3 tokens missing at the last write: 3 whole ones, or 2 and a fraction when a ms
+  // passed between the two checks (1 token refills per 60 s).
+  const int64_t missing = by["token_bucket"]["missing_tokens"];
+  const int64_t fraction = by["token_bucket"]["missing_fraction_per_window"];
+  EXPECT_TRUE((missing == 3 && fraction == 0) || (missing == 2 && fraction > 0))
+      << by["token_bucket"].dump();
+  // 3 of 10 tokens refill at 10 per 600 s: full 180 s after the last write.
+  EXPECT_NEAR(by["token_bucket"]["full_in_ms"].get<int64_t>(), 180'000, 5'000);
+  EXPECT_NEAR(by["gcra"]["full_in_ms"].get<int64_t>(), 180'000, 5'000);
+
+  // An id with no state, and an id that needs escaping.
+  Result none = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "multi",
+                     "--id", "nobody"});
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_NE(none.out.find("no state"), std::string::npos) << none.out;
+  auto odd = client->MakeLimiter("multi", limits[0]);
+  ASSERT_TRUE(odd->Check("a {b}%").ok());
+  Result escaped = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                        "multi", "--id", "a {b}%", "--json"});
+  EXPECT_EQ(escaped.exit_code, 0) << escaped.err;
+  EXPECT_EQ(escaped.Json()["encoded_id"], "a%20%7Bb%7D%25");
+  EXPECT_EQ(escaped.Json()["keys"].size(), 1u);
+}
+
+TEST(CliBadInput, ForeignKeysAreReportedAndNeverTouched) {
+  RedisServer server;
+  const std::string prefix = "shared";
+  auto client = Connect(server, prefix);
+  auto limiter = client->MakeLimiter("signin", {.limit = 5, .window = 600s});
+  ASSERT_TRUE(limiter->Check("account:101").ok());
+  const std::string sluice_key = prefix + ":{signin:account:101}:fw";
+  server.Command({"PERSIST", sluice_key});
+  // Another application's keys under the same prefix, none with an expiry.
+  server.Command({"SET", prefix + ":session:abc", "user=7"});
+  server.Command({"HSET", prefix + ":{signin:account:102}:fw", "field", "1"});  // wrong type
+  server.Command({"SET", prefix + ":{signin:bad%zz}:fw", "1:2"});            // not an encoding
+  server.Command({"SET", prefix + ":{signin:x}:other", "1"});                // unknown suffix
+  const std::vector<std::string> foreign = {prefix + ":session:abc",
+                                            prefix + ":{signin:account:102}:fw",
+                                            prefix + ":{signin:bad%zz}:fw",
+                                            prefix + ":{signin:x}:other"};
+  std::map<std::string, std::string> dumps;
+  for (const auto& k : foreign) dumps[k] = server.Command({"DUMP", k}).str;
+
+  Result audit = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(audit.exit_code, 2) << audit.out;
+  nlohmann::json a = audit.Json();
+  EXPECT_EQ(a["foreign"], 4);
+  EXPECT_EQ(a["leaked"], 1);
+  std::set<std::string> reported;
+  for (const auto& f : a["foreign_examples"]) reported.insert(f["key"].get<std::string>());
+  EXPECT_EQ(reported, std::set<std::string>(foreign.begin(), foreign.end()));
+  Result human = Sluice({"audit", "--redis", server.url(), "--prefix", prefix});
+  EXPECT_EQ(human.exit_code, 2);
+  EXPECT_NE(human.out.find("FOREIGN"), std::string::npos);
+
+  Result apply = Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(apply.exit_code, 2) << apply.out;
+  EXPECT_EQ(apply.Json()["expiry_set"], 1);
+  EXPECT_EQ(apply.Json()["foreign_untouched"], 4);
+  EXPECT_GT(server.Command({"TTL", sluice_key}).integer, 0);
+  for (const auto& k : foreign) {
+    EXPECT_EQ(server.Command({"TTL", k}).integer, -1) << k << " was touched";
+    EXPECT_EQ(server.Command({"DUMP", k}).str, dumps[k]) << k << " changed";
+  }
+}
+
+TEST(CliBadInput, UnreachableRedisIsAClearErrorAndExit2) {
+  const std::string url = "redis://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"audit", "--redis", url, "--json"},
+        std::vector<std::string>{"repair", "--apply", "--redis", url},
+        std::vector<std::string>{"top", "--once", "--redis", url}}) {
+    const std::string& command = args[0];
+    Result run = Sluice(args);
+    EXPECT_EQ(run.exit_code, 2) << command;
+    EXPECT_NE(run.err.find("cannot connect"), std::string::npos) << command << ": " << run.err;
+  }
+  Result inspect = Sluice({"inspect", "--redis", url, "--limiter", "signin", "--id", "a"});
+  EXPECT_EQ(inspect.exit_code, 2);
+  EXPECT_NE(inspect.err.find("unavailable"), std::string::npos) << inspect.err;
+}
+
+TEST(CliBadInput, WrongPasswordIsPermissionDeniedAndNeverPrinted) {
+  RedisServer server({.requirepass = "s3cret-pass"});
+  const std::string url = "redis://:not-the-pass@127.0.0.1:" + std::to_string(server.port());
+  Result run = Sluice({"audit", "--redis", url});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("permission_denied"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find("not-the-pass"), std::string::npos) << run.err;
+  EXPECT_EQ(run.out.find("not-the-pass"), std::string::npos);
+  // Its --help never shows a password from the environment either.
+  Result help = Sluice({"audit", "--help"}, url);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_EQ(help.out.find("not-the-pass"), std::string::npos) << help.out;
+  // The right password works.
+  Result ok = Sluice({"audit", "--redis", server.url(), "--json"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+TEST(CliBadInput, InvalidIdsNamesAndFlagsAreUsageErrors) {
+  RedisServer server;
+  const std::string url = server.url();
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"inspect", "--redis", url, "--limiter", "signin", "--id", ""}, "id is empty"},
+      {{"inspect", "--redis", url, "--limiter", "sign in", "--id", "a"}, "limiter name"},
+      {{"inspect", "--redis", url, "--limiter", "signin"}, "--id"},
+      {{"audit", "--redis", url, "--prefix", "a b"}, "prefix"},
+      {{"audit", "--redis", url, "--limiter", "x}y"}, "limiter name"},
+      {{"audit", "--redis", "http://127.0.0.1:1"}, "redis"},
+      {{"repair", "--redis", url, "--ttl", "0"}, "--ttl"},
+      {{"repair", "--redis", url, "--apply", "--dry-run"}, "excludes"},
+      {{"top", "--redis", url, "--interval", "0"}, "--interval"},
+  };
+  for (const Case& c : cases) {
+    Result run = Sluice(c.args);
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    EXPECT_EQ(run.exit_code, 2) << joined;
+    EXPECT_NE(run.err.find(c.says), std::string::npos) << joined << "\nstderr: " << run.err;
+  }
+}
+
+// `sluice top` in a real terminal (tmux, on its own socket so no other tmux server is
+// touched): the seeded hot id shows, and q quits with exit 0.
+TEST(CliTop, ShowsTheHotIdUnderTmuxAndQuitsOnQ) {
+  ASSERT_EQ(std::system("command -v tmux >/dev/null"), 0)
+      << "tmux is missing: run scripts/setup.sh";
+  RedisServer server;
+  const std::string prefix = "topt";
+  SeedLeases(server, prefix + ":{pool:hot:42}:cc", 9, 1);
+  SeedLeases(server, prefix + ":{pool:cold:1}:cc", 1, 0);
+  auto client = Connect(server, prefix);
+  auto fw = client->MakeLimiter("signin", {.limit = 100, .window = 600s});
+  ASSERT_TRUE(fw->Check("account:hot", {.cost = 77}).ok());
+  ASSERT_TRUE(fw->Check("account:cold", {.cost = 1}).ok());
+
+  const std::string socket = "sluice_cli_test_" + std::to_string(getpid());
+  const std::string status_file = TempPath("top_status");
+  std::filesystem::remove(status_file);
+  const std::string tmux = "tmux -L " + socket + " ";
+  const std::string command = std::string(SLUICE_CLI_PATH) + " top --redis " + server.url() +
+                              " --prefix " + prefix + " --interval 0.2; echo $? > " + status_file;
+  ASSERT_EQ(std::system((tmux + "-f /dev/null new-session -d -s top -x 200 -y 50 '" + command + "'").c_str()), 0);
+  auto capture = [&] {
+    std::string out;
+    FILE* p = popen((tmux + "capture-pane -p -t top 2>/dev/null").c_str(), "r");
+    if (p == nullptr) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+    return out;
+  };
+  std::string screen;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < until) {
+    screen = capture();
+    if (screen.find("hot:42") != std::string::npos && screen.find("account:hot") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_NE(screen.find("hot:42"), std::string::npos) << screen;
+  EXPECT_NE(screen.find("account:hot"), std::string::npos) << screen;
+  // The hot id is ranked first: its row comes before the cold one.
+  EXPECT_LT(screen.find("hot:42"), screen.find("cold:1")) << screen;
+  std::system((tmux + "send-keys -t top q").c_str());
+  bool quit = false;
+  for (auto end = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < end;) {
+    if (std::filesystem::exists(status_file) && !ReadFile(status_file).empty()) {
+      quit = true;
+      break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(quit) << "sluice top did not quit on q";
+  if (quit) {
+    EXPECT_EQ(ReadFile(status_file), "0\n");
+  }
+  std::system((tmux + "kill-server 2>/dev/null").c_str());
+  std::filesystem::remove(status_file);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Stale and live leases of one id released by the operator: only that id's set goes,
+// one audit record is written (file and stream), and the holders' library sees it.
+TEST(CliRelease, ReleasesEveryLeaseOfOneIdWithOneAuditRecord) {
+  RedisServer server;
+  const std::string prefix = "rel";
+  auto client = Connect(server, prefix);
+  auto jobs = client->MakeConcurrencyLimiter("jobs", {.limit = 10});
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  std::vector<Lease> held;
+  for (int i = 0; i < 2; ++i) {
+    auto a = jobs->Acquire("worker:7");
+    ASSERT_TRUE(a.ok() && a->acquired);
+    held.push_back(std::move(a->lease));
+  }
+  auto other = jobs->Acquire("worker:8");
+  ASSERT_TRUE(other.ok() && other->acquired);
+  const std::string key7 = prefix + ":{jobs:worker:7}:cc", key8 = prefix + ":{jobs:worker:8}:cc";
+  SeedLeases(server, key7, 0, 2);  // two holders that died: stale members
+
+  Result audit = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  ASSERT_EQ(audit.Json()["stale_lease_sets"].size(), 1u);
+  EXPECT_EQ(audit.Json()["stale_lease_sets"][0]["id"], "worker:7");
+
+  const std::string log = TempPath("audit.jsonl");
+  std::filesystem::remove(log);
+  // Refused without actor or reason (nothing released, nothing recorded).
+  for (const auto& args :
+       {std::vector<std::string>{"release", "--redis", server.url(), "--prefix", prefix,
+                                 "--limiter", "jobs", "--id", "worker:7", "--reason", "stuck",
+                                 "--audit-log", log},
+        std::vector<std::string>{"release", "--redis", server.url(), "--prefix", prefix,
+                                 "--limiter", "jobs", "--id", "worker:7", "--actor", "alice",
+                                 "--reason", "", "--audit-log", log}}) {
+    Result refused = Sluice(args);
+    EXPECT_EQ(refused.exit_code, 2) << refused.out;
+    EXPECT_FALSE(refused.err.empty());
+  }
+  EXPECT_EQ(server.Command({"ZCARD", key7}).integer, 4);
+  EXPECT_FALSE(std::filesystem::exists(log) && !ReadFile(log).empty());
+
+  Result release = Sluice({"release", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                           "jobs", "--id", "worker:7", "--actor", "alice", "--reason",
+                           "worker 7 stuck after deploy", "--audit-log", log, "--json"});
+  ASSERT_EQ(release.exit_code, 0) << release.err;
+  nlohmann::json r = release.Json();
+  EXPECT_EQ(r["released"], 2) << "the live leases";
+  EXPECT_EQ(server.Command({"EXISTS", key7}).integer, 0) << "stale members go too";
+  EXPECT_EQ(server.Command({"ZCARD", key8}).integer, 1) << "another id was touched";
+  const std::vector<std::string> lines = Lines(ReadFile(log));
+  ASSERT_EQ(lines.size(), 1u);
+  nlohmann::json record = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(record["actor"], "alice");
+  EXPECT_EQ(record["reason"], "worker 7 stuck after deploy");
+  EXPECT_EQ(record["id"], "worker:7");
+  EXPECT_EQ(record["released"], 2);
+  EXPECT_EQ(server.Command({"XLEN", prefix + ":audit"}).integer, 1);
+  // The holders learn it at their next heartbeat.
+  (void)held[0].Heartbeat();  // not OK: the lease is gone
+  EXPECT_FALSE(held[0].held());
+  EXPECT_EQ(held[0].loss(), LeaseLoss::kGone);
+
+  // The audit stream is sluice's (not foreign), and with the stale set gone and the
+  // stream expiring, the prefix is clean.
+  Result after = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(after.exit_code, 0) << after.out;
+  EXPECT_EQ(after.Json()["foreign"], 0);
+  EXPECT_EQ(after.Json()["by_algorithm"]["audit_log"], 1);
+  std::filesystem::remove(log);
+}
+
+TEST(CliRelease, AnAuditLogThatCannotBeWrittenStopsTheRelease) {
+  RedisServer server;
+  const std::string prefix = "rel2";
+  SeedLeases(server, prefix + ":{jobs:worker:7}:cc", 2, 0);
+  Result run = Sluice({"release", "--redis", server.url(), "--prefix", prefix, "--limiter", "jobs",
+                       "--id", "worker:7", "--actor", "alice", "--reason", "test",
+                       "--audit-log", "/nonexistent-dir/audit.jsonl"});
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("audit log"), std::string::npos) << run.err;
+  EXPECT_EQ(server.Command({"ZCARD", prefix + ":{jobs:worker:7}:cc"}).integer, 2);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// The guarantee repair rests on, through the public admin API: EXPIRE NX never moves an
+// existing expiry and never resurrects a key; a foreign key is refused before anything
+// is changed.
+TEST(AdminApi, ExpireIfNoneLeavesExpiriesAndForeignKeysAlone) {
+  RedisServer server;
+  const std::string with_ttl = "adm:{signin:a}:fw", without = "adm:{signin:b}:fw",
+                    missing = "adm:{signin:c}:fw";
+  server.Command({"SET", with_ttl, "1:99999999999999", "PX", "500000"});
+  server.Command({"SET", without, "1:99999999999999"});
+  const long long expire_at = server.Command({"PEXPIRETIME", with_ttl}).integer;
+  auto admin = Admin::Connect({.url = server.url(), .prefix = "adm"});
+  ASSERT_TRUE(admin.ok()) << admin.status().ToString();
+  const std::vector<std::pair<std::string, std::chrono::seconds>> foreign = {
+      {without, 100s}, {"adm:session:x", 100s}};
+  auto refused = (*admin)->ExpireIfNone(foreign);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.Command({"TTL", without}).integer, -1) << "changed before refusing";
+
+  const std::vector<std::pair<std::string, std::chrono::seconds>> keys = {
+      {with_ttl, 100s}, {without, 100s}, {missing, 100s}};
+  auto result = (*admin)->ExpireIfNone(keys);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->set, 1);
+  EXPECT_EQ(result->had_ttl, 1);
+  EXPECT_EQ(result->missing, 1);
+  EXPECT_EQ(server.Command({"PEXPIRETIME", with_ttl}).integer, expire_at);
+  EXPECT_GT(server.Command({"TTL", without}).integer, 90);
+  EXPECT_EQ(server.Command({"EXISTS", missing}).integer, 0);
+  auto zero = std::vector<std::pair<std::string, std::chrono::seconds>>{{without, 0s}};
+  EXPECT_EQ((*admin)->ExpireIfNone(zero).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AdminApi, ConnectRejectsMemoryStoreAndBadPrefix) {
+  EXPECT_EQ(Admin::Connect({.url = "memory://"}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Admin::Connect({.prefix = "a:b"}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace sluice
