@@ -14,26 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench.h"
 #include "commands.h"
 #include "histogram.h"
 #include "sluice/sluice.h"
 
 namespace sluice::cli {
 namespace {
-
-struct BenchOptions {
-  std::string url;
-  std::string algorithm = "fixed_window";
-  int concurrency = 50;
-  double duration_s = 5;
-  double warmup_s = 1;
-  int keys = 10'000;
-  int64_t limit = 1'000'000'000;
-  int64_t window_ms = 60'000;
-  int64_t deadline_ms = 200;
-  std::string on_failure = "open";
-  bool json = false;
-};
 
 // Shared by the in-flight calls; touched only on the client's single I/O thread except
 // the atomics.
@@ -55,36 +42,6 @@ struct Run {
 };
 
 void IssueOne(const std::shared_ptr<Run>& run);
-
-// What the bench reads from the server around the measured period: script calls and
-// their time (INFO commandstats, evalsha + eval) and the process's CPU (INFO cpu).
-struct ServerSample {
-  bool ok = false;
-  double script_calls = 0, script_usec = 0, cpu_s = 0;
-};
-
-double InfoNumber(const std::string& info, const std::string& key) {
-  auto at = info.find(key);
-  if (at == std::string::npos) return 0;
-  return std::strtod(info.c_str() + at + key.size(), nullptr);
-}
-
-ServerSample SampleServer(const Client& client) {
-  ServerSample s;
-  auto stats = client.ServerInfo("commandstats");
-  auto cpu = client.ServerInfo("cpu");
-  if (!stats.ok() || !cpu.ok()) return s;
-  s.ok = true;
-  for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
-    auto at = stats->find(cmd);
-    if (at == std::string::npos) continue;
-    std::string line = stats->substr(at, stats->find('\n', at) - at);
-    s.script_calls += InfoNumber(line, "calls=");
-    s.script_usec += InfoNumber(line, "usec=");
-  }
-  s.cpu_s = InfoNumber(*cpu, "used_cpu_sys:") + InfoNumber(*cpu, "used_cpu_user:");
-  return s;
-}
 
 // A check may complete inline (the embedded store, an open breaker, a cached denial): a
 // trampoline turns that recursion into a loop on the thread that started it. On one of
@@ -138,7 +95,38 @@ void IssueOne(const std::shared_ptr<Run>& run) {
   });
 }
 
+}  // namespace
+
+double InfoNumber(const std::string& info, const std::string& key) {
+  auto at = info.find(key);
+  if (at == std::string::npos) return 0;
+  return std::strtod(info.c_str() + at + key.size(), nullptr);
+}
+
+ServerSample SampleServer(const Client& client) {
+  ServerSample s;
+  auto stats = client.ServerInfo("commandstats");
+  auto cpu = client.ServerInfo("cpu");
+  if (!stats.ok() || !cpu.ok()) return s;
+  s.ok = true;
+  auto add = [&](const char* cmd, double& calls, double& usec) {
+    auto at = stats->find(cmd);
+    if (at == std::string::npos) return;
+    std::string line = stats->substr(at, stats->find('\n', at) - at);
+    calls += InfoNumber(line, "calls=");
+    usec += InfoNumber(line, "usec=");
+  };
+  add("cmdstat_evalsha:", s.script_calls, s.script_usec);
+  add("cmdstat_eval:", s.script_calls, s.script_usec);
+  add("cmdstat_zrem:", s.zrem_calls, s.zrem_usec);
+  s.cpu_s = InfoNumber(*cpu, "used_cpu_sys:") + InfoNumber(*cpu, "used_cpu_user:");
+  return s;
+}
+
+namespace {
+
 int RunBench(const BenchOptions& o) {
+  if (o.algorithm == "concurrency") return RunLeaseBench(o);
   auto algorithm = ParseAlgorithm(o.algorithm);
   if (!algorithm.ok()) {
     std::fprintf(stderr, "sluice bench: %s\n", algorithm.status().ToString().c_str());
@@ -282,7 +270,8 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--redis", o->url, "Store URL (redis://, unix://, memory://); env SLUICE_REDIS_URL")
       ->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm,
-                  "fixed_window, sliding_window, sliding_log, token_bucket or gcra")->capture_default_str();
+                  "fixed_window, sliding_window, sliding_log, token_bucket, gcra, or concurrency "
+                  "(acquire + release cycles)")->capture_default_str();
   cmd->add_option("--concurrency", o->concurrency, "Calls kept in flight")->capture_default_str();
   cmd->add_option("--duration", o->duration_s, "Measured seconds")->capture_default_str();
   cmd->add_option("--warmup", o->warmup_s, "Unmeasured seconds before")->capture_default_str();
@@ -291,6 +280,13 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--window-ms", o->window_ms, "Window length")->capture_default_str();
   cmd->add_option("--deadline-ms", o->deadline_ms, "Deadline per call")->capture_default_str();
   cmd->add_option("--on-failure", o->on_failure, "Policy when Redis cannot answer: open, closed, local")
+      ->capture_default_str();
+  cmd->add_option("--lease-ttl-ms", o->lease_ttl_ms, "concurrency: lease ttl")->capture_default_str();
+  cmd->add_option("--heartbeat-leases", o->heartbeat_leases,
+                  "concurrency: instead of cycles, hold this many leases (over --keys ids) and "
+                  "measure what their heartbeats cost Redis")->capture_default_str();
+  cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
+                  "concurrency: heartbeat interval with --heartbeat-leases (lease ttl = 6x)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->callback([o, &exit_code] { exit_code = RunBench(*o); });

@@ -53,6 +53,7 @@ void ClientCore::UseStore(std::shared_ptr<Store> real) {
 
 ClientCore::~ClientCore() {
   if (store) store->Shutdown();
+  heartbeats.Shutdown();
   work_.reset();
   for (std::thread& t : threads_) t.join();
 }

@@ -13,6 +13,7 @@
 
 #include "core/store.h"
 #include "lease/gauges.h"
+#include "lease/heartbeats.h"
 #include "policy/policy_store.h"
 #include "sluice/client.h"
 
@@ -36,6 +37,8 @@ class ClientCore {
   std::shared_ptr<Store> store;
   std::shared_ptr<PolicyStore> policy;  // == store
   LeaseGauges lease_gauges;
+  // Every lease's next heartbeat (after `io`: destroyed before it).
+  HeartbeatScheduler heartbeats{io};
 
   // Puts the policy layer in front of `real` and makes it the store.
   void UseStore(std::shared_ptr<Store> real);

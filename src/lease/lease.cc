@@ -1,9 +1,10 @@
 // Concurrency limiters and the Lease object (sluice/lease.h).
 //
-// A Lease's state lives in a LeaseState shared by the owner's handle, its heartbeat
-// timer and the store calls in flight. The timer holds it weakly: a dropped handle stops
+// A Lease's state lives in a LeaseState shared by the owner's handle, its scheduled
+// heartbeat and the store calls in flight. The scheduler holds it weakly: a dropped handle stops
 // the heartbeats; the release that the handle's destructor sends keeps the state until
-// the store answers.
+// the store answers. Heartbeats are scheduled on the client's HeartbeatScheduler (one
+// timer for all leases).
 #include <utility>  // before Boost: Asio 1.74 under g++ 12 needs std::exchange declared
 
 #include "sluice/lease.h"
@@ -22,7 +23,6 @@
 #include <mutex>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "core/client_core.h"
 #include "core/keys.h"
@@ -115,8 +115,9 @@ T Wait(Start start) {
 
 }  // namespace
 
-struct LeaseState : std::enable_shared_from_this<LeaseState> {
-  LeaseState(std::shared_ptr<ClientCore> c) : core(std::move(c)), timer(core->io) {}
+struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<LeaseState> {
+  explicit LeaseState(std::shared_ptr<ClientCore> c) : core(std::move(c)) {}
+  void Due() override { Tick(); }
 
   std::shared_ptr<ClientCore> core;
   std::string limiter;
@@ -130,7 +131,7 @@ struct LeaseState : std::enable_shared_from_this<LeaseState> {
   std::function<void(LeaseLoss)> on_lost;
 
   mutable std::mutex mu;
-  boost::asio::steady_timer timer;              // under mu
+  std::optional<HeartbeatScheduler::Key> next;  // under mu: the scheduled heartbeat
   steady_clock::time_point believable_until;  // under mu
   bool released = false;                      // under mu
   bool counted = true;                        // under mu: still in the `held` gauge
@@ -158,13 +159,19 @@ struct LeaseState : std::enable_shared_from_this<LeaseState> {
   }
 
   // Marks the lease lost (once) and tells its owner.
+  // Under mu: no heartbeat scheduled any more.
+  void Unschedule() {
+    if (next) core->heartbeats.Cancel(*next);
+    next.reset();
+  }
+
   void Lose(LeaseLoss why) {
     std::function<void(LeaseLoss)> notify;
     {
       std::lock_guard lock(mu);
       if (released || loss != LeaseLoss::kNone) return;
       loss = why;
-      timer.cancel();
+      Unschedule();
       Uncount();
       notify = std::move(on_lost);
     }
@@ -174,18 +181,16 @@ struct LeaseState : std::enable_shared_from_this<LeaseState> {
   // Under mu: the next heartbeat after `delay`, or at the lease's believable end if
   // that comes first (the tick then finds it expired).
   void Schedule(milliseconds delay) {
-    auto at = std::min(steady_clock::now() + delay, believable_until);
-    timer.expires_at(at);
-    timer.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
-      if (ec) return;
-      if (auto self = weak.lock()) self->Tick();
-    });
+    Unschedule();
+    const auto at = std::min(steady_clock::now() + delay, believable_until);
+    next = core->heartbeats.Schedule(at, std::weak_ptr<HeartbeatScheduler::Target>(weak_from_this()));
   }
 
   void Tick() {
     bool expired;
     {
       std::lock_guard lock(mu);
+      next.reset();  // the scheduler dropped it when it called
       if (released || loss != LeaseLoss::kNone) return;
       expired = steady_clock::now() >= believable_until;
     }
@@ -248,7 +253,7 @@ struct LeaseState : std::enable_shared_from_this<LeaseState> {
         return;
       }
       released = true;
-      timer.cancel();
+      Unschedule();
       Uncount();
       send = Heartbeats() && loss != LeaseLoss::kGone;
       on_lost = nullptr;

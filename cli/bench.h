@@ -1,0 +1,42 @@
+// What `sluice bench` modes share: the options, and what the bench reads from the
+// server around the measured period.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sluice/sluice.h"
+
+namespace sluice::cli {
+
+struct BenchOptions {
+  std::string url;
+  std::string algorithm = "fixed_window";
+  int concurrency = 50;
+  double duration_s = 5;
+  double warmup_s = 1;
+  int keys = 10'000;
+  int64_t limit = 1'000'000'000;
+  int64_t window_ms = 60'000;
+  int64_t deadline_ms = 200;
+  std::string on_failure = "open";
+  int64_t lease_ttl_ms = 120'000;
+  int64_t heartbeat_leases = 0;
+  int64_t heartbeat_ms = 20'000;
+  bool json = false;
+};
+
+// Script calls and their time (INFO commandstats: evalsha + eval; zrem separately) and
+// the server process's CPU seconds (INFO cpu).
+struct ServerSample {
+  bool ok = false;
+  double script_calls = 0, script_usec = 0, zrem_calls = 0, zrem_usec = 0, cpu_s = 0;
+};
+ServerSample SampleServer(const Client& client);
+double InfoNumber(const std::string& info, const std::string& key);
+
+// --algorithm concurrency: acquire + release cycles, or (--heartbeat-leases) the cost
+// of holding many leases.
+int RunLeaseBench(const BenchOptions& o);
+
+}  // namespace sluice::cli
