@@ -25,6 +25,7 @@
 #include <boost/asio/post.hpp>
 
 #include "sluice/client.h"
+#include "sluice/lease.h"
 
 namespace sluice {
 
@@ -43,6 +44,30 @@ auto AsyncCheck(const Limiter& limiter, std::string_view id, const CheckOptions&
         on.CheckAsync(for_id, with, [shared, work](StatusOr<Decision> result) mutable {
           boost::asio::post(work.get_executor(), [shared, result = std::move(result)]() mutable {
             (*shared)(std::move(result));
+          });
+          work.reset();
+        });
+      },
+      token, limiter, std::string(id), options);
+}
+
+// The acquire of a concurrency lease as an Asio operation: completion signature
+// void(StatusOr<Acquisition>), same guarantees as AsyncCheck.
+//
+//   auto a = co_await sluice::AsyncAcquire(streams, "user:42", {}, boost::asio::use_awaitable);
+template <typename CompletionToken>
+auto AsyncAcquire(const ConcurrencyLimiter& limiter, std::string_view id,
+                  const AcquireOptions& options, CompletionToken&& token) {
+  return boost::asio::async_initiate<CompletionToken, void(StatusOr<Acquisition>)>(
+      [](auto handler, ConcurrencyLimiter on, std::string for_id, AcquireOptions with) {
+        using Handler = decltype(handler);
+        auto shared = std::make_shared<Handler>(std::move(handler));
+        auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(*shared));
+        on.AcquireAsync(for_id, with, [shared, work](StatusOr<Acquisition> result) mutable {
+          // The Acquisition holds a move-only Lease: carried to the handler by pointer.
+          auto carried = std::make_shared<StatusOr<Acquisition>>(std::move(result));
+          boost::asio::post(work.get_executor(), [shared, carried]() mutable {
+            (*shared)(std::move(*carried));
           });
           work.reset();
         });

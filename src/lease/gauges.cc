@@ -7,24 +7,20 @@ namespace {
 constexpr int64_t kMinuteMs = 60000;
 }  // namespace
 
-LeaseGauges::Entry& LeaseGauges::Touch(const std::string& limiter, const std::string& id,
-                                       int64_t now_ms) {
-  auto key = std::make_pair(limiter, id);
+LeaseGauges::Entry& LeaseGauges::Touch(const std::string& key, int64_t now_ms) {
   auto it = entries_.find(key);
   if (it == entries_.end()) {
-    if (entries_.size() >= max_ids_) {
-      auto oldest = entries_.end();
-      for (auto e = entries_.begin(); e != entries_.end(); ++e) {
-        if (e->second.held == 0 && (oldest == entries_.end() || e->second.updated_ms < oldest->second.updated_ms)) {
-          oldest = e;
-        }
-      }
-      if (oldest != entries_.end()) entries_.erase(oldest);
+    if (entries_.size() >= max_ids_ && !recency_.empty()) {
+      entries_.erase(*recency_.back());
+      recency_.pop_back();
     }
-    it = entries_.emplace(std::move(key), Entry{}).first;
+    it = entries_.emplace(key, Entry{}).first;
+    recency_.push_front(&it->first);
+    it->second.recency = recency_.begin();
+  } else if (it->second.recency != recency_.begin()) {
+    recency_.splice(recency_.begin(), recency_, it->second.recency);
   }
   Entry& e = it->second;
-  e.updated_ms = now_ms;
   const int64_t minute = now_ms / kMinuteMs;
   if (e.minute != minute) {
     e.minute = minute;
@@ -33,18 +29,16 @@ LeaseGauges::Entry& LeaseGauges::Touch(const std::string& limiter, const std::st
   return e;
 }
 
-void LeaseGauges::Observe(const std::string& limiter, const std::string& id, int64_t live,
-                          int64_t now_ms) {
+void LeaseGauges::Observe(const std::string& key, int64_t live, int64_t now_ms) {
   std::lock_guard lock(mu_);
-  Entry& e = Touch(limiter, id, now_ms);
+  Entry& e = Touch(key, now_ms);
   e.live = live;
   e.minute_max = std::max(e.minute_max, live);
 }
 
-void LeaseGauges::Held(const std::string& limiter, const std::string& id, int64_t delta,
-                       int64_t now_ms) {
+void LeaseGauges::Held(const std::string& key, int64_t delta, int64_t now_ms) {
   std::lock_guard lock(mu_);
-  Entry& e = Touch(limiter, id, now_ms);
+  Entry& e = Touch(key, now_ms);
   e.held = std::max<int64_t>(0, e.held + delta);
 }
 
@@ -54,8 +48,13 @@ std::vector<LeaseGauges::Row> LeaseGauges::Snapshot(int64_t now_ms) const {
   rows.reserve(entries_.size());
   for (const auto& [key, e] : entries_) {
     const bool this_minute = e.minute == now_ms / kMinuteMs;
-    rows.push_back({key.first, key.second, e.held, e.live, this_minute ? e.minute_max : e.live});
+    const auto cut = key.find('\n');
+    rows.push_back({key.substr(0, cut), key.substr(cut + 1), e.held, e.live,
+                    this_minute ? e.minute_max : e.live});
   }
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.limiter != b.limiter ? a.limiter < b.limiter : a.id < b.id;
+  });
   return rows;
 }
 

@@ -5,15 +5,16 @@
 //            client's latest acquire of the id (granted or refused);
 //   max_1m   the highest `live` seen during the current clock minute (a minute with no
 //            acquire starts from the last `live`).
-// Bounded: at most `max_ids` ids; past that, the least recently updated id this client
-// holds nothing of is forgotten first.
+// Bounded: at most `max_ids` ids; past that, the least recently updated id is forgotten
+// (O(log n) per update, whatever the number of ids).
 //
 // Thread-safety: thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <list>
+#include <unordered_map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -25,10 +26,15 @@ class LeaseGauges {
  public:
   explicit LeaseGauges(std::size_t max_ids = 1000) : max_ids_(max_ids) {}
 
+  // The key of (limiter, encoded id): computed once per lease, so updates allocate
+  // nothing (limiter names and encoded ids never contain '\n').
+  static std::string KeyOf(const std::string& limiter, const std::string& encoded_id) {
+    return limiter + '\n' + encoded_id;
+  }
   // The store counted `live` leases of the id at `now_ms` (this process's wall clock).
-  void Observe(const std::string& limiter, const std::string& id, int64_t live, int64_t now_ms);
+  void Observe(const std::string& key, int64_t live, int64_t now_ms);
   // This client's leases of the id changed by `delta` (+1 granted, -1 released or lost).
-  void Held(const std::string& limiter, const std::string& id, int64_t delta, int64_t now_ms);
+  void Held(const std::string& key, int64_t delta, int64_t now_ms);
 
   struct Row {
     std::string limiter;
@@ -45,13 +51,14 @@ class LeaseGauges {
     int64_t live = 0;
     int64_t minute = -1;
     int64_t minute_max = 0;
-    int64_t updated_ms = 0;
+    std::list<const std::string*>::iterator recency;  // into recency_
   };
-  Entry& Touch(const std::string& limiter, const std::string& id, int64_t now_ms);
+  Entry& Touch(const std::string& key, int64_t now_ms);
 
   const std::size_t max_ids_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, Entry> entries_;
+  std::unordered_map<std::string, Entry> entries_;  // node-based: key addresses are stable
+  std::list<const std::string*> recency_;          // most recently updated first
 };
 
 }  // namespace sluice::internal

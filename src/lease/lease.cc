@@ -120,8 +120,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   void Due() override { Tick(); }
 
   std::shared_ptr<ClientCore> core;
-  std::string limiter;
-  std::string encoded_id;  // for the gauges
+  std::string gauge_key;  // LeaseGauges::KeyOf(limiter, encoded id)
   std::string key;
   std::string member;
   DecisionSource source = DecisionSource::kStore;
@@ -155,7 +154,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   void Uncount() {
     if (!counted) return;
     counted = false;
-    core->lease_gauges.Held(limiter, encoded_id, -1, WallMs());
+    core->lease_gauges.Held(gauge_key, -1, WallMs());
   }
 
   // Marks the lease lost (once) and tells its owner.
@@ -406,8 +405,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   const auto sent = std::chrono::steady_clock::now();
   auto state = std::make_shared<LeaseState>(core_);
-  state->limiter = name_;
-  state->encoded_id = internal::EncodeId(id);
+  state->gauge_key = internal::LeaseGauges::KeyOf(name_, internal::EncodeId(id));
   state->key = call.key;
   state->ttl = options_.lease_ttl;
   state->interval = options_.heartbeat_interval.count() > 0 ? options_.heartbeat_interval
@@ -428,8 +426,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
                             result->source == DecisionSource::kLocalFallback;
     if (from_store) {
       a.live = reply.count;
-      state->core->lease_gauges.Observe(state->limiter, state->encoded_id, reply.count,
-                                        internal::WallMs());
+      state->core->lease_gauges.Observe(state->gauge_key, reply.count, internal::WallMs());
     }
     if (reply.code != 1) {
       a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
@@ -442,7 +439,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
     state->source = result->source;
     state->acquired_at_ms = reply.now_ms;
     if (state->Heartbeats()) state->member = internal::LeaseMember(reply.now_ms, token);
-    state->core->lease_gauges.Held(state->limiter, state->encoded_id, +1, internal::WallMs());
+    state->core->lease_gauges.Held(state->gauge_key, +1, internal::WallMs());
     {
       std::lock_guard lock(state->mu);
       state->believable_until = sent + state->ttl;

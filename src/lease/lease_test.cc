@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,6 +22,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "sluice/asio.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 
@@ -642,6 +649,37 @@ TEST(ConcurrencyLimiter, PrometheusTextEscapesLabelValues) {
     ++types;
   }
   EXPECT_EQ(types, 1u);
+}
+
+TEST(ConcurrencyLimiterApi, SyncCallbackAndCoroutineShareOneCap) {
+  auto client = MemoryClient();
+  auto cap = MakeLimiter(client, "styles", {.limit = 3});
+  auto sync = cap.Acquire("k");
+  ASSERT_TRUE(sync.ok() && sync->acquired);
+
+  std::promise<StatusOr<Acquisition>> promise;
+  cap.AcquireAsync("k", {}, [&](StatusOr<Acquisition> a) { promise.set_value(std::move(a)); });
+  auto callback = promise.get_future().get();
+  ASSERT_TRUE(callback.ok() && callback->acquired);
+  EXPECT_EQ(callback->live, 2);
+
+  boost::asio::io_context io;
+  std::vector<Acquisition> from_coroutine;
+  boost::asio::co_spawn(
+      io,
+      [&]() -> boost::asio::awaitable<void> {
+        for (int i = 0; i < 2; ++i) {
+          auto a = co_await AsyncAcquire(cap, "k", {}, boost::asio::use_awaitable);
+          if (a.ok()) from_coroutine.push_back(std::move(a).value());
+        }
+      },
+      boost::asio::detached);
+  io.run();
+  ASSERT_EQ(from_coroutine.size(), 2u);
+  EXPECT_TRUE(from_coroutine[0].acquired);
+  EXPECT_TRUE(from_coroutine[0].lease.held());
+  EXPECT_FALSE(from_coroutine[1].acquired);  // the fourth of a cap of 3
+  EXPECT_EQ(from_coroutine[1].live, 3);
 }
 
 }  // namespace
