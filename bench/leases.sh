@@ -38,7 +38,7 @@ cli FLUSHALL >/dev/null
 
 out=$("$SLUICE" bench --redis "$url" --algorithm concurrency --concurrency 50 --duration "$SECS" --keys 10000 --json)
 rate=$(json "$out" decisions_per_s)
-printf 'sluice      %.0f cycles/s = %.2f x ceiling; p99 %s us; Redis: acquire %s us/call, release %s us/call, %s us CPU per cycle; refused %s\n' \
+printf 'sluice      %.0f cycles/s = %.2f x ceiling; p99 %s us; Redis: acquire %.2f us/call, release %.2f us/call, %.2f us CPU per cycle; refused %s\n' \
   "$rate" "$(awk -v r="$rate" -v c="$ceil" 'BEGIN{print r/c}')" "$(json "$out" p99_us)" \
   "$(json "$out" redis_acquire_us_per_call)" "$(json "$out" redis_release_us_per_call)" \
   "$(json "$out" redis_cpu_us_per_cycle)" "$(json "$out" acquires_refused)"
@@ -57,7 +57,7 @@ fi
 for leases in 10000 100000; do
   out=$("$SLUICE" bench --redis "$url" --algorithm concurrency --concurrency 500 --keys "$leases" \
         --heartbeat-leases "$leases" --heartbeat-ms "$HB_MS" --duration 1 --json)
-  printf 'heartbeats  %6d leases every %d ms: %.0f heartbeats/s, %s us/call in the script, %s us server CPU each, %.1f%% of a core (held at end %s)\n' \
+  printf 'heartbeats  %6d leases every %d ms: %.0f heartbeats/s, %.1f us/call in the script, %.1f us server CPU each, %.1f%% of a core (held at end %s)\n' \
     "$leases" "$HB_MS" "$(json "$out" heartbeats_per_s)" "$(json "$out" redis_heartbeat_us_per_call)" \
     "$(json "$out" redis_cpu_us_per_heartbeat)" "$(json "$out" redis_cpu_percent)" "$(json "$out" leases_held_at_end)"
   cli FLUSHALL >/dev/null
