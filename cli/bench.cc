@@ -33,6 +33,12 @@ struct Run {
   std::atomic<int> in_flight{0};
   uint64_t next_id = 0;
   Histogram latency;
+  // --phase: calls started within [phase_from, phase_to) of the measured period, apart
+  // (e.g. while Redis is paused). t0_ns: when measuring began (steady clock).
+  std::atomic<int64_t> t0_ns{0};
+  int64_t phase_from_ns = -1, phase_to_ns = -1;
+  Histogram phase_latency;
+  uint64_t phase_calls = 0, phase_not_from_store = 0;
   uint64_t allowed = 0, refused = 0, errors = 0;
   uint64_t not_from_store = 0;  // decided by a failure policy or the denial cache
   // Calls handed from an I/O thread to the driver thread (see Issue), and its wake-ups.
@@ -81,9 +87,18 @@ void IssueOne(const std::shared_ptr<Run>& run) {
   const auto start = std::chrono::steady_clock::now();
   run->limiter.CheckAsync(id, {}, [run, start](StatusOr<Decision> result) {
     if (run->measuring.load(std::memory_order_relaxed)) {
-      run->latency.Record(std::chrono::duration_cast<std::chrono::microseconds>(
-                              std::chrono::steady_clock::now() - start)
-                              .count());
+      const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+      run->latency.Record(us);
+      const int64_t since =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count() -
+          run->t0_ns.load(std::memory_order_relaxed);
+      if (since >= run->phase_from_ns && since < run->phase_to_ns) {
+        run->phase_latency.Record(us);
+        ++run->phase_calls;
+        if (result.ok() && result->source != DecisionSource::kStore) ++run->phase_not_from_store;
+      }
       if (!result.ok()) {
         if (run->errors++ == 0) run->first_error = result.status().ToString();
       } else {
@@ -188,8 +203,13 @@ int RunBench(const BenchOptions& o) {
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
   const ClientStats before = (*client)->stats();
   const ServerSample server_before = SampleServer(**client);
-  run->measuring = true;
   const auto t0 = std::chrono::steady_clock::now();
+  run->t0_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
+  if (o.phase_length_s > 0) {
+    run->phase_from_ns = static_cast<int64_t>(o.phase_start_s * 1e9);
+    run->phase_to_ns = static_cast<int64_t>((o.phase_start_s + o.phase_length_s) * 1e9);
+  }
+  run->measuring = true;
   std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
   run->measuring = false;
   const double elapsed =
@@ -235,6 +255,13 @@ int RunBench(const BenchOptions& o) {
                         {"commands_per_write", per_write},
                         {"redis_script_us_per_call", script_us},
                         {"redis_cpu_us_per_decision", server_cpu_us}};
+    if (o.phase_length_s > 0) {
+      j["phase_calls"] = run->phase_calls;
+      j["phase_not_from_store"] = run->phase_not_from_store;
+      j["phase_p50_us"] = run->phase_latency.Quantile(0.50);
+      j["phase_p99_us"] = run->phase_latency.Quantile(0.99);
+      j["phase_p999_us"] = run->phase_latency.Quantile(0.999);
+    }
     if (!run->first_error.empty()) j["first_error"] = run->first_error;
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -250,6 +277,16 @@ int RunBench(const BenchOptions& o) {
                 static_cast<long long>(run->latency.Quantile(0.50)),
                 static_cast<long long>(run->latency.Quantile(0.99)),
                 static_cast<long long>(run->latency.Quantile(0.999)));
+    if (o.phase_length_s > 0) {
+      std::printf("  phase        %llu calls started %.1f-%.1f s in (%llu not from the store): "
+                  "p50 %lld us  p99 %lld us  p999 %lld us\n",
+                  static_cast<unsigned long long>(run->phase_calls), o.phase_start_s,
+                  o.phase_start_s + o.phase_length_s,
+                  static_cast<unsigned long long>(run->phase_not_from_store),
+                  static_cast<long long>(run->phase_latency.Quantile(0.50)),
+                  static_cast<long long>(run->phase_latency.Quantile(0.99)),
+                  static_cast<long long>(run->phase_latency.Quantile(0.999)));
+    }
     std::printf("  pipelining   %.1f commands per write\n", per_write);
     if (script_us >= 0) {
       std::printf("  redis cost   %.2f us per script call, %.2f us of server CPU per decision\n",
@@ -280,6 +317,11 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--window-ms", o->window_ms, "Window length")->capture_default_str();
   cmd->add_option("--deadline-ms", o->deadline_ms, "Deadline per call")->capture_default_str();
   cmd->add_option("--on-failure", o->on_failure, "Policy when Redis cannot answer: open, closed, local")
+      ->capture_default_str();
+  cmd->add_option("--phase-start", o->phase_start_s,
+                  "Also report latency of the calls started this many seconds into the "
+                  "measured period (with --phase-length)")->capture_default_str();
+  cmd->add_option("--phase-length", o->phase_length_s, "Length of that phase in seconds (0: none)")
       ->capture_default_str();
   cmd->add_option("--lease-ttl-ms", o->lease_ttl_ms, "concurrency: lease ttl")->capture_default_str();
   cmd->add_option("--heartbeat-leases", o->heartbeat_leases,

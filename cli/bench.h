@@ -20,6 +20,8 @@ struct BenchOptions {
   int64_t window_ms = 60'000;
   int64_t deadline_ms = 200;
   std::string on_failure = "open";
+  double phase_start_s = 0;
+  double phase_length_s = 0;
   int64_t lease_ttl_ms = 120'000;
   int64_t heartbeat_leases = 0;
   int64_t heartbeat_ms = 20'000;
