@@ -24,7 +24,9 @@ namespace {
   std::abort();
 }
 
-RedisValue Convert(const redisReply* r) {
+}  // namespace
+
+RedisValue ToRedisValue(const redisReply* r) {
   RedisValue v;
   switch (r->type) {
     case REDIS_REPLY_INTEGER:
@@ -45,15 +47,13 @@ RedisValue Convert(const redisReply* r) {
       break;
     case REDIS_REPLY_ARRAY:
       v.type = RedisValue::Type::kArray;
-      for (size_t i = 0; i < r->elements; ++i) v.elements.push_back(Convert(r->element[i]));
+      for (size_t i = 0; i < r->elements; ++i) v.elements.push_back(ToRedisValue(r->element[i]));
       break;
     default:
       break;
   }
   return v;
 }
-
-}  // namespace
 
 uint16_t FreeLoopbackPort() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -187,7 +187,7 @@ RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
   auto* reply = static_cast<redisReply*>(
       redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
   if (!reply) Fatal("command failed on the test redis: " + std::string(c->errstr));
-  RedisValue value = Convert(reply);
+  RedisValue value = ToRedisValue(reply);
   freeReplyObject(reply);
   redisFree(c);
   return value;

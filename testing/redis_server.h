@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+struct redisReply;
+
 namespace sluice::testing {
 
 struct RedisServerOptions {
@@ -25,6 +27,9 @@ struct RedisValue {
   std::string str;
   std::vector<RedisValue> elements;
 };
+
+// A hiredis reply, flattened (what Command returns), for tests with their own connection.
+RedisValue ToRedisValue(const redisReply* reply);
 
 class RedisServer {
  public:

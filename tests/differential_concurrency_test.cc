@@ -68,40 +68,12 @@ class Connection {
       v.str = "connection error: " + std::string(c_->errstr);
       return v;
     }
-    RedisValue v = Convert(reply);
+    RedisValue v = testing::ToRedisValue(reply);
     freeReplyObject(reply);
     return v;
   }
 
  private:
-  static RedisValue Convert(const redisReply* r) {
-    RedisValue v;
-    switch (r->type) {
-      case REDIS_REPLY_INTEGER:
-        v.type = RedisValue::Type::kInteger;
-        v.integer = r->integer;
-        break;
-      case REDIS_REPLY_STRING:
-        v.type = RedisValue::Type::kString;
-        v.str.assign(r->str, r->len);
-        break;
-      case REDIS_REPLY_STATUS:
-        v.type = RedisValue::Type::kStatus;
-        v.str.assign(r->str, r->len);
-        break;
-      case REDIS_REPLY_ERROR:
-        v.type = RedisValue::Type::kError;
-        v.str.assign(r->str, r->len);
-        break;
-      case REDIS_REPLY_ARRAY:
-        v.type = RedisValue::Type::kArray;
-        for (size_t i = 0; i < r->elements; ++i) v.elements.push_back(Convert(r->element[i]));
-        break;
-      default:
-        break;
-    }
-    return v;
-  }
 
   redisContext* c_ = nullptr;
 };

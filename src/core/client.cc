@@ -7,6 +7,7 @@
 
 #include "core/client_core.h"
 #include "core/keys.h"
+#include "core/wait.h"
 #include "memory/memory_store.h"
 #include "redis/redis_store.h"
 #include "sluice/client.h"
@@ -257,18 +258,8 @@ void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
 
 StatusOr<Decision> Limiter::ExecuteSync(int op, std::string_view id,
                                         const CheckOptions& options) const {
-  struct Waiter {
-    std::atomic<bool> done{false};
-    std::optional<StatusOr<Decision>> result;
-  };
-  auto waiter = std::make_shared<Waiter>();
-  Execute(op, id, options, [waiter](StatusOr<Decision> result) {
-    waiter->result.emplace(std::move(result));
-    waiter->done.store(true, std::memory_order_release);
-    waiter->done.notify_one();
-  });
-  while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
-  return std::move(*waiter->result);
+  return internal::WaitFor<StatusOr<Decision>>(
+      [&](DecisionCallback done) { Execute(op, id, options, std::move(done)); });
 }
 
 void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,

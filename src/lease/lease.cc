@@ -26,6 +26,7 @@
 
 #include "core/client_core.h"
 #include "core/keys.h"
+#include "core/wait.h"
 #include "lease/concurrency.h"
 #include "lease/gauges.h"
 
@@ -94,23 +95,6 @@ int64_t AcquiredAt(std::string_view member) {
     at = at * 10 + (c - '0');
   }
   return at;
-}
-
-// Blocks until `start` calls its callback; for the synchronous calls.
-template <typename T, typename Start>
-T Wait(Start start) {
-  struct Waiter {
-    std::atomic<bool> done{false};
-    std::optional<T> result;
-  };
-  auto waiter = std::make_shared<Waiter>();
-  start([waiter](T result) {
-    waiter->result.emplace(std::move(result));
-    waiter->done.store(true, std::memory_order_release);
-    waiter->done.notify_one();
-  });
-  while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
-  return std::move(*waiter->result);
 }
 
 }  // namespace
@@ -322,7 +306,7 @@ int64_t Lease::acquired_at_ms() const { return state_ ? state_->acquired_at_ms :
 
 Status Lease::Release() {
   if (!state_) return Status();
-  return internal::Wait<Status>([this](std::function<void(Status)> done) {
+  return internal::WaitFor<Status>([this](std::function<void(Status)> done) {
     state_->Release(std::move(done));
   });
 }
@@ -345,7 +329,7 @@ Status Lease::Heartbeat() {
       return NotFoundError("the lease was lost (" + std::string(LeaseLossName(state_->loss)) + ")");
     }
   }
-  return internal::Wait<Status>([this](std::function<void(Status)> done) {
+  return internal::WaitFor<Status>([this](std::function<void(Status)> done) {
     state_->SendHeartbeat(std::move(done));
   });
 }
@@ -453,7 +437,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
 
 StatusOr<Acquisition> ConcurrencyLimiter::Acquire(std::string_view id,
                                                   const AcquireOptions& options) const {
-  return internal::Wait<StatusOr<Acquisition>>([&](AcquireCallback done) {
+  return internal::WaitFor<StatusOr<Acquisition>>([&](AcquireCallback done) {
     AcquireAsync(id, options, std::move(done));
   });
 }
@@ -466,7 +450,7 @@ StatusOr<std::vector<LeaseInfo>> ConcurrencyLimiter::List(std::string_view id,
   call.key = internal::MakeLeaseKey(key_head_, id);
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
-  auto result = internal::Wait<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
+  auto result = internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
     core_->store->Lease(std::move(call), std::move(done));
   });
   if (!result.ok()) return result.status();

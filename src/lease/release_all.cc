@@ -17,6 +17,7 @@
 
 #include "core/client_core.h"
 #include "core/keys.h"
+#include "core/wait.h"
 #include "lease/concurrency.h"
 
 namespace sluice {
@@ -71,21 +72,6 @@ std::string IsoTime(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-template <typename T, typename Start>
-T WaitFor(Start start) {
-  struct Waiter {
-    std::atomic<bool> done{false};
-    std::optional<T> result;
-  };
-  auto waiter = std::make_shared<Waiter>();
-  start([waiter](T result) {
-    waiter->result.emplace(std::move(result));
-    waiter->done.store(true, std::memory_order_release);
-    waiter->done.notify_one();
-  });
-  while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
-  return std::move(*waiter->result);
-}
 
 }  // namespace
 
@@ -123,7 +109,7 @@ StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
   const std::string key = call.key;
-  auto released = WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
+  auto released = internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
     core_->store->Lease(std::move(call), std::move(done));
   });
   if (!released.ok()) return released.status();
@@ -160,7 +146,7 @@ StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
         {"ts", ts},           {"action", "release_all"}, {"actor", action.actor},
         {"reason", action.reason}, {"limiter", name_},   {"id", encoded},
         {"key", key},         {"released", std::to_string(result.released)}};
-    Status appended = WaitFor<Status>([&](std::function<void(Status)> done) {
+    Status appended = internal::WaitFor<Status>([&](std::function<void(Status)> done) {
       core_->store->AppendToStream(core_->options.prefix + ":audit", std::move(fields),
                                    audit.stream_max_len, audit.stream_retention.count(),
                                    std::chrono::steady_clock::now() + deadline, std::move(done));
