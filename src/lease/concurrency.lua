@@ -56,9 +56,8 @@ local function restore_ttl()
   end
 end
 
--- The key's expiry follows a score moved forward to `expires`.
-local function follow(expires, fresh)
-  local ms = string.format('%d', expires - now + grace)
+-- The key's expiry follows a score moved forward to `ms` (text) from now.
+local function follow(ms, fresh)
   if fresh then
     redis.call('PEXPIRE', key, ms)
   elseif redis.call('PEXPIRE', key, ms, 'GT') == 0 then
@@ -78,8 +77,8 @@ if op == '0' then
   end
   if count < limit then
     local expires = now + tonumber(ARGV[5])
-    redis.call('ZADD', key, string.format('%d', expires), string.format('%d:', now) .. ARGV[3])
-    follow(expires, count == 0)
+    redis.call('ZADD', key, string.format('%d', expires), string.format('%d:%s', now, ARGV[3]))
+    follow(grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), count == 0)
     return {1, count + 1, now, expires}
   end
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -104,7 +103,7 @@ if op == '1' then
   local expires = now + tonumber(ARGV[5])
   if expires > score then
     redis.call('ZADD', key, string.format('%d', expires), member)
-    follow(expires, false)
+    follow(grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), false)
     return {1, 0, now, expires}
   end
   restore_ttl()
