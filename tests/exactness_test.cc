@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
+#include "testing/processes.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
@@ -46,32 +47,9 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
 
 int64_t RunProcesses(const testing::RedisServer& server, int processes, int threads, int calls,
                      int64_t limit, bool random_cost) {
-  std::vector<std::pair<pid_t, int>> children;
-  for (int p = 0; p < processes; ++p) {
-    int fds[2];
-    EXPECT_EQ(::pipe(fds), 0);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      int64_t admitted = Hammer(server.url(), threads, calls, limit, random_cost);
-      ssize_t w = ::write(fds[1], &admitted, sizeof admitted);
-      ::_exit(w == sizeof admitted ? 0 : 1);
-    }
-    ::close(fds[1]);
-    children.emplace_back(pid, fds[0]);
-  }
-  int64_t total = 0;
-  for (auto [pid, fd] : children) {
-    int64_t admitted = -1;
-    EXPECT_EQ(::read(fd, &admitted, sizeof admitted), static_cast<ssize_t>(sizeof admitted));
-    ::close(fd);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    EXPECT_GE(admitted, 0) << "a child saw errors";
-    total += admitted;
-  }
-  return total;
+  return testing::SumOverChildren(processes, [&] {
+    return Hammer(server.url(), threads, calls, limit, random_cost);
+  });
 }
 
 TEST(Exactness, ProcessesTimesThreadsAdmitExactlyTheLimit) {
