@@ -1,6 +1,7 @@
 // sluice demo: what `make run` shows a newcomer. Starts a private redis-server on a free
 // loopback port when one is installed (else uses the embedded store), then walks a
-// fixed-window "sign-in" limit of 5 per 10 s through 7 attempts and a cost-10 request.
+// fixed-window "sign-in" limit of 5 per 10 s through 7 attempts and a cost-10 request,
+// then a concurrency cap of 2 streams per user through three acquires and a release.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "sluice/sluice.h"
@@ -99,6 +101,42 @@ int RunDemo(std::string url) {
               big.ok() ? big->ToString().c_str() : big.status().ToString().c_str());
   std::printf("\nRefused attempts are not counted; each account has its own window, and its key\n"
               "expires when the window ends (the expiry is set by the same script that counts).\n");
+
+  auto streams = (*client)->MakeConcurrencyLimiter(
+      "streams", {.limit = 2, .lease_ttl = std::chrono::seconds(30)});
+  if (!streams.ok()) {
+    std::fprintf(stderr, "sluice demo: %s\n", streams.status().ToString().c_str());
+    return kExitError;
+  }
+  std::printf("\nlimiter \"streams\": at most 2 streams in flight per user, as 30 s leases that\n"
+              "heartbeat every 5 s (key %s)\n\n", streams->KeyFor("user:42")->c_str());
+  std::vector<Lease> held;
+  auto show = [&](const char* what, const StatusOr<Acquisition>& a) {
+    if (!a.ok()) {
+      std::printf("%s -> %s\n", what, a.status().ToString().c_str());
+    } else if (a->acquired) {
+      std::printf("%s -> granted lease %s (%lld live)\n", what, a->lease.id().c_str(),
+                  static_cast<long long>(a->live));
+    } else {
+      std::printf("%s -> refused: %lld live, earliest expires in %lld ms\n", what,
+                  static_cast<long long>(a->live), static_cast<long long>(a->retry_after.count()));
+    }
+  };
+  for (int i = 1; i <= 3; ++i) {
+    auto a = streams->Acquire("user:42");
+    show(("stream " + std::to_string(i) + " for user:42").c_str(), a);
+    if (a.ok() && a->acquired) held.push_back(std::move(a->lease));
+  }
+  if (!held.empty()) {
+    Status released = held.front().Release();
+    std::printf("stream 1 ends: release -> %s\n", released.ok() ? "ok" : released.ToString().c_str());
+  }
+  auto again = streams->Acquire("user:42");
+  show("stream 3 again", again);
+  std::printf("\nA holder that dies without releasing (SIGKILL on deploy) stops heartbeating; its\n"
+              "slot is free again 30 s later, at the next acquire. No reaper, no finally.\n");
+  for (Lease& lease : held) (void)lease.Release();
+  if (again.ok()) (void)again->lease.Release();
   client->reset();
   if (redis > 0) {
     ::kill(redis, SIGTERM);
