@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Concurrency leases against the peer, in one run on one private redis-server (issue 3):
-#   ceiling    redis-benchmark -c 50 -P 128 on the acquire script (EVALSHA, 10k ids, random
-#              tokens, lease ttl 1 ms: like a cycle, each acquire finds at most its
-#              last, expired lease, and prunes it) and on the release (ZREM); the
-#              cycle ceiling is one acquire plus one release: 1 / (1/acquire + 1/release)
+#   ceiling    redis-benchmark -c 50 -P 128 on the acquire script alone (EVALSHA, 10k ids,
+#              random tokens, lease ttl 1 ms: each acquire finds at most its last, expired
+#              lease, and prunes it) and on ZREM alone (of absent members: nearly free, so
+#              their combination is only an upper bound); then the like-for-like cycle
+#              ceiling: build/.../lease_ceiling, an ideal hiredis client (4 connections,
+#              batches of 64 acquires, then the 64 releases of the members they granted)
 #   sluice     sluice bench --algorithm concurrency --concurrency 50: acquire + release
 #              cycles/s, its ratio to the cycle ceiling, Redis CPU per cycle
 #   peer       redis-semaphore (Node) tryAcquire + release at 50 in flight, same Redis
@@ -17,6 +19,8 @@ SECS=${1:-5}
 HB_MS=${HB_MS:-20000}
 SLUICE=${SLUICE:-./build/bin/sluice}
 [ -x "$SLUICE" ] || { echo "build first: make build" >&2; exit 2; }
+CEILING=${CEILING:-$(dirname "$SLUICE")/lease_ceiling}
+[ -x "$CEILING" ] || { echo "no $CEILING: build the lease_ceiling target" >&2; exit 2; }
 source bench/lib.sh
 start_private_redis
 cli() { redis-cli -p "$port" "$@"; }
@@ -32,8 +36,11 @@ acq_us=$(usec_per_call)
 cli CONFIG RESETSTAT >/dev/null
 rel=$(bench_rps ZREM "sluicebench:{bench:user:__rand_int__}:cc" "1:__rand_int__")
 rel_us=$(cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_zrem:.*usec_per_call=\([0-9.]*\).*/\1/p')
-ceil=$(awk -v a="$acq" -v r="$rel" 'BEGIN{printf "%.0f", 1/(1/a+1/r)}')
-printf '\nceiling     acquire %.0f/s (%s us/call)  release %.0f/s (%s us/call)  cycle %s/s\n' "$acq" "$acq_us" "$rel" "$rel_us" "$ceil"
+bound=$(awk -v a="$acq" -v r="$rel" 'BEGIN{printf "%.0f", 1/(1/a+1/r)}')
+printf '\nscripts     acquire %.0f/s (%s us/call)  release %.0f/s (%s us/call)  upper bound %s cycles/s\n' "$acq" "$acq_us" "$rel" "$rel_us" "$bound"
+cli FLUSHALL >/dev/null
+ceil=$(json "$("$CEILING" "$port" "$sha" "$SECS" 4 64)" cycles_per_s)
+printf 'ceiling     %s cycles/s (lease_ceiling: ideal pipelined client, same script and ZREM)\n' "$ceil"
 cli FLUSHALL >/dev/null
 
 out=$("$SLUICE" bench --redis "$url" --algorithm concurrency --concurrency 50 --duration "$SECS" --keys 10000 --json)
