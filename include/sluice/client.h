@@ -36,6 +36,7 @@ namespace sluice {
 namespace internal {
 class ClientCore;
 class ClientFactory;
+struct CheckCall;
 }  // namespace internal
 
 class ConcurrencyLimiter;  // sluice/lease.h
@@ -142,6 +143,12 @@ struct CheckOptions {
   std::optional<std::chrono::milliseconds> deadline;
 };
 
+class Limiter;
+struct LimitCheck;
+struct CompositeDecision;
+StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+                                     const CheckOptions& options);
+
 class Limiter {
  public:
   // Decides whether `id` may spend `options.cost` now, and spends it if so.
@@ -182,9 +189,14 @@ class Limiter {
  private:
   void Execute(int op, std::string_view id, const CheckOptions& options,
                DecisionCallback done) const;
+  // The store call for `op` on `id`, or InvalidArgument for bad input.
+  Status MakeCall(int op, std::string_view id, const CheckOptions& options,
+                  internal::CheckCall& call) const;
   StatusOr<Decision> ExecuteSync(int op, std::string_view id, const CheckOptions& options) const;
 
   friend class Client;
+  friend StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+                                              const CheckOptions& options);
   Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
           LimiterOptions options);
 
@@ -222,15 +234,28 @@ struct CompositeDecision {
 };
 
 // Admits a request of `options.cost` only if every limit admits it, and leaves it counted
-// against all of them only then. The limits are taken in order; when one refuses, the
-// ones that already admitted are refunded, so a flood that one limit refuses does not
-// spend the wider limits after it (a tenant's flood cannot take the other tenants'
-// share of a global limit). Bounded inaccuracy of this staged path: between a limit's
-// admission and its refund, other callers see the request counted there (at most the
-// cost of the composite checks in flight), and a refund the store cannot take (it went
-// down in between) leaves the request counted: it may over-count, never under-count.
-// `options.limit` is ignored (each limiter's own limit applies). Errors: those of
-// Limiter::Check. Blocks up to one deadline per limit.
+// against all of them only then, so a flood that one limit refuses does not spend the
+// wider limits (a tenant's flood cannot take the other tenants' share of a global limit).
+// Two paths:
+//  - One step, when every limiter is on the same Client, that client's store is Redis
+//    (standalone: one server holds every key) or the embedded store, and no limiter is in
+//    shadow mode: Redis runs one composite script (one EVALSHA) that peeks every limit
+//    and consumes them only if all would admit; the embedded store does the same under
+//    its locks. Exact: no other caller ever sees a refused request counted. A cached
+//    denial of any limit refuses at once without a store call; when the store fails (or
+//    the breaker is open) each limit gets its own failure policy, in order,
+//    all-or-nothing (the local fallback is given back when a later limit's policy
+//    refuses). One deadline for the whole call. Blocks at most that deadline. (With Redis
+//    Cluster this path will need every key in one hash slot.)
+//  - Staged, otherwise (limiters on different clients, or a shadow limiter, which must
+//    never make the composite refuse): the limits are checked in order, most specific
+//    first, and when one refuses the ones that already admitted are refunded. Bounded
+//    inaccuracy of this path: between a limit's admission and its refund, other callers
+//    see the request counted there (at most the cost of the composite checks in flight),
+//    and a refund the store cannot take (it went down in between) leaves the request
+//    counted: it may over-count, never under-count. Blocks up to one deadline per limit.
+// Refused: `decided_by` is the first limit in order that refused. `options.limit` is
+// ignored (each limiter's own limit applies). Errors: those of Limiter::Check.
 StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
                                      const CheckOptions& options = {});
 

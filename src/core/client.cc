@@ -204,32 +204,21 @@ StatusOr<std::string> Limiter::KeyFor(std::string_view id) const {
   return internal::MakeKey(key_head_, id, limit_.algorithm);
 }
 
-void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
-                      DecisionCallback done) const {
-  if (id.empty()) {
-    done(InvalidArgumentError("id is empty"));
-    return;
-  }
+Status Limiter::MakeCall(int op, std::string_view id, const CheckOptions& options,
+                         internal::CheckCall& call) const {
+  if (id.empty()) return InvalidArgumentError("id is empty");
   const Limit& limit = options.limit ? *options.limit : limit_;
   if (options.limit) {
-    if (Status s = limit.Validate(); !s.ok()) {
-      done(std::move(s));
-      return;
-    }
+    if (Status s = limit.Validate(); !s.ok()) return s;
   }
   if (options.cost < 1 || options.cost > kMaxLimit) {
-    done(InvalidArgumentError(
+    return InvalidArgumentError(
         std::string(static_cast<internal::Op>(op) == internal::Op::kRefund ? "amount" : "cost") +
         " must be between 1 and " + std::to_string(kMaxLimit) + ", got " +
-        std::to_string(options.cost)));
-    return;
+        std::to_string(options.cost));
   }
   const auto deadline = options.deadline.value_or(core_->options.deadline);
-  if (deadline.count() <= 0) {
-    done(InvalidArgumentError("deadline must be > 0 ms"));
-    return;
-  }
-  internal::CheckCall call;
+  if (deadline.count() <= 0) return InvalidArgumentError("deadline must be > 0 ms");
   call.op = static_cast<internal::Op>(op);
   call.key = internal::MakeKey(key_head_, id, limit.algorithm);
   call.limit = limit;
@@ -240,6 +229,16 @@ void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
                                                                   : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   call.cache_denials = options_.cache_denials;
+  return Status::Ok();
+}
+
+void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
+                      DecisionCallback done) const {
+  internal::CheckCall call;
+  if (Status s = MakeCall(op, id, options, call); !s.ok()) {
+    done(std::move(s));
+    return;
+  }
   if (options_.shadow && call.op == internal::Op::kConsume) {
     done = [policy = core_->policy, done = std::move(done)](StatusOr<Decision> result) {
       if (result.ok() && !result->allowed) {
@@ -305,6 +304,55 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
   CheckOptions each = options;
   each.limit.reset();
   CompositeDecision result;
+  // One atomic step (the composite script on Redis) when every limiter is on one client
+  // whose store decides several keys at once, and none is in shadow mode (a shadow limit
+  // must never make the composite refuse; the staged path applies shadow mode per limit).
+  const std::shared_ptr<internal::ClientCore>& core = checks[0].limiter->core_;
+  bool one_step = checks.size() <= internal::kMaxManyCalls && core->store->ChecksManyAtOnce();
+  for (const LimitCheck& c : checks) {
+    one_step = one_step && c.limiter->core_ == core && !c.limiter->options_.shadow;
+  }
+  if (one_step) {
+    internal::MultiCheckCall many;
+    many.calls.resize(checks.size());
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      const int consume = static_cast<int>(internal::Op::kConsume);
+      if (Status s = checks[i].limiter->MakeCall(consume, checks[i].id, each, many.calls[i]);
+          !s.ok()) {
+        return s;
+      }
+      // One time and one deadline for the whole step.
+      many.calls[i].now_ms = many.calls[0].now_ms;
+      many.calls[i].deadline = many.calls[0].deadline;
+    }
+    struct Waiter {
+      std::atomic<bool> done{false};
+      std::optional<StatusOr<internal::MultiDecision>> result;
+    };
+    auto waiter = std::make_shared<Waiter>();
+    // Keeps the store alive until CheckMany returns (as in Limiter::Execute).
+    const std::shared_ptr<internal::ClientCore> keep = core;
+    keep->store->CheckMany(std::move(many), [waiter](StatusOr<internal::MultiDecision> r) {
+      waiter->result.emplace(std::move(r));
+      waiter->done.store(true, std::memory_order_release);
+      waiter->done.notify_one();
+    });
+    while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
+    StatusOr<internal::MultiDecision>& decided = *waiter->result;
+    if (!decided.ok()) return decided.status();
+    if (decided->refused_by) {
+      result.decision = decided->decisions.at(0);
+      result.decided_by = *decided->refused_by;
+      return result;
+    }
+    for (std::size_t i = 0; i < decided->decisions.size(); ++i) {
+      if (i == 0 || decided->decisions[i].remaining < result.decision.remaining) {
+        result.decision = decided->decisions[i];
+        result.decided_by = i;
+      }
+    }
+    return result;
+  }
   bool have_admitted = false;
   for (std::size_t i = 0; i < checks.size(); ++i) {
     StatusOr<Decision> d = checks[i].limiter->Check(checks[i].id, each);

@@ -1,5 +1,7 @@
 // Several limits on one request (CheckAll) on the embedded store: all-or-nothing
-// counting and tenant fairness of a shared limit.
+// counting and tenant fairness of a shared limit, in one step (every limiter on one
+// client: the store's CheckMany under its shard locks) and staged (limiters on
+// different clients, or a limiter in shadow mode).
 #include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
@@ -61,6 +63,56 @@ TEST(CheckAll, AllowedReportsTheTightestLimit) {
   EXPECT_EQ(d->decided_by, 0u);
   EXPECT_EQ(d->decision.remaining, 30);
   EXPECT_EQ(CheckAll({}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CheckAll, TheSameKeyTwiceIsRefusedWholeInOneStep) {
+  Fleet f = MakeFleet();
+  // The first's peek sees room for 30 of the 40; the last is consumed and takes it, the
+  // first's consume finds no room, and the last is given back.
+  const LimitCheck checks[] = {{&f.tenant, "dup"}, {&f.tenant, "dup"}};
+  auto d = CheckAll(checks, {.cost = 30});
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->decision.allowed);
+  EXPECT_EQ(d->decided_by, 0u);  // the last is consumed first: the first finds no room
+  EXPECT_EQ(f.tenant.Peek("dup")->remaining, 40);
+}
+
+// Limiters on two clients (two embedded stores) take the staged path: the tenant admits,
+// the global limit refuses, the tenant is refunded.
+TEST(CheckAll, StagedAcrossClientsRefundsTheEarlierLimits) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto near = *Client::Create({.url = "memory://", .model_clock = clock});
+  auto far = *Client::Create({.url = "memory://", .model_clock = clock});
+  auto tenant = *near->MakeLimiter("tenant", {.limit = 40, .window = seconds(1)});
+  auto global = *far->MakeLimiter("global", {.limit = 100, .window = seconds(1)});
+  int admitted = 0;
+  for (int i = 0; i < 200; ++i) {
+    const LimitCheck checks[] = {{&tenant, "north"}, {&global, "all"}};
+    admitted += CheckAll(checks)->decision.allowed;
+  }
+  EXPECT_EQ(admitted, 40);
+  ASSERT_TRUE(global.Check("all", {.cost = 60})->allowed);  // the global limit is full
+  const LimitCheck checks[] = {{&tenant, "south"}, {&global, "all"}};
+  auto d = CheckAll(checks);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->decision.allowed);
+  EXPECT_EQ(d->decided_by, 1u);
+  EXPECT_EQ(tenant.Peek("south")->remaining, 40);
+}
+
+TEST(CheckAll, AShadowLimitNeverRefuses) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto client = *Client::Create({.url = "memory://", .model_clock = clock});
+  auto tenant = *client->MakeLimiter("tenant", {.limit = 40, .window = seconds(1)});
+  auto global =
+      *client->MakeLimiter("global", {.limit = 1, .window = seconds(1)}, {.shadow = true});
+  const LimitCheck checks[] = {{&tenant, "t"}, {&global, "all"}};
+  EXPECT_TRUE(CheckAll(checks)->decision.allowed);
+  auto d = CheckAll(checks);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->decision.allowed);
+  EXPECT_TRUE(d->decision.shadow_refused);
+  EXPECT_EQ(tenant.Peek("t")->remaining, 38);
 }
 
 }  // namespace

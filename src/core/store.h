@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <functional>
@@ -38,6 +39,24 @@ struct CheckCall {
   bool cache_denials = false;
 };
 
+// One request against several limits, decided all-or-nothing (CheckAll's one-script
+// path). Every call is a consume of the same cost with the same now_ms; the deadline of
+// the first is the deadline of the whole.
+inline constexpr std::size_t kMaxManyCalls = 64;  // src/algo/composite.lua checks it too
+struct MultiCheckCall {
+  std::vector<CheckCall> calls;
+};
+
+// The answer to a MultiCheckCall: either every limit admitted and counts the request
+// (`refused_by` is empty, `decisions` holds one decision per call, in order), or the
+// limit at `refused_by` refused (its refusal is `decisions[0]`, the only entry) and no
+// limit counts the request.
+struct MultiDecision {
+  std::optional<std::size_t> refused_by;
+  std::vector<Decision> decisions;
+};
+using MultiDecisionCallback = std::function<void(StatusOr<MultiDecision>)>;
+
 // One concurrency-lease operation (src/lease/concurrency.h).
 struct LeaseCall {
   LeaseArgs args;
@@ -65,6 +84,15 @@ class Store {
   // Decides `call`. `done` runs exactly once: inline, or on a store thread. Errors are
   // Status values already translated to sluice's codes.
   virtual void Check(CheckCall call, DecisionCallback done) = 0;
+  // Whether CheckMany decides several keys in one atomic step (one script on one
+  // server). Stores that answer false get no CheckMany calls.
+  virtual bool ChecksManyAtOnce() const { return false; }
+  // Decides every call of `call` in one atomic step: all admit and all count, or none
+  // counts. `done` as for Check.
+  virtual void CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+    (void)call;
+    done(FailedPreconditionError("this store cannot decide several limits in one step"));
+  }
   // Runs one lease operation; `done` as for Check.
   virtual void Lease(LeaseCall call, LeaseCallback done) = 0;
   // Appends one record (field, value pairs) to the stream `key`, trimmed to about

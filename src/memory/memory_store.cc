@@ -1,6 +1,8 @@
 #include "memory/memory_store.h"
 
+#include <algorithm>
 #include <functional>
+#include <vector>
 
 namespace sluice::internal {
 
@@ -36,31 +38,81 @@ AlgoReply MemoryStore::Apply(Shard& shard, const std::string& key, const AlgoArg
   return reply;
 }
 
+AlgoReply MemoryStore::StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
+                                  Algorithm algorithm, int64_t now) {
+  switch (algorithm) {
+    case Algorithm::kFixedWindow:
+      return Apply<FixedWindowState>(shard, key, args, now, FixedWindowStep);
+    case Algorithm::kSlidingWindow:
+      return Apply<SlidingWindowState>(shard, key, args, now, SlidingWindowStep);
+    case Algorithm::kSlidingLog:
+      return Apply<SlidingLogState>(shard, key, args, now, SlidingLogStep);
+    case Algorithm::kTokenBucket:
+      return Apply<TokenBucketState>(shard, key, args, now, TokenBucketStep);
+    case Algorithm::kGcra:
+      return Apply<GcraState>(shard, key, args, now, GcraStep);
+  }
+  return AlgoReply{};
+}
+
 StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
   const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
   const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
   Shard& shard = ShardFor(call.key);
   std::lock_guard lock(shard.mu);
   MaybeSweep(shard, now);
-  AlgoReply reply;
-  switch (call.limit.algorithm) {
-    case Algorithm::kFixedWindow:
-      reply = Apply<FixedWindowState>(shard, call.key, args, now, FixedWindowStep);
-      break;
-    case Algorithm::kSlidingWindow:
-      reply = Apply<SlidingWindowState>(shard, call.key, args, now, SlidingWindowStep);
-      break;
-    case Algorithm::kSlidingLog:
-      reply = Apply<SlidingLogState>(shard, call.key, args, now, SlidingLogStep);
-      break;
-    case Algorithm::kTokenBucket:
-      reply = Apply<TokenBucketState>(shard, call.key, args, now, TokenBucketStep);
-      break;
-    case Algorithm::kGcra:
-      reply = Apply<GcraState>(shard, call.key, args, now, GcraStep);
-      break;
+  return MakeDecision(StepLocked(shard, call.key, args, call.limit.algorithm, now),
+                      call.limit.limit);
+}
+
+void MemoryStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+  if (call.calls.empty()) {
+    done(InvalidArgumentError("a composite check takes at least one limit"));
+    return;
   }
-  return MakeDecision(reply, call.limit.limit);
+  MultiDecision decided = DecideMany(call.calls);  // `done` runs with no lock held
+  done(std::move(decided));
+}
+
+MultiDecision MemoryStore::DecideMany(const std::vector<CheckCall>& calls) {
+  // The shards of every key, locked in index order (so two composites cannot deadlock):
+  // the same steps as src/algo/composite.lua, with one `now` for all.
+  std::vector<Shard*> shards;
+  for (const CheckCall& c : calls) shards.push_back(&ShardFor(c.key));
+  std::vector<Shard*> order = shards;
+  std::sort(order.begin(), order.end());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (Shard* s : order) locks.emplace_back(s->mu);
+  const int64_t now = calls[0].now_ms ? *calls[0].now_ms : clock_->NowMs();
+  for (Shard* s : order) MaybeSweep(*s, now);
+  const auto step = [&](std::size_t i, Op op) {
+    const CheckCall& c = calls[i];
+    return StepLocked(*shards[i], c.key, ArgsFor(op, c.cost, c.limit), c.limit.algorithm, now);
+  };
+  // Peek all but the last, consume the last (a refused consume changes nothing), then
+  // consume the others.
+  const std::size_t last = calls.size() - 1;
+  for (std::size_t i = 0; i < last; ++i) {
+    const AlgoReply r = step(i, Op::kPeek);
+    if (r.code != 1) return MultiDecision{i, {MakeDecision(r, calls[i].limit.limit)}};
+  }
+  MultiDecision out;
+  out.decisions.resize(calls.size());
+  for (std::size_t k = 0; k < calls.size(); ++k) {
+    const std::size_t i = k == 0 ? last : k - 1;
+    const AlgoReply r = step(i, Op::kConsume);
+    if (r.code != 1) {
+      // Only when a key is listed twice: one consume spent what the other's peek saw.
+      if (k > 0) {
+        for (std::size_t j = i; j-- > 0;) step(j, Op::kRefund);
+        step(last, Op::kRefund);
+      }
+      return MultiDecision{i, {MakeDecision(r, calls[i].limit.limit)}};
+    }
+    out.decisions[i] = MakeDecision(r, calls[i].limit.limit);
+  }
+  return out;
 }
 
 void MemoryStore::Check(CheckCall call, DecisionCallback done) { done(CheckNow(call)); }

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <variant>
 
@@ -34,6 +35,10 @@ class MemoryStore final : public Store {
 
   void Check(CheckCall call, DecisionCallback done) override;
   StatusOr<Decision> CheckNow(const CheckCall& call);
+  // Under the locks of every key's shard: peek all, then consume all (as the composite
+  // script does on Redis).
+  bool ChecksManyAtOnce() const override { return true; }
+  void CheckMany(MultiCheckCall call, MultiDecisionCallback done) override;
   void Lease(LeaseCall call, LeaseCallback done) override;
   LeaseResult LeaseNow(const LeaseCall& call);
 
@@ -59,6 +64,10 @@ class MemoryStore final : public Store {
   // Drops expired entries once the shard has doubled since the last sweep: memory stays
   // bounded by twice the live keys at an amortized O(1) per call.
   static void MaybeSweep(Shard& shard, int64_t now_ms);
+  MultiDecision DecideMany(const std::vector<CheckCall>& calls);
+  // Runs `algorithm`'s twin on the key's state; the caller holds the shard's lock.
+  static AlgoReply StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
+                              Algorithm algorithm, int64_t now);
   // Runs one twin on the key's state under the shard's lock.
   template <typename State, typename Step>
   static AlgoReply Apply(Shard& shard, const std::string& key, const AlgoArgs& args,

@@ -27,15 +27,19 @@ ClientStats PolicyStore::stats() const {
   return s;
 }
 
+CheckCall PolicyStore::LocalCall(const CheckCall& call) {
+  CheckCall local = call;
+  local.limit.limit = std::max<int64_t>(1, call.limit.limit / std::max<int64_t>(1, call.servers));
+  return local;
+}
+
 StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
   policy_decisions_.fetch_add(1, std::memory_order_relaxed);
   Decision d;
   d.limit = call.limit.limit;
   switch (call.on_failure) {
     case FailurePolicy::kLocal: {
-      CheckCall local = call;
-      local.limit.limit = std::max<int64_t>(1, call.limit.limit / std::max<int64_t>(1, call.servers));
-      StatusOr<Decision> decided = local_.CheckNow(local);
+      StatusOr<Decision> decided = local_.CheckNow(LocalCall(call));
       if (decided.ok()) decided->source = DecisionSource::kLocalFallback;
       return decided;
     }
@@ -102,6 +106,65 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
     } else if (IsStoreFailure(result.status())) {
       breaker_.OnFailure();
       done(Fallback(fallback));
+    } else {
+      done(std::move(result));
+    }
+  });
+}
+
+StatusOr<MultiDecision> PolicyStore::FallbackMany(const std::vector<CheckCall>& calls) {
+  MultiDecision out;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    StatusOr<Decision> d = Fallback(calls[i]);
+    if (d.ok() && d->allowed) {
+      out.decisions.push_back(*d);
+      continue;
+    }
+    // Refused: give back what the local fallback admitted for the calls before this one
+    // (the local store is this process's: in-process, so the window in which others see
+    // it counted is a few microseconds).
+    for (std::size_t j = i; j-- > 0;) {
+      if (calls[j].on_failure != FailurePolicy::kLocal) continue;
+      CheckCall refund = LocalCall(calls[j]);
+      refund.op = Op::kRefund;
+      (void)local_.CheckNow(refund);
+    }
+    if (!d.ok()) return d.status();
+    return MultiDecision{i, {*d}};
+  }
+  return out;
+}
+
+void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+  if (denials_) {
+    for (std::size_t i = 0; i < call.calls.size(); ++i) {
+      const CheckCall& c = call.calls[i];
+      if (!c.cache_denials) continue;
+      if (auto cached = denials_->Lookup(c.key, c.limit, c.cost, NowMs(c))) {
+        cached_denials_.fetch_add(1, std::memory_order_relaxed);
+        done(MultiDecision{i, {*std::move(cached)}});
+        return;
+      }
+    }
+  }
+  if (!breaker_.Allow()) {
+    done(FallbackMany(call.calls));
+    return;
+  }
+  // The fallback and the denial cache need the calls after the store had them.
+  std::vector<CheckCall> calls = call.calls;
+  inner_->CheckMany(std::move(call), [this, calls = std::move(calls),
+                                      done = std::move(done)](StatusOr<MultiDecision> result) {
+    if (result.ok()) {
+      breaker_.OnSuccess();
+      if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
+        const CheckCall& c = calls[*result->refused_by];
+        denials_->Record(c.key, c.limit, c.cost, result->decisions[0], NowMs(c));
+      }
+      done(std::move(result));
+    } else if (IsStoreFailure(result.status())) {
+      breaker_.OnFailure();
+      done(FallbackMany(calls));
     } else {
       done(std::move(result));
     }

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "core/store.h"
 #include "memory/memory_store.h"
@@ -25,6 +26,12 @@ class PolicyStore final : public Store {
               BreakerOptions breaker, std::size_t denial_cache_size);
 
   void Check(CheckCall call, DecisionCallback done) override;
+  bool ChecksManyAtOnce() const override { return inner_->ChecksManyAtOnce(); }
+  // As Check, for all of the calls at once: a cached denial of any of them refuses at
+  // once (no store call, nothing counted); a store failure or an open breaker gives each
+  // call its own policy, in order, all-or-nothing (a refusal gives back what the local
+  // fallback admitted for the calls before it).
+  void CheckMany(MultiCheckCall call, MultiDecisionCallback done) override;
   // Acquire: the store's answer or, when it fails, the policy's (open: a lease that is
   // not in any store; closed: refused; local: a lease in the local store). Other lease
   // operations pass store errors through; a local lease's go to the local store.
@@ -49,6 +56,9 @@ class PolicyStore final : public Store {
   // What the check answers instead of the store.
   StatusOr<Decision> Fallback(const CheckCall& call);
   LeaseResult LeaseFallback(const LeaseCall& call);
+  StatusOr<MultiDecision> FallbackMany(const std::vector<CheckCall>& calls);
+  // `call` as the local fallback runs it: the limit divided among the servers.
+  static CheckCall LocalCall(const CheckCall& call);
 
   template <typename Call>
   int64_t NowMs(const Call& call) const { return call.now_ms ? *call.now_ms : clock_->NowMs(); }

@@ -74,6 +74,75 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
       });
 }
 
+void RedisStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+  std::vector<CheckCall>& calls = call.calls;
+  if (calls.empty() || calls.size() > kMaxManyCalls) {
+    done(InvalidArgumentError("a composite check takes 1 to " +
+                              std::to_string(kMaxManyCalls) + " limits, got " +
+                              std::to_string(calls.size())));
+    return;
+  }
+  // src/algo/composite.lua: KEYS, then now, cost, and per limit algorithm, limit, window,
+  // refill, aligned.
+  std::string tail;
+  tail.reserve(32 + 64 * calls.size());
+  AppendBulk(tail, static_cast<int64_t>(calls.size()));
+  for (const CheckCall& c : calls) AppendBulk(tail, c.key);
+  if (calls[0].now_ms) {
+    AppendBulk(tail, *calls[0].now_ms);
+  } else {
+    AppendBulk(tail, "");
+  }
+  AppendBulk(tail, calls[0].cost);
+  std::vector<int64_t> limits;
+  limits.reserve(calls.size());
+  for (const CheckCall& c : calls) {
+    AppendBulk(tail, static_cast<int64_t>(c.limit.algorithm));
+    AppendBulk(tail, c.limit.limit);
+    AppendBulk(tail, c.limit.window.count());
+    AppendBulk(tail, c.limit.refill);
+    AppendBulk(tail, c.limit.aligned ? "1" : "0");
+    limits.push_back(c.limit.limit);
+  }
+  const int items = 3 + 6 * static_cast<int>(calls.size());
+  connection_->Eval(
+      kCompositeScript, std::move(tail), items, calls[0].deadline,
+      [limits = std::move(limits), done = std::move(done)](const Status& status,
+                                                           const redisReply* reply) {
+        if (!status.ok()) {
+          done(status);
+          return;
+        }
+        const auto bad = [&done] {
+          done(InternalError("the composite script returned an unexpected reply"));
+        };
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 5) return bad();
+        for (size_t i = 0; i < reply->elements; ++i) {
+          if (reply->element[i]->type != REDIS_REPLY_INTEGER) return bad();
+        }
+        const auto at = [reply](size_t i) { return reply->element[i]->integer; };
+        const auto reply_at = [&at](size_t i) {
+          return AlgoReply{static_cast<int>(at(i)), at(i + 1), at(i + 2), at(i + 3)};
+        };
+        const long long refused = at(0);
+        MultiDecision out;
+        if (refused != 0) {
+          if (reply->elements != 5 || refused < 0 || static_cast<size_t>(refused) > limits.size()) {
+            return bad();
+          }
+          const size_t index = static_cast<size_t>(refused) - 1;
+          out.refused_by = index;
+          out.decisions.push_back(MakeDecision(reply_at(1), limits[index]));
+        } else {
+          if (reply->elements != 1 + 4 * limits.size()) return bad();
+          for (size_t i = 0; i < limits.size(); ++i) {
+            out.decisions.push_back(MakeDecision(reply_at(1 + 4 * i), limits[i]));
+          }
+        }
+        done(std::move(out));
+      });
+}
+
 namespace {
 
 bool IsInteger(const redisReply* r) { return r->type == REDIS_REPLY_INTEGER; }

@@ -25,6 +25,10 @@ class RedisStore final : public Store {
                                                        ConnectionOptions options);
 
   void Check(CheckCall call, DecisionCallback done) override;
+  // Standalone Redis holds every key, so any set of keys is one script (the composite).
+  // A Cluster store may say so only when all keys share a hash slot.
+  bool ChecksManyAtOnce() const override { return true; }
+  void CheckMany(MultiCheckCall call, MultiDecisionCallback done) override;
   void Lease(LeaseCall call, LeaseCallback done) override;
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,

@@ -7,6 +7,7 @@ std::vector<Script> AllScripts() {
       {"fixed_window", kFixedWindowLua},     {"sliding_window", kSlidingWindowLua},
       {"sliding_log", kSlidingLogLua},       {"token_bucket", kTokenBucketLua},
       {"gcra", kGcraLua},                    {"concurrency", kConcurrencyLua},
+      {"composite", kCompositeLua},
   };
 }
 
