@@ -108,7 +108,9 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     std::cout << "round " << round << ": all " << kLimit << " slots free " << freed.count()
               << " ms after the SIGKILL (lease_ttl " << kTtl.count() << " ms)\n";
     EXPECT_EQ(static_cast<int64_t>(mine.size()), kLimit);
-    EXPECT_LE(freed, kTtl + milliseconds(250));
+    // The store frees each slot at its lease's expiry (<= kill + ttl); the slack covers
+    // this process noticing it on a loaded machine.
+    EXPECT_LE(freed, kTtl + milliseconds(400));
     for (Lease& l : mine) ASSERT_TRUE(l.Release().ok());
   }
   EXPECT_TRUE(server.KeysWithoutTtl("lchaos:*").empty());

@@ -158,20 +158,20 @@ TEST(LeaseRedis, HeartbeatsKeepALeaseLiveLongPastItsTtl) {
   testing::RedisServer server;
   auto client = Connect(server);
   auto cap = *client->MakeConcurrencyLimiter(
-      "hb", {.limit = 1, .lease_ttl = milliseconds(300), .heartbeat_interval = milliseconds(50)});
+      "hb", {.limit = 1, .lease_ttl = milliseconds(600), .heartbeat_interval = milliseconds(50)});
   auto a = cap.Acquire("job");
   ASSERT_TRUE(a->acquired);
   const auto first_expiry = (*cap.List("job"))[0].expires_at_ms;
-  std::this_thread::sleep_for(milliseconds(1200));  // four ttls
+  std::this_thread::sleep_for(milliseconds(2400));  // four ttls
   EXPECT_TRUE(a->lease.held());
   auto listed = cap.List("job");
   ASSERT_EQ(listed->size(), 1u);
-  EXPECT_GT((*listed)[0].expires_at_ms, first_expiry + 800);
+  EXPECT_GT((*listed)[0].expires_at_ms, first_expiry + 1600);
   EXPECT_FALSE(cap.Acquire("job")->acquired);  // the slot is still taken
   // The key's own expiry follows the lease's.
   const auto pttl = server.Command({"PTTL", *cap.KeyFor("job")}).integer;
   EXPECT_GT(pttl, 0);
-  EXPECT_LE(pttl, 300);
+  EXPECT_LE(pttl, 600);
 }
 
 // Calls the script directly: the order in which a late heartbeat and a release reach
@@ -287,7 +287,7 @@ TEST(LeaseRedis, ARedisRestartWithoutItsDataTakesTheLeasesAndTheHoldersLearnIt) 
   testing::RedisServer server;
   auto client = Connect(server, {.reconnect_max_backoff = milliseconds(50)});
   auto cap = *client->MakeConcurrencyLimiter(
-      "restart", {.limit = 2, .lease_ttl = seconds(3), .heartbeat_interval = milliseconds(50)});
+      "restart", {.limit = 2, .lease_ttl = seconds(20), .heartbeat_interval = milliseconds(50)});
   std::atomic<int> lost{0};
   auto a = cap.Acquire("job", {.on_lost = [&](LeaseLoss why) {
     if (why == LeaseLoss::kGone) ++lost;
@@ -303,7 +303,7 @@ TEST(LeaseRedis, ARedisRestartWithoutItsDataTakesTheLeasesAndTheHoldersLearnIt) 
   // A restart without persistence: the store has no lease any more.
   server.Kill();
   server.Start();
-  EXPECT_TRUE(Eventually([&] { return a->lease.loss() == LeaseLoss::kGone; }))
+  EXPECT_TRUE(Eventually([&] { return a->lease.loss() == LeaseLoss::kGone; }, seconds(15)))
       << "loss=" << LeaseLossName(a->lease.loss());
   EXPECT_FALSE(a->lease.held());
   EXPECT_EQ(lost.load(), 1);
@@ -316,11 +316,13 @@ TEST(LeaseRedis, AHolderCutOffFromRedisStopsBelievingItsLeaseAfterTheTtl) {
       "cut", {.limit = 2, .lease_ttl = milliseconds(500), .heartbeat_interval = milliseconds(50)});
   auto a = cap.Acquire("job");
   ASSERT_TRUE(a->acquired);
+  ASSERT_TRUE(a->lease.held());
   server.Kill();
   const auto killed = steady_clock::now();
-  EXPECT_TRUE(Eventually([&] { return !a->lease.held(); }, milliseconds(2000)));
-  const auto after = std::chrono::duration_cast<milliseconds>(steady_clock::now() - killed);
-  EXPECT_LE(after, milliseconds(600));
+  // Every heartbeat confirmed was sent before the kill, so the lease can be believed
+  // until kill + ttl at the latest, however the threads are scheduled.
+  std::this_thread::sleep_until(killed + milliseconds(500));
+  EXPECT_FALSE(a->lease.held());
   EXPECT_TRUE(Eventually([&] { return a->lease.loss() == LeaseLoss::kExpired; }));
   server.Start();
 }
