@@ -36,6 +36,14 @@ void LeaseGauges::Observe(const std::string& key, int64_t live, int64_t now_ms) 
   e.minute_max = std::max(e.minute_max, live);
 }
 
+void LeaseGauges::Granted(const std::string& key, int64_t live, int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  Entry& e = Touch(key, now_ms);
+  e.live = live;
+  e.minute_max = std::max(e.minute_max, live);
+  ++e.held;
+}
+
 void LeaseGauges::Held(const std::string& key, int64_t delta, int64_t now_ms) {
   std::lock_guard lock(mu_);
   Entry& e = Touch(key, now_ms);

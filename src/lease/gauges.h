@@ -33,6 +33,9 @@ class LeaseGauges {
   }
   // The store counted `live` leases of the id at `now_ms` (this process's wall clock).
   void Observe(const std::string& key, int64_t live, int64_t now_ms);
+  // This client was granted a lease of the id, the store counting `live` with it: Observe
+  // and Held(+1) in one step.
+  void Granted(const std::string& key, int64_t live, int64_t now_ms);
   // This client's leases of the id changed by `delta` (+1 granted, -1 released or lost).
   void Held(const std::string& key, int64_t delta, int64_t now_ms);
 

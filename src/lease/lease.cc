@@ -88,6 +88,14 @@ std::string NewToken() {
   return token;
 }
 
+}  // namespace
+
+// Raised while this thread is inside AcquireAsync's store call: an answer that arrives
+// then came inline and must be posted.
+thread_local int g_acquiring = 0;
+
+namespace {
+
 int64_t AcquiredAt(std::string_view member) {
   int64_t at = 0;
   for (char c : member) {
@@ -349,39 +357,27 @@ StatusOr<std::string> ConcurrencyLimiter::KeyFor(std::string_view id) const {
 void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions& options,
                                       AcquireCallback done) const {
   // Results known at once (bad input, embedded store, open breaker) are posted, never
-  // delivered inside AcquireAsync, as for checks.
-  auto returned = std::make_shared<std::atomic<bool>>(false);
-  done = [returned, core = core_, done = std::move(done)](StatusOr<Acquisition> result) mutable {
-    if (returned->load(std::memory_order_acquire)) {
-      done(std::move(result));
-      return;
-    }
-    boost::asio::post(core->io, [done = std::move(done), result = std::move(result)]() mutable {
-      done(std::move(result));
-    });
+  // delivered inside AcquireAsync, as for checks: a store that answers inline does so
+  // while this thread's g_acquiring is raised.
+  auto fail = [&](Status why) {
+    boost::asio::post(core_->io, [done = std::move(done), why = std::move(why)] { done(why); });
   };
-  auto finish = [&] { returned->store(true, std::memory_order_release); };
-  if (id.empty()) {
-    done(InvalidArgumentError("id is empty"));
-    return finish();
-  }
+  if (id.empty()) return fail(InvalidArgumentError("id is empty"));
   const int64_t limit = options.limit.value_or(options_.limit);
   if (limit < 1 || limit > kMaxLimit) {
-    done(InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
-                              ", got " + std::to_string(limit)));
-    return finish();
+    return fail(InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
+                                     ", got " + std::to_string(limit)));
   }
   const milliseconds deadline = options.deadline.value_or(core_->options.deadline);
-  if (deadline.count() <= 0) {
-    done(InvalidArgumentError("deadline must be > 0 ms"));
-    return finish();
-  }
+  if (deadline.count() <= 0) return fail(InvalidArgumentError("deadline must be > 0 ms"));
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kAcquire;
   call.args.token = internal::NewToken();
   call.args.limit = limit;
   call.args.ttl_ms = options_.lease_ttl.count();
-  call.key = internal::MakeLeaseKey(key_head_, id);
+  std::string encoded = internal::EncodeId(id);
+  call.key.reserve(key_head_.size() + encoded.size() + 2 + internal::kLeaseSuffix.size());
+  call.key.append(key_head_).append(encoded).append("}:").append(internal::kLeaseSuffix);
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
   call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
@@ -389,50 +385,57 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   const auto sent = std::chrono::steady_clock::now();
   auto state = std::make_shared<LeaseState>(core_);
-  state->gauge_key = internal::LeaseGauges::KeyOf(name_, internal::EncodeId(id));
+  state->gauge_key = internal::LeaseGauges::KeyOf(name_, encoded);
   state->key = call.key;
   state->ttl = options_.lease_ttl;
   state->interval = options_.heartbeat_interval.count() > 0 ? options_.heartbeat_interval
                                                             : options_.lease_ttl / 6;
   state->on_lost = options.on_lost;
   const std::string token = call.args.token;
+  ++internal::g_acquiring;
   core_->store->Lease(std::move(call), [state, token, limit, sent, done = std::move(done)](
                                            StatusOr<internal::LeaseResult> result) mutable {
-    if (!result.ok()) {
-      done(result.status());
-      return;
-    }
+    auto deliver = [&](StatusOr<Acquisition> answer) {
+      if (internal::g_acquiring == 0) return done(std::move(answer));
+      boost::asio::post(state->core->io, [done = std::move(done), answer = std::move(answer)]() mutable {
+        done(std::move(answer));
+      });
+    };
+    if (!result.ok()) return deliver(result.status());
     const internal::LeaseReply& reply = result->reply;
     Acquisition a;
     a.limit = limit;
     a.source = result->source;
     const bool from_store = result->source == DecisionSource::kStore ||
                             result->source == DecisionSource::kLocalFallback;
-    if (from_store) {
-      a.live = reply.count;
-      state->core->lease_gauges.Observe(state->gauge_key, reply.count, internal::WallMs());
-    }
+    if (from_store) a.live = reply.count;
     if (reply.code != 1) {
+      if (from_store) {
+        state->core->lease_gauges.Observe(state->gauge_key, reply.count, internal::WallMs());
+      }
       a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
                                                                 : RefusalReason::kOverLimit;
       a.retry_after = milliseconds(std::max<int64_t>(0, reply.expires_at_ms - reply.now_ms));
-      done(std::move(a));
-      return;
+      return deliver(std::move(a));
     }
     a.acquired = true;
     state->source = result->source;
     state->acquired_at_ms = reply.now_ms;
     if (state->Heartbeats()) state->member = internal::LeaseMember(reply.now_ms, token);
-    state->core->lease_gauges.Held(state->gauge_key, +1, internal::WallMs());
+    if (from_store) {
+      state->core->lease_gauges.Granted(state->gauge_key, reply.count, internal::WallMs());
+    } else {
+      state->core->lease_gauges.Held(state->gauge_key, +1, internal::WallMs());
+    }
     {
       std::lock_guard lock(state->mu);
       state->believable_until = sent + state->ttl;
       if (state->Heartbeats()) state->Schedule(state->interval);
     }
     a.lease = Lease(state);
-    done(std::move(a));
+    deliver(std::move(a));
   });
-  finish();
+  --internal::g_acquiring;
 }
 
 StatusOr<Acquisition> ConcurrencyLimiter::Acquire(std::string_view id,

@@ -682,5 +682,28 @@ TEST(ConcurrencyLimiterApi, SyncCallbackAndCoroutineShareOneCap) {
   EXPECT_EQ(from_coroutine[1].live, 3);
 }
 
+TEST(ConcurrencyLimiterApi, AcquireAsyncNeverAnswersInsideTheCall) {
+  // The embedded store answers at once; so do bad input and refusals: all are posted.
+  auto client = MemoryClient();
+  auto cap = MakeLimiter(client, "inline", {.limit = 1});
+  std::vector<Acquisition> kept;
+  for (const char* id : {"x", "x", ""}) {
+    // Inline, the callback would run on this thread, inside AcquireAsync.
+    std::atomic<bool> answered_here{false};
+    std::promise<StatusOr<Acquisition>> answer;
+    const auto caller = std::this_thread::get_id();
+    cap.AcquireAsync(id, {}, [&](StatusOr<Acquisition> a) {
+      answered_here = std::this_thread::get_id() == caller;
+      answer.set_value(std::move(a));
+    });
+    auto a = answer.get_future().get();
+    EXPECT_FALSE(answered_here.load()) << "id \"" << id << "\"";
+    if (a.ok()) kept.push_back(std::move(a).value());
+  }
+  ASSERT_EQ(kept.size(), 2u);  // granted, refused; the empty id is an error
+  EXPECT_TRUE(kept[0].acquired);
+  EXPECT_FALSE(kept[1].acquired);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -217,8 +217,22 @@ void PolicyStore::Lease(LeaseCall call, LeaseCallback done) {
     }
     return;
   }
+  // What the fallback needs (the key and token only for a local lease), without copying
+  // strings the common policies never read.
   std::optional<LeaseCall> fallback;
-  if (acquire) fallback = call;
+  if (acquire) {
+    fallback.emplace();
+    fallback->args.op = call.args.op;
+    fallback->args.limit = call.args.limit;
+    fallback->args.ttl_ms = call.args.ttl_ms;
+    fallback->now_ms = call.now_ms;
+    fallback->on_failure = call.on_failure;
+    fallback->servers = call.servers;
+    if (call.on_failure == FailurePolicy::kLocal) {
+      fallback->key = call.key;
+      fallback->args.token = call.args.token;
+    }
+  }
   inner_->Lease(std::move(call), [this, fallback = std::move(fallback),
                                   done = std::move(done)](StatusOr<LeaseResult> result) {
     if (result.ok()) {
