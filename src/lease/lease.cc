@@ -149,13 +149,13 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     core->lease_gauges.Held(gauge_key, -1, WallMs());
   }
 
-  // Marks the lease lost (once) and tells its owner.
   // Under mu: no heartbeat scheduled any more.
   void Unschedule() {
     if (next) core->heartbeats.Cancel(*next);
     next.reset();
   }
 
+  // Marks the lease lost (once) and tells its owner.
   void Lose(LeaseLoss why) {
     std::function<void(LeaseLoss)> notify;
     {
