@@ -139,7 +139,8 @@ struct LeaseInfo {
   int64_t expires_at_ms = 0;  // store clock
 };
 
-// An operator's action, for the audit record.
+// An operator's action, for the audit record: both fields required, UTF-8 text without
+// control characters.
 struct AdminAction {
   std::string actor;   // who (required)
   std::string reason;  // why (required)
@@ -182,7 +183,8 @@ class ConcurrencyLimiter {
                                         std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
 
   // Operators: releases every lease of `id` in one atomic step and writes one audit
-  // record {"ts","action":"release_all","actor","reason","limiter","id","key","released"}
+  // record {"ts","store_ms","action":"release_all","actor","reason","limiter","id","key",
+  // "released"} (id as encoded in keys: printable ASCII, %XX for other bytes)
   // to audit.log_path (and the stream when asked). InvalidArgument without actor or
   // reason; nothing is written when the store call fails. Holders of the released leases
   // learn at their next heartbeat (LeaseLoss::kGone).
