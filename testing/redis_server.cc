@@ -14,6 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <random>
+#include <mutex>
+#include <fstream>
 #include <thread>
 
 namespace sluice::testing {
@@ -55,7 +58,48 @@ RedisValue ToRedisValue(const redisReply* r) {
   return v;
 }
 
+namespace {
+
+// The first port of the kernel's ephemeral range (outgoing connections and bind(0) take
+// their local ports from it).
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (in >> low && low > 0) return low;
+  return 32768;
+}
+
+bool CanBind(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+// Below the ephemeral range: a server killed and restarted on its port (Kill, Start)
+// must find the port still free, and every client connection made in between (tests
+// reconnect every few ms) takes an ephemeral local port, which would otherwise be
+// this one now and then. bind(0) only when that range is too small.
 uint16_t FreeLoopbackPort() {
+  const int high = EphemeralLow() - 1;
+  const int low = 10000;
+  if (high - low >= 1000) {
+    static std::mutex mu;
+    static std::mt19937 rng(static_cast<uint32_t>(::getpid()) * 2654435761u ^
+                            static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    std::lock_guard lock(mu);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      const auto port = static_cast<uint16_t>(low + static_cast<int>(rng() % static_cast<uint32_t>(high - low + 1)));
+      if (CanBind(port)) return port;
+    }
+  }
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) Fatal("socket() failed");
   sockaddr_in addr{};

@@ -70,7 +70,7 @@ class RedisServer {
   bool paused_ = false;
 };
 
-// A free TCP port on 127.0.0.1 (bound to port 0 and released).
+// A free TCP port on 127.0.0.1, below the kernel's ephemeral range (see redis_server.cc).
 uint16_t FreeLoopbackPort();
 
 }  // namespace sluice::testing
