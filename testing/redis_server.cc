@@ -27,8 +27,6 @@ namespace {
   std::abort();
 }
 
-}  // namespace
-
 RedisValue ToRedisValue(const redisReply* r) {
   RedisValue v;
   switch (r->type) {
@@ -56,6 +54,23 @@ RedisValue ToRedisValue(const redisReply* r) {
       break;
   }
   return v;
+}
+
+}  // namespace
+
+std::optional<RedisValue> RunCommand(redisContext* context, const std::vector<std::string>& args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(context, static_cast<int>(args.size()), argv.data(), lens.data()));
+  if (!reply) return std::nullopt;
+  RedisValue value = ToRedisValue(reply);
+  freeReplyObject(reply);
+  return value;
 }
 
 namespace {
@@ -222,19 +237,10 @@ RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
   if (!options_.requirepass.empty()) {
     freeReplyObject(redisCommand(c, "AUTH %s", options_.requirepass.c_str()));
   }
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()));
-  if (!reply) Fatal("command failed on the test redis: " + std::string(c->errstr));
-  RedisValue value = ToRedisValue(reply);
-  freeReplyObject(reply);
+  std::optional<RedisValue> value = RunCommand(c, args);
+  if (!value) Fatal("command failed on the test redis: " + std::string(c->errstr));
   redisFree(c);
-  return value;
+  return *std::move(value);
 }
 
 std::vector<std::string> RedisServer::Keys(const std::string& pattern) const {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-struct redisReply;
+struct redisContext;
 
 namespace sluice::testing {
 
@@ -28,8 +28,10 @@ struct RedisValue {
   std::vector<RedisValue> elements;
 };
 
-// A hiredis reply, flattened (what Command returns), for tests with their own connection.
-RedisValue ToRedisValue(const redisReply* reply);
+// Runs one command on a blocking hiredis connection, the reply flattened (what
+// RedisServer::Command returns); nullopt when the connection failed. For tests that keep
+// their own connection.
+std::optional<RedisValue> RunCommand(redisContext* context, const std::vector<std::string>& args);
 
 class RedisServer {
  public:

@@ -54,23 +54,11 @@ class Connection {
   bool ok() const { return c_ && !c_->err; }
 
   RedisValue Command(const std::vector<std::string>& args) {
-    std::vector<const char*> argv;
-    std::vector<size_t> lens;
-    for (const auto& a : args) {
-      argv.push_back(a.data());
-      lens.push_back(a.size());
-    }
-    auto* reply = static_cast<redisReply*>(
-        redisCommandArgv(c_, static_cast<int>(args.size()), argv.data(), lens.data()));
-    if (!reply) {
-      RedisValue v;
-      v.type = RedisValue::Type::kError;
-      v.str = "connection error: " + std::string(c_->errstr);
-      return v;
-    }
-    RedisValue v = testing::ToRedisValue(reply);
-    freeReplyObject(reply);
-    return v;
+    if (std::optional<RedisValue> v = testing::RunCommand(c_, args)) return *std::move(v);
+    RedisValue error;
+    error.type = RedisValue::Type::kError;
+    error.str = "connection error: " + std::string(c_->errstr);
+    return error;
   }
 
  private:
