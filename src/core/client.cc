@@ -325,20 +325,12 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
       many.calls[i].now_ms = many.calls[0].now_ms;
       many.calls[i].deadline = many.calls[0].deadline;
     }
-    struct Waiter {
-      std::atomic<bool> done{false};
-      std::optional<StatusOr<internal::MultiDecision>> result;
-    };
-    auto waiter = std::make_shared<Waiter>();
     // Keeps the store alive until CheckMany returns (as in Limiter::Execute).
     const std::shared_ptr<internal::ClientCore> keep = core;
-    keep->store->CheckMany(std::move(many), [waiter](StatusOr<internal::MultiDecision> r) {
-      waiter->result.emplace(std::move(r));
-      waiter->done.store(true, std::memory_order_release);
-      waiter->done.notify_one();
-    });
-    while (!waiter->done.load(std::memory_order_acquire)) waiter->done.wait(false);
-    StatusOr<internal::MultiDecision>& decided = *waiter->result;
+    StatusOr<internal::MultiDecision> decided = internal::WaitFor<StatusOr<internal::MultiDecision>>(
+        [&](std::function<void(StatusOr<internal::MultiDecision>)> done) {
+          keep->store->CheckMany(std::move(many), std::move(done));
+        });
     if (!decided.ok()) return decided.status();
     if (decided->refused_by) {
       result.decision = decided->decisions.at(0);
