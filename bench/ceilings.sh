@@ -39,7 +39,7 @@ echo "redis-server $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')
 printf '\n%-15s %10s %9s %12s %7s %11s %10s %9s %8s\n' algorithm ceiling "us/call" "sluice c=50" ratio "cpu us/dec" "refused/s" "us/call" "bytes/id"
 for a in "${ALGORITHMS[@]}"; do
   s=$(suffix "$a")
-  sha=$(cli SCRIPT LOAD "$(cat "src/algo/$a.lua")")
+  sha=$(cli SCRIPT LOAD "$(lua_script "$a")")
   cli FLUSHALL >/dev/null
   read -r ceil ceil_us <<<"$(ceiling "$sha" "$s" 1000000000)"
   cli FLUSHALL >/dev/null

@@ -26,3 +26,12 @@ usec_per_call() {
   redis-cli -p "$port" INFO commandstats | tr -d '\r' |
     sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
 }
+
+# lua_script <algorithm>: the script text as the build embeds it (token_bucket and gcra
+# get src/algo/bucket_prelude.lua in front, see CMakeLists.txt).
+lua_script() {
+  case $1 in
+    token_bucket|gcra) cat src/algo/bucket_prelude.lua "src/algo/$1.lua" ;;
+    *) cat "src/algo/$1.lua" ;;
+  esac
+}

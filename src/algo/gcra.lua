@@ -36,55 +36,9 @@
 -- arithmetic, the common case of a*b/d is written out where it is used (wide() takes the
 -- rest), and a TAT with a fraction is packed binary (struct.pack/unpack cost a fraction
 -- of formatting and parsing text, and make no garbage strings).
-local H = 4503599627370496 -- 2^52: the horizon in ms, and the bound of exact products
-local call = redis.call
-local argv = ARGV
-local key = KEYS[1]
-
--- floor(a*b/d) and a*b % d for integers 0 <= a, b <= 2^52 and 1 <= d < 2^41, when
--- a*b >= 2^52 (below, p % d and (p - p % d) / d are exact). Exact when the quotient is
--- below 2^53; a larger quotient comes back >= 2^52 (callers only compare such a
--- quotient with something at most 2^52).
-local function wide(a, b, d)
-  local a0 = a % d
-  local b0 = b % d
-  local q = (a - a0) / d * b + a0 * ((b - b0) / d)
-  local p = a0 * b0
-  if p < H then
-    local r = p % d
-    return q + (p - r) / d, r
-  end
-  -- a0 * b0 with a0, b0 < d: long multiplication by b0's base-1024 digits, each partial
-  -- sum below 2^52 so every % d is exact.
-  local r, q0, k = 0, 0, 1099511627776
-  while k >= 1 do
-    local rest = b0 % k
-    local t = r * 1024 + a0 * ((b0 - rest) / k)
-    b0 = rest
-    r = t % d
-    q0 = q0 * 1024 + (t - r) / d
-    k = k / 1024
-  end
-  return q + q0, r
-end
-
-local op = argv[1]
-local now, grace = argv[2], 60000
-if now == '' then
-  local t = call('TIME')
-  local us = t[2] % 1000
-  now = t[1] * 1000 + (t[2] - us) / 1000
-  grace = 0
-else
-  now = now + 0
-end
-local cost = argv[3] + 0
-local limit = argv[4] + 0
-local window = argv[5] + 0
-local rate = argv[6] + 0
-if rate == 0 then
-  rate = limit
-end
+-- The locals H, call, argv, key, op, now, grace, cost, limit, window, rate and the
+-- function wide() come from src/algo/bucket_prelude.lua, which the build puts in front
+-- of this file.
 
 -- The capacity in force: `limit`, unless refilling it would take longer than H.
 local cap = limit
