@@ -51,39 +51,21 @@ pid_t StartRedis(int port) {
   return pid;
 }
 
-int RunDemo(std::string url) {
-  pid_t redis = -1;
-  if (url.empty()) {
-    int port = FreePort();
-    redis = StartRedis(port);
-    url = "redis://127.0.0.1:" + std::to_string(port);
-  }
-  StatusOr<std::shared_ptr<Client>> client = UnavailableError("not started");
-  for (int attempt = 0; attempt < 50 && redis > 0; ++attempt) {
-    int status = 0;
-    if (::waitpid(redis, &status, WNOHANG) == redis) {
-      redis = -1;
-      break;
+// Walks the limits on `client` (a store at `url`), then stops `redis` (the private
+// server's pid, or -1).
+int Walk(std::shared_ptr<Client> client, const std::string& url, pid_t redis) {
+  auto stop = [&] {
+    client.reset();
+    if (redis > 0) {
+      ::kill(redis, SIGTERM);
+      ::waitpid(redis, nullptr, 0);
     }
-    client = Client::Create({.url = url, .deadline = std::chrono::milliseconds(50)});
-    if (client.ok()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (redis <= 0 && !client.ok()) {
-    if (url.rfind("redis://127.0.0.1:", 0) == 0) {
-      std::printf("redis-server is not installed: using the embedded store (memory://)\n");
-      url = "memory://";
-    }
-    client = Client::Create({.url = url, .deadline = std::chrono::milliseconds(50)});
-  }
-  if (!client.ok()) {
-    std::fprintf(stderr, "sluice demo: %s\n", client.status().ToString().c_str());
-    return kExitError;
-  }
+  };
   std::printf("store: %s\n", url.c_str());
-  auto login = (*client)->MakeLimiter("login", {.limit = 5, .window = std::chrono::seconds(10)});
+  auto login = client->MakeLimiter("login", {.limit = 5, .window = std::chrono::seconds(10)});
   if (!login.ok()) {
     std::fprintf(stderr, "sluice demo: %s\n", login.status().ToString().c_str());
+    stop();
     return kExitError;
   }
   std::printf("limiter \"login\": fixed_window, 5 attempts per 10 s per account\n");
@@ -102,10 +84,11 @@ int RunDemo(std::string url) {
   std::printf("\nRefused attempts are not counted; each account has its own window, and its key\n"
               "expires when the window ends (the expiry is set by the same script that counts).\n");
 
-  auto streams = (*client)->MakeConcurrencyLimiter(
+  auto streams = client->MakeConcurrencyLimiter(
       "streams", {.limit = 2, .lease_ttl = std::chrono::seconds(30)});
   if (!streams.ok()) {
     std::fprintf(stderr, "sluice demo: %s\n", streams.status().ToString().c_str());
+    stop();
     return kExitError;
   }
   std::printf("\nlimiter \"streams\": at most 2 streams in flight per user, as 30 s leases that\n"
@@ -137,13 +120,60 @@ int RunDemo(std::string url) {
               "slot is free again 30 s later, at the next acquire. No reaper, no finally.\n");
   for (Lease& lease : held) (void)lease.Release();
   if (again.ok()) (void)again->lease.Release();
-  client->reset();
-  if (redis > 0) {
-    ::kill(redis, SIGTERM);
-    ::waitpid(redis, nullptr, 0);
-  }
+  stop();
   return kExitOk;
 }
+
+int RunDemo(std::string url) {
+  // A store the user named is used or refused, never swapped for another: a demo that
+  // says it ran on Redis must have run on it.
+  if (!url.empty()) {
+    auto client = Client::Create({.url = url, .deadline = std::chrono::milliseconds(2000)});
+    if (!client.ok()) {
+      std::fprintf(stderr, "sluice demo: cannot use --redis %s: %s\n", url.c_str(),
+                   client.status().ToString().c_str());
+      return kExitError;
+    }
+    return Walk(*client, url, -1);
+  }
+  // No --redis: a private redis-server on a free loopback port, or, when none can be
+  // started, the embedded store — saying why.
+  const int port = FreePort();
+  pid_t redis = StartRedis(port);
+  url = "redis://127.0.0.1:" + std::to_string(port);
+  StatusOr<std::shared_ptr<Client>> client = UnavailableError("not started");
+  std::string why = "it did not answer within 5 s";
+  for (int attempt = 0; attempt < 50 && redis > 0; ++attempt) {
+    int status = 0;
+    if (::waitpid(redis, &status, WNOHANG) == redis) {
+      why = WIFEXITED(status) && WEXITSTATUS(status) == 127
+                ? "redis-server is not installed"
+                : "redis-server exited at start (status " + std::to_string(status) + ")";
+      redis = -1;
+      break;
+    }
+    client = Client::Create({.url = url, .deadline = std::chrono::milliseconds(50)});
+    if (client.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!client.ok()) {
+    if (redis > 0) {
+      ::kill(redis, SIGTERM);
+      ::waitpid(redis, nullptr, 0);
+      redis = -1;
+    }
+    std::printf("no private redis-server (%s): using the embedded store (memory://)\n",
+                why.c_str());
+    url = "memory://";
+    client = Client::Create({.url = url, .deadline = std::chrono::milliseconds(50)});
+  }
+  if (!client.ok()) {
+    std::fprintf(stderr, "sluice demo: %s\n", client.status().ToString().c_str());
+    return kExitError;
+  }
+  return Walk(*client, url, redis);
+}
+
 
 }  // namespace
 
@@ -152,7 +182,9 @@ void AddDemo(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "demo", "Walk a fixed-window sign-in limit through a few attempts (starts its own "
               "redis-server unless --redis is given).");
-  cmd->add_option("--redis", *url, "Use this store instead of a private redis-server");
+  cmd->add_option("--redis", *url,
+                  "Use this store instead of a private redis-server (one that cannot be "
+                  "used is an error, exit 2)");
   cmd->callback([url, &exit_code] { exit_code = RunDemo(*url); });
 }
 

@@ -356,6 +356,7 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
   EXPECT_EQ(by["sliding_window"]["current"], 3);
   EXPECT_EQ(by["sliding_window"]["previous"], 0);
   EXPECT_EQ(by["sliding_window"]["window_start_ms"].get<int64_t>() % 600'000, 0);
+  EXPECT_EQ(by["sliding_window"]["window_ms"], 600'000);
   EXPECT_EQ(by["sliding_log"]["entries"], 2);
   EXPECT_EQ(by["sliding_log"]["units"], 3);
   // 3 tokens missing at the last write: 3 whole ones, or 2 and a fraction when a ms
@@ -367,6 +368,8 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
   // 3 of 10 tokens refill at 10 per 600 s: full 180 s after the last write.
   EXPECT_NEAR(by["token_bucket"]["full_in_ms"].get<int64_t>(), 180'000, 5'000);
   EXPECT_NEAR(by["gcra"]["full_in_ms"].get<int64_t>(), 180'000, 5'000);
+  EXPECT_EQ(by["gcra"]["refill"], 10);  // refill 0: the limit
+  EXPECT_EQ(by["gcra"]["window_ms"], 600'000);
 
   // An id with no state, and an id that needs escaping.
   Result none = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "multi",

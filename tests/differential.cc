@@ -1,8 +1,12 @@
 #include "differential.h"
 
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -13,11 +17,16 @@ namespace sluice::testing {
 
 using std::chrono::milliseconds;
 
-void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config) {
+void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
+  // SLUICE_TRACE_STEPS=N runs every trace N steps long (longer runs by hand).
+  TraceConfig config = given;
+  if (const char* steps = std::getenv("SLUICE_TRACE_STEPS")) config.steps = std::atoi(steps);
   const std::string name(AlgorithmName(config.algorithm));
   std::cout << "differential trace " << name << ": seed=" << config.seed
             << " window_ms=" << config.window_ms << " refill=" << config.refill
-            << " aligned=" << config.aligned << " steps=" << config.steps << "\n";
+            << " aligned=" << config.aligned << " steps=" << config.steps
+            << " vary_parameters=" << config.vary_parameters << "\n";
+  const auto started = std::chrono::steady_clock::now();
   auto clock = std::make_shared<FakeClock>(1'700'000'000'000 + config.seed);
   const std::string prefix = "diff" + std::to_string(config.seed);
   auto redis = Client::Create({.url = server.url(), .prefix = prefix,
@@ -38,7 +47,20 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config) 
   auto pick = [&](int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint32_t>(n)); };
   std::map<std::string, Decision> last;  // per id: its last decision
   int64_t limit = base.limit;
-  int allowed = 0, refused = 0, boundary_steps = 0;
+  int64_t window_ms = config.window_ms;
+  int64_t refill = config.refill;
+  bool aligned = config.aligned;
+  int allowed = 0, refused = 0, boundary_steps = 0, changes = 0, foreign = 0, ttl_checks = 0;
+  // Windows a varying trace moves between: much shorter and much longer than the base
+  // (up to a day), so a stored end, TAT or count from the older one would show.
+  const std::vector<int64_t> windows = {config.window_ms, std::max<int64_t>(1, config.window_ms / 10),
+                                        config.window_ms / 2 + 1, config.window_ms * 3,
+                                        config.window_ms * 10, 86'400'000, 7};
+  // Writers of a value of another type at an id's key (someone else's stray write).
+  const std::vector<std::vector<std::string>> writers = {
+      {"SET", "", "foreign"}, {"HSET", "", "f", "v"}, {"RPUSH", "", "a"},
+      {"SADD", "", "a"},      {"ZADD", "", "1", "a"}, {"XADD", "", "*", "f", "v"},
+  };
   for (int step = 0; step < config.steps; ++step) {
     const std::string id = "id" + std::to_string(pick(config.ids));
     // Time: stay, 1 ms, a little, exactly to (or 1 ms before) this id's reset or retry
@@ -48,7 +70,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config) 
     switch (pick(7)) {
       case 0: advance = 0; break;
       case 1: advance = 1; break;
-      case 2: advance = pick(std::max<int64_t>(1, config.window_ms / 4)); break;
+      case 2: advance = pick(std::max<int64_t>(1, window_ms / 4)); break;
       case 3:
       case 4:
         if (it != last.end()) {
@@ -62,14 +84,37 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config) 
           ++boundary_steps;
         }
         break;
-      default: advance = config.window_ms + pick(3) - 1; break;
+      default: advance = window_ms + pick(3) - 1; break;
     }
     clock->Advance(milliseconds(advance));
     if (pick(50) == 0) limit = 1 + pick(12);  // a plan change mid-trace
+    if (config.vary_parameters && pick(25) == 0) {
+      // Any other parameter changes too.
+      switch (pick(3)) {
+        case 0:
+          if (config.vary_window) window_ms = windows[pick(static_cast<int64_t>(windows.size()))];
+          break;
+        case 1: refill = pick(3) == 0 ? 0 : 1 + pick(pick(2) == 0 ? 3 : 20); break;
+        default: aligned = !aligned; break;
+      }
+      ++changes;
+    }
+    if (config.vary_parameters && pick(100) == 0) {
+      // A value of another Redis type replaces the id's state on Redis; the twin, which
+      // cannot hold one, forgets the id (what the script must do with such a value).
+      std::vector<std::string> command = writers[pick(static_cast<int64_t>(writers.size()))];
+      command[1] = *on_redis->KeyFor(id);
+      server.Command({"DEL", command[1]});
+      server.Command(command);
+      server.Command({"PEXPIRE", command[1], "600000"});
+      ASSERT_TRUE(on_memory.Reset(id).ok());
+      ++foreign;
+    }
     CheckOptions options;
     options.cost = pick(10) == 0 ? limit + 1 + pick(3) : 1 + pick(pick(4) == 0 ? 4 : 1);
-    options.limit = Limit{.algorithm = base.algorithm, .limit = limit, .window = base.window,
-                          .refill = base.refill, .aligned = base.aligned};
+    options.limit = Limit{.algorithm = base.algorithm, .limit = limit,
+                          .window = milliseconds(window_ms), .refill = refill,
+                          .aligned = aligned};
     const int64_t op = pick(100);
     const char* op_name = op < 80 ? "check" : op < 90 ? "peek" : op < 97 ? "refund" : "reset";
     StatusOr<Decision> r = InternalError("unset"), m = InternalError("unset");
@@ -92,6 +137,8 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config) 
     const std::string where = "seed " + std::to_string(config.seed) + " step " +
                               std::to_string(step) + " " + op_name + " id " + id + " cost " +
                               std::to_string(options.cost) + " limit " + std::to_string(limit) +
+                              " window " + std::to_string(window_ms) + " refill " +
+                              std::to_string(refill) + " aligned " + std::to_string(aligned) +
                               "\n  redis:  " + r->ToString() + "\n  memory: " + m->ToString();
     ASSERT_EQ(r->allowed, m->allowed) << where;
     ASSERT_EQ(r->remaining, m->remaining) << where;
@@ -101,9 +148,30 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config) 
     ASSERT_EQ(r->reason, m->reason) << where;
     last[id] = *r;
     if (op < 80) (r->allowed ? allowed : refused)++;
+    if (config.vary_parameters) {
+      // The key's expiry covers the time until its state is full again. Expiries under a
+      // model clock carry 60 s of grace and count real time, which passes while the trace
+      // runs: the TTL written at any earlier step has lost at most the real time since
+      // the trace started.
+      const int64_t pttl = server.Command({"PTTL", *on_redis->KeyFor(id)}).integer;
+      ASSERT_NE(pttl, -1) << "a key without an expiry: " << where;
+      if (pttl != -2) {
+        const int64_t real_ms = std::chrono::duration_cast<milliseconds>(
+                                    std::chrono::steady_clock::now() - started).count();
+        ASSERT_GE(pttl, r->reset_after.count() + 60'000 - real_ms - 2)
+            << "the key expires before its state is full again: " << where;
+        ++ttl_checks;
+      }
+    }
   }
   std::cout << "  allowed=" << allowed << " refused=" << refused
-            << " boundary_steps=" << boundary_steps << "\n";
+            << " boundary_steps=" << boundary_steps << " parameter_changes=" << changes
+            << " foreign_values=" << foreign << " ttl_checks=" << ttl_checks << "\n";
+  if (config.vary_parameters) {
+    EXPECT_GT(changes, config.steps / 50);
+    EXPECT_GT(foreign, config.steps / 200);
+    EXPECT_GT(ttl_checks, config.steps / 4);
+  }
   EXPECT_GT(allowed, config.steps / 10);
   EXPECT_GT(refused, config.steps / 20);
   EXPECT_GT(boundary_steps, config.steps / 10);

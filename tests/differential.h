@@ -2,7 +2,11 @@
 // clock through the Lua script on a real redis-server and through the in-memory twin,
 // requiring identical decisions. Steps land exactly on reset/retry boundaries and 1 ms
 // before them; limits change mid-trace (limits are arguments); costs include ones
-// larger than the limit; peeks, refunds and resets are mixed in.
+// larger than the limit; peeks, refunds and resets are mixed in. With vary_parameters,
+// every parameter of the Limit changes between calls (window longer and shorter, refill
+// 0 and explicit, aligned on and off) and values of every other Redis type appear at the
+// ids' keys; after every step the key's TTL must cover the time until its state is full
+// again (state lost early is over-admission).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +24,14 @@ struct TraceConfig {
   bool aligned = false;
   int steps = 4000;
   int ids = 6;
+  bool vary_parameters = false;
+  // With vary_parameters: whether the window changes too. Not for sliding_log: a log
+  // cannot count entries whose key expired under a shorter window, and under a model
+  // clock Redis keeps keys 60 s (of real time) longer than the model says, so after a
+  // lengthening the script would still count entries the twin has dropped — a
+  // difference of the test's clock, not of the algorithms (tests/plan_change_redis_test.cc
+  // shortens a sliding_log's window on Redis's own clock).
+  bool vary_window = true;
 };
 
 // Runs the trace; fails the current test at the first differing decision (printing the

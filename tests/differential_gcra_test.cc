@@ -61,12 +61,11 @@ TEST(GcraDifferential, TinyWindows) {
 // ---------------------------------------------------------------------------------------
 // Wide traces: the script by EVALSHA with explicit arguments, against GcraStep.
 
-// The stored value: the decimal TAT without a fraction, otherwise big-endian IEEE-754
-// doubles, as struct.pack('>dd') writes them.
+// The stored value: big-endian IEEE-754 doubles TAT, fraction, refill, window, as
+// struct.pack('>dddd') writes them.
 std::string Format(const GcraState& s) {
-  if (s.tat_fraction == 0) return std::to_string(s.tat_ms);
   std::string out;
-  for (int64_t v : {s.tat_ms, s.tat_fraction}) {
+  for (int64_t v : {s.tat_ms, s.tat_fraction, s.rate, s.window_ms}) {
     const auto bits = std::bit_cast<uint64_t>(static_cast<double>(v));
     for (int shift = 56; shift >= 0; shift -= 8) out.push_back(static_cast<char>(bits >> shift));
   }
@@ -177,6 +176,19 @@ TEST(GcraDifferential, WideNumbersStayExact) {
                 {kMaxLimit / 3, 86'399'999, 0},
                 {12, 7, 0}},
                3000);
+}
+
+// Every parameter of the Limit changes between calls, foreign values of every Redis type
+// appear at the keys, and after every step the key's TTL covers its state.
+TEST(GcraDifferential, ParametersChangeBetweenCalls) {
+  testing::RedisServer server;
+  for (uint32_t seed : {31u, 32u, 33u}) {
+    testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kGcra, .seed = seed,
+                                           .window_ms = 10'000, .vary_parameters = true});
+  }
+  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kGcra, .seed = 34,
+                                         .window_ms = 1'000, .refill = 3, .aligned = true,
+                                         .vary_parameters = true});
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
+#include <cmath>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -28,12 +31,30 @@ using testing::RedisServer;
 constexpr char kPrefix[] = "gcratest";
 constexpr int64_t kT0 = 1'700'000'000'000;
 
-// Whole tokens missing in a stored TAT "<ms>" at Redis time `now_ms`, for a refill of 1
-// per `window` (no fraction), or -1 for another value.
-int64_t UsedOf(const std::string& value, int64_t now_ms, milliseconds window) {
-  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) return -1;
-  const int64_t ahead = std::stoll(value) - now_ms;
-  return (ahead + window.count() - 1) / window.count();
+// A stored value: four big-endian doubles TAT ms, fraction, refill, window (gcra.lua).
+struct Tat {
+  int64_t ms = 0, fraction = 0, rate = 0, window = 0;
+};
+std::optional<Tat> Decode(const std::string& value) {
+  if (value.size() != 32) return std::nullopt;
+  int64_t fields[4];
+  for (int i = 0; i < 4; ++i) {
+    uint64_t bits = 0;
+    for (int b = 0; b < 8; ++b) bits = bits << 8 | static_cast<unsigned char>(value[i * 8 + b]);
+    fields[i] = static_cast<int64_t>(std::bit_cast<double>(bits));
+  }
+  return Tat{fields[0], fields[1], fields[2], fields[3]};
+}
+
+// Whole tokens missing in a stored TAT at Redis time `now_ms`, or -1 for another value.
+int64_t UsedOf(const std::string& value, int64_t now_ms) {
+  const std::optional<Tat> tat = Decode(value);
+  if (!tat) return -1;
+  // ceil(((ms - now) * rate + fraction) / window); exact in long double for the tests'
+  // values (below 2^63).
+  const long double missing =
+      static_cast<long double>(tat->ms - now_ms) * tat->rate + tat->fraction;
+  return static_cast<int64_t>(std::ceil(missing / tat->window));
 }
 
 Limit Bucket(int64_t burst, int64_t refill, milliseconds window) {
@@ -94,7 +115,7 @@ TEST_F(GcraRedis, AdmitsTheCapacityAndDoesNotCountRefusals) {
     EXPECT_EQ(d->RetryAfterSeconds(), 1);
   }
   EXPECT_EQ(Get(key), spent) << "refusals took nothing and wrote nothing";
-  EXPECT_EQ(UsedOf(spent, RedisNowMs(), seconds(1)), 3) << spent;
+  EXPECT_EQ(UsedOf(spent, RedisNowMs()), 3) << spent;
   EXPECT_TRUE(limiter.Check("account:402")->allowed) << "another id has its own bucket";
 }
 
@@ -137,12 +158,14 @@ TEST_F(GcraRedis, TheKeyExpiresWhenTheBucketIsFull) {
   const int64_t pttl = Pttl(key);
   EXPECT_GT(pttl, 179'000);
   EXPECT_LE(pttl, d->reset_after.count());
-  // One value: the TAT, an integer Redis keeps without a string buffer, equal to the
+  // One value: the TAT (with the refill and window it was written under), equal to the
   // moment the key expires.
-  EXPECT_EQ(server_.Command({"OBJECT", "ENCODING", key}).str, "int");
-  const int64_t tat = std::stoll(Get(key));
+  const std::optional<Tat> tat = Decode(Get(key));
+  ASSERT_TRUE(tat.has_value());
+  EXPECT_EQ(tat->rate, 10);
+  EXPECT_EQ(tat->window, 60'000);
   const int64_t expires_at = server_.Command({"PEXPIRETIME", key}).integer;
-  EXPECT_NEAR(tat, expires_at, 1);  // the script's TIME and the SET's clock may be 1 ms apart
+  EXPECT_NEAR(tat->ms, expires_at, 1);  // the script's TIME and the SET's clock may differ
   // A bucket that is full again has no key: its refund fills it and deletes the key.
   EXPECT_TRUE(limiter.Refund("u", 30)->allowed);
   EXPECT_TRUE(server_.Keys(std::string(kPrefix) + ":*").empty());
@@ -264,11 +287,13 @@ TEST_F(GcraRedis, PlanChangeAppliesOnTheNextCallWithoutReset) {
   EXPECT_TRUE(d->allowed);
   EXPECT_EQ(d->remaining, 1);
   EXPECT_EQ(d->limit, 4);
-  // Back to 2: the TAT stays where it is, 3 tokens ahead.
+  // Back to 2: 3 tokens are missing, more than the bucket holds: it is empty, and the
+  // next token is a second away (not the 2 s the old deficit would take).
   auto down = limiter.Check("acct");
   EXPECT_FALSE(down->allowed);
   EXPECT_EQ(down->remaining, 0);
-  EXPECT_GT(down->retry_after, milliseconds(1900));
+  EXPECT_GT(down->retry_after, milliseconds(900));
+  EXPECT_LE(down->retry_after, milliseconds(1000));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -312,7 +337,7 @@ TEST_F(GcraRedis, ProcessesTimesThreadsAdmitExactlyTheCapacity) {
   // 4 processes x 8 threads x 100 calls = 3200 attempts on a bucket of 500.
   EXPECT_EQ(RunProcesses(server_, 4, 8, 100, 500, false), 500);
   const std::string value = Get(std::string(kPrefix) + ":{hot:the-one-key}:gcra");
-  EXPECT_EQ(UsedOf(value, RedisNowMs(), kMaxWindow), 500) << value;
+  EXPECT_EQ(UsedOf(value, RedisNowMs()), 500) << value;
 }
 
 TEST_F(GcraRedis, MixedCostsNeverExceedTheCapacity) {
@@ -321,7 +346,7 @@ TEST_F(GcraRedis, MixedCostsNeverExceedTheCapacity) {
   EXPECT_LE(admitted, 1000);
   EXPECT_GE(admitted, 998);
   const std::string value = Get(std::string(kPrefix) + ":{hot:the-one-key}:gcra");
-  EXPECT_EQ(UsedOf(value, RedisNowMs(), kMaxWindow), admitted)
+  EXPECT_EQ(UsedOf(value, RedisNowMs()), admitted)
       << value << ": the stored TAT disagrees with what the callers were told";
 }
 

@@ -51,11 +51,18 @@ int64_t LittleEndian(const std::string& bytes, size_t at, size_t size) {
   return static_cast<int64_t>(v);
 }
 
+// What the script writes: start, current, previous and the window they were counted in
+// (26 bytes; the window is checked by the tests that care through Window()).
 std::optional<Stored> Decode(const std::string& value) {
-  if (value.size() != 20) return std::nullopt;
+  if (value.size() != 26) return std::nullopt;
   return Stored{LittleEndian(value, 0, 8), LittleEndian(value, 8, 6), LittleEndian(value, 14, 6)};
 }
+int64_t Window(const std::string& value) {
+  return value.size() == 26 ? LittleEndian(value, 20, 6) : -1;
+}
 
+// The earlier 20-byte form (no window), which the script still reads as counted in the
+// window in force.
 std::string Encode(const Stored& s) {
   std::string out;
   auto put = [&out](int64_t v, size_t size) {
@@ -140,6 +147,7 @@ TEST_F(SlidingWindowRedis, AdmitsTheLimitAndDoesNotCountRefusals) {
   EXPECT_EQ(key, "swtest:{login:account:101}:sw");
   const std::optional<Stored> stored = Decode(Get(key));
   ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(Window(Get(key)), window.count());
   const int64_t start = stored->start;
   EXPECT_EQ(start % window.count(), 0) << *stored;
   EXPECT_EQ(stored->current, 3) << "refusals were counted";

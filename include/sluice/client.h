@@ -141,6 +141,13 @@ struct CheckOptions {
   std::optional<Limit> limit;
   // Deadline for this call instead of ClientOptions::deadline. Default: the client's.
   std::optional<std::chrono::milliseconds> deadline;
+  // Refund only: where the units being given back were counted — the `source` of the
+  // Decision that admitted them. kStore (default): the shared store. kLocalFallback: this
+  // process's local fallback store (the shared store never counted them). kFailOpen,
+  // kFailClosed, kCachedDenial: nothing was counted, so nothing is given back (the
+  // answer is allowed, with that source, and touches no store). A shadow-mode decision
+  // that would have refused counted nothing either: do not refund it.
+  DecisionSource counted_by = DecisionSource::kStore;
 };
 
 class Limiter;
@@ -171,9 +178,10 @@ class Limiter {
   // request of that cost could pass. Same errors and deadline as Check.
   StatusOr<Decision> Peek(std::string_view id, const CheckOptions& options = {}) const;
 
-  // Gives back `amount` units (e.g. the downstream call failed), never above the limit.
-  // The Decision reports the state after the refund (allowed is true). A refund with no
-  // spent state is a no-op. Same errors and deadline as Check.
+  // Gives back `amount` units (e.g. the downstream call failed), never above the limit,
+  // to the store that counted them (options.counted_by: pass the admitting Decision's
+  // source). The Decision reports the state after the refund (allowed is true). A refund
+  // with no spent state is a no-op. Same errors and deadline as Check.
   StatusOr<Decision> Refund(std::string_view id, int64_t amount,
                             const CheckOptions& options = {}) const;
 
@@ -189,6 +197,8 @@ class Limiter {
  private:
   void Execute(int op, std::string_view id, const CheckOptions& options,
                DecisionCallback done) const;
+  // Sends a call made by MakeCall (shadow mode applied).
+  void ExecuteCall(internal::CheckCall call, DecisionCallback done) const;
   // The store call for `op` on `id`, or InvalidArgument for bad input.
   Status MakeCall(int op, std::string_view id, const CheckOptions& options,
                   internal::CheckCall& call) const;
@@ -254,6 +264,12 @@ struct CompositeDecision {
 //    see the request counted there (at most the cost of the composite checks in flight),
 //    and a refund the store cannot take (it went down in between) leaves the request
 //    counted: it may over-count, never under-count. Blocks up to one deadline per limit.
+// Staged refunds go where each limit counted the request (the shared store, or the local
+// fallback for a limit its policy admitted locally); a limit that counted nothing
+// (fail_open, or a shadow limit that would have refused) is not refunded.
+// The same limiter and id listed twice spend the cost twice; such a composite's refusal
+// describes the state the refusing check saw (including the other listing's spending,
+// given back afterwards), so it is never kept in the denial cache.
 // Refused: `decided_by` is the first limit in order that refused. `options.limit` is
 // ignored (each limiter's own limit applies). Errors: those of Limiter::Check.
 StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,

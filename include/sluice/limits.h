@@ -2,7 +2,20 @@
 //
 // A Limit is an argument, not state: the limit in force is sent with every call, so a
 // changed Limit (a plan upgrade, a config reload) takes effect on the next check with no
-// migration and without resetting what was already counted.
+// migration and without resetting what was already counted. Every field may change
+// between calls, and no window end, TAT or count computed under an older value outlives
+// the change:
+//  - what was spent stays spent (counts and missing tokens carry over), so a raised
+//    limit adds its new units at once (100/min spent, raised to 500/min: 400 more now),
+//    with refill 0 too (the buckets keep missing tokens, not time);
+//  - a stored window never ends later than a window opened now would (a shortened
+//    window applies at once); sliding_window converts counts made in another window to
+//    its estimate now; a bucket never misses more than its capacity in force (a
+//    downgrade costs at most one refill of the new bucket);
+//  - sliding_log counts the entries it still holds: a lengthened window cannot count
+//    entries already pruned under the shorter one.
+// The call that finds state written under other parameters rewrites it (even when it
+// refuses or peeks; nothing is counted or given back by that). See docs/algorithms.md.
 //
 // Thread-safety: a plain value.
 #pragma once

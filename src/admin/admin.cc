@@ -272,8 +272,8 @@ void DecodeFixedWindow(const std::string& v, int64_t now, KeyState& s) {
 }
 
 void DecodeSlidingWindow(const std::string& v, KeyState& s) {
-  if (v.size() != 20) {
-    s.problem = "value is not 20 bytes (start, current, previous)";
+  if (v.size() != 26 && v.size() != 20) {
+    s.problem = "value is not 26 bytes (start, current, previous, window) nor 20 (no window)";
     return;
   }
   const int64_t start = LittleEndianSigned(v, 0, 8);
@@ -282,6 +282,7 @@ void DecodeSlidingWindow(const std::string& v, KeyState& s) {
   Add(s, "window_start_ms", start);
   Add(s, "current", current);
   Add(s, "previous", previous);
+  if (v.size() == 26) Add(s, "window_ms", LittleEndianSigned(v, 20, 6));
   s.used = current + previous;
   s.used_unit = "units in this and the previous window";
 }
@@ -310,18 +311,28 @@ void DecodeTokenBucket(const std::string& v, int64_t now, KeyState& s) {
 }
 
 void DecodeGcra(const std::string& v, int64_t now, KeyState& s) {
-  std::optional<int64_t> tat = ParseInt(v), fraction = 0;
-  if (!tat && v.size() == 16) {
+  // 32 bytes (TAT, fraction, refill, window); the earlier forms: a decimal TAT, or 16
+  // bytes (TAT, fraction).
+  std::optional<int64_t> tat = ParseInt(v), fraction = 0, refill, window;
+  if (!tat && (v.size() == 16 || v.size() == 32)) {
     tat = DoubleToInt(BigEndianDouble(v, 0));
     fraction = DoubleToInt(BigEndianDouble(v, 8));
+    if (v.size() == 32) {
+      refill = DoubleToInt(BigEndianDouble(v, 16));
+      window = DoubleToInt(BigEndianDouble(v, 24));
+      if (!refill || !window) tat.reset();
+    }
   }
   if (!tat || !fraction) {
-    s.problem = "value is neither a decimal TAT nor 16 bytes (TAT, fraction)";
+    s.problem = "value is not 32 bytes (TAT, fraction, refill, window), 16 bytes (TAT, "
+                "fraction) or a decimal TAT";
     return;
   }
   const int64_t full_at = *tat + (*fraction > 0 ? 1 : 0);
   Add(s, "tat_ms", *tat);
   Add(s, "tat_fraction", *fraction);
+  if (refill) Add(s, "refill", *refill);
+  if (window) Add(s, "window_ms", *window);
   Add(s, "full_in_ms", std::max<int64_t>(0, full_at - now));
   s.used = std::max<int64_t>(0, full_at - now);
   s.used_unit = "ms until full";

@@ -4,6 +4,10 @@ namespace sluice::internal {
 
 AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs& a,
                           int64_t now, int64_t& expires_at_ms) {
+  // The end of a window opened now. Lua's % is floored modulo: for negative model times
+  // it still lands on a multiple.
+  const int64_t offset = ((now % a.window_ms) + a.window_ms) % a.window_ms;
+  const int64_t latest = a.aligned ? now - offset + a.window_ms : now + a.window_ms;
   const bool live = state && now < state->ends_ms;
   if (!live) state.reset();  // stale state is deleted by the call that reads it
   if (a.op == Op::kReset) {
@@ -13,13 +17,13 @@ AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs
   if (!live) {
     if (a.cost > a.limit && a.op != Op::kRefund) return {2, a.limit, 0, 0};
     if (a.op != Op::kConsume) return {1, a.limit, 0, 0};
-    // Lua's % is floored modulo: for negative model times it still lands on a multiple.
-    const int64_t offset = ((now % a.window_ms) + a.window_ms) % a.window_ms;
-    const int64_t ends = a.aligned ? now - offset + a.window_ms : now + a.window_ms;
-    state = FixedWindowState{a.cost, ends};
-    expires_at_ms = ends;
-    return {1, a.limit - a.cost, ends - now, 0};
+    state = FixedWindowState{a.cost, latest};
+    expires_at_ms = latest;
+    return {1, a.limit - a.cost, latest - now, 0};
   }
+  // A window never ends later than one opened now would (a shortened window applies at
+  // once); the moved end is written back whatever the call decides.
+  if (state->ends_ms > latest) state->ends_ms = latest;
   const int64_t ttl = state->ends_ms - now;
   expires_at_ms = state->ends_ms;
   if (a.op == Op::kRefund) {

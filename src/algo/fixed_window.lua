@@ -7,8 +7,13 @@
 -- TTL rule: every write is SET … PX <rest of the window>, so a created or updated key
 -- always carries its expiry; a call that reads a live window without writing it gives
 -- the key back an expiry if it lost one (PEXPIRE … NX, never moving an existing one).
--- A stored window that is over (lost TTL), or a value sluice did not write, is deleted
--- by the call that reads it: stale state is pruned on the path that already cares.
+-- A stored window that is over (lost TTL), or a value sluice did not write (of any Redis
+-- type: GET's WRONGTYPE error is caught), is deleted by the call that reads it: stale
+-- state is pruned on the path that already cares.
+-- Limits are arguments: a stored window never ends later than a window opened now
+-- would (now + window, or the aligned end when aligned), so a shortened window applies
+-- at once. A call that finds a later end moves it there and writes it back, even when it
+-- refuses or peeks (the count carries over; nothing is counted or given back).
 -- Refused requests change nothing. Under a model clock (tests only) expiries get 60 s of
 -- grace: model time does not pass in step with Redis's clock, and a key must not vanish
 -- while its model window is open; the stored window end keeps decisions exact.
@@ -28,7 +33,11 @@ local key = KEYS[1]
 
 local count, ends
 local live = false
-local v = redis.call('GET', key)
+local v = redis.pcall('GET', key)
+if type(v) == 'table' then
+  redis.call('DEL', key) -- not a string: not sluice's
+  v = false
+end
 if v then
   local sep = string.find(v, ':', 1, true)
   if sep then
@@ -65,6 +74,17 @@ if not live then
   return {1, limit - cost, ends - now, 0}
 end
 
+local window = tonumber(ARGV[5])
+local latest
+if ARGV[7] == '1' then
+  latest = now - (now % window) + window
+else
+  latest = now + window
+end
+local moved = ends > latest
+if moved then
+  ends = latest
+end
 local ttl = ends - now
 if op == '2' then
   count = count - cost
@@ -87,7 +107,11 @@ if code == 1 and op == '0' then
   redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', ttl + grace)
   return {1, limit - count, ttl, 0}
 end
-redis.call('PEXPIRE', key, ttl + grace, 'NX')
+if moved then
+  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', ttl + grace)
+else
+  redis.call('PEXPIRE', key, ttl + grace, 'NX')
+end
 if code == 1 then
   return {1, limit - count, ttl, 0}
 end

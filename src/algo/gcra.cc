@@ -12,29 +12,43 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
   const int64_t cost = a.cost;
   const int64_t h = kBucketHorizonMs;
 
-  // The deficit: xm ms + xf/rate ms until the bucket is full.
+  // The deficit: xm ms + xf/vr ms until the bucket is full, as written under refill vr
+  // and window vw.
   bool live = false;
   int64_t xm = 0, xf = 0, stored_ttl = 0;
+  int64_t vr = rate, vw = window;
   const bool had_state = state.has_value();
   if (state) {
     const int64_t m = state->tat_ms;
     const int64_t f = state->tat_fraction;
-    if (f >= 0 && (now < m || (now == m && f > 0)) && m - now <= h) {
+    if (state->rate != 0 || state->window_ms != 0) {
+      vr = state->rate;
+      vw = state->window_ms;
+    }
+    if (f >= 0 && vr >= 1 && vr <= kMaxLimit && vw >= 1 && vw <= kMaxWindow.count() &&
+        (now < m || (now == m && f > 0)) && m - now <= h) {
       xm = m - now;
       stored_ttl = f > 0 ? xm + 1 : xm;
-      xf = f >= rate ? rate - 1 : f;  // a TAT written under another refill
+      xf = f >= vr ? vr - 1 : f;  // a TAT in an earlier form written under another refill
       live = xm > 0 || xf > 0;
     }
   }
 
   // TAT = now + m ms + f/rate ms.
   auto write = [&](int64_t m, int64_t f) {
-    state = GcraState{now + m, f};
+    state = GcraState{now + m, f, rate, window};
     const int64_t ttl = f > 0 ? m + 1 : m;
     expires_at_ms = now + ttl;
     return ttl;
   };
-  auto keep = [&] { expires_at_ms = now + stored_ttl; };
+  bool moved = false;  // set below: the stored TAT is converted or cut
+  auto keep = [&] {
+    if (moved) {
+      write(xm, xf);
+    } else {
+      expires_at_ms = now + stored_ttl;
+    }
+  };
 
   if (a.op == Op::kReset) {
     state.reset();
@@ -49,21 +63,30 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
     return {1, cap - cost, write(n.quot, n.rem), 0};
   }
 
-  // Whole tokens missing, ceil(deficit * rate / window) — or, past 2^52, just a number
-  // larger than any limit or cost — and what is left.
-  int64_t used = xm, remaining = 0;
+  // Whole tokens missing, ceil(deficit * vr / vw) — or, past 2^52, just a number larger
+  // than any limit or cost.
+  int64_t used = 0;
   {
-    const QuotRem qr = MulDivMod(xm, rate, window);
+    const QuotRem qr = MulDivMod(xm, vr, vw);
     if (qr.quot > h) {
       used = qr.quot;
     } else {
       const int64_t r = qr.rem + xf;
-      const int64_t u = r / window;
+      const int64_t u = r / vw;
       used = qr.quot + u;
-      if (u * window < r) ++used;
-      if (used < cap) remaining = cap - used;
+      if (u * vw < r) ++used;
     }
   }
+  // Written under other parameters, or missing more than a whole bucket: the deficit
+  // becomes `used` whole tokens (at most the capacity) at the refill in force.
+  moved = vr != rate || vw != window || used > cap;
+  if (moved) {
+    if (used > cap) used = cap;
+    const QuotRem n = MulDivMod(used, window, rate);
+    xm = n.quot;
+    xf = n.rem;
+  }
+  int64_t remaining = cap - used;
   const int64_t reset = xf > 0 ? xm + 1 : xm;
 
   if (a.op == Op::kRefund) {

@@ -11,10 +11,14 @@
 namespace sluice::internal {
 
 // The theoretical arrival time, the moment the bucket is full again:
-// tat_ms + tat_fraction/rate ms (0 <= tat_fraction < rate, rate = refill or limit).
+// tat_ms + tat_fraction/rate ms (0 <= tat_fraction < rate), and the rate (refill, or
+// limit when refill is 0) and window it was written under; 0 for both is a value of an
+// earlier form, read as written under the parameters in force.
 struct GcraState {
   int64_t tat_ms = 0;
   int64_t tat_fraction = 0;
+  int64_t rate = 0;
+  int64_t window_ms = 0;
 };
 
 // One call. `state` is the stored state (nullopt: no key, a full bucket) and is updated

@@ -2,10 +2,11 @@
 -- burst) refilled at `refill` tokens per `window`, stored as ONE value per id: the
 -- theoretical arrival time (TAT), the moment the bucket is full again.
 -- KEYS[1]  the id's TAT, ms + f/refill milliseconds (0 <= f < refill; the fraction keeps
---          the bucket exact when refill does not divide the window): the decimal integer
---          ms when f is 0 (Redis keeps it as an integer, no string buffer), otherwise 16
---          bytes, two big-endian IEEE-754 doubles ms and f (never a number's text: its
---          first byte is not a digit). No key means a full bucket.
+--          the bucket exact when refill does not divide the window), and the refill and
+--          window it was written under: 32 bytes, four big-endian IEEE-754 doubles
+--          (ms, f, refill, window). Values of the earlier forms (the decimal integer ms;
+--          16 bytes ms, f) are read as written under the parameters in force. No key
+--          means a full bucket.
 -- ARGV     op, now ("" = Redis TIME), cost, limit, window ms, refill (0 = limit),
 --          aligned (unused) (see src/algo/algorithm.h)
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}
@@ -17,11 +18,16 @@
 -- requests change nothing. Under a model clock (tests only) expiries get 60 s of grace,
 -- as in fixed_window.lua; the stored TAT keeps decisions exact.
 --
--- Limits are arguments. A raised limit adds its tokens at once; a lowered one leaves the
--- TAT where it is (nothing is admitted until the bucket refills below the new limit; the
--- reply's remaining never goes below 0); under a changed refill the bucket is still full
--- at the stored TAT and the time left is counted in tokens at the new rate. A value that
--- is neither form, or a TAT more than 2^52 ms away, is not sluice's and is deleted.
+-- Limits are arguments, and tokens are what a plan change keeps: a TAT written under
+-- another refill or window is first turned into the whole tokens it was missing then
+-- (rounded up: a change may cost less than one token) and re-expressed at the refill in
+-- force, so a raised limit adds its tokens at once whether or not the refill moved with
+-- it (refill 0). A bucket never misses more than its capacity in force: a deficit left
+-- by a larger capacity (a lowered limit) is cut to an empty bucket, so a downgrade costs
+-- at most one refill of the new bucket. A call that converts or cuts the stored TAT
+-- writes it back whatever it decides (nothing is counted or given back by it). A value
+-- that is none of the forms (of any Redis type: GET's WRONGTYPE error is caught), or a
+-- TAT more than 2^52 ms away, is not sluice's and is deleted.
 --
 -- Arithmetic: exact integers in doubles. Time is counted in ms plus a fraction in units
 -- of 1/refill ms, tokens in whole tokens, so no intermediate exceeds 2^53 for limit and
@@ -49,24 +55,35 @@ if limit * window >= H then
   end
 end
 
--- The deficit: xm ms + xf/rate ms until the bucket is full.
-local v = call('GET', key)
+-- The deficit: xm ms + xf/vr ms until the bucket is full, as written under refill vr and
+-- window vw.
+local v = redis.pcall('GET', key)
+if type(v) == 'table' then
+  call('DEL', key) -- not a string: not sluice's
+  v = false
+end
 local live = false
 local xm, xf, stored_ttl
+local vr, vw = rate, window
 if v then
   local m, f = tonumber(v), 0
-  if not m and #v == 16 then
-    m, f = struct.unpack('>dd', v)
+  if not m then
+    if #v == 32 then
+      m, f, vr, vw = struct.unpack('>dddd', v)
+    elseif #v == 16 then
+      m, f = struct.unpack('>dd', v)
+    end
   end
-  if m and f >= 0 and (now < m or (now == m and f > 0)) and m - now <= H then
+  if m and f >= 0 and vr >= 1 and vr <= 1099511627776 and vw >= 1 and vw <= 31622400000 and
+      (now < m or (now == m and f > 0)) and m - now <= H then
     xm = m - now
     stored_ttl = xm
     if f > 0 then
       stored_ttl = xm + 1
     end
     xf = f
-    if xf >= rate then
-      xf = rate - 1 -- a TAT written under another refill: keep it below one ms
+    if xf >= vr then
+      xf = vr - 1 -- a TAT in an earlier form written under another refill
     end
     live = xm > 0 or xf > 0
   end
@@ -81,12 +98,12 @@ end
 
 -- Stores the TAT now + m + f/rate ms; returns the ms until it.
 local function store(m, f)
+  local ttl = m
   if f > 0 then
-    call('SET', key, struct.pack('>dd', now + m, f), 'PX', m + 1 + grace)
-    return m + 1
+    ttl = m + 1
   end
-  call('SET', key, now + m, 'PX', m + grace)
-  return m
+  call('SET', key, struct.pack('>dddd', now + m, f, rate, window), 'PX', ttl + grace)
+  return ttl
 end
 
 if not live then
@@ -109,32 +126,44 @@ if not live then
   return {1, cap - cost, store(nm, nf), 0}
 end
 
--- Whole tokens missing, ceil(deficit * rate / window) — or, past 2^52 (a TAT written
--- under a much slower refill), just a number larger than any limit or cost — and what
--- is left.
-local used, remaining = xm, 0
+-- Whole tokens missing, ceil(deficit * vr / vw) — or, past 2^52 (a TAT written under a
+-- much slower refill), just a number larger than any limit or cost.
+local used
 do
-  local p, q, r = xm * rate
+  local p, q, r = xm * vr
   if p < H then
-    r = p % window
-    q = (p - r) / window
+    r = p % vw
+    q = (p - r) / vw
   else
-    q, r = wide(xm, rate, window)
+    q, r = wide(xm, vr, vw)
   end
   if q > H then
     used = q
   else
     r = r + xf
-    local u = r % window
-    used = q + (r - u) / window
+    local u = r % vw
+    used = q + (r - u) / vw
     if u > 0 then
       used = used + 1
     end
-    if used < cap then
-      remaining = cap - used
-    end
   end
 end
+-- Written under other parameters, or missing more than a whole bucket: the deficit
+-- becomes `used` whole tokens (at most the capacity) at the refill in force.
+local moved = vr ~= rate or vw ~= window or used > cap
+if moved then
+  if used > cap then
+    used = cap
+  end
+  local p = used * window
+  if p < H then
+    xf = p % rate
+    xm = (p - xf) / rate
+  else
+    xm, xf = wide(used, window, rate)
+  end
+end
+local remaining = cap - used
 local reset = xm
 if xf > 0 then
   reset = xm + 1
@@ -163,11 +192,10 @@ if op == '2' then
   return {1, remaining, store(ym, yf), 0}
 end
 
+local reply
 if cost > cap then
-  call('PEXPIRE', key, stored_ttl + grace, 'NX')
-  return {2, remaining, reset, reset}
-end
-if cost <= remaining then
+  reply = {2, remaining, reset, reset}
+elseif cost <= remaining then
   if op == '0' then
     local p, nm, nf = cost * window
     if p < H then
@@ -183,24 +211,30 @@ if cost <= remaining then
     end
     return {1, remaining - cost, store(sm, sf), 0}
   end
-  call('PEXPIRE', key, stored_ttl + grace, 'NX')
-  return {1, remaining, reset, 0}
-end
--- Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
-local p, tm, tf = (cap - cost) * window
-if p < H then
-  tf = p % rate
-  tm = (p - tf) / rate
+  reply = {1, remaining, reset, 0}
 else
-  tm, tf = wide(cap - cost, window, rate)
+  -- Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
+  local p, tm, tf = (cap - cost) * window
+  if p < H then
+    tf = p % rate
+    tm = (p - tf) / rate
+  else
+    tm, tf = wide(cap - cost, window, rate)
+  end
+  local dm, df = xm - tm, xf - tf
+  if df < 0 then
+    df = df + rate
+    dm = dm - 1
+  end
+  if df > 0 then
+    dm = dm + 1
+  end
+  reply = {0, remaining, reset, dm}
 end
-local dm, df = xm - tm, xf - tf
-if df < 0 then
-  df = df + rate
-  dm = dm - 1
+-- Nothing else written: keep the stored TAT's expiry, or store the converted one.
+if moved then
+  store(xm, xf)
+else
+  call('PEXPIRE', key, stored_ttl + grace, 'NX')
 end
-if df > 0 then
-  dm = dm + 1
-end
-call('PEXPIRE', key, stored_ttl + grace, 'NX')
-return {0, remaining, reset, dm}
+return reply

@@ -263,26 +263,38 @@ TEST(GcraPlanChange, ARaisedBurstAddsItsTokensAtOnce) {
   EXPECT_EQ(Call(state, Consume(10, 1000, 5), kT0).reply, (AlgoReply{1, 4, 1200, 0}));
 }
 
-TEST(GcraPlanChange, ALoweredBurstLeavesTheTatWhereItIs) {
+TEST(GcraPlanChange, ALoweredBurstCutsTheTatToAnEmptyBucket) {
   State state;
   ASSERT_EQ(Call(state, Consume(10, 1000, 5, 6), kT0).reply, (AlgoReply{1, 4, 1200, 0}));
-  const State before = state;
-  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0).reply, (AlgoReply{0, 0, 1200, 800}));
-  EXPECT_TRUE(Same(state, before));
-  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 400).reply, (AlgoReply{0, 0, 800, 400}));
-  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 799).reply.code, 0);
-  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 800).reply, (AlgoReply{1, 0, 600, 0}));
+  // Downgrade to 3: 6 missing is more than the new bucket holds: it is empty (600 ms to
+  // full), written back even by this refusal.
+  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0).reply, (AlgoReply{0, 0, 600, 200}));
+  EXPECT_EQ(state->tat_ms, kT0 + 600);
+  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 199).reply.code, 0);
+  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 200).reply, (AlgoReply{1, 0, 600, 0}));
 }
 
-TEST(GcraPlanChange, UnderAChangedRefillTheBucketIsStillFullAtTheTat) {
+TEST(GcraPlanChange, UnderAChangedRefillTheMissingTokensStayMissing) {
   State state;
   ASSERT_EQ(Call(state, Consume(10, 1000, 10, 10), kT0).reply.code, 1);  // TAT kT0 + 1000
-  // 900 ms to go. At 20 per s that is 18 tokens missing, more than the burst: nothing is
-  // left until 9 are missing, 450 ms later.
-  EXPECT_EQ(Call(state, Peek(10, 1000, 20), kT0 + 100).reply, (AlgoReply{0, 0, 900, 450}));
-  // At 1 per s, 900 ms is 0.9 token: 9 are left.
-  EXPECT_EQ(Call(state, Peek(10, 1000, 1), kT0 + 100).reply, (AlgoReply{1, 9, 900, 0}));
-  EXPECT_EQ(Call(state, Consume(10, 1000, 1, 9), kT0 + 100).reply, (AlgoReply{1, 0, 9900, 0}));
+  // 900 ms to go at 10 per s: 9 tokens missing. At 20 per s they are back in 450 ms, and
+  // 1 is left; the TAT converted to the new refill is written back.
+  EXPECT_EQ(Call(state, Peek(10, 1000, 20), kT0 + 100).reply, (AlgoReply{1, 1, 450, 0}));
+  EXPECT_EQ(state->tat_ms, kT0 + 550);
+  EXPECT_EQ(state->rate, 20);
+  // At 1 per s the same 9 tokens take 9 s to come back.
+  EXPECT_EQ(Call(state, Peek(10, 1000, 1), kT0 + 100).reply, (AlgoReply{1, 1, 9000, 0}));
+  EXPECT_EQ(Call(state, Consume(10, 1000, 1, 1), kT0 + 100).reply, (AlgoReply{1, 0, 10000, 0}));
+}
+
+// The upgrade the issue describes: 100 per minute spent, then 500 per minute with refill
+// 0 (the rate moves with the limit): the 400 new tokens are there at once.
+TEST(GcraPlanChange, AnUpgradeWithRefillZeroAddsItsTokensAtOnce) {
+  State state;
+  ASSERT_EQ(Call(state, Consume(100, 60'000, 0, 100), kT0).reply.code, 1);
+  EXPECT_EQ(Call(state, Consume(100, 60'000, 0), kT0).reply.code, 0);
+  EXPECT_EQ(Call(state, Consume(500, 60'000, 0, 400), kT0 + 1).reply, (AlgoReply{1, 0, 60'000, 0}));
+  EXPECT_EQ(Call(state, Consume(500, 60'000, 0), kT0 + 1).reply.code, 0);
 }
 
 TEST(GcraPlanChange, AFractionWrittenUnderAnotherRefillStaysBelowOneMillisecond) {

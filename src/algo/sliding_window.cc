@@ -40,6 +40,7 @@ int64_t SlidingWindowZeroAt(const SlidingWindowState& state, int64_t window_ms) 
 }
 
 int64_t SlidingWindowUsed(const SlidingWindowState& state, int64_t w, int64_t now) {
+  if (state.window_ms != 0) w = state.window_ms;
   if (now >= SlidingWindowZeroAt(state, w) || state.start_ms - now > w) return 0;
   int64_t c = state.current, p = state.previous;
   int64_t e = now - state.start_ms;
@@ -62,15 +63,24 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
   }
   int64_t zero = 0;
   if (state) {
-    zero = SlidingWindowZeroAt(*state, w);
+    const int64_t sw = state->window_ms != 0 ? state->window_ms : w;
     // Pruned by the call that reads it: 0 for good, or a window that starts more than a
     // window after now (the clock stepped back that far).
-    if (now >= zero || state->start_ms - now > w) state.reset();
+    bool ok = state->current >= 0 && state->previous >= 0 && sw >= 1 &&
+              sw <= kMaxWindow.count() && state->start_ms - now <= sw;
+    if (ok) zero = SlidingWindowZeroAt(*state, sw);
+    if (ok && now < zero && sw != w) {
+      // Counted in another window: its estimate now becomes the current count.
+      const int64_t c = SlidingWindowUsed(*state, sw, now);
+      state = SlidingWindowState{now - FloorMod(now, w), c, 0, w};
+      zero = SlidingWindowZeroAt(*state, w);  // the converted state is what is kept
+    }
+    if (!ok || now >= zero) state.reset();
   }
   if (!state) {
     if (a.cost > a.limit && a.op != Op::kRefund) return {2, a.limit, 0, 0};
     if (a.op != Op::kConsume) return {1, a.limit, 0, 0};
-    state = SlidingWindowState{now - FloorMod(now, w), a.cost, 0};
+    state = SlidingWindowState{now - FloorMod(now, w), a.cost, 0, w};
     zero = SlidingWindowZeroAt(*state, w);
     expires_at_ms = zero;
     return {1, a.limit - a.cost, zero - now, 0};
@@ -103,7 +113,7 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
       state.reset();
       return {1, a.limit, 0, 0};
     }
-    state = SlidingWindowState{s, c, p};
+    state = SlidingWindowState{s, c, p, w};
     expires_at_ms = zero;
     used = c;
     if (p > 0) used += MulDiv(p, w - e, w).q;
@@ -119,11 +129,11 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
   if (code == 1 && a.op == Op::kConsume) {
     c += a.cost;
     zero = ZeroAt(s, c, p, w);
-    state = SlidingWindowState{s, c, p};
+    state = SlidingWindowState{s, c, p, w};
     expires_at_ms = zero;
     return {1, a.limit - used - a.cost, zero - now, 0};
   }
-  expires_at_ms = zero;  // the stored state stays as it is
+  expires_at_ms = zero;  // the stored state stays as it is (or as converted)
   if (code == 1) return {1, a.limit - used, zero - now, 0};
   if (code == 2) return {2, a.limit - used, zero - now, zero - now};
   QuotientRemainder qr;

@@ -1,9 +1,11 @@
 -- sluice sliding window counter: windows of `window` ms aligned to multiples of `window` on
 -- the clock; an id may spend `limit` per trailing window, estimated from two counters.
--- KEYS[1]  the id's state: 20 bytes, struct.pack('<i8i6i6', start, current, previous):
---          the current window's start (ms, little-endian int64) and the counts of the
---          current window and of the one just before it (int48 each). Packed, not text:
---          parsing and printing decimal numbers was a tenth of the script's cost.
+-- KEYS[1]  the id's state: 26 bytes, struct.pack('<i8i6i6i6', start, current, previous,
+--          window): the current window's start (ms, little-endian int64), the counts of
+--          the current window and of the one just before it, and the window they were
+--          counted in (int48 each). Packed, not text: parsing and printing decimal
+--          numbers was a tenth of the script's cost. A value of the earlier 20-byte form
+--          (no window) is read as counted in the window in force.
 -- ARGV     op, now ("" = Redis TIME), cost (refund: amount), limit, window ms, refill
 --          (unused), aligned (unused: always aligned) (see src/algo/algorithm.h)
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}
@@ -26,6 +28,12 @@
 -- now (the clock stepped back that far) is deleted by the call that reads it.
 -- Under a model clock (tests only) expiries get 60 s of grace, as in fixed_window.lua;
 -- decisions come from the stored counts and start, never from the TTL.
+-- Limits are arguments: state counted in another window is converted by the call that
+-- reads it — its estimate now (under the window it was counted in) becomes the current
+-- count of the window now falls in under the window in force, and is written back
+-- whatever the call decides (nothing is counted or given back by it); so neither counts
+-- nor a start computed with an older window outlive a change. A value of another Redis
+-- type (GET's WRONGTYPE error is caught) is not sluice's and is deleted.
 --
 -- Error bound versus an exact sliding log (at most `limit` in any trailing window): the
 -- estimate assumes the previous window's traffic was spread evenly over it. Within any
@@ -81,7 +89,7 @@ end
 
 -- The first ms at which the estimate of state (s, c, p) is 0 for good: once the current
 -- count has become the previous one, floor(c * (w - e) / w) = 0 iff e >= w + 1 - ceil(w / c).
-local function zero_at(s, c, p)
+local function zero_at(s, c, p, w)
   if c > 0 then
     return s + w + w + 1 - math.ceil(w / c)
   elseif p > 0 then
@@ -90,16 +98,46 @@ local function zero_at(s, c, p)
   return -math.huge
 end
 
-local s, c, p, zero
-local v = redis.call('GET', key)
+local s, c, p, zero, sw
+local moved = false -- converted from another window: written back by every path
+local v = redis.pcall('GET', key)
+if type(v) == 'table' then
+  redis.call('DEL', key) -- not a string: not sluice's
+  v = false
+end
 if v then
-  local ok = #v == 20
-  if ok then
+  local ok = false
+  if #v == 26 then
+    s, c, p, sw = struct.unpack('<i8i6i6i6', v)
+    ok = true
+  elseif #v == 20 then
     s, c, p = struct.unpack('<i8i6i6', v)
-    ok = c >= 0 and p >= 0 and s - now <= w
+    sw = w
+    ok = true
   end
   if ok then
-    zero = zero_at(s, c, p)
+    ok = c >= 0 and p >= 0 and sw >= 1 and sw <= 31622400000 and s - now <= sw
+  end
+  if ok then
+    zero = zero_at(s, c, p, sw)
+  end
+  if ok and now < zero and sw ~= w then
+    -- Counted in another window: its estimate now becomes the current count.
+    local e = now - s
+    if e >= sw then
+      p = c
+      c = 0
+      e = e - sw
+    elseif e < 0 then
+      e = 0
+    end
+    if p > 0 then
+      c = c + muldiv(p, sw - e, sw)
+    end
+    s = now - now % w
+    p = 0
+    zero = zero_at(s, c, p, w)
+    moved = true
   end
   if not ok or now >= zero then
     redis.call('DEL', key)
@@ -115,8 +153,8 @@ if not s then
     return {1, limit, 0, 0}
   end
   s = now - now % w
-  zero = zero_at(s, cost, 0)
-  redis.call('SET', key, struct.pack('<i8i6i6', s, cost, 0), 'PX', zero - now + grace)
+  zero = zero_at(s, cost, 0, w)
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, cost, 0, w), 'PX', zero - now + grace)
   return {1, limit - cost, zero - now, 0}
 end
 
@@ -146,12 +184,12 @@ if op == '2' then
       p = 0
     end
   end
-  zero = zero_at(s, c, p)
+  zero = zero_at(s, c, p, w)
   if now >= zero then
     redis.call('DEL', key)
     return {1, limit, 0, 0}
   end
-  redis.call('SET', key, struct.pack('<i8i6i6', s, c, p), 'PX', zero - now + grace)
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', zero - now + grace)
   used = c
   if p > 0 then
     used = used + muldiv(p, w - e, w)
@@ -167,11 +205,15 @@ elseif used + cost > limit then
 end
 if code == 1 and op == '0' then
   c = c + cost
-  zero = zero_at(s, c, p)
-  redis.call('SET', key, struct.pack('<i8i6i6', s, c, p), 'PX', zero - now + grace)
+  zero = zero_at(s, c, p, w)
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', zero - now + grace)
   return {1, limit - used - cost, zero - now, 0}
 end
-redis.call('PEXPIRE', key, zero - now + grace, 'NX')
+if moved then
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', zero - now + grace)
+else
+  redis.call('PEXPIRE', key, zero - now + grace, 'NX')
+end
 if code == 1 then
   return {1, limit - used, zero - now, 0}
 elseif code == 2 then

@@ -80,7 +80,15 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
     state = TokenBucketState{tokens, fraction, now, ttl};
     expires_at_ms = now + ttl;
   };
-  auto keep = [&] { expires_at_ms = now + stored_ttl; };
+  bool cut = false;  // set below: the stored deficit is more than a whole bucket
+  int64_t reset = 0;
+  auto keep = [&] {
+    if (cut) {
+      write(xt, xc, reset);
+    } else {
+      expires_at_ms = now + stored_ttl;
+    }
+  };
 
   if (a.op == Op::kReset) {
     state.reset();
@@ -96,13 +104,22 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
     return {1, cap - cost, ttl, 0};
   }
 
-  int64_t reset = RefillMs(xt, xc, window, rate);
+  reset = RefillMs(xt, xc, window, rate);
   if (reset > stored_ttl) {
     // Refill got slower since the write: the bucket is still full at the stored time.
     const QuotRem capped = MulDivMod(stored_ttl, rate, window);
     xt = capped.quot;
     xc = capped.rem;
     reset = stored_ttl;
+  }
+  // A bucket never misses more than its capacity: a deficit left by a larger capacity or
+  // a slower refill (a plan change) is cut to an empty bucket under the limit in force,
+  // and written back whatever the call decides.
+  cut = xt > cap || (xt == cap && xc > 0);
+  if (cut) {
+    xt = cap;
+    xc = 0;
+    reset = RefillMs(cap, 0, window, rate);
   }
   int64_t used = xc > 0 ? xt + 1 : xt;
   int64_t remaining = used < cap ? cap - used : 0;

@@ -15,13 +15,16 @@
 -- it. Refused requests change nothing. Under a model clock (tests only) expiries get 60 s
 -- of grace, as in fixed_window.lua; the stored full time keeps decisions exact.
 --
--- Limits are arguments. A raised limit adds its tokens at once; a lowered one leaves
--- what was spent spent (nothing is admitted until the bucket refills below it; the
--- reply's remaining never goes below 0). A changed refill applies to the tokens still
--- missing since the state was written, but the bucket is full no later than the stored
--- full time, the key's expiry. All of this is a function of the time alone, so a
--- retry_after stays exact without writing on refusals. A stored value that is not 32
--- bytes, or whose full time is more than 2^52 ms away, is not sluice's and is deleted.
+-- Limits are arguments. A raised limit adds its tokens at once. A changed refill applies
+-- to the tokens still missing since the state was written, but the bucket is full no
+-- later than the stored full time, the key's expiry. A bucket never misses more than
+-- its capacity in force: a deficit left by a larger capacity (a lowered limit) is cut to
+-- an empty bucket under the new one, so a downgrade costs at most one refill of the new
+-- bucket; the call that finds such a deficit writes the cut state back, whatever it
+-- decides (nothing is counted or given back by it). Otherwise all of this is a function
+-- of the time alone, so a retry_after stays exact without writing on refusals. A stored
+-- value that is not 32 bytes (of any Redis type: GET's WRONGTYPE error is caught), or
+-- whose full time is more than 2^52 ms away, is not sluice's and is deleted.
 --
 -- Arithmetic: exact integers in doubles. A deficit is whole tokens plus a fraction in
 -- units of 1/window token, time is whole ms, so no intermediate exceeds 2^53 for limit
@@ -75,7 +78,11 @@ if limit * window >= H then
 end
 
 -- The deficit now: xt tokens + xc/window token.
-local v = call('GET', key)
+local v = redis.pcall('GET', key)
+if type(v) == 'table' then
+  call('DEL', key) -- not a string: not sluice's
+  v = false
+end
 local live = false
 local xt, xc, stored_ttl
 if v and #v == 32 then
@@ -146,6 +153,12 @@ if reset > stored_ttl then
   end
   reset = stored_ttl
 end
+-- Never more missing than a whole bucket: a cut deficit is written back by every path.
+local cut = xt > cap or (xt == cap and xc > 0)
+if cut then
+  xt, xc = cap, 0
+  reset = refill_ms(cap, 0)
+end
 local used = xt
 if xc > 0 then
   used = xt + 1
@@ -168,18 +181,23 @@ if op == '2' then
   return {1, remaining, store(xt, xc, refill_ms(xt, xc)), 0}
 end
 
+local reply
 if cost > cap then
-  call('PEXPIRE', key, stored_ttl + grace, 'NX')
-  return {2, remaining, reset, reset}
-end
-if cost <= remaining then
+  reply = {2, remaining, reset, reset}
+elseif cost <= remaining then
   if op == '0' then
     xt = xt + cost
     return {1, remaining - cost, store(xt, xc, refill_ms(xt, xc)), 0}
   end
-  call('PEXPIRE', key, stored_ttl + grace, 'NX')
-  return {1, remaining, reset, 0}
+  reply = {1, remaining, reset, 0}
+else
+  -- Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
+  reply = {0, remaining, reset, refill_ms(xt + cost - cap, xc)}
 end
--- Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
-call('PEXPIRE', key, stored_ttl + grace, 'NX')
-return {0, remaining, reset, refill_ms(xt + cost - cap, xc)}
+-- Nothing else written: keep the stored state's expiry, or store the cut state.
+if cut then
+  store(xt, xc, reset)
+else
+  call('PEXPIRE', key, stored_ttl + grace, 'NX')
+end
+return reply

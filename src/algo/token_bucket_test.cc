@@ -279,19 +279,19 @@ TEST(TokenBucketPlanChange, ARaisedCapacityAddsItsTokensAtOnce) {
   EXPECT_EQ(state->tokens, 6);
 }
 
-TEST(TokenBucketPlanChange, ALoweredCapacityLeavesWhatWasSpentSpent) {
+TEST(TokenBucketPlanChange, ALoweredCapacityCutsTheDeficitToAnEmptyBucket) {
   State state;
   ASSERT_EQ(Call(state, Consume(10, 1000, 5, 6), kT0).reply, (AlgoReply{1, 4, 1200, 0}));
-  // Downgrade to 3: 6 are missing, so nothing is left (never less than 0) until 4 have
-  // come back at 5 per s — and the promised retry_after holds without any write.
-  const State before = state;
+  // Downgrade to 3: 6 are missing, more than the new bucket holds. It is empty (3
+  // missing), and that is written back even by this refusal, so the downgrade costs at
+  // most one refill of the new bucket (600 ms), not the old deficit (1200 ms).
   Step down = Call(state, Consume(3, 1000, 5), kT0);
-  EXPECT_EQ(down.reply, (AlgoReply{0, 0, 1200, 800}));
+  EXPECT_EQ(down.reply, (AlgoReply{0, 0, 600, 200}));
   EXPECT_EQ(down.decision.remaining, 0);
-  EXPECT_TRUE(Same(state, before));
-  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 400).reply, (AlgoReply{0, 0, 800, 400}));
-  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 799).reply.code, 0);
-  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 800).reply, (AlgoReply{1, 0, 600, 0}));
+  EXPECT_EQ(state->tokens, 3);
+  EXPECT_EQ(down.expires_at_ms, kT0 + 600);
+  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 199).reply.code, 0);
+  EXPECT_EQ(Call(state, Consume(3, 1000, 5), kT0 + 200).reply, (AlgoReply{1, 0, 600, 0}));
 }
 
 TEST(TokenBucketPlanChange, AFasterRefillAppliesToWhatIsMissing) {

@@ -2,6 +2,9 @@
 
 #include <atomic>
 #include <future>
+#include <set>
+#include <string>
+#include <vector>
 
 #include <boost/asio/post.hpp>
 
@@ -229,6 +232,7 @@ Status Limiter::MakeCall(int op, std::string_view id, const CheckOptions& option
                                                                   : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   call.cache_denials = options_.cache_denials;
+  call.counted_by = options.counted_by;
   return Status::Ok();
 }
 
@@ -239,6 +243,10 @@ void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
     done(std::move(s));
     return;
   }
+  ExecuteCall(std::move(call), std::move(done));
+}
+
+void Limiter::ExecuteCall(internal::CheckCall call, DecisionCallback done) const {
   if (options_.shadow && call.op == internal::Op::kConsume) {
     done = [policy = core_->policy, done = std::move(done)](StatusOr<Decision> result) {
       if (result.ok() && !result->allowed) {
@@ -303,7 +311,18 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
   }
   CheckOptions each = options;
   each.limit.reset();
+  each.counted_by = DecisionSource::kStore;
   CompositeDecision result;
+  // The same key listed twice: a refusal then describes a state no single check sees
+  // (the other listing's spending, given back afterwards); it is not cached.
+  bool repeats = false;
+  {
+    std::set<std::pair<const internal::ClientCore*, std::string>> keys;
+    for (const LimitCheck& c : checks) {
+      StatusOr<std::string> key = c.limiter->KeyFor(c.id);
+      if (key.ok() && !keys.emplace(c.limiter->core_.get(), *key).second) repeats = true;
+    }
+  }
   // One atomic step (the composite script on Redis) when every limiter is on one client
   // whose store decides several keys at once, and none is in shadow mode (a shadow limit
   // must never make the composite refuse; the staged path applies shadow mode per limit).
@@ -324,6 +343,7 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
       // One time and one deadline for the whole step.
       many.calls[i].now_ms = many.calls[0].now_ms;
       many.calls[i].deadline = many.calls[0].deadline;
+      many.calls[i].cache_denials = many.calls[i].cache_denials && !repeats;
     }
     // Keeps the store alive until CheckMany returns (as in Limiter::Execute).
     const std::shared_ptr<internal::ClientCore> keep = core;
@@ -345,24 +365,34 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
     }
     return result;
   }
-  bool have_admitted = false;
+  std::vector<Decision> admitted;  // per limit checked so far
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    StatusOr<Decision> d = checks[i].limiter->Check(checks[i].id, each);
+    internal::CheckCall call;
+    const int consume = static_cast<int>(internal::Op::kConsume);
+    if (Status s = checks[i].limiter->MakeCall(consume, checks[i].id, each, call); !s.ok()) {
+      return s;
+    }
+    call.cache_denials = call.cache_denials && !repeats;
+    const Limiter* limiter = checks[i].limiter;
+    StatusOr<Decision> d = internal::WaitFor<StatusOr<Decision>>(
+        [&](DecisionCallback done) { limiter->ExecuteCall(std::move(call), std::move(done)); });
     if (!d.ok() || !d->allowed) {
-      // Give back what the earlier limits admitted, newest first.
+      // Give back what the earlier limits counted, newest first, where they counted it.
       for (std::size_t j = i; j-- > 0;) {
-        (void)checks[j].limiter->Refund(checks[j].id, each.cost, {.deadline = each.deadline});
+        if (admitted[j].shadow_refused) continue;  // a shadow refusal counted nothing
+        (void)checks[j].limiter->Refund(
+            checks[j].id, each.cost, {.deadline = each.deadline, .counted_by = admitted[j].source});
       }
       if (!d.ok()) return d.status();
       result.decision = *d;
       result.decided_by = i;
       return result;
     }
-    if (!have_admitted || d->remaining < result.decision.remaining) {
+    if (admitted.empty() || d->remaining < result.decision.remaining) {
       result.decision = *d;
       result.decided_by = i;
-      have_admitted = true;
     }
+    admitted.push_back(*d);
   }
   return result;
 }

@@ -37,6 +37,8 @@ struct CheckCall {
   FailurePolicy on_failure = FailurePolicy::kOpen;
   int64_t servers = 1;
   bool cache_denials = false;
+  // Refunds only: where the units were counted (CheckOptions::counted_by).
+  DecisionSource counted_by = DecisionSource::kStore;
 };
 
 // One request against several limits, decided all-or-nothing (CheckAll's one-script

@@ -29,7 +29,12 @@
 -- set (refusals, heartbeats that find their lease gone, lists) checks PTTL the same way.
 -- (Releasing one lease is a plain ZREM, which cannot: the next acquire repairs it.) Under a model clock (tests only)
 -- expiries get 60 s of grace, as in fixed_window.lua.
--- A key that is not a sorted set (WRONGTYPE) is deleted by the acquire that finds it.
+-- A key that is not a sorted set (WRONGTYPE) is not sluice's: whichever op finds it
+-- (acquire, heartbeat, release all, list) deletes it and goes on as if there were no set.
+-- Lease ttls are arguments too, but a live lease keeps the expiry it was granted or
+-- last moved to: a shorter ttl applies from the lease's next heartbeat past that expiry
+-- and to new leases (cutting a live lease short could give its slot to another holder
+-- while the first still believes it holds it).
 -- Cost: an acquire on an id with no set makes 4 redis.calls (TIME, ZCARD, ZADD, PEXPIRE),
 -- on an id with leases 5 (+ ZREMRANGEBYSCORE); a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE).
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
@@ -88,7 +93,11 @@ end
 
 if op == '1' then
   local member = ARGV[3]
-  local score = redis.call('ZSCORE', key, member)
+  local score = redis.pcall('ZSCORE', key, member)
+  if type(score) == 'table' then
+    redis.call('DEL', key) -- WRONGTYPE: not sluice's; the lease is gone
+    return {0, 0, now, 0}
+  end
   if not score then
     restore_ttl()
     return {0, 0, now, 0}
@@ -111,13 +120,20 @@ if op == '1' then
 end
 
 if op == '3' then
-  local live = redis.call('ZCOUNT', key, string.format('(%d', now), '+inf')
+  local live = redis.pcall('ZCOUNT', key, string.format('(%d', now), '+inf')
+  if type(live) == 'table' then
+    live = 0 -- WRONGTYPE: not sluice's, no leases to count
+  end
   redis.call('DEL', key)
   return {1, live, now, 0}
 end
 
 if op == '4' then
-  local rows = redis.call('ZRANGE', key, string.format('(%d', now), '+inf', 'BYSCORE', 'WITHSCORES')
+  local rows = redis.pcall('ZRANGE', key, string.format('(%d', now), '+inf', 'BYSCORE', 'WITHSCORES')
+  if rows.err then
+    redis.call('DEL', key) -- WRONGTYPE: not sluice's
+    return {now}
+  end
   local out = {now}
   for i = 1, #rows, 2 do
     out[#out + 1] = rows[i]

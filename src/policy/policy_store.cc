@@ -64,10 +64,26 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
 }
 
 void PolicyStore::Check(CheckCall call, DecisionCallback done) {
+  if (call.op == Op::kRefund && call.counted_by != DecisionSource::kStore) {
+    // Units a policy counted: given back where they were counted, or nowhere.
+    if (call.counted_by == DecisionSource::kLocalFallback) {
+      StatusOr<Decision> given = local_.CheckNow(LocalCall(call));
+      if (given.ok()) given->source = DecisionSource::kLocalFallback;
+      done(std::move(given));
+      return;
+    }
+    Decision nothing;  // fail_open, fail_closed, cached denial: nothing was counted
+    nothing.allowed = true;
+    nothing.limit = call.limit.limit;
+    nothing.remaining = call.limit.limit;
+    nothing.source = call.counted_by;
+    done(nothing);
+    return;
+  }
   const bool decision = call.op == Op::kConsume || call.op == Op::kPeek;
   const bool cache = denials_ && call.cache_denials && call.op == Op::kConsume;
   if (cache) {
-    if (auto cached = denials_->Lookup(call.key, call.limit, call.cost, NowMs(call))) {
+    if (auto cached = denials_->Lookup(call.key, call.limit, call.cost, CacheNowMs(call))) {
       cached_denials_.fetch_add(1, std::memory_order_relaxed);
       done(*std::move(cached));
       return;
@@ -101,7 +117,10 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
                                    done = std::move(done)](StatusOr<Decision> result) {
     if (result.ok()) {
       breaker_.OnSuccess();
-      if (cache) denials_->Record(fallback.key, fallback.limit, fallback.cost, *result, NowMs(fallback));
+      if (cache) {
+        denials_->Record(fallback.key, fallback.limit, fallback.cost, *result,
+                         CacheNowMs(fallback));
+      }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
       breaker_.OnFailure();
@@ -140,7 +159,7 @@ void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
     for (std::size_t i = 0; i < call.calls.size(); ++i) {
       const CheckCall& c = call.calls[i];
       if (!c.cache_denials) continue;
-      if (auto cached = denials_->Lookup(c.key, c.limit, c.cost, NowMs(c))) {
+      if (auto cached = denials_->Lookup(c.key, c.limit, c.cost, CacheNowMs(c))) {
         cached_denials_.fetch_add(1, std::memory_order_relaxed);
         done(MultiDecision{i, {*std::move(cached)}});
         return;
@@ -159,7 +178,7 @@ void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
       breaker_.OnSuccess();
       if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
         const CheckCall& c = calls[*result->refused_by];
-        denials_->Record(c.key, c.limit, c.cost, result->decisions[0], NowMs(c));
+        denials_->Record(c.key, c.limit, c.cost, result->decisions[0], CacheNowMs(c));
       }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -62,6 +63,16 @@ class PolicyStore final : public Store {
 
   template <typename Call>
   int64_t NowMs(const Call& call) const { return call.now_ms ? *call.now_ms : clock_->NowMs(); }
+  // The denial cache's time: the model clock's, else a monotonic clock — its entries
+  // expire after a duration (retry_after), which a step of the wall clock (NTP) must not
+  // stretch or cut.
+  template <typename Call>
+  static int64_t CacheNowMs(const Call& call) {
+    if (call.now_ms) return *call.now_ms;
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   std::shared_ptr<Store> inner_;
   std::shared_ptr<const Clock> clock_;
