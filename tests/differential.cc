@@ -178,4 +178,14 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   EXPECT_EQ(server.KeysWithoutTtl(prefix + ":*"), std::vector<std::string>{});
 }
 
+void RunParameterChangeTraces(const RedisServer& server, Algorithm algorithm, bool vary_window) {
+  for (uint32_t seed : {31u, 32u, 33u}) {
+    RunDifferentialTrace(server, {.algorithm = algorithm, .seed = seed, .window_ms = 10'000,
+                                  .vary_parameters = true, .vary_window = vary_window});
+  }
+  RunDifferentialTrace(server, {.algorithm = algorithm, .seed = 34, .window_ms = 1'000,
+                                .refill = 3, .aligned = true, .vary_parameters = true,
+                                .vary_window = vary_window});
+}
+
 }  // namespace sluice::testing

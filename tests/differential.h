@@ -39,4 +39,9 @@ struct TraceConfig {
 // and the boundaries, and that no key of its prefix is left without an expiry.
 void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config);
 
+// The traces every algorithm runs with vary_parameters: three on a 10 s base window and
+// one on a 1 s window with an explicit refill and aligned windows.
+void RunParameterChangeTraces(const RedisServer& server, Algorithm algorithm,
+                              bool vary_window = true);
+
 }  // namespace sluice::testing

@@ -46,14 +46,7 @@ TEST(SlidingLogDifferential, ManyIdsLongTrace) {
 // after every step the key's TTL covers its state.
 TEST(SlidingLogDifferential, ParametersChangeBetweenCalls) {
   testing::RedisServer server;
-  for (uint32_t seed : {31u, 32u, 33u}) {
-    testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kSlidingLog, .seed = seed,
-                                           .window_ms = 10'000, .vary_parameters = true,
-                                           .vary_window = false});
-  }
-  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kSlidingLog, .seed = 34,
-                                         .window_ms = 1'000, .refill = 3, .aligned = true,
-                                         .vary_parameters = true, .vary_window = false});
+  testing::RunParameterChangeTraces(server, Algorithm::kSlidingLog, /*vary_window=*/false);
 }
 
 }  // namespace

@@ -133,13 +133,7 @@ TEST(SlidingWindowDifferential, HugeLimitsAndWindows) {
 // appear at the keys, and after every step the key's TTL covers its state.
 TEST(SlidingWindowDifferential, ParametersChangeBetweenCalls) {
   testing::RedisServer server;
-  for (uint32_t seed : {31u, 32u, 33u}) {
-    testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kSlidingWindow, .seed = seed,
-                                           .window_ms = 10'000, .vary_parameters = true});
-  }
-  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kSlidingWindow, .seed = 34,
-                                         .window_ms = 1'000, .refill = 3, .aligned = true,
-                                         .vary_parameters = true});
+  testing::RunParameterChangeTraces(server, Algorithm::kSlidingWindow);
 }
 
 }  // namespace

@@ -186,13 +186,7 @@ TEST(TokenBucketDifferential, WideNumbersStayExact) {
 // appear at the keys, and after every step the key's TTL covers its state.
 TEST(TokenBucketDifferential, ParametersChangeBetweenCalls) {
   testing::RedisServer server;
-  for (uint32_t seed : {31u, 32u, 33u}) {
-    testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kTokenBucket, .seed = seed,
-                                           .window_ms = 10'000, .vary_parameters = true});
-  }
-  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kTokenBucket, .seed = 34,
-                                         .window_ms = 1'000, .refill = 3, .aligned = true,
-                                         .vary_parameters = true});
+  testing::RunParameterChangeTraces(server, Algorithm::kTokenBucket);
 }
 
 }  // namespace
