@@ -1,7 +1,11 @@
 // sluice top: a live view of the ids with the most live leases and the hottest counters
-// under a prefix, refreshed every --interval, sampled with SCAN (at most --sample keys
-// per refresh). Quits on q or Ctrl-C. A concurrency set whose live leases never return
-// to zero is the "floor" of a leak: it stays at the top here.
+// under a prefix, refreshed every --interval, sampled with SCAN: each refresh reads at
+// most --sample keys, going on where the previous refresh stopped (the SCAN cursor is
+// kept), so successive refreshes walk the whole keyspace and start over. Rows found by
+// earlier refreshes stay on screen, with the values they had when sampled, until the
+// key is sampled again or a whole pass of the keyspace has gone by without it. Quits on q
+// or Ctrl-C. A concurrency set whose live leases never return to zero is the "floor" of
+// a leak: it stays at the top here.
 #include <poll.h>
 #include <signal.h>
 #include <termios.h>
@@ -11,8 +15,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "admin_common.h"
@@ -28,41 +34,95 @@ struct TopOptions {
   int rows = 15;
   int64_t sample = 20'000;
   bool once = false;
+  int frames = 0;  // 0: until q
 };
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }
 
 struct Row {
-  std::string limiter, id, algorithm, unit;
+  std::string key, limiter, id, algorithm, unit;
   int64_t value = 0, stale = 0, ttl_ms = 0;
+  int64_t pass = 0;  // the keyspace pass in which it was sampled
 };
 
 struct Frame {
   int64_t sampled = 0;
+  int64_t pass = 0;  // passes over the keyspace completed before this refresh ended
   double took_s = 0;
   std::vector<Row> leases, counters;
 };
 
-StatusOr<Frame> Sample(Admin& admin, const TopOptions& o) {
+// What successive refreshes share: where SCAN stands, and the rows worth showing.
+struct View {
+  std::string cursor = "0";
+  int64_t pass = 0;
+  std::map<std::string, Row> lease_rows, counter_rows;  // by key
+};
+
+bool ByValue(const Row& a, const Row& b) {
+  return a.value != b.value ? a.value > b.value : a.stale > b.stale;
+}
+
+// The top `n` of `rows`, best first.
+std::vector<Row> Top(std::vector<Row> rows, int n) {
+  const size_t keep = std::min(rows.size(), static_cast<size_t>(n));
+  std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(keep), rows.end(), ByValue);
+  rows.resize(keep);
+  return rows;
+}
+
+// The rows of `known` sampled in this pass or the last one, the top `n` of each
+// algorithm (units differ between algorithms: ms until full for gcra, tokens, counts);
+// `known` keeps only those.
+std::vector<Row> Rank(std::map<std::string, Row>& known, int64_t pass, int n) {
+  std::map<std::string, std::vector<Row>> by_algorithm;
+  for (auto& [key, row] : known) {
+    if (row.pass >= pass - 1) by_algorithm[row.algorithm].push_back(row);
+  }
+  std::vector<Row> ranked;
+  known.clear();
+  for (auto& [algorithm, rows] : by_algorithm) {
+    for (Row& r : Top(std::move(rows), n)) {
+      known[r.key] = r;
+      ranked.push_back(std::move(r));
+    }
+  }
+  return ranked;
+}
+
+StatusOr<Frame> Sample(Admin& admin, const TopOptions& o, View& view) {
   const auto start = std::chrono::steady_clock::now();
   Frame frame;
   std::vector<std::string> counter_keys;
-  Status status = admin.Scan({.limiter = o.limiter}, [&](const ScanBatch& batch) {
-    for (const ScannedKey& k : batch.keys) {
-      ++frame.sampled;
-      if (!k.name) continue;
-      if (k.name->suffix == "cc") {
-        frame.leases.push_back({k.name->limiter, k.name->encoded_id, "concurrency", "live leases",
-                                k.members - std::max<int64_t>(0, k.stale),
-                                std::max<int64_t>(0, k.stale), k.ttl_ms});
-      } else {
-        counter_keys.push_back(k.key);
+  // From where the last refresh stopped; past the end, once more from the start (so a
+  // keyspace smaller than --sample is read whole, once, each refresh).
+  const bool from_start = view.cursor == "0";
+  for (int leg = 0; leg < 2 && frame.sampled < o.sample; ++leg) {
+    bool finished = false;
+    Status status = admin.Scan({.limiter = o.limiter, .cursor = view.cursor, .distinct = true},
+                               [&](const ScanBatch& batch) {
+      for (const ScannedKey& k : batch.keys) {
+        ++frame.sampled;
+        if (!k.name) continue;
+        if (k.name->suffix == "cc") {
+          view.lease_rows[k.key] = {k.key, k.name->limiter, k.name->encoded_id, "concurrency",
+                                    "live leases", k.members - std::max<int64_t>(0, k.stale),
+                                    std::max<int64_t>(0, k.stale), k.ttl_ms, view.pass};
+        } else {
+          counter_keys.push_back(k.key);
+        }
       }
-    }
-    return frame.sampled < o.sample;
-  });
-  if (!status.ok()) return status;
+      view.cursor = batch.cursor;
+      finished = batch.cursor == "0";
+      return frame.sampled < o.sample;
+    });
+    if (!status.ok()) return status;
+    if (!finished) break;
+    ++view.pass;
+    view.cursor = "0";
+    if (from_start && leg == 0) break;  // the whole keyspace was read in this refresh
+  }
   constexpr size_t kChunk = 5000;
   for (size_t at = 0; at < counter_keys.size(); at += kChunk) {
     std::span<const std::string> chunk(counter_keys.data() + at,
@@ -70,36 +130,18 @@ StatusOr<Frame> Sample(Admin& admin, const TopOptions& o) {
     auto states = admin.ReadKeys(chunk);
     if (!states.ok()) return states.status();
     for (const KeyState& s : *states) {
-      if (!s.name || s.used <= 0) continue;
-      frame.counters.push_back({s.name->limiter, s.name->encoded_id,
-                                std::string(SuffixAlgorithm(s.name->suffix)), s.used_unit, s.used,
-                                0, s.ttl_ms});
+      if (!s.name || s.used <= 0) {
+        view.counter_rows.erase(s.key);  // back to zero, or gone
+        continue;
+      }
+      view.counter_rows[s.key] = {s.key, s.name->limiter, s.name->encoded_id,
+                                  std::string(SuffixAlgorithm(s.name->suffix)), s.used_unit,
+                                  s.used, 0, s.ttl_ms, view.pass};
     }
   }
-  auto by_value = [](const Row& a, const Row& b) {
-    return a.value != b.value ? a.value > b.value : a.stale > b.stale;
-  };
-  auto keep = [&](std::vector<Row>& rows) {
-    const size_t n = std::min(rows.size(), static_cast<size_t>(o.rows));
-    std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(n), rows.end(), by_value);
-    rows.resize(n);
-  };
-  keep(frame.leases);
-  // Units differ between algorithms (ms until full for gcra, tokens, counts), so the
-  // counters are ranked within each algorithm: the top rows of each.
-  std::stable_sort(frame.counters.begin(), frame.counters.end(),
-                   [](const Row& a, const Row& b) { return a.algorithm < b.algorithm; });
-  std::vector<Row> ranked;
-  for (size_t at = 0; at < frame.counters.size();) {
-    size_t end = at;
-    while (end < frame.counters.size() && frame.counters[end].algorithm == frame.counters[at].algorithm) ++end;
-    std::vector<Row> group(frame.counters.begin() + static_cast<std::ptrdiff_t>(at),
-                           frame.counters.begin() + static_cast<std::ptrdiff_t>(end));
-    keep(group);
-    ranked.insert(ranked.end(), group.begin(), group.end());
-    at = end;
-  }
-  frame.counters = std::move(ranked);
+  frame.pass = view.pass;
+  frame.leases = Top(Rank(view.lease_rows, view.pass, o.rows), o.rows);
+  frame.counters = Rank(view.counter_rows, view.pass, o.rows);
   frame.took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return frame;
 }
@@ -109,9 +151,11 @@ std::string Render(const Frame& f, const TopOptions& o) {
   char line[512];
   auto add = [&](int n) { out.append(line, static_cast<size_t>(std::min<int>(n, sizeof line - 1))); };
   add(std::snprintf(line, sizeof line,
-                    "sluice top — prefix %s%s%s — %lld keys sampled in %.2f s — q or Ctrl-C quits\n\n",
+                    "sluice top — prefix %s%s%s — %lld keys sampled in %.2f s (keyspace passes "
+                    "done: %lld) — q or Ctrl-C quits\n\n",
                     o.admin.prefix.c_str(), o.limiter.empty() ? "" : ", limiter ",
-                    o.limiter.c_str(), static_cast<long long>(f.sampled), f.took_s));
+                    o.limiter.c_str(), static_cast<long long>(f.sampled), f.took_s,
+                    static_cast<long long>(f.pass)));
   add(std::snprintf(line, sizeof line, "MOST LIVE LEASES\n%-20s %-40s %10s %8s %12s\n", "limiter",
                     "id", "live", "stale", "ttl"));
   if (f.leases.empty()) out += "  (no concurrency sets)\n";
@@ -140,8 +184,8 @@ nlohmann::json ToJson(const Frame& f) {
     }
     return a;
   };
-  return {{"sampled", f.sampled}, {"took_s", f.took_s}, {"leases", rows(f.leases)},
-          {"counters", rows(f.counters)}};
+  return {{"sampled", f.sampled}, {"passes", f.pass}, {"took_s", f.took_s},
+          {"leases", rows(f.leases)}, {"counters", rows(f.counters)}};
 }
 
 // Waits up to `seconds` for q on stdin or a signal; true when the user asked to quit.
@@ -168,13 +212,20 @@ bool WaitForQuit(double seconds, bool& stdin_open) {
 int RunTop(const TopOptions& o) {
   auto admin = ConnectOrReport("top", o.admin);
   if (!admin) return kExitError;
-  if (o.once || o.admin.json) {
-    auto frame = Sample(*admin, o);
-    if (!frame.ok()) return ReportError("top", frame.status());
-    if (o.admin.json) {
-      PrintJson(ToJson(*frame));
-    } else {
-      std::fputs(Render(*frame, o).c_str(), stdout);
+  View view;
+  if (o.once || o.admin.json || o.frames > 0) {
+    // --frames N: N refreshes --interval apart; each printed, or with --json the last.
+    const int frames = o.frames > 0 ? o.frames : 1;
+    for (int i = 0; i < frames; ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.interval_s));
+      auto frame = Sample(*admin, o, view);
+      if (!frame.ok()) return ReportError("top", frame.status());
+      if (o.admin.json) {
+        if (i == frames - 1) PrintJson(ToJson(*frame));
+      } else {
+        std::fputs(Render(*frame, o).c_str(), stdout);
+        std::fflush(stdout);
+      }
     }
     return kExitOk;
   }
@@ -195,7 +246,7 @@ int RunTop(const TopOptions& o) {
   bool stdin_open = true;
   int exit_code = kExitOk;
   while (!g_stop.load()) {
-    auto frame = Sample(*admin, o);
+    auto frame = Sample(*admin, o, view);
     if (!frame.ok()) {
       exit_code = ReportError("top", frame.status());
       break;
@@ -217,16 +268,23 @@ void AddTop(CLI::App& app, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "top",
       "Live view of the ids with the most live leases and the hottest counters under a prefix, "
-      "sampled with SCAN. Quits on q or Ctrl-C.\n"
+      "sampled with SCAN (--sample keys per refresh, each refresh going on where the last "
+      "stopped). Quits on q or Ctrl-C.\n"
       "Exit codes: 0 quit, 2 usage or connection error.");
   AddAdminFlags(cmd, o->admin);
   cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
   cmd->add_option("--interval", o->interval_s, "Seconds between refreshes")
       ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
   cmd->add_option("--rows", o->rows, "Rows per table")->capture_default_str()->check(CLI::Range(1, 10'000));
-  cmd->add_option("--sample", o->sample, "At most this many keys scanned per refresh")
+  cmd->add_option("--sample", o->sample,
+                  "At most this many keys scanned per refresh; each refresh goes on where the "
+                  "last stopped, so successive refreshes cover the whole keyspace")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_flag("--once", o->once, "Print one frame and exit (--json implies it)");
+  auto* once = cmd->add_flag("--once", o->once, "Print one frame and exit (--json alone implies it)");
+  cmd->add_option("--frames", o->frames,
+                  "Print this many frames, --interval apart, and exit (with --json: only the "
+                  "last, which holds what every refresh found)")
+      ->check(CLI::Range(1, 1'000'000))->excludes(once);
   cmd->callback([o, &exit_code] { exit_code = RunTop(*o); });
 }
 

@@ -377,7 +377,8 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   EXPECT_TRUE(Eventually([&] { return lost.load() == 3; }));
   for (const Lease& l : held) EXPECT_EQ(l.loss(), LeaseLoss::kGone);
 
-  // A second release finds nothing and says so; a failed one writes nothing.
+  // A second release finds nothing and says so; a failed one is recorded as such (the
+  // record is written before the store is touched, its outcome after).
   auto again = cap.ReleaseAll("acct:7", {.actor = "ana", .reason = "again"}, {.log_path = log});
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->released, 0);
@@ -386,7 +387,10 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   auto failed = cap.ReleaseAll("acct:8", {.actor = "ana", .reason = "down"}, {.log_path = log},
                                milliseconds(300));
   EXPECT_FALSE(failed.ok());
-  EXPECT_EQ(Lines(log).size(), 2u);
+  ASSERT_EQ(Lines(log).size(), 3u);
+  auto failed_record = nlohmann::json::parse(Lines(log)[2]);
+  EXPECT_NE(failed_record["outcome"], "done");
+  EXPECT_FALSE(failed_record.contains("released"));
   server.Start();
   // A log that cannot be opened stops the action before the store.
   auto no_log = cap.ReleaseAll("acct:8", {.actor = "ana", .reason = "x"},

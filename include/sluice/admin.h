@@ -11,8 +11,8 @@
 // a key, and nothing touches a key that is not of sluice's layout (a *foreign* key).
 //
 // Thread-safety: an Admin may be used from one thread at a time; its calls block the
-// calling thread (each bounded by AdminOptions::command_timeout per round trip). No
-// exception crosses this API.
+// calling thread (each bounded by AdminOptions::command_timeout per round trip, up to
+// 3 attempts). No exception crosses this API.
 #pragma once
 
 #include <chrono>
@@ -41,7 +41,9 @@ struct AdminOptions {
   // Deadline of connecting and authenticating. Default: 2000 ms.
   std::chrono::milliseconds connect_timeout{2000};
   // Deadline of each round trip (one SCAN batch with its PTTL/TYPE, one EXPIRE batch).
-  // Default: 10 s.
+  // Scan and ExpireIfNone send a round trip that misses it again (3 attempts in all);
+  // the connection is closed (calls in flight fail Unavailable) when Redis sends nothing
+  // for 3 x command_timeout. Default: 10 s.
   std::chrono::milliseconds command_timeout{10000};
   // SCAN's COUNT hint: keys examined per batch. Default: 1000.
   std::size_t scan_count = 1000;
@@ -88,10 +90,16 @@ struct ScannedKey {
   // — holders that died or lost their lease and that no acquire has pruned yet. -1
   // otherwise.
   int64_t stale = -1;
-  // With ScanOptions::read_leaked_values, for a key without an expiry whose value says
-  // when its state is over (fixed_window, token_bucket, gcra, concurrency): that time on
-  // the Redis clock (see KeyState::ends_at_ms). -1 otherwise.
+  // With ScanOptions::read_leaked_values, for a key without an expiry: when its state is
+  // over, on the Redis clock. Read from the value for fixed_window (window end),
+  // token_bucket (full again), gcra (TAT) and concurrency (last lease expiry): exact
+  // (see KeyState::ends_at_ms). sliding_window: window start + 2 windows (the state
+  // counts the current and the previous window), with the window its value records, or
+  // kMaxWindow (366 days) for a value of the earlier form that records none;
+  // sliding_log, whose entries hold no window: newest entry + kMaxWindow; for both
+  // `ends_at_is_bound` is set. -1 otherwise (a value that does not decode).
   int64_t ends_at_ms = -1;
+  bool ends_at_is_bound = false;
 
   // Under the prefix but not sluice's (layout or type): never touched by repair.
   bool foreign() const { return !name.has_value() && type != KeyType::kNone; }
@@ -100,7 +108,12 @@ struct ScannedKey {
 struct ScanBatch {
   std::vector<ScannedKey> keys;
   int64_t now_ms = 0;      // the Redis clock (TIME) when the batch was scanned
-  int64_t scanned = 0;     // keys returned by SCAN so far, this batch included
+  int64_t scanned = 0;     // keys returned by SCAN so far, this batch and repeats included
+  int64_t repeats = 0;     // with ScanOptions::distinct: keys dropped so far as repeats
+  // Where SCAN stands after this batch: pass it as ScanOptions::cursor to go on from
+  // here (a scan stopped by on_batch loses nothing; some keys may come again). "0" once
+  // the scan has walked the whole keyspace.
+  std::string cursor;
 };
 
 struct ScanOptions {
@@ -109,6 +122,15 @@ struct ScanOptions {
   // Also read the value of keys without an expiry, to fill ScannedKey::ends_at_ms (what
   // repair needs). Default: false.
   bool read_leaked_values = false;
+  // Where to start: "0" (the beginning) or a ScanBatch::cursor of an earlier scan with
+  // the same limiter, to go on where it stopped. Default: "0".
+  std::string cursor = "0";
+  // Report each key once, although SCAN may return a key more than once (when the
+  // table is resized during the scan): remembers a 64-bit hash of every key reported,
+  // 11–22 bytes a key (16 MiB for a million keys). Two distinct keys share a hash
+  // with probability about n²/2⁶⁵ (under 10⁻⁶ for 6 million keys): the second would be
+  // taken for a repeat. Default: false (repeats are reported again).
+  bool distinct = false;
 };
 
 // One decoded field of a key's value: {"count", 3}, {"window_end_ms", …}.
@@ -159,8 +181,11 @@ struct IdState {
 // What ExpireIfNone did.
 struct ExpireResult {
   int64_t set = 0;        // keys that had no expiry and got one
-  int64_t had_ttl = 0;    // keys that already had one (left alone: EXPIRE … NX)
+  int64_t had_ttl = 0;    // keys that already had one (left alone)
   int64_t missing = 0;    // keys that no longer existed
+  // Keys that held another Redis type than sluice stores under their suffix (replaced by
+  // another application since they were scanned): left alone.
+  int64_t foreign = 0;
 };
 
 class Admin {
@@ -185,11 +210,14 @@ class Admin {
   // SCANs every key matching `<prefix>:*` (or `<prefix>:{<limiter>:*`), in batches of
   // about scan_count keys; each batch's TYPE and PTTL (and ZCARD, and for cc the stale
   // leases) are read by one read-only script call (about a millisecond of Redis time)
-  // while the next SCAN is already in flight.
+  // while the next SCAN is already in flight. A round trip that misses its deadline is
+  // sent again (3 attempts in all: all of it is read-only).
   // Calls `on_batch` once per batch on the calling thread; stops early (returning OK)
-  // when it returns false. A key may be reported twice (SCAN's guarantee) and keys
-  // created during the scan may be missed. Errors: InvalidArgument (bad limiter name),
-  // DeadlineExceeded/Unavailable (the server stopped answering), Internal.
+  // when it returns false. `on_batch` may call this Admin's other methods (not Scan).
+  // A key may be reported twice (SCAN's guarantee) unless ScanOptions::distinct, and
+  // keys created during the scan may be missed. Errors: InvalidArgument (bad limiter
+  // name or cursor), DeadlineExceeded/Unavailable (the server stopped answering),
+  // Internal.
   Status Scan(const ScanOptions& options, const std::function<bool(const ScanBatch&)>& on_batch);
 
   // Reads and decodes `keys` (type, expiry, value) in one pipelined round trip.
@@ -200,11 +228,17 @@ class Admin {
   // limiter name or an empty id. Errors as Scan.
   StatusOr<IdState> Inspect(std::string_view limiter, std::string_view id);
 
-  // For each (key, ttl): EXPIRE key ttl NX, by a script call per 1,000 keys, all
-  // pipelined: a key that has an expiry keeps it, a key that vanished stays vanished, nothing is deleted. Every key
-  // must be of sluice's layout under the prefix (InvalidArgument names the first that is
-  // not, and nothing is changed); ttl >= 1 s. Errors as Scan (keys before the failing
-  // chunk may have been changed).
+  // For each (key, ttl): gives the key an expiry of ttl if, at that moment, it exists,
+  // holds the Redis type sluice stores under its suffix (ExpectedKeyType) and has no
+  // expiry; all three checked in the same script call that sets the expiry, so a key
+  // replaced by another application's value, or given an expiry, after it was scanned
+  // is left alone. Nothing is deleted. Every key must be of sluice's layout under the
+  // prefix (InvalidArgument names the first that is not, and nothing is changed);
+  // ttl >= 1 s. One script call per 1,000 keys, at most 4 in flight, each with its own
+  // deadline (AdminOptions::command_timeout): the time taken grows with the number of
+  // keys, never the deadline of one call. A call that misses its deadline is sent again
+  // (3 attempts in all; the script is idempotent: keys the late attempt set then count
+  // in had_ttl). Errors as Scan (chunks before the failing one have been applied).
   StatusOr<ExpireResult> ExpireIfNone(
       std::span<const std::pair<std::string, std::chrono::seconds>> keys);
 

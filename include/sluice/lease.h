@@ -149,9 +149,10 @@ struct AdminAction {
 // Where audit records of admin actions go (ClientOptions has none of this: a process
 // that never releases by hand needs nothing).
 struct AuditOptions {
-  // Append-only JSON-lines file, one record per action; required. Opened (created if
-  // missing) before the store is touched, so an action that cannot be recorded is not
-  // done.
+  // Append-only JSON-lines file, one record per action; required. The record is
+  // written (and fsync'ed) before the store is touched, so an action that cannot be
+  // recorded is not done, and an action is never done unrecorded; its outcome is then
+  // written into the same line (see ConcurrencyLimiter::ReleaseAll).
   std::string log_path;
   // Also append each record to the Redis stream `<prefix>:audit`, trimmed to about
   // stream_max_len entries and expiring stream_retention after the last record (every
@@ -182,12 +183,21 @@ class ConcurrencyLimiter {
   StatusOr<std::vector<LeaseInfo>> List(std::string_view id,
                                         std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
 
-  // Operators: releases every lease of `id` in one atomic step and writes one audit
-  // record {"ts","store_ms","action":"release_all","actor","reason","limiter","id","key",
-  // "released"} (id as encoded in keys: printable ASCII, %XX for other bytes)
-  // to audit.log_path (and the stream when asked). InvalidArgument without actor or
-  // reason; nothing is written when the store call fails. Holders of the released leases
-  // learn at their next heartbeat (LeaseLoss::kGone).
+  // Operators: releases every lease of `id` in one atomic step, recorded by one line of
+  // audit.log_path: {"ts","op","action":"release_all","actor","reason","limiter","id",
+  // "key","outcome",...} (id as encoded in keys: printable ASCII, %XX for other bytes;
+  // op: a random id of this action). The line is written before the store is touched
+  // with "outcome":"pending" (a line left so means the process died in between: the
+  // release may have happened), then completed in place: "done" with "store_ms" and
+  // "released"; "unknown" with "error" when the store did not answer in time or the
+  // connection broke (the release may have happened, or may still happen when a stalled
+  // Redis resumes: inspect the id); "failed" with "error" for an error reply (it did
+  // not happen). On "done" only, the record also goes to the stream when asked.
+  // InvalidArgument without actor or reason, or when they are not well-formed UTF-8
+  // without control characters (nothing is written or released); FailedPrecondition
+  // when the log cannot be opened or written (nothing is released); the store's error
+  // (its message says the outcome is recorded) otherwise. Holders of the released
+  // leases learn at their next heartbeat (LeaseLoss::kGone).
   StatusOr<ReleaseAllResult> ReleaseAll(std::string_view id, const AdminAction& action,
                                         const AuditOptions& audit,
                                         std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -19,10 +20,12 @@
 #include <boost/asio/io_context.hpp>
 #include <hiredis/hiredis.h>
 
+#include "admin/key_set.h"
 #include "core/keys.h"
 #include "redis/connection.h"
 #include "redis/endpoint.h"
 #include "redis/resp.h"
+#include "sluice/limits.h"
 
 namespace sluice {
 namespace {
@@ -140,9 +143,10 @@ constexpr std::string_view kSuffixes[] = {"fw", "sw", "sl", "tb", "gcra", "cc"};
 //          keys without an expiry (else "0")
 // Returns  5 items per key: type code (0 none, 1 string, 2 list, 3 set, 4 zset, 5 hash,
 //          6 stream, 7 other), PTTL, ZCARD (-1 if not a zset), leases whose expiry is
-//          at or before now (`:cc` sets, live while now < score; -1 otherwise), and for a key without an expiry (when
-//          asked) its value: a string's bytes, a `:cc` set's last expiry (ZRANGE -1 -1
-//          WITHSCORES), else false.
+//          at or before now (`:cc` sets, live while now < score; -1 otherwise), and for a
+//          key without an expiry (when asked) its value: a string's bytes, a sorted
+//          set's highest score (ZRANGE -1 -1 WITHSCORES: a `:cc` set's last expiry, a
+//          `:sl` log's newest entry), else false.
 // TTL rule: reads only (flags=no-writes): it creates, changes and expires nothing.
 constexpr std::string_view kScanBatchLua = R"lua(#!lua flags=no-writes
 local call = redis.call
@@ -164,7 +168,7 @@ for i = 1, #KEYS do
   if values and ttl == -1 then
     if t == 'string' then
       value = call('GET', key)
-    elseif t == 'zset' and cc then
+    elseif t == 'zset' then
       local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
       if last[2] then value = last[2] end
     end
@@ -180,20 +184,29 @@ return out
 )lua";
 
 // KEYS     keys to give an expiry
-// ARGV     the expiry of each, in seconds (ARGV[i] for KEYS[i])
-// Returns  one integer per key: 1 the key had no expiry and got one (EXPIRE … NX),
-//          0 it had an expiry (left as it was), -1 it does not exist.
-// TTL rule: EXPIRE … NX only: never deletes, never moves an existing expiry.
+// ARGV     for KEYS[i]: ARGV[2i-1] its expiry in seconds, ARGV[2i] the Redis type sluice
+//          stores under its suffix ("string", "zset", "stream")
+// Returns  one integer per key: 1 it had no expiry and got one, 0 it had an expiry (left
+//          as it was), -1 it does not exist, -2 it holds another type (another
+//          application's value replaced sluice's since the scan: left alone).
+// TTL rule: sets an expiry only on a key of sluice's type that has none (checked in this
+//          same call, so nothing can change in between); never deletes, never moves an
+//          existing expiry.
 constexpr std::string_view kExpireBatchLua = R"lua(
 local call = redis.call
 local out = {}
 for i = 1, #KEYS do
-  if call('EXPIRE', KEYS[i], ARGV[i], 'NX') == 1 then
-    out[i] = 1
-  elseif call('EXISTS', KEYS[i]) == 1 then
+  local key = KEYS[i]
+  local t = call('TYPE', key).ok
+  if t == 'none' then
+    out[i] = -1
+  elseif t ~= ARGV[2 * i] then
+    out[i] = -2
+  elseif call('TTL', key) ~= -1 then
     out[i] = 0
   else
-    out[i] = -1
+    call('EXPIRE', key, ARGV[2 * i - 1])
+    out[i] = 1
   end
 end
 return out
@@ -202,6 +215,15 @@ return out
 enum AdminScript { kScanBatch = 0, kExpireBatch = 1 };
 
 std::string ToDecimal(int64_t v) { return std::to_string(v); }
+
+constexpr int64_t kMaxWindowMs = kMaxWindow.count();
+
+// a + b, clamped to int64's range (values read from Redis may be anything).
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  int64_t sum;
+  if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return sum;
+}
 
 // Integers stored as doubles by the scripts: exact and in range, else nullopt.
 std::optional<int64_t> DoubleToInt(double d) {
@@ -404,8 +426,11 @@ void DecodeLeases(const Reply& range, const Reply& newest, int64_t now, KeyState
     (score <= now ? stale : live) += 1;
     s.leases.push_back(std::move(lease));
   }
-  // Past kMaxLeasesRead the rest (later expiries) are live.
-  live += s.members - static_cast<int64_t>(members.size());
+  // Past kMaxLeasesRead the rest have later expiries: all live when the last one read is,
+  // else counted by ReadKeys with a ZCOUNT.
+  if (!members.empty() && members.back().second > now) {
+    live += s.members - static_cast<int64_t>(members.size());
+  }
   Add(s, "leases", s.members);
   Add(s, "live", live);
   Add(s, "stale", stale);
@@ -621,7 +646,10 @@ StatusOr<std::unique_ptr<Admin>> Admin::Connect(AdminOptions options) {
   internal::ConnectionOptions copts;
   copts.connect_timeout = impl->options.connect_timeout;
   // A SCAN batch's replies can take a while on a busy server; the deadline is the guard.
-  copts.stall_timeout = impl->options.command_timeout;
+  // The connection is closed only when nothing came back for as long as every attempt
+  // of a call may take (a call that misses its deadline is sent again, 3 attempts in
+  // all), so a stall that a retry outlasts does not break the calls in flight.
+  copts.stall_timeout = 3 * impl->options.command_timeout;
   copts.max_in_flight = 1'000'000;
   copts.scripts = {{"sluice_admin_scan_batch", kScanBatchLua},
                    {"sluice_admin_expire_batch", kExpireBatchLua}};
@@ -661,6 +689,11 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
     // `{` is not special in a glob; the prefix and limiter names hold no glob characters.
     pattern = internal::KeyHead(impl_->options.prefix, scan.limiter) + "*";
   }
+  if (scan.cursor.empty() || scan.cursor.size() > 20 ||
+      !std::all_of(scan.cursor.begin(), scan.cursor.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return InvalidArgumentError("a scan cursor is a decimal number (ScanBatch::cursor), got \"" +
+                                scan.cursor + "\"");
+  }
   // SCAN visits COUNT buckets whatever MATCH keeps. When few keys of the database match
   // (a limiter among many, a small prefix in a big database), COUNT grows up to 4x so
   // that fewer sequential round trips walk the table; each SCAN still blocks Redis only
@@ -679,15 +712,34 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
   struct InFlight {
     std::vector<std::string> keys;
     int64_t now_ms = 0;
+    std::string cursor;  // SCAN's cursor after this batch
+    int64_t scanned = 0, repeats = 0;  // so far, this batch included
     std::future<StatusOr<std::vector<Reply>>> details;
   };
   std::deque<InFlight> in_flight;
-  auto next = scan_round("0");
+  // A round trip that misses its deadline is sent again (kAttempts in all): SCAN from a
+  // cursor and the read-only batch script give the same answer twice.
+  constexpr int kAttempts = 3;
+  const auto retried = [&](std::future<StatusOr<std::vector<Reply>>> first, const auto& resend) {
+    auto replies = impl_->Checked(first.get());
+    for (int attempt = 1; attempt < kAttempts && !replies.ok() &&
+                          replies.status().code() == StatusCode::kDeadlineExceeded;
+         ++attempt) {
+      replies = impl_->Checked(resend().get());
+    }
+    return replies;
+  };
+  const auto batch_args = [&](int64_t now_ms) {
+    return std::vector<std::string>{std::to_string(now_ms), scan.read_leaked_values ? "1" : "0"};
+  };
+  std::string next_cursor = scan.cursor;  // the cursor `next` was sent with
+  auto next = scan_round(next_cursor);
   bool scanning = true;
-  int64_t scanned = 0;
+  int64_t scanned = 0, repeats = 0;
+  internal::KeyHashSet seen;
   while (scanning || !in_flight.empty()) {
     if (scanning && in_flight.size() < kDepth) {
-      auto round = impl_->Checked(next.get());
+      auto round = retried(std::move(next), [&] { return scan_round(next_cursor); });
       if (!round.ok()) return round.status();
       const Reply& sr = (*round)[0];
       auto now = Impl::TimeMs((*round)[1]);
@@ -703,21 +755,51 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
         count /= 2;
       }
       scanning = cursor != "0";
-      if (scanning) next = scan_round(cursor);
-      if (sr.elements[1].elements.empty()) continue;
+      if (scanning) {
+        next_cursor = cursor;
+        next = scan_round(cursor);
+      }
+      scanned += static_cast<int64_t>(matched);
       InFlight f;
       f.now_ms = *now;
-      f.keys.reserve(sr.elements[1].elements.size());
-      for (const Reply& k : sr.elements[1].elements) f.keys.push_back(k.str);
-      const std::string args[] = {std::to_string(*now), scan.read_leaked_values ? "1" : "0"};
-      f.details = impl_->EvalAsync(kScanBatch, f.keys, args);
+      f.cursor = cursor;
+      f.scanned = scanned;
+      f.keys.reserve(matched);
+      for (const Reply& k : sr.elements[1].elements) {
+        if (scan.distinct && !seen.Insert(k.str)) {
+          ++repeats;
+          continue;
+        }
+        f.keys.push_back(k.str);
+      }
+      f.repeats = repeats;
+      if (f.keys.empty()) {
+        if (!in_flight.empty()) {
+          // Its batch now ends here.
+          in_flight.back().cursor = cursor;
+          in_flight.back().scanned = scanned;
+          in_flight.back().repeats = repeats;
+          continue;
+        }
+        // Nothing to report and nothing pending: an empty batch tells where SCAN stands.
+        ScanBatch empty;
+        empty.now_ms = *now;
+        empty.scanned = scanned;
+        empty.repeats = repeats;
+        empty.cursor = cursor;
+        if (!on_batch(empty)) return Status::Ok();
+        continue;
+      }
+      f.details = impl_->EvalAsync(kScanBatch, f.keys, batch_args(f.now_ms));
       in_flight.push_back(std::move(f));
       continue;
     }
     InFlight f = std::move(in_flight.front());
     in_flight.pop_front();
     std::vector<std::string>& keys = f.keys;
-    auto details = impl_->Checked(f.details.get());
+    auto details = retried(std::move(f.details), [&] {
+      return impl_->EvalAsync(kScanBatch, keys, batch_args(f.now_ms));
+    });
     if (!details.ok()) return details.status();
     const Reply& flat = (*details)[0];
     if (flat.kind != Reply::Kind::kArray || flat.elements.size() != 5 * keys.size()) {
@@ -725,6 +807,7 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
     }
     ScanBatch batch;
     batch.now_ms = f.now_ms;
+    batch.cursor = std::move(f.cursor);
     const int64_t* now = &f.now_ms;
     static constexpr KeyType kTypes[] = {KeyType::kNone, KeyType::kString, KeyType::kList,
                                          KeyType::kSet,  KeyType::kZset,   KeyType::kHash,
@@ -745,8 +828,30 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
       key.members = r[2].integer;
       key.stale = r[3].integer;
       if (r[4].kind == Reply::Kind::kString) {
+        const int64_t longest = kMaxWindowMs;
         if (key.name->suffix == "cc") {
           if (auto expiry = ParseScore(r[4])) key.ends_at_ms = *expiry;
+        } else if (key.name->suffix == "sl") {
+          // The newest entry counts until it leaves a window no longer than kMaxWindow.
+          if (auto newest = ParseScore(r[4])) {
+            key.ends_at_ms = SaturatingAdd(*newest, longest);
+            key.ends_at_is_bound = true;
+          }
+        } else if (key.name->suffix == "sw") {
+          // The counts of the window starting at `start` and of the one before it are
+          // used up when the window after the current one ends: start + 2 windows — the
+          // window the value records (26 bytes), else the longest a window can be.
+          KeyState state;
+          DecodeSlidingWindow(r[4].str, state);
+          if (state.problem.empty()) {
+            int64_t window = longest;
+            if (state.fields.size() > 3 && state.fields[3].value >= 1 &&
+                state.fields[3].value <= longest) {
+              window = state.fields[3].value;
+            }
+            key.ends_at_ms = SaturatingAdd(state.fields[0].value, 2 * window);
+            key.ends_at_is_bound = true;
+          }
         } else {
           KeyState state;
           if (key.name->suffix == "fw") DecodeFixedWindow(r[4].str, *now, state);
@@ -756,8 +861,8 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
         }
       }
     }
-    scanned += static_cast<int64_t>(batch.keys.size());
-    batch.scanned = scanned;
+    batch.scanned = f.scanned;
+    batch.repeats = f.repeats;
     // Calls still in flight complete into their own shared state: nothing waits on them.
     if (!on_batch(batch)) return Status::Ok();
   }
@@ -830,6 +935,35 @@ StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> key
       }
     }
   }
+  // Sets with more leases than were read, every one read stale: how many of the rest
+  // are stale too (a set of 20,000 dead holders has no live lease).
+  std::vector<size_t> uncounted;
+  std::vector<std::string> counts;
+  const std::string stale_at = std::to_string(*now);
+  for (size_t i = 0; i < states.size(); ++i) {
+    const KeyState& s = states[i];
+    if (s.name && s.name->suffix == "cc" && s.problem.empty() &&
+        s.members > static_cast<int64_t>(s.leases.size()) && !s.leases.empty() &&
+        s.leases.back().expires_at_ms <= *now) {
+      uncounted.push_back(i);
+      counts.push_back(internal::FormatCommand({"ZCOUNT", s.key, "-inf", stale_at}));
+    }
+  }
+  if (!uncounted.empty()) {
+    auto counted = impl_->Exec(std::move(counts));
+    if (!counted.ok()) return counted.status();
+    for (size_t j = 0; j < uncounted.size(); ++j) {
+      KeyState& s = states[uncounted[j]];
+      const Reply& r = (*counted)[j];
+      if (r.kind != Reply::Kind::kInteger) continue;  // gone or replaced in between
+      const int64_t stale = std::min<int64_t>(r.integer, s.members);
+      for (StateField& f : s.fields) {
+        if (f.name == "live") f.value = s.members - stale;
+        if (f.name == "stale") f.value = stale;
+      }
+      s.used = s.members - stale;
+    }
+  }
   return states;
 }
 
@@ -866,38 +1000,64 @@ StatusOr<ExpireResult> Admin::ExpireIfNone(
                                   std::to_string(ttl.count()));
     }
   }
-  // One script call per chunk, every chunk pipelined.
+  // One script call per chunk of kChunk keys, at most kInFlight of them sent and not
+  // yet answered: Redis stays busy (the next call is queued behind the one it runs)
+  // while each call's deadline, set when it is sent, covers only its own round trip and
+  // the few queued before it, however many keys there are. A call that misses its
+  // deadline is sent again, up to kAttempts in all: the script changes nothing it has
+  // already changed (a key it gave an expiry has one), so a late first attempt and the
+  // retry together do it once; its keys then count as having had an expiry.
   constexpr size_t kChunk = 1000;
+  constexpr size_t kInFlight = 4;
+  constexpr int kAttempts = 3;
+  struct Call {
+    std::vector<std::string> keys, args;
+    int attempt = 1;
+    std::future<StatusOr<std::vector<Reply>>> reply;
+  };
   ExpireResult result;
-  std::vector<std::future<StatusOr<std::vector<Reply>>>> calls;
-  std::vector<std::string> chunk_keys, ttls;
-  for (size_t start = 0; start < keys.size(); start += kChunk) {
-    chunk_keys.clear();
-    ttls.clear();
-    for (size_t i = start; i < std::min(keys.size(), start + kChunk); ++i) {
-      chunk_keys.push_back(keys[i].first);
-      ttls.push_back(ToDecimal(keys[i].second.count()));
-    }
-    calls.push_back(impl_->EvalAsync(kExpireBatch, chunk_keys, ttls));
-  }
+  std::deque<Call> calls;
   Status failure;
-  for (auto& call : calls) {
-    auto replies = impl_->Checked(call.get());
+  const auto collect = [&] {
+    Call call = std::move(calls.front());
+    calls.pop_front();
+    auto replies = impl_->Checked(call.reply.get());
+    while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
+           call.attempt < kAttempts) {
+      ++call.attempt;
+      replies = impl_->Checked(impl_->EvalAsync(kExpireBatch, call.keys, call.args).get());
+    }
     if (!replies.ok()) {
       if (failure.ok()) failure = replies.status();
-      continue;
+      return;
     }
     const Reply& r = (*replies)[0];
     if (r.kind != Reply::Kind::kArray) {
       if (failure.ok()) failure = impl_->Unexpected("the expire batch script");
-      continue;
+      return;
     }
     for (const Reply& e : r.elements) {
       if (e.integer == 1) ++result.set;
       if (e.integer == 0) ++result.had_ttl;
       if (e.integer == -1) ++result.missing;
+      if (e.integer == -2) ++result.foreign;
     }
+  };
+  for (size_t start = 0; start < keys.size() && failure.ok(); start += kChunk) {
+    Call call;
+    for (size_t i = start; i < std::min(keys.size(), start + kChunk); ++i) {
+      const std::string& key = keys[i].first;
+      call.keys.push_back(key);
+      call.args.push_back(ToDecimal(keys[i].second.count()));
+      const auto name = ParseKeyName(impl_->options.prefix, key);
+      call.args.emplace_back(KeyTypeName(ExpectedKeyType(name->suffix)));
+    }
+    if (calls.size() == kInFlight) collect();
+    if (!failure.ok()) break;
+    call.reply = impl_->EvalAsync(kExpireBatch, call.keys, call.args);
+    calls.push_back(std::move(call));
   }
+  while (!calls.empty()) collect();
   if (!failure.ok()) return failure;
   return result;
 }

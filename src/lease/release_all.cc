@@ -1,13 +1,20 @@
 // The operators' "release every lease of this id", with its audit record.
 //
-// Order of events, so that no action goes unrecorded and no record describes an action
-// that did not happen: open the audit log (create it if missing) → release in the store
-// (one script: count the live leases, delete the set) → append the record with one
-// write(2) on an O_APPEND descriptor and fsync → optionally the stream. A store failure
-// writes nothing; a log that cannot be opened stops the action before the store.
+// Order of events, so that no action goes unrecorded and no record claims an action that
+// did not happen: the record is written (one write(2) on an O_APPEND descriptor, then
+// fsync) BEFORE the store is touched, with "outcome":"pending" and a fixed-width tail of
+// padding; then the release runs in the store (one script: count the live leases,
+// delete the set); then the tail of that same line is overwritten in place (pwrite at
+// its own offset, fsync) with the outcome: "done" with store_ms and released, or
+// "unknown" with the error when the store did not answer (the script may still have run:
+// a paused Redis runs it later), or "failed" for an error reply. So there is one line
+// per call, and a line whose outcome is "pending" is an action whose process died
+// in between. Then, on "done" only, the record goes to the stream when asked. A log that
+// cannot be opened or written stops the action before the store.
 #include "sluice/lease.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -23,7 +30,8 @@
 namespace sluice {
 namespace {
 
-// True for well-formed UTF-8 without control characters: what may go into a record.
+// True for well-formed UTF-8 (RFC 3629: shortest form only, no surrogates, nothing past
+// U+10FFFF) without control characters (C0, DEL, C1): what may go into a record.
 bool PrintableUtf8(std::string_view s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -32,18 +40,30 @@ bool PrintableUtf8(std::string_view s) {
       ++i;
       continue;
     }
+    // The lead byte fixes the length and the range the second byte may take (the rest
+    // are 0x80..0xbf): this is what excludes overlong forms (e0 80..9f, f0 80..8f),
+    // surrogates (ed a0..bf) and code points past U+10FFFF (f4 90..bf, f5..ff).
     int extra;
+    unsigned char low = 0x80, high = 0xbf;
     if (c >= 0xc2 && c <= 0xdf) {
       extra = 1;
-    } else if ((c & 0xf0) == 0xe0) {
+      if (c == 0xc2) low = 0xa0;  // U+0080..U+009F are the C1 control characters
+    } else if (c >= 0xe0 && c <= 0xef) {
       extra = 2;
+      if (c == 0xe0) low = 0xa0;
+      if (c == 0xed) high = 0x9f;
     } else if (c >= 0xf0 && c <= 0xf4) {
       extra = 3;
+      if (c == 0xf0) low = 0x90;
+      if (c == 0xf4) high = 0x8f;
     } else {
-      return false;
+      return false;  // a continuation byte first, an overlong lead (c0, c1), or f5..ff
     }
-    for (int k = 1; k <= extra; ++k) {
-      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    if (i + static_cast<std::size_t>(extra) >= s.size()) return false;
+    const auto second = static_cast<unsigned char>(s[i + 1]);
+    if (second < low || second > high) return false;
+    for (int k = 2; k <= extra; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
     }
     i += 1 + static_cast<std::size_t>(extra);
   }
@@ -72,6 +92,35 @@ std::string IsoTime(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
+
+// The end of a record: `fields` then spaces up to kTailBytes, then '}'. The record is
+// first written with the pending tail and the outcome overwrites it in place, so every
+// tail has the same length.
+constexpr std::size_t kTailBytes = 96;
+std::string Tail(const std::string& fields) {
+  std::string tail = fields;
+  if (tail.size() < kTailBytes) tail.append(kTailBytes - tail.size(), ' ');
+  tail += '}';
+  return tail;
+}
+
+// 64 random bits in hex: ties the record to its action when a log is read later.
+std::string OperationId() {
+  unsigned char bytes[8] = {};
+  std::size_t filled = 0;
+  while (filled < sizeof bytes) {
+    const ssize_t n = getrandom(bytes + filled, sizeof bytes - filled, 0);
+    if (n > 0) filled += static_cast<std::size_t>(n);
+    if (n < 0 && errno != EINTR) break;  // not unique then, only less random
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -107,49 +156,86 @@ StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
   call.args.op = internal::LeaseOp::kReleaseAll;
   call.key = internal::MakeLeaseKey(key_head_, id);
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
-  call.deadline = std::chrono::steady_clock::now() + deadline;
   const std::string key = call.key;
+  const std::string ts = IsoTime(std::chrono::system_clock::now());
+  const std::string encoded = internal::EncodeId(id);
+
+  // The record, written before the store is touched: everything but the outcome, which
+  // goes into a fixed-width tail of spaces (JSON allows them between tokens).
+  std::string head;
+  head += "{\"ts\":";
+  AppendJsonString(head, ts);
+  head += ",\"op\":\"" + OperationId() + "\"";
+  head += ",\"action\":\"release_all\",\"actor\":";
+  AppendJsonString(head, action.actor);
+  head += ",\"reason\":";
+  AppendJsonString(head, action.reason);
+  head += ",\"limiter\":";
+  AppendJsonString(head, name_);
+  head += ",\"id\":";  // as encoded in keys: printable ASCII, reversible (%XX)
+  AppendJsonString(head, encoded);
+  head += ",\"key\":";
+  AppendJsonString(head, key);
+  head += ",";
+  const std::string pending = Tail("\"outcome\":\"pending\"");
+  const std::string intent = head + pending + "\n";
+  if (::write(fd, intent.data(), intent.size()) != static_cast<ssize_t>(intent.size()) ||
+      ::fsync(fd) != 0) {
+    return FailedPreconditionError("cannot write the audit record to " + audit.log_path + ": " +
+                                   std::strerror(errno) + " (nothing was released)");
+  }
+  // O_APPEND put it at the end whatever other writers did; the descriptor's offset is
+  // now just past it. pwrite ignores the offset only without O_APPEND (Linux).
+  const off_t tail_at = ::lseek(fd, 0, SEEK_CUR) - static_cast<off_t>(pending.size() + 1);
+  const int flags = ::fcntl(fd, F_GETFL);
+  const bool can_update = tail_at > 0 && flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_APPEND) == 0;
+  const auto finish = [&](const std::string& tail) -> Status {
+    if (!can_update || ::pwrite(fd, tail.data(), tail.size(), tail_at) != static_cast<ssize_t>(tail.size()) ||
+        ::fsync(fd) != 0) {
+      return InternalError("could not write the outcome into the audit record in " +
+                           audit.log_path + " (it says \"pending\"): " + std::strerror(errno) +
+                           "; outcome: {" + tail + "}");
+    }
+    return Status::Ok();
+  };
+
+  call.deadline = std::chrono::steady_clock::now() + deadline;
   auto released = internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
     core_->store->Lease(std::move(call), std::move(done));
   });
-  if (!released.ok()) return released.status();
+  if (!released.ok()) {
+    // No answer in time, or the connection broke: the script may have run, or may still
+    // run (a paused Redis runs it when it resumes). An error reply: it did not.
+    const StatusCode code = released.status().code();
+    const bool unknown = code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable;
+    const std::string tail = Tail(std::string("\"outcome\":\"") + (unknown ? "unknown" : "failed") +
+                                  "\",\"error\":\"" + std::string(StatusCodeName(code)) + "\"");
+    Status written = finish(tail);
+    return Status(code, released.status().message() +
+                            (unknown ? "; the release may have happened or may still happen: " : "; ") +
+                            (written.ok() ? "recorded in " + audit.log_path
+                                          : written.message()));
+  }
 
   ReleaseAllResult result;
   result.released = released->reply.count;
-  const std::string ts = IsoTime(std::chrono::system_clock::now());
-  const std::string encoded = internal::EncodeId(id);
-  std::string& r = result.record;
-  r += "{\"ts\":";
-  AppendJsonString(r, ts);
-  r += ",\"store_ms\":" + std::to_string(released->reply.now_ms);
-  r += ",\"action\":\"release_all\",\"actor\":";
-  AppendJsonString(r, action.actor);
-  r += ",\"reason\":";
-  AppendJsonString(r, action.reason);
-  r += ",\"limiter\":";
-  AppendJsonString(r, name_);
-  r += ",\"id\":";  // as encoded in keys: printable ASCII, reversible (%XX)
-  AppendJsonString(r, encoded);
-  r += ",\"key\":";
-  AppendJsonString(r, key);
-  r += ",\"released\":" + std::to_string(result.released) + "}";
-
-  const std::string line = r + "\n";
-  const ssize_t n = ::write(fd, line.data(), line.size());
-  if (n != static_cast<ssize_t>(line.size()) || ::fsync(fd) != 0) {
+  const std::string done = Tail("\"outcome\":\"done\",\"store_ms\":" +
+                                std::to_string(released->reply.now_ms) +
+                                ",\"released\":" + std::to_string(result.released));
+  if (Status written = finish(done); !written.ok()) {
     return InternalError("released " + std::to_string(result.released) + " leases of " + key +
-                         " but could not write the audit record to " + audit.log_path + ": " +
-                         std::strerror(errno) + "; record: " + r);
+                         " but " + written.message());
   }
+  result.record = head + done;
   if (audit.stream) {
     std::vector<std::pair<std::string, std::string>> fields = {
         {"ts", ts},           {"action", "release_all"}, {"actor", action.actor},
         {"reason", action.reason}, {"limiter", name_},   {"id", encoded},
         {"key", key},         {"released", std::to_string(result.released)}};
-    Status appended = internal::WaitFor<Status>([&](std::function<void(Status)> done) {
+    Status appended = internal::WaitFor<Status>([&](std::function<void(Status)> done_cb) {
       core_->store->AppendToStream(core_->options.prefix + ":audit", std::move(fields),
                                    audit.stream_max_len, audit.stream_retention.count(),
-                                   std::chrono::steady_clock::now() + deadline, std::move(done));
+                                   std::chrono::steady_clock::now() + deadline, std::move(done_cb));
     });
     if (!appended.ok()) {
       result.stream_error = appended.ToString();

@@ -12,10 +12,85 @@ MemoryStore::Shard& MemoryStore::ShardFor(const std::string& key) {
   return shards_[std::hash<std::string>{}(key) % kShards];
 }
 
-void MemoryStore::MaybeSweep(Shard& shard, int64_t now_ms) {
-  if (shard.entries.size() < shard.next_sweep_at) return;
-  std::erase_if(shard.entries, [now_ms](const auto& kv) { return kv.second.expires_at_ms <= now_ms; });
-  shard.next_sweep_at = std::max<std::size_t>(1024, 2 * shard.entries.size());
+int64_t MemoryStore::SlotOf(int64_t ms) {
+  return ms >= 0 ? ms / kSlotMs : -((-ms + kSlotMs - 1) / kSlotMs);  // floor
+}
+
+void MemoryStore::File(Shard& shard, Entry& entry) {
+  const int64_t slot = SlotOf(entry.expires_at_ms);
+  entry.slot = slot;
+  entry.prev = nullptr;
+  auto [head, inserted] = shard.slots.try_emplace(slot, &entry);
+  if (inserted) {
+    entry.next = nullptr;
+  } else {
+    entry.next = head->second;
+    head->second->prev = &entry;
+    head->second = &entry;
+  }
+}
+
+void MemoryStore::Unfile(Shard& shard, Entry& entry) {
+  if (!entry.slot) return;
+  if (entry.next != nullptr) entry.next->prev = entry.prev;
+  if (entry.prev != nullptr) {
+    entry.prev->next = entry.next;
+  } else {
+    auto head = shard.slots.find(*entry.slot);
+    if (entry.next != nullptr) {
+      head->second = entry.next;
+    } else {
+      shard.slots.erase(head);
+    }
+  }
+  entry.slot.reset();
+  entry.prev = entry.next = nullptr;
+}
+
+void MemoryStore::Reclaim(Shard& shard, int64_t now_ms) {
+  int budget = kReclaimPerCall;
+  while (budget-- > 0 && !shard.slots.empty()) {
+    const auto first = shard.slots.begin();
+    // Every expiry in the slot is at or before its last ms: over once now reaches it.
+    if (first->first * kSlotMs + kSlotMs - 1 > now_ms) break;
+    Entry& entry = *first->second;
+    Unfile(shard, entry);
+    if (entry.expires_at_ms <= now_ms) {
+      shard.entries.erase(shard.entries.find(*entry.key));
+    } else {
+      File(shard, entry);  // a later call moved its expiry: into a later slot
+    }
+  }
+}
+
+void MemoryStore::ReclaimElsewhere(int64_t now_ms) {
+  thread_local std::size_t rotation = 0;
+  Shard& shard = shards_[rotation++ % kShards];
+  std::unique_lock lock(shard.mu, std::try_to_lock);
+  if (lock.owns_lock()) Reclaim(shard, now_ms);
+}
+
+template <typename State>
+void MemoryStore::Keep(Shard& shard, Map::iterator it, const std::string& key,
+                       std::optional<State>& state, int64_t expires_at_ms) {
+  if (!state) {
+    if (it != shard.entries.end()) {
+      Unfile(shard, it->second);
+      shard.entries.erase(it);
+    }
+    return;
+  }
+  if (it == shard.entries.end()) {
+    it = shard.entries.try_emplace(key).first;
+    it->second.key = &it->first;
+  }
+  Entry& entry = it->second;
+  entry.state = std::move(*state);
+  entry.expires_at_ms = expires_at_ms;
+  if (!entry.slot || SlotOf(expires_at_ms) < *entry.slot) {
+    Unfile(shard, entry);
+    File(shard, entry);
+  }
 }
 
 template <typename State, typename Step>
@@ -28,13 +103,7 @@ AlgoReply MemoryStore::Apply(Shard& shard, const std::string& key, const AlgoArg
   }
   int64_t expires_at_ms = 0;
   AlgoReply reply = step(state, args, now_ms, expires_at_ms);
-  if (state) {
-    if (it == shard.entries.end()) it = shard.entries.try_emplace(key).first;
-    it->second.state = std::move(*state);
-    it->second.expires_at_ms = expires_at_ms;
-  } else if (it != shard.entries.end()) {
-    shard.entries.erase(it);
-  }
+  Keep(shard, it, key, state, expires_at_ms);
   return reply;
 }
 
@@ -59,10 +128,14 @@ StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
   const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
   const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
   Shard& shard = ShardFor(call.key);
-  std::lock_guard lock(shard.mu);
-  MaybeSweep(shard, now);
-  return MakeDecision(StepLocked(shard, call.key, args, call.limit.algorithm, now),
-                      call.limit.limit);
+  AlgoReply reply;
+  {
+    std::lock_guard lock(shard.mu);
+    Reclaim(shard, now);
+    reply = StepLocked(shard, call.key, args, call.limit.algorithm, now);
+  }
+  ReclaimElsewhere(now);
+  return MakeDecision(reply, call.limit.limit);
 }
 
 void MemoryStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
@@ -71,6 +144,7 @@ void MemoryStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
     return;
   }
   MultiDecision decided = DecideMany(call.calls);  // `done` runs with no lock held
+  ReclaimElsewhere(call.calls[0].now_ms ? *call.calls[0].now_ms : clock_->NowMs());
   done(std::move(decided));
 }
 
@@ -85,7 +159,7 @@ MultiDecision MemoryStore::DecideMany(const std::vector<CheckCall>& calls) {
   std::vector<std::unique_lock<std::mutex>> locks;
   for (Shard* s : order) locks.emplace_back(s->mu);
   const int64_t now = calls[0].now_ms ? *calls[0].now_ms : clock_->NowMs();
-  for (Shard* s : order) MaybeSweep(*s, now);
+  for (Shard* s : order) Reclaim(*s, now);
   const auto step = [&](std::size_t i, Op op) {
     const CheckCall& c = calls[i];
     return StepLocked(*shards[i], c.key, ArgsFor(op, c.cost, c.limit), c.limit.algorithm, now);
@@ -122,21 +196,19 @@ LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
   // Expiries get the same grace as the scripts give them under a model clock.
   const int64_t grace = call.now_ms ? 60000 : 0;
   Shard& shard = ShardFor(call.key);
-  std::lock_guard lock(shard.mu);
-  MaybeSweep(shard, now);
-  LeaseSetState state;
+  std::unique_lock lock(shard.mu);
+  Reclaim(shard, now);
+  std::optional<LeaseSetState> state(std::in_place);
   auto it = shard.entries.find(call.key);
   if (it != shard.entries.end() && it->second.expires_at_ms > now) {
-    if (auto* stored = std::get_if<LeaseSetState>(&it->second.state)) state = std::move(*stored);
+    if (auto* stored = std::get_if<LeaseSetState>(&it->second.state)) *state = std::move(*stored);
   }
-  LeaseResult result{LeaseStep(state, call.args, now)};
-  if (!state.members.empty()) {
-    if (it == shard.entries.end()) it = shard.entries.try_emplace(call.key).first;
-    it->second.expires_at_ms = state.MaxExpiry() + grace;
-    it->second.state = std::move(state);
-  } else if (it != shard.entries.end()) {
-    shard.entries.erase(it);
-  }
+  LeaseResult result{LeaseStep(*state, call.args, now)};
+  const int64_t expires_at_ms = state->members.empty() ? 0 : state->MaxExpiry() + grace;
+  if (state->members.empty()) state.reset();
+  Keep(shard, it, call.key, state, expires_at_ms);
+  lock.unlock();
+  ReclaimElsewhere(now);
   return result;
 }
 
@@ -150,6 +222,15 @@ std::size_t MemoryStore::KeyCount() {
     for (const auto& [key, entry] : shard.entries) live += entry.expires_at_ms > now;
   }
   return live;
+}
+
+std::size_t MemoryStore::EntryCount() {
+  std::size_t held = 0;
+  for (Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    held += shard.entries.size();
+  }
+  return held;
 }
 
 }  // namespace sluice::internal

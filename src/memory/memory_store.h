@@ -1,6 +1,22 @@
 // The embedded store: every algorithm's in-memory twin behind the Store interface, for
-// single-server use, tests, and (later) the local fallback policy. State of one process
-// only; keys expire on the store's clock like Redis keys do.
+// single-server use, tests, and the local fallback policy. State of one process only;
+// keys expire on the store's clock like Redis keys do.
+//
+// Memory follows the live keys: every entry is filed in an index by its expiry, and
+// each call reclaims (frees) up to kReclaimPerCall entries whose expiry has passed in
+// its own shard, and as many in one other shard (the next of a per-thread rotation, if
+// its lock is free). So expired state is freed as calls arrive, whichever ids they are
+// for (one busy id visits every shard every kShards calls): N expired entries are gone
+// after about N / kReclaimPerCall calls, and no call does more than that bounded work
+// under a lock. An entry becomes reclaimable up to kSlotMs after its expiry (its index
+// slot must be over). With no calls at all nothing is reclaimed (there is no
+// background thread).
+// What is not bounded per call: a shard's hash table grows by rehashing all of its
+// entries at once (std::unordered_map), one shard of kShards at a time. It keeps its
+// slot array (8 bytes per slot, as many slots as the shard's peak entries) when entries
+// go: shrinking it frees a large block, which makes glibc's malloc consolidate every
+// small block freed since (the freed keys): measured, one call then took 190-290 ms
+// after two million ids were freed (bench/memory_store_bench.cc).
 //
 // Thread-safety: thread-safe; sharded by key so threads rarely contend.
 #pragma once
@@ -8,14 +24,14 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <vector>
-
 #include <variant>
+#include <vector>
 
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
@@ -42,28 +58,59 @@ class MemoryStore final : public Store {
   void Lease(LeaseCall call, LeaseCallback done) override;
   LeaseResult LeaseNow(const LeaseCall& call);
 
-  // Live (unexpired) keys; for tests and gauges.
+  // Live (unexpired) keys; for tests and gauges. O(entries).
   std::size_t KeyCount();
+  // Entries held, expired ones not yet reclaimed included: what the store's memory
+  // follows. For tests and benchmarks.
+  std::size_t EntryCount();
+
+  // Index slots are this long: an entry is reclaimable once its slot is over, i.e. up
+  // to kSlotMs after it expired.
+  static constexpr int64_t kSlotMs = 1024;
+  // The most entries one call examines in the expiry index (frees, or refiles when a
+  // later call moved their expiry).
+  static constexpr int kReclaimPerCall = 64;
+  static constexpr std::size_t kShards = 256;
 
  private:
   // Keys carry their algorithm's suffix, so one key only ever holds one kind of state.
   using AnyState = std::variant<FixedWindowState, SlidingWindowState, SlidingLogState,
                                 TokenBucketState, GcraState, LeaseSetState>;
+  // Lives in its shard's map node (never moved: node addresses survive rehashing), and
+  // in one list of the shard's expiry index while `slot` is set.
   struct Entry {
     AnyState state;
     int64_t expires_at_ms = 0;
+    // The index slot it is filed under: its expiry's slot when filed. A later expiry
+    // leaves it there (refiled when the slot comes due); an earlier one moves it.
+    std::optional<int64_t> slot;
+    Entry* prev = nullptr;
+    Entry* next = nullptr;
+    const std::string* key = nullptr;  // the map node's own key
   };
+  using Map = std::unordered_map<std::string, Entry>;
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, Entry> entries;
-    std::size_t next_sweep_at = 1024;
+    Map entries;
+    // Expiry index: slot (expiry / kSlotMs) -> the first entry of that slot's list.
+    std::map<int64_t, Entry*> slots;
   };
-  static constexpr std::size_t kShards = 16;
 
   Shard& ShardFor(const std::string& key);
-  // Drops expired entries once the shard has doubled since the last sweep: memory stays
-  // bounded by twice the live keys at an amortized O(1) per call.
-  static void MaybeSweep(Shard& shard, int64_t now_ms);
+  static int64_t SlotOf(int64_t ms);
+  static void File(Shard& shard, Entry& entry);
+  static void Unfile(Shard& shard, Entry& entry);
+  // Stores the state a step left (`it`: the key's entry, or end()), filed by its expiry;
+  // erases the entry when the step left none.
+  template <typename State>
+  static void Keep(Shard& shard, Map::iterator it, const std::string& key,
+                   std::optional<State>& state, int64_t expires_at_ms);
+  // Frees up to kReclaimPerCall entries of the shard whose slot is over; the caller
+  // holds the shard's lock.
+  static void Reclaim(Shard& shard, int64_t now_ms);
+  // Reclaim in the next shard of this thread's rotation, unless its lock is taken. Called
+  // with no lock held.
+  void ReclaimElsewhere(int64_t now_ms);
   MultiDecision DecideMany(const std::vector<CheckCall>& calls);
   // Runs `algorithm`'s twin on the key's state; the caller holds the shard's lock.
   static AlgoReply StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,

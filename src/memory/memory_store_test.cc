@@ -1,5 +1,6 @@
 // MemoryStore: the fixed window semantics behind the Store interface, key expiry on the
-// store's clock, sweeping of expired keys, and exactness under concurrent calls.
+// store's clock, reclaiming of expired keys (bounded per call, whichever ids the calls
+// are for), and exactness under concurrent calls.
 #include "memory/memory_store.h"
 
 #include <gtest/gtest.h>
@@ -248,7 +249,8 @@ TEST_F(MemoryStoreTest, SweepingFreesExpiredKeys) {
   }
   const std::size_t first_growth = after_first - start;
 
-  clock_->Advance(milliseconds(2));
+  // Reclaimable once their index slot is over (MemoryStore::kSlotMs).
+  clock_->Advance(milliseconds(MemoryStore::kSlotMs + 2));
   for (int i = 0; i < kKeys; ++i) {
     ASSERT_TRUE(Check(Call("gen2:" + std::to_string(i), 1, milliseconds(1))).allowed);
   }
@@ -259,6 +261,95 @@ TEST_F(MemoryStoreTest, SweepingFreesExpiredKeys) {
   EXPECT_LT(second_growth, first_growth / 2)
       << "expired entries were not freed: the store holds both generations";
   EXPECT_EQ(store_.KeyCount(), static_cast<std::size_t>(kKeys));
+}
+
+// Issue 11, item 8: 20,000 ids expire, then light traffic on ONE id (one shard): every
+// call frees a bounded number of expired entries (its own shard and one other), and the
+// store soon holds only the live one.
+TEST_F(MemoryStoreTest, LightTrafficOnOneIdReclaimsEveryExpiredEntry) {
+  constexpr int kKeys = 20'000;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(Check(Call("old:" + std::to_string(i), 5, seconds(1))).allowed);
+  }
+  // Half of them leases too (the lease path files and frees entries the same way).
+  for (int i = 0; i < kKeys / 2; ++i) {
+    LeaseCall lease{.args = {.op = LeaseOp::kAcquire, .token = "t", .limit = 1, .ttl_ms = 1000},
+                    .key = "lease:" + std::to_string(i)};
+    ASSERT_EQ(store_.LeaseNow(lease).reply.code, 1);
+  }
+  const std::size_t held = store_.EntryCount();
+  EXPECT_EQ(held, static_cast<std::size_t>(kKeys + kKeys / 2));
+  clock_->Advance(seconds(1) + milliseconds(MemoryStore::kSlotMs));
+  EXPECT_EQ(store_.KeyCount(), 0u);
+  EXPECT_EQ(store_.EntryCount(), held) << "nothing is freed without calls";
+
+  int calls = 0;
+  std::size_t before = held;
+  std::size_t most_freed_by_one_call = 0;
+  while (store_.EntryCount() > 1 && calls < 5'000) {
+    (void)Check(Call("busy", 1'000'000, seconds(1)));
+    clock_->Advance(milliseconds(1));
+    ++calls;
+    const std::size_t after = store_.EntryCount();
+    ASSERT_LE(after, before + 1);
+    most_freed_by_one_call = std::max(most_freed_by_one_call, before + 1 - after);
+    before = after;
+  }
+  std::printf("%zu expired entries freed by %d calls on one id, at most %zu by one call\n", held,
+              calls, most_freed_by_one_call);
+  EXPECT_EQ(store_.EntryCount(), 1u) << "after " << calls << " calls";
+  EXPECT_LE(most_freed_by_one_call, static_cast<std::size_t>(2 * MemoryStore::kReclaimPerCall));
+}
+
+// No call pays for the whole store: while a second generation of ids arrives after the
+// first expired, each call frees at most its bound (its own shard's and one other's).
+TEST_F(MemoryStoreTest, NoCallFreesMoreThanItsBound) {
+  constexpr int kKeys = 50'000;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(Check(Call("gen1:" + std::to_string(i), 1, milliseconds(1))).allowed);
+  }
+  clock_->Advance(milliseconds(MemoryStore::kSlotMs + 2));
+  std::size_t before = store_.EntryCount();
+  std::size_t most = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(Check(Call("gen2:" + std::to_string(i), 1, milliseconds(10'000))).allowed);
+    const std::size_t after = store_.EntryCount();
+    ASSERT_LE(after, before + 1);
+    most = std::max(most, before + 1 - after);
+    before = after;
+  }
+  EXPECT_LE(most, static_cast<std::size_t>(2 * MemoryStore::kReclaimPerCall));
+  EXPECT_EQ(store_.EntryCount(), static_cast<std::size_t>(kKeys)) << "the first generation is gone";
+}
+
+// The index follows expiries that move: a token bucket's expiry (when it is full again)
+// moves later as it is spent and earlier when a refund fills it.
+TEST_F(MemoryStoreTest, ReclaimFollowsExpiriesMovedEitherWay) {
+  const auto bucket = [](std::string key, int64_t cost, Op op = Op::kConsume) {
+    CheckCall call{.op = op,
+                   .key = std::move(key),
+                   .limit = Limit{.algorithm = Algorithm::kTokenBucket, .limit = 10,
+                                  .window = seconds(10)},
+                   .cost = cost};
+    return call;
+  };
+  const auto tick = [&](int calls) {
+    for (int i = 0; i < calls; ++i) (void)Check(Call("tick", 1'000'000, seconds(1000)));
+  };
+  // Later: 1 token missing (full in 1 s), then 5 more (full 5 s after that).
+  ASSERT_TRUE(Check(bucket("later", 1)).allowed);
+  ASSERT_TRUE(Check(bucket("later", 5)).allowed);
+  // Earlier: 8 missing (full in 8 s), then 7 refunded (full in 1 s).
+  ASSERT_TRUE(Check(bucket("earlier", 8)).allowed);
+  ASSERT_TRUE(Check(bucket("earlier", 7, Op::kRefund)).allowed);
+  clock_->Advance(seconds(1) + milliseconds(MemoryStore::kSlotMs));
+  tick(600);  // every shard visited twice
+  EXPECT_EQ(store_.EntryCount(), 2u) << "later's entry stays (refiled), earlier's is freed";
+  Decision d = Check(bucket("later", 1, Op::kPeek));
+  EXPECT_LT(d.remaining, 9) << "6 missing, 2 refilled since: its state was kept";
+  clock_->Advance(seconds(5) + milliseconds(MemoryStore::kSlotMs));
+  tick(600);
+  EXPECT_EQ(store_.EntryCount(), 1u) << "only tick";
 }
 
 TEST(MemoryStore, ConcurrentChecksOnOneKeyAdmitExactlyTheLimit) {
