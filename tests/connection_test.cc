@@ -1,11 +1,12 @@
 // The Redis connection layer against a real redis-server: pipelining order, deadlines
 // on a silent server, stall detection, reconnect, NOSCRIPT reload, AUTH/ACL, SELECT,
-// unix sockets, start-up errors.
+// unix sockets, start-up errors, and which deadline misses are a client-side backlog.
 #include <utility>
 
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <iostream>
 #include <thread>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -17,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>
 
+#include "core/client_side.h"
 #include "redis/connection.h"
 #include "redis/resp.h"
 #include "sluice/sluice.h"
@@ -283,6 +285,55 @@ TEST(Connection, FailsFastWhenTooManyCallsAreInFlight) {
   server.Resume();
   EXPECT_EQ(unavailable.load(), 6);
   EXPECT_EQ(deadline.load(), 4);
+  conn->Shutdown();
+}
+
+// What the breaker counts (core/client_side.h): a deadline missed while replies to the
+// calls queued before it kept arriving is a backlog in this client; one missed while
+// Redis sent nothing at all is the store's failure. "Too many in flight" is client-side.
+TEST(Connection, ADeadlineMissedBehindABacklogIsClientSideAndASilentOneIsNot) {
+  RedisServer server;
+  IoThreads io(1);
+  auto endpoint = internal::ParseRedisUrl(server.url());
+  ASSERT_TRUE(endpoint.ok());
+  // A long queue must not count as a stall here.
+  auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint,
+                                         {.stall_timeout = seconds(30), .max_in_flight = 300000});
+  std::promise<Status> started;
+  conn->Start([&](Status s) { started.set_value(std::move(s)); });
+  ASSERT_TRUE(started.get_future().get().ok());
+  // A backlog: many calls queued (each a script that keeps Redis busy for a while),
+  // Redis answering them batch after batch.
+  constexpr int kQueued = 20000;
+  std::atomic<int> answered{0};
+  const std::string busy =
+      internal::FormatCommand({"EVAL", "local n = 0 for i = 1, 5000 do n = n + i end return 1", "0"});
+  for (int i = 0; i < kQueued; ++i) {
+    conn->Send(busy, steady_clock::now() + seconds(60),
+               [&](const Status&, const redisReply*) { ++answered; });
+  }
+  ASSERT_TRUE(Eventually([&] { return answered.load() > 0; }));
+  std::promise<Status> behind;
+  conn->Send(internal::FormatCommand({"PING"}), steady_clock::now() + milliseconds(200),
+             [&](const Status& s, const redisReply*) { behind.set_value(s); });
+  Status backlog = behind.get_future().get();
+  const int answered_then = answered.load();
+  std::cout << answered_then << " of " << kQueued << " queued calls answered when the call "
+            << "behind them missed its deadline: " << backlog.ToString() << "\n";
+  if (answered_then < kQueued) {  // the queue had not drained within the 200 ms
+    EXPECT_EQ(backlog.code(), StatusCode::kDeadlineExceeded) << backlog.ToString();
+    EXPECT_TRUE(internal::IsClientSide(backlog)) << backlog.ToString();
+  }
+  ASSERT_TRUE(Eventually([&] { return answered.load() == kQueued; }, seconds(60)));
+  // Silent: nothing at all comes back while the call waits.
+  server.Pause();
+  std::promise<Status> silent;
+  conn->Send(internal::FormatCommand({"PING"}), steady_clock::now() + milliseconds(50),
+             [&](const Status& s, const redisReply*) { silent.set_value(s); });
+  Status stalled = silent.get_future().get();
+  server.Resume();
+  EXPECT_EQ(stalled.code(), StatusCode::kDeadlineExceeded) << stalled.ToString();
+  EXPECT_FALSE(internal::IsClientSide(stalled)) << stalled.ToString();
   conn->Shutdown();
 }
 

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -24,6 +25,16 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
+
+template <typename F>
+bool Eventually(F check, milliseconds limit = milliseconds(5000)) {
+  const auto until = steady_clock::now() + limit;
+  while (steady_clock::now() < until) {
+    if (check()) return true;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return check();
+}
 
 constexpr int64_t kLimit = 12;
 constexpr int kChildren = 4;
@@ -114,6 +125,77 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     for (Lease& l : mine) ASSERT_TRUE(l.Release().ok());
   }
   EXPECT_TRUE(server.KeysWithoutTtl("lchaos:*").empty());
+}
+
+// A Redis that stalls for half the lease_ttl while many leases are held (a slow fork for
+// a snapshot, a paused VM): the heartbeats fail for 1.5 s and the breaker opens for the
+// checks, yet every lease must survive, as "a lease survives five lost heartbeats"
+// promises. Heartbeats and releases never go through the breaker.
+TEST(LeaseChaos, AStallOfHalfTheLeaseTtlLosesNoLease) {
+  testing::RedisServer server;
+  constexpr int kLeases = 2000;
+  // The breaker's cool-down is the operator's choice and must not decide whether leases
+  // survive: 3 s keeps it open past the leases' believable end.
+  auto client = *Client::Create({.url = server.url(),
+                                 .prefix = "lstall",
+                                 .deadline = milliseconds(5),
+                                 .breaker_cool_down = milliseconds(3000)});
+  auto cap = *client->MakeConcurrencyLimiter(
+      "streams",
+      {.limit = 10, .lease_ttl = milliseconds(3000), .heartbeat_interval = milliseconds(500)});
+  auto checks =
+      *client->MakeLimiter("api", {.limit = 1'000'000, .window = std::chrono::seconds(60)});
+  std::vector<Lease> leases;
+  std::atomic<int> lost_calls{0};
+  while (static_cast<int>(leases.size()) < kLeases) {
+    auto a =
+        cap.Acquire("tenant:" + std::to_string(leases.size() % 200),
+                    {.deadline = milliseconds(2000), .on_lost = [&](LeaseLoss) { ++lost_calls; }});
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(a->acquired);
+    ASSERT_EQ(a->source, DecisionSource::kStore);
+    leases.push_back(std::move(a->lease));
+  }
+  std::this_thread::sleep_for(milliseconds(600));  // heartbeats under way
+  server.Pause();
+  const auto stalled = steady_clock::now();
+  // The traffic's checks fail by their deadline and open the breaker; they go on after
+  // the stall, as a service's do.
+  bool resumed = false;
+  while (steady_clock::now() - stalled < milliseconds(4000)) {
+    if (!resumed && steady_clock::now() - stalled >= milliseconds(1500)) {
+      server.Resume();
+      resumed = true;
+    }
+    (void)checks.Check("user");
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  // Past a whole lease_ttl after the stall began: a lease whose heartbeats did not get
+  // through again would be expired by now.
+  const int64_t opens = client->Health().breaker_opens;
+  int lost = 0;
+  for (const Lease& l : leases) lost += !l.held() || l.loss() != LeaseLoss::kNone;
+  int64_t in_redis = 0;
+  for (int id = 0; id < 200; ++id) {
+    in_redis += server.Command({"ZCARD", *cap.KeyFor("tenant:" + std::to_string(id))}).integer;
+  }
+  std::cout << "stall of 1.5 s with " << kLeases
+            << " leases (lease_ttl 3 s, heartbeat 0.5 s): " << lost << " lost, "
+            << lost_calls.load() << " on_lost calls, " << in_redis << " in Redis, breaker opened "
+            << opens << " time(s)\n";
+  EXPECT_GE(opens, 1) << "the stall never opened the breaker: the scenario did not happen";
+  EXPECT_EQ(lost, 0);
+  EXPECT_EQ(lost_calls.load(), 0);
+  EXPECT_EQ(in_redis, kLeases);
+  for (Lease& l : leases) l = Lease();
+  EXPECT_TRUE(Eventually([&] {
+    int64_t left = 0;
+    for (int id = 0; id < 200; ++id) {
+      left += server.Command({"ZCARD", *cap.KeyFor("tenant:" + std::to_string(id))}).integer;
+    }
+    return left == 0;
+  })) << "released leases stayed in Redis";
+  EXPECT_TRUE(server.KeysWithoutTtl("lstall:*").empty());
 }
 
 }  // namespace

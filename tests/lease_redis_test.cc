@@ -438,6 +438,147 @@ TEST(LeaseRedis, FailurePoliciesAnswerAcquiresWhileRedisIsSilent) {
   }));
 }
 
+// Opens the client's breaker: Redis stalls, checks with a short deadline fail.
+void OpenTheBreaker(const Client& client, testing::RedisServer& server) {
+  auto probe = *client.MakeLimiter("probe", {.limit = 100, .window = seconds(60)});
+  server.Pause();
+  for (int i = 0; i < 5; ++i) (void)probe.Check("x", {.deadline = milliseconds(5)});
+  server.Resume();
+  ASSERT_EQ(client.Health().breaker, "open");
+}
+
+TEST(LeaseRedis, AnOpenBreakerStillSendsReleasesAndHeartbeats) {
+  // The breaker spares callers the deadline of a dead store; a release or a heartbeat
+  // slows no caller, so they go to the network whatever the breaker says.
+  testing::RedisServer server;
+  auto client = Connect(server, {.breaker_cool_down = seconds(60)});
+  auto cap = *client->MakeConcurrencyLimiter("brk", {.limit = 1, .lease_ttl = seconds(60)});
+  auto a = cap.Acquire("job");
+  ASSERT_TRUE(a.ok() && a->acquired);
+  auto b = cap.Acquire("job2");
+  ASSERT_TRUE(b.ok() && b->acquired);
+  OpenTheBreaker(*client, server);
+  Status released = a->lease.Release();
+  EXPECT_TRUE(released.ok()) << released.ToString();
+  EXPECT_EQ(server.Command({"ZCARD", *cap.KeyFor("job")}).integer, 0)
+      << "the release never reached Redis";
+  auto other = Connect(server);
+  auto other_cap = *other->MakeConcurrencyLimiter("brk", {.limit = 1, .lease_ttl = seconds(60)});
+  auto c = other_cap.Acquire("job");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->acquired) << "the released slot is still taken";
+  // The store answered: the breaker closes without waiting for its cool-down.
+  EXPECT_EQ(client->Health().breaker, "closed");
+  OpenTheBreaker(*client, server);
+  EXPECT_TRUE(b->lease.Heartbeat().ok()) << "a heartbeat was short-circuited by the breaker";
+  EXPECT_TRUE(b->lease.held());
+}
+
+TEST(LeaseRedis, AReleaseThatFailedIsSentAgainUntilItLands) {
+  // Redis refuses the ZREM (an ACL change): the release fails. A second Release() must
+  // send it again instead of answering OK, and a Lease dropped meanwhile has its release
+  // retried in the background until it lands.
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter("again", {.limit = 1, .lease_ttl = seconds(60)});
+  auto a = cap.Acquire("job");
+  auto b = cap.Acquire("job2");
+  ASSERT_TRUE(a.ok() && a->acquired && b.ok() && b->acquired);
+  server.Command({"ACL", "SETUSER", "default", "-zrem"});
+  Status first = a->lease.Release();
+  EXPECT_EQ(first.code(), StatusCode::kPermissionDenied) << first.ToString();
+  b->lease = Lease();  // its release fails too; nobody holds the Lease any more
+  server.Command({"ACL", "SETUSER", "default", "+zrem"});
+  Status second = a->lease.Release();
+  EXPECT_TRUE(second.ok()) << second.ToString();
+  EXPECT_EQ(server.Command({"ZCARD", *cap.KeyFor("job")}).integer, 0)
+      << "the second Release() did not send the release again";
+  EXPECT_TRUE(Eventually([&] {
+    return server.Command({"ZCARD", *cap.KeyFor("job2")}).integer == 0;
+  })) << "the dropped Lease's failed release was never retried";
+}
+
+TEST(LeaseRedis, AGrantThatArrivesAfterTheCallerGaveUpIsReleased) {
+  // The acquire's deadline passes while Redis is paused; Redis runs the script when the
+  // pause ends and grants a lease nobody holds. It must not keep the slot for lease_ttl.
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter(
+      "late", {.limit = 1, .lease_ttl = seconds(60), .on_failure = FailurePolicy::kClosed});
+  server.Command({"CLIENT", "PAUSE", "700", "ALL"});
+  auto a = cap.Acquire("job", {.deadline = milliseconds(50)});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_FALSE(a->acquired);
+  EXPECT_EQ(a->source, DecisionSource::kFailClosed);
+  // The pause ends: the script runs (granting the slot), its answer comes back late.
+  EXPECT_TRUE(Eventually([&] {
+    return server.Command({"INFO", "commandstats"}).str.find("cmdstat_evalsha") !=
+           std::string::npos;
+  }));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return server.Command({"ZCARD", *cap.KeyFor("job")}).integer == 0;
+      },
+      milliseconds(3000)))
+      << "a grant nobody waited for holds the slot";
+  auto b = cap.Acquire("job");
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->acquired);
+}
+
+TEST(LeaseRedis, AForkedChildFailsFastWithAnInheritedClientAndExits) {
+  // A pre-fork server: the parent made a Client (threads, a connection) and forks. The
+  // child cannot use it (it has none of the parent's threads): every call answers at
+  // once with FailedPrecondition, and dropping the client, its limiters and its leases
+  // in the child returns (nothing of the parent's is touched).
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto limiter = *client->MakeLimiter("fork", {.limit = 10, .window = seconds(60)});
+  auto cap = *client->MakeConcurrencyLimiter("forkc", {.limit = 2, .lease_ttl = seconds(60)});
+  auto a = cap.Acquire("job");
+  ASSERT_TRUE(a.ok() && a->acquired);
+  ASSERT_TRUE(limiter.Check("x").ok());
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const auto t0 = steady_clock::now();
+    auto d = limiter.Check("x", {.deadline = milliseconds(5)});
+    auto acq = cap.Acquire("job");
+    const bool fast = steady_clock::now() - t0 < seconds(2);
+    int code = 0;
+    if (d.ok() || d.status().code() != StatusCode::kFailedPrecondition) code = 10;
+    if (acq.ok() || acq.status().code() != StatusCode::kFailedPrecondition) code = 11;
+    if (!fast) code = 12;
+    if (d.status().message().find("fork") == std::string::npos) code = 13;
+    a->lease = Lease();
+    {
+      Limiter dropped_limiter = std::move(limiter);
+      ConcurrencyLimiter dropped_cap = std::move(cap);
+    }
+    client.reset();  // the last reference: the client's teardown runs in the child
+    ::_exit(code);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 1000 && !exited; ++i) {
+    exited = ::waitpid(child, &status, WNOHANG) == child;
+    if (!exited) std::this_thread::sleep_for(milliseconds(10));
+  }
+  if (!exited) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  EXPECT_TRUE(exited) << "the child hung (a blocking call or the client's destructor)";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "child exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  // The parent's client is untouched.
+  EXPECT_TRUE(a->lease.held());
+  auto d = limiter.Check("x");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->source, DecisionSource::kStore);
+  EXPECT_EQ(server.Command({"ZCARD", *cap.KeyFor("job")}).integer, 1);
+}
+
 TEST(LeaseRedis, MetricsShowTheLiveLeasesPerIdAndTheMinutesHighest) {
   testing::RedisServer server;
   auto client = Connect(server);

@@ -4,7 +4,9 @@
 // back, with no restart of the client.
 #include <utility>
 
+#include <atomic>
 #include <chrono>
+#include <iostream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -106,6 +108,56 @@ TEST(PolicyRedis, OpenBreakerSendsNoCommands) {
   EXPECT_LT(spent, milliseconds(500)) << "1000 short-circuited checks took the deadline";
   EXPECT_EQ(client->Health().short_circuited, 1000);
   server.Resume();
+}
+
+// What counts as a store failure (client.h): a client-side backlog is not Redis failing.
+// A burst far beyond max_in_flight against a healthy Redis refuses the calls that do not
+// fit (their failure policy answers them) but must not open the breaker, which would
+// refuse everyone for the cool-down.
+TEST(PolicyRedis, ABurstAgainstAHealthyRedisNeverOpensTheBreaker) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(),
+                                 .deadline = seconds(2),
+                                 .max_in_flight = 4,
+                                 .on_failure = FailurePolicy::kClosed,
+                                 .breaker_failures = 3,
+                                 .breaker_cool_down = seconds(30)});
+  auto limiter = *client->MakeLimiter("burst", {.limit = 1000, .window = seconds(60)});
+  ASSERT_EQ(limiter.Check("warm")->source, DecisionSource::kStore);
+  constexpr int kCalls = 3000;
+  std::atomic<int> answered{0}, from_store{0}, refused_by_policy{0};
+  for (int i = 0; i < kCalls; ++i) {
+    limiter.CheckAsync("id" + std::to_string(i % 50), {}, [&](StatusOr<Decision> d) {
+      if (d.ok() && d->source == DecisionSource::kStore) ++from_store;
+      if (d.ok() && d->source == DecisionSource::kFailClosed) ++refused_by_policy;
+      ++answered;
+    });
+  }
+  ASSERT_TRUE(Eventually([&] { return answered.load() == kCalls; }));
+  std::cout << "burst of " << kCalls << " with max_in_flight 4: " << from_store.load()
+            << " decided by Redis, " << refused_by_policy.load() << " by the policy (backlog)\n";
+  EXPECT_GT(refused_by_policy.load(), 0) << "the burst never exceeded max_in_flight";
+  EXPECT_EQ(client->Health().breaker_opens, 0) << "a client-side backlog opened the breaker";
+  EXPECT_EQ(limiter.Check("after")->source, DecisionSource::kStore);
+}
+
+// Documented in client.h: a call that timed out may still be counted by Redis, once,
+// when its command runs after the deadline (here: a paused Redis runs it on resume). The
+// error is an over-count, never an under-count.
+TEST(PolicyRedis, ATimedOutCheckMayStillBeCountedOnceWhenRedisRunsItLate) {
+  testing::RedisServer server;
+  auto client = *Client::Create(
+      {.url = server.url(), .deadline = milliseconds(50), .on_failure = FailurePolicy::kClosed});
+  auto limiter = *client->MakeLimiter("late", {.limit = 10, .window = seconds(60)});
+  server.Command({"CLIENT", "PAUSE", "500", "ALL"});
+  auto d = limiter.Check("x");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->source, DecisionSource::kFailClosed);
+  EXPECT_FALSE(d->allowed);
+  StatusOr<Decision> peek = limiter.Peek("x", {.deadline = seconds(2)});
+  ASSERT_TRUE(peek.ok()) << peek.status().ToString();
+  EXPECT_EQ(peek->source, DecisionSource::kStore);
+  EXPECT_EQ(peek->remaining, 9) << "the refused call was counted once by Redis";
 }
 
 }  // namespace

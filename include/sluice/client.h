@@ -12,6 +12,29 @@
 // Thread-safety: Client and Limiter are thread-safe; one Limiter may be used from any
 // number of threads at once. No exception crosses this API. A Limiter keeps its Client's
 // machinery alive, so it stays usable after the last shared_ptr<Client> is gone.
+//
+// Callbacks (CheckAsync, AcquireAsync, on_lost, ReleaseAsync) run on the client's I/O
+// threads and must neither block nor throw: a blocking call (Check, Acquire, Release,
+// ...) made on an I/O thread returns FailedPrecondition at once instead of waiting for
+// itself, and an exception that leaves a callback ends the process (std::terminate), as
+// a half-delivered decision could not be recovered.
+//
+// fork(): a Client belongs to the process that created it. In a child forked after
+// Create (a pre-fork server's workers), every call of that Client, its Limiters and
+// Leases answers FailedPrecondition at once (callbacks run inline, there being no I/O
+// thread), and dropping them returns at once without touching the parent's threads or
+// connection (their memory is left to the child's exit). Create a new Client in the
+// child, or create Clients only after forking.
+//
+// Timed-out calls: a call that got DeadlineExceeded (or its failure policy's answer)
+// was still sent, and Redis may run it after the deadline (a stalled server runs its
+// queue when it resumes). It is then counted once: a `closed` refusal or a `local`
+// admission may also have spent the id's budget in Redis. The error is always an
+// over-count (stricter), never an under-count: each such call is counted at most once,
+// and only calls already written to Redis can be (at most max_in_flight per connection
+// at any moment; a call refused before being sent never is).
+// An acquire that timed out is different: its late grant is released as soon as its
+// reply arrives (sluice/lease.h).
 #pragma once
 
 #include <chrono>
@@ -43,15 +66,15 @@ class ConcurrencyLimiter;  // sluice/lease.h
 struct ConcurrencyOptions;
 
 // What a check answers when the store cannot: a deadline passed, the connection is
-// down, or the circuit breaker is open. Refunds and resets are not decisions: they return
-// the store's error instead.
+// down, too many calls are in flight, or the circuit breaker is open. Refunds and resets
+// are not decisions: they return the store's error instead.
 enum class FailurePolicy {
   kDefault,  // ClientOptions::on_failure
   kOpen,     // admit; Decision::source is kFailOpen
   kClosed,   // refuse; source kFailClosed, reason kStoreUnavailable (a service answers
              // 503 with Retry-After, never 429: nobody went over a limit)
-  kLocal,    // decide on this process's embedded store with the limit divided by the
-             // number of servers sharing it; source kLocalFallback
+  kLocal,    // decide on this process's embedded store with the limit (and the refill
+             // rate) divided by the number of servers sharing it; source kLocalFallback
 };
 
 std::string_view FailurePolicyName(FailurePolicy policy);
@@ -88,10 +111,23 @@ struct ClientOptions {
   // other security limits kClosed or kLocal explicitly.
   FailurePolicy on_failure = FailurePolicy::kOpen;
   // kLocal: how many servers share each limit; the local limiter enforces
-  // limit / servers (at least 1). Default: 1.
+  // limit / servers (at least 1), and for token_bucket and gcra an explicit refill of
+  // refill / servers per window (at least 1; refill 0 means limit per window, i.e. the
+  // divided limit), so the fleet in fallback admits about the configured rate.
+  // Default: 1.
   int64_t servers = 1;
   // The circuit breaker: consecutive store failures that open it, and how long it stays
-  // open before one probe call is let through. Default: 5 and 1000 ms.
+  // open before one probe call is let through. A store failure is a call the store did
+  // not answer: a connection error, a script error, or a deadline missed while the
+  // connection received no reply at all (a stalled or unreachable Redis). A backlog in
+  // this client is not: a call refused because max_in_flight calls are queued, or a
+  // deadline missed while replies kept arriving, gets its failure policy's answer but
+  // is not counted (a local burst must not refuse everyone for the cool-down while
+  // Redis is healthy). The price: a Redis that answers everything, only slower than the
+  // deadline, does not open the breaker either; each call then waits its deadline and
+  // gets its policy. A successful lease heartbeat or release also closes the breaker.
+  // The breaker short-circuits checks and acquires only; lease heartbeats and releases
+  // always go to the store. Default: 5 and 1000 ms.
   int breaker_failures = 5;
   std::chrono::milliseconds breaker_cool_down{1000};
   // Keys whose latest refusal is remembered (LRU), so that checks of a refused id (same
@@ -160,10 +196,14 @@ class Limiter {
  public:
   // Decides whether `id` may spend `options.cost` now, and spends it if so.
   // Returns a Decision (allowed or refused), or:
-  //   InvalidArgument  — empty id, a cost or limit out of range;
-  //   DeadlineExceeded — the store did not answer within the deadline;
-  //   Unavailable      — the store cannot be reached (connection down, reconnecting).
-  // Blocks the calling thread at most the deadline (plus scheduling delay).
+  //   InvalidArgument    — empty id, a cost or limit out of range;
+  //   DeadlineExceeded   — the store did not answer within the deadline;
+  //   Unavailable        — the store cannot be reached (connection down, reconnecting);
+  //   FailedPrecondition — called on a client's I/O thread, or in a child forked after
+  //                        the Client was created (both at once, without a store call).
+  // Store errors come back only when the failure policy cannot answer; with kOpen,
+  // kClosed and kLocal they are Decisions. Blocks the calling thread at most the
+  // deadline (plus scheduling delay).
   StatusOr<Decision> Check(std::string_view id, const CheckOptions& options = {}) const;
 
   // As Check, without blocking: `done` is called exactly once with the result, on one of

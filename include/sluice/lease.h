@@ -10,7 +10,17 @@
 //
 // Three call styles, as for checks: Acquire (blocks up to the deadline), AcquireAsync (a
 // callback on an I/O thread, never inline) and AsyncAcquire in sluice/asio.h (any Asio
-// completion token). Blocking calls must not be made on the client's I/O threads.
+// completion token). Blocking calls made on the client's I/O threads return
+// FailedPrecondition at once; callbacks must not throw (sluice/client.h).
+//
+// The circuit breaker (ClientOptions::breaker_failures) short-circuits acquires only:
+// heartbeats and releases always go to the store, so a stall shorter than lease_ttl
+// loses no lease, and a release is never dropped while Redis answers.
+//
+// An acquire whose deadline passes may still run in Redis later (a stalled server runs
+// it on resume) and grant a lease that nobody holds; when that grant's reply arrives,
+// the client removes it at once. Only if the connection breaks before the reply does
+// such a grant keep its slot, for at most lease_ttl.
 //
 // Thread-safety: ConcurrencyLimiter is thread-safe. A Lease is one owner's handle: its
 // const members may be read from any thread, the others need external synchronization.
@@ -72,12 +82,17 @@ class Lease {
   Lease& operator=(Lease&&) noexcept;  // releases what this held first
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
-  // Stops heartbeating, then releases (without waiting for the store's answer).
+  // Stops heartbeating, then releases (without waiting for the store's answer). If
+  // on_lost is running on another thread, waits for it to return first (on_lost must not
+  // block, so this is short); from inside an on_lost (this lease's or another's) it does
+  // not wait. Once it has returned, on_lost never runs (but for that exception).
   ~Lease();
 
   // True while the lease is believed live: granted, not released, not lost, and its
   // last confirmed heartbeat less than lease_ttl ago (checked on every call, so a
-  // process resumed after a long pause sees false at once, before any heartbeat).
+  // process resumed after a long pause sees false at once, before any heartbeat). Time
+  // is CLOCK_BOOTTIME, which keeps counting while the machine is suspended, as the
+  // store's clock does: after a suspend longer than lease_ttl, held() is false.
   bool held() const;
   // Why the lease was lost; kNone while held or after a release by its owner.
   LeaseLoss loss() const;
@@ -88,12 +103,20 @@ class Lease {
   // The time the granting store's clock said at acquisition (ms since the epoch).
   int64_t acquired_at_ms() const;
 
-  // Stops heartbeating and removes the lease from its store. Idempotent: OK when already
-  // released or lost. Errors (the store is unreachable) leave the lease to expire by
-  // itself within lease_ttl; the Lease stops heartbeating either way. Blocks up to the
-  // client's deadline.
+  // Stops heartbeating and removes the lease from its store, whatever the breaker's
+  // state. OK when released, or already released or lost. On an error (the store is
+  // unreachable) the client keeps sending the release in the background until it lands
+  // or the lease has expired by itself (lease_ttl after its last heartbeat), even after
+  // the Lease is destroyed (not after its Client is), and calling Release() again sends
+  // it again at once. The Lease stops heartbeating either way. Waits for a running
+  // on_lost as the destructor does; after it returns, on_lost never runs. Blocks up to
+  // the client's deadline; on an I/O thread (inside on_lost or another callback) it does
+  // not wait for the store: it stops the lease and sends the release as the destructor
+  // does, and returns OK.
   Status Release();
-  // As Release, without blocking; `done` (optional) runs on an I/O thread.
+  // As Release, without blocking; `done` (optional) runs on an I/O thread, never inside
+  // ReleaseAsync (on a Lease that holds nothing, which has no client, on a thread of its
+  // own).
   void ReleaseAsync(std::function<void(Status)> done = nullptr);
   // Heartbeats now instead of at the next interval. OK when the lease was extended;
   // the Lease's loss() tells whether it is gone. Blocks up to the client's deadline.
@@ -127,8 +150,12 @@ struct AcquireOptions {
   std::optional<int64_t> limit;
   // Deadline of the acquire instead of ClientOptions::deadline.
   std::optional<std::chrono::milliseconds> deadline;
-  // Called once, on an I/O thread, when the lease is lost (not when its owner releases
-  // it), so a stream can stop instead of running unaccounted. Must not block.
+  // Called once, on an I/O thread (never inside the owner's own call, such as a
+  // Heartbeat() that finds the lease gone), when the lease is lost, so a stream can stop
+  // instead of running unaccounted. Not called when its owner releases it, nor once
+  // Release() or ~Lease has returned (they wait for a running on_lost, unless they are
+  // called from within an on_lost), so it may capture its owner. Must not block or
+  // throw; it may call its own Lease's Release() or destructor.
   std::function<void(LeaseLoss)> on_lost;
 };
 

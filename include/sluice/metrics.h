@@ -17,8 +17,10 @@
 //   sluice_leases_live{limiter,id}        gauge: live leases of the id, fleet-wide, as
 //                                         counted at this client's latest acquire
 //   sluice_leases_live_max_1m{limiter,id} gauge: highest live count this clock minute
-// Lease ids are label values as encoded in keys (printable ASCII); at most 1000 ids per
-// client are tracked.
+// Lease ids are label values as encoded in keys (printable ASCII). Every id on which this
+// client holds a lease is tracked, however many; of the ids holding none, the most
+// recently updated are kept, up to 1000 ids in all per client (an id that holds a lease
+// is never dropped: a lease held for long is the leak floor the gauges exist to show).
 #pragma once
 
 #include <string>

@@ -10,6 +10,7 @@
 
 #include "core/client_core.h"
 #include "core/keys.h"
+#include "core/process.h"
 #include "core/wait.h"
 #include "memory/memory_store.h"
 #include "redis/redis_store.h"
@@ -20,16 +21,47 @@ namespace sluice {
 namespace internal {
 
 ClientCore::ClientCore(ClientOptions opts)
-    : options(std::move(opts)), io(options.io_threads), work_(io.get_executor()) {}
+    : options(std::move(opts)),
+      io(options.io_threads),
+      work_(io.get_executor()),
+      fork_generation_(ForkGeneration()) {}
 
 void ClientCore::StartThreads() {
   for (int i = 0; i < options.io_threads; ++i) {
-    threads_.emplace_back([this] { io.run(); });
+    threads_.emplace_back([this] {
+      MarkIoThread();
+      // A callback that throws ends the process here (std::terminate): callbacks must
+      // not throw (client.h).
+      io.run();
+    });
   }
+}
+
+bool ClientCore::Forked() const { return ForkGeneration() != fork_generation_; }
+
+void ClientCore::Keep(std::shared_ptr<HeartbeatScheduler::Target> target) {
+  std::lock_guard lock(kept_mu_);
+  const HeartbeatScheduler::Target* at = target.get();
+  kept_.emplace(at, std::move(target));
+}
+
+void ClientCore::Drop(const HeartbeatScheduler::Target* target) {
+  std::shared_ptr<HeartbeatScheduler::Target> dropped;  // destroyed outside the lock
+  std::lock_guard lock(kept_mu_);
+  auto it = kept_.find(target);
+  if (it == kept_.end()) return;
+  dropped = std::move(it->second);
+  kept_.erase(it);
 }
 
 std::shared_ptr<ClientCore> ClientCore::Make(ClientOptions options) {
   return std::shared_ptr<ClientCore>(new ClientCore(std::move(options)), [](ClientCore* core) {
+    if (core->Forked()) {
+      // A forked child: the threads, timers and connection belong to the parent (joining
+      // would wait for ever, and the store's locks may be held by threads that do not
+      // exist here). Leaked on purpose; the child's exit reclaims it.
+      return;
+    }
     if (core->OnIoThread()) {
       std::thread([core] { delete core; }).detach();
     } else {
@@ -60,6 +92,8 @@ ClientCore::~ClientCore() {
   heartbeats.Shutdown();
   work_.reset();
   for (std::thread& t : threads_) t.join();
+  std::lock_guard lock(kept_mu_);
+  kept_.clear();
 }
 
 }  // namespace internal
@@ -281,7 +315,7 @@ void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
               done(std::move(result));
               return;
             }
-            boost::asio::post(core->io, [done = std::move(done), result = std::move(result)]() mutable {
+            core->Post([done = std::move(done), result = std::move(result)]() mutable {
               done(std::move(result));
             });
           });

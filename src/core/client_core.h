@@ -3,13 +3,17 @@
 
 #include <utility>
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 
 #include "core/store.h"
 #include "lease/gauges.h"
@@ -31,6 +35,27 @@ class ClientCore {
 
   void StartThreads();
 
+  // True in a child process forked after this client was made: its I/O threads are the
+  // parent's. Calls then fail at once (PolicyStore), callbacks run inline (Post), and the
+  // last reference leaks the core instead of tearing down what is not this process's.
+  bool Forked() const;
+  // Runs `fn` on an I/O thread (never inline), or inline in a forked child (no I/O
+  // thread would ever run it). A template: no std::function allocation per post, and
+  // move-only handlers are fine.
+  template <typename Fn>
+  void Post(Fn&& fn) {
+    if (Forked()) {
+      fn();
+      return;
+    }
+    boost::asio::post(io, std::forward<Fn>(fn));
+  }
+
+  // Keeps `target` alive until Drop (or until the client goes): background work that
+  // outlives its owner, such as a lease release retried after its Lease is gone.
+  void Keep(std::shared_ptr<HeartbeatScheduler::Target> target);
+  void Drop(const HeartbeatScheduler::Target* target);
+
   const ClientOptions options;
   boost::asio::io_context io;
   // The store every call goes through: the policy layer in front of the real store.
@@ -47,6 +72,10 @@ class ClientCore {
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   bool OnIoThread() const;
   std::vector<std::thread> threads_;
+  const uint64_t fork_generation_;
+  std::mutex kept_mu_;
+  std::unordered_map<const HeartbeatScheduler::Target*, std::shared_ptr<HeartbeatScheduler::Target>>
+      kept_;  // under kept_mu_
 };
 
 // Builds a Client around a store made elsewhere: the fault-injecting wrapper in tests,

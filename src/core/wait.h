@@ -1,6 +1,7 @@
 // Blocks the calling thread until an asynchronous call completes: the synchronous calls
 // (Check, Acquire, Release, ReleaseAll, ...) are their asynchronous twins plus this.
-// Must not run on one of the client's I/O threads, which would wait for itself.
+// On a client's I/O thread (a blocking call from a callback), which would wait for
+// itself for ever, it returns FailedPrecondition at once without starting the call.
 #pragma once
 
 #include <atomic>
@@ -8,11 +9,19 @@
 #include <memory>
 #include <optional>
 
+#include "core/process.h"
+#include "sluice/status.h"
+
 namespace sluice::internal {
 
 // Calls `start(done)` and returns what `done` was called with (once, on any thread).
 template <typename T, typename Start>
 T WaitFor(Start start) {
+  if (OnIoThread()) {
+    return T(FailedPreconditionError(
+        "a blocking sluice call was made on a sluice client's I/O thread (from a callback), "
+        "where it would wait for itself: use the asynchronous call there"));
+  }
   struct Waiter {
     std::atomic<bool> done{false};
     std::optional<T> result;

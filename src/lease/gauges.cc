@@ -7,18 +7,21 @@ namespace {
 constexpr int64_t kMinuteMs = 60000;
 }  // namespace
 
-LeaseGauges::Entry& LeaseGauges::Touch(const std::string& key, int64_t now_ms) {
+LeaseGauges::Entries::iterator LeaseGauges::Touch(const std::string& key, int64_t now_ms) {
   auto it = entries_.find(key);
   if (it == entries_.end()) {
-    if (entries_.size() >= max_ids_ && !recency_.empty()) {
-      entries_.erase(*recency_.back());
-      recency_.pop_back();
+    // Several at once when ids that held leases past max_ids have let them go since
+    // (amortized O(1): each id is evicted once).
+    while (entries_.size() >= max_ids_ && !idle_.empty()) {
+      entries_.erase(*idle_.back());
+      idle_.pop_back();
     }
     it = entries_.emplace(key, Entry{}).first;
-    recency_.push_front(&it->first);
-    it->second.recency = recency_.begin();
-  } else if (it->second.recency != recency_.begin()) {
-    recency_.splice(recency_.begin(), recency_, it->second.recency);
+    it->second.idle = true;
+    idle_.push_front(&it->first);
+    it->second.recency = idle_.begin();
+  } else if (it->second.idle && it->second.recency != idle_.begin()) {
+    idle_.splice(idle_.begin(), idle_, it->second.recency);
   }
   Entry& e = it->second;
   const int64_t minute = now_ms / kMinuteMs;
@@ -26,28 +29,43 @@ LeaseGauges::Entry& LeaseGauges::Touch(const std::string& key, int64_t now_ms) {
     e.minute = minute;
     e.minute_max = e.live;
   }
-  return e;
+  return it;
+}
+
+void LeaseGauges::Settle(Entries::iterator it) {
+  Entry& e = it->second;
+  if (e.held > 0 && e.idle) {
+    idle_.erase(e.recency);
+    e.idle = false;
+  } else if (e.held == 0 && !e.idle) {
+    idle_.push_front(&it->first);
+    e.recency = idle_.begin();
+    e.idle = true;
+  }
 }
 
 void LeaseGauges::Observe(const std::string& key, int64_t live, int64_t now_ms) {
   std::lock_guard lock(mu_);
-  Entry& e = Touch(key, now_ms);
+  Entry& e = Touch(key, now_ms)->second;
   e.live = live;
   e.minute_max = std::max(e.minute_max, live);
 }
 
 void LeaseGauges::Granted(const std::string& key, int64_t live, int64_t now_ms) {
   std::lock_guard lock(mu_);
-  Entry& e = Touch(key, now_ms);
+  auto it = Touch(key, now_ms);
+  Entry& e = it->second;
   e.live = live;
   e.minute_max = std::max(e.minute_max, live);
   ++e.held;
+  Settle(it);
 }
 
 void LeaseGauges::Held(const std::string& key, int64_t delta, int64_t now_ms) {
   std::lock_guard lock(mu_);
-  Entry& e = Touch(key, now_ms);
-  e.held = std::max<int64_t>(0, e.held + delta);
+  auto it = Touch(key, now_ms);
+  it->second.held = std::max<int64_t>(0, it->second.held + delta);
+  Settle(it);
 }
 
 std::vector<LeaseGauges::Row> LeaseGauges::Snapshot(int64_t now_ms) const {

@@ -5,8 +5,11 @@
 //            client's latest acquire of the id (granted or refused);
 //   max_1m   the highest `live` seen during the current clock minute (a minute with no
 //            acquire starts from the last `live`).
-// Bounded: at most `max_ids` ids; past that, the least recently updated id is forgotten
-// (O(log n) per update, whatever the number of ids).
+// Bounded without ever hiding a lease: an id whose `held` is above 0 is never forgotten
+// (a lease held for hours is exactly the leak floor the gauge is for). Ids holding
+// nothing are kept up to `max_ids` in all; past that, the least recently updated of them
+// is forgotten. So the table holds at most max(max_ids, ids holding leases + 1) ids, and
+// the ids holding leases are bounded by the leases this client holds. O(1) per update.
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -54,14 +57,19 @@ class LeaseGauges {
     int64_t live = 0;
     int64_t minute = -1;
     int64_t minute_max = 0;
-    std::list<const std::string*>::iterator recency;  // into recency_
+    bool idle = false;                                // in idle_ (held == 0)
+    std::list<const std::string*>::iterator recency;  // into idle_ when idle
   };
-  Entry& Touch(const std::string& key, int64_t now_ms);
+  using Entries = std::unordered_map<std::string, Entry>;
+  Entries::iterator Touch(const std::string& key, int64_t now_ms);
+  // Under mu_: moves the entry in or out of idle_ after its `held` changed.
+  void Settle(Entries::iterator it);
 
   const std::size_t max_ids_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;  // node-based: key addresses are stable
-  std::list<const std::string*> recency_;          // most recently updated first
+  Entries entries_;  // node-based: key addresses are stable
+  // Ids holding no lease, most recently updated first: the only ones ever forgotten.
+  std::list<const std::string*> idle_;
 };
 
 }  // namespace sluice::internal

@@ -4,13 +4,13 @@
 // heartbeat and the store calls in flight. The scheduler holds it weakly: a dropped handle stops
 // the heartbeats; the release that the handle's destructor sends keeps the state until
 // the store answers. Heartbeats are scheduled on the client's HeartbeatScheduler (one
-// timer for all leases).
+// timer for all leases). A release that fails is handed to a ReleaseRetry, which the
+// client keeps (not the lease) until it lands or the lease has expired.
 #include <utility>  // before Boost: Asio 1.74 under g++ 12 needs std::exchange declared
 
 #include "sluice/lease.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -18,14 +18,17 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <thread>
 
 #include <boost/asio/post.hpp>
 
 #include "core/client_core.h"
 #include "core/keys.h"
+#include "core/process.h"
 #include "core/wait.h"
 #include "lease/concurrency.h"
 #include "lease/gauges.h"
@@ -43,12 +46,26 @@ int64_t WallMs() {
       .count();
 }
 
-// Counts fork()s in this process's lineage: a child must not hand out the random bytes
-// its parent drew before forking (two processes, one lease id, one slot for two holders).
-std::atomic<uint64_t> g_forks{0};
-[[maybe_unused]] const int g_fork_hook = ::pthread_atfork(nullptr, nullptr, [] {
-  g_forks.fetch_add(1, std::memory_order_relaxed);
-});
+}  // namespace
+
+// The clock a lease's believable end is kept on: CLOCK_BOOTTIME, which keeps counting
+// while the machine is suspended, as the store's clock does. (steady_clock stops during
+// a suspend: after a laptop or VM slept longer than lease_ttl, held() would still say
+// true although Redis has expired the lease.)
+struct BootClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<BootClock>;
+  static constexpr bool is_steady = true;
+  static time_point now() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_BOOTTIME, &ts);
+    return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+  }
+};
+
+namespace {
 
 // 128 random bits from the kernel's CSPRNG as 22 base64url characters. Bytes are drawn
 // 4 KiB at a time per thread, so an acquire costs no system call on average; a pool
@@ -59,7 +76,9 @@ std::string NewToken() {
   thread_local std::array<unsigned char, 4096> pool;
   thread_local std::size_t used = pool.size();
   thread_local uint64_t drawn_at_fork = 0;
-  const uint64_t forks = g_forks.load(std::memory_order_relaxed);
+  // A child must not hand out the random bytes its parent drew before forking (two
+  // processes, one lease id, one slot for two holders).
+  const uint64_t forks = ForkGeneration();
   if (used + 16 > pool.size() || drawn_at_fork != forks) {
     drawn_at_fork = forks;
     std::size_t filled = 0;
@@ -90,6 +109,9 @@ std::string NewToken() {
 
 }  // namespace
 
+// Raised while this thread runs an on_lost callback.
+thread_local int t_in_on_lost = 0;
+
 // Raised while this thread is inside AcquireAsync's store call: an answer that arrives
 // then came inline and must be posted.
 thread_local int g_acquiring = 0;
@@ -107,6 +129,38 @@ int64_t AcquiredAt(std::string_view member) {
 
 }  // namespace
 
+// A release that did not land (the store was unreachable), sent again in the background
+// until it lands or the lease has expired by itself, whether or not its Lease still
+// exists. Kept alive by the client (ClientCore::Keep), not by the lease, so a client
+// dropped meanwhile is torn down as usual (the lease then expires within lease_ttl).
+struct ReleaseRetry : HeartbeatScheduler::Target, std::enable_shared_from_this<ReleaseRetry> {
+  ReleaseRetry(ClientCore* c, LeaseCall call_in, BootClock::time_point until_in,
+               milliseconds every_in)
+      : core(c), call(std::move(call_in)), until(until_in), every(every_in) {}
+  void Due() override { Send(); }
+
+  void Send() {
+    call.deadline = steady_clock::now() + core->options.deadline;
+    core->store->Lease(call, [self = shared_from_this()](StatusOr<LeaseResult> r) {
+      self->OnResult(r.ok() ? Status() : r.status());
+    });
+  }
+  void OnResult(const Status& status) {
+    if (!status.ok() && status.code() != StatusCode::kInvalidArgument &&
+        status.code() != StatusCode::kFailedPrecondition && BootClock::now() < until) {
+      core->heartbeats.Schedule(steady_clock::now() + every,
+                                std::weak_ptr<HeartbeatScheduler::Target>(weak_from_this()));
+      return;
+    }
+    core->Drop(this);  // landed, or the lease has expired in the store by now
+  }
+
+  ClientCore* const core;  // the client outlives what it keeps
+  LeaseCall call;
+  const BootClock::time_point until;
+  const milliseconds every;
+};
+
 struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<LeaseState> {
   explicit LeaseState(std::shared_ptr<ClientCore> c) : core(std::move(c)) {}
   void Due() override { Tick(); }
@@ -119,14 +173,18 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   int64_t acquired_at_ms = 0;
   milliseconds ttl{0};
   milliseconds interval{0};
-  std::function<void(LeaseLoss)> on_lost;
 
   mutable std::mutex mu;
+  std::condition_variable notified;             // a running on_lost returned
+  std::function<void(LeaseLoss)> on_lost;       // under mu
+  std::optional<std::thread::id> notifying;     // under mu: the thread running on_lost
   std::optional<HeartbeatScheduler::Key> next;  // under mu: the scheduled heartbeat
-  steady_clock::time_point believable_until;  // under mu
-  bool released = false;                      // under mu
-  bool counted = true;                        // under mu: still in the `held` gauge
-  LeaseLoss loss = LeaseLoss::kNone;          // under mu
+  BootClock::time_point believable_until;       // under mu
+  bool released = false;                        // under mu: the owner let go
+  bool release_pending = false;                 // under mu: its release has not landed
+  bool release_retried = false;                 // under mu: a ReleaseRetry was started
+  bool counted = true;                          // under mu: still in the `held` gauge
+  LeaseLoss loss = LeaseLoss::kNone;            // under mu
 
   bool Heartbeats() const { return source != DecisionSource::kFailOpen; }
 
@@ -155,25 +213,57 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     next.reset();
   }
 
-  // Marks the lease lost (once) and tells its owner.
+  // Marks the lease lost (once) and tells its owner, always from an I/O thread (never
+  // inside the owner's own call, e.g. a Heartbeat() that the embedded store answers
+  // inline).
   void Lose(LeaseLoss why) {
-    std::function<void(LeaseLoss)> notify;
     {
       std::lock_guard lock(mu);
       if (released || loss != LeaseLoss::kNone) return;
       loss = why;
       Unschedule();
       Uncount();
-      notify = std::move(on_lost);
+      if (!on_lost) return;
     }
-    if (notify) notify(why);
+    // On an I/O thread already (a heartbeat's answer, the scheduler's tick): run it now.
+    // Elsewhere (an answer inline in the owner's own Heartbeat()): post it.
+    if (OnIoThread()) {
+      Notify(why);
+    } else {
+      core->Post([self = shared_from_this(), why] { self->Notify(why); });
+    }
+  }
+
+  // Runs on_lost unless the owner let go first. Release() waits for it to return.
+  void Notify(LeaseLoss why) {
+    std::function<void(LeaseLoss)> notify;
+    {
+      std::lock_guard lock(mu);
+      if (released || !on_lost) return;
+      notify = std::move(on_lost);
+      on_lost = nullptr;
+      notifying = std::this_thread::get_id();
+    }
+    ++t_in_on_lost;
+    notify(why);
+    notify = nullptr;  // what it captured goes before the owner is told it returned
+    --t_in_on_lost;
+    {
+      std::lock_guard lock(mu);
+      notifying.reset();
+    }
+    notified.notify_all();
   }
 
   // Under mu: the next heartbeat after `delay`, or at the lease's believable end if
   // that comes first (the tick then finds it expired).
   void Schedule(milliseconds delay) {
     Unschedule();
-    const auto at = std::min(steady_clock::now() + delay, believable_until);
+    // The scheduler's timers run on steady_clock; the believable end is on BootClock.
+    const BootClock::duration left =
+        std::max(BootClock::duration::zero(), believable_until - BootClock::now());
+    const BootClock::duration wait = std::min<BootClock::duration>(delay, left);
+    const auto at = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(wait);
     next = core->heartbeats.Schedule(at, std::weak_ptr<HeartbeatScheduler::Target>(weak_from_this()));
   }
 
@@ -183,7 +273,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
       std::lock_guard lock(mu);
       next.reset();  // the scheduler dropped it when it called
       if (released || loss != LeaseLoss::kNone) return;
-      expired = steady_clock::now() >= believable_until;
+      expired = BootClock::now() >= believable_until;
     }
     if (expired) {
       Lose(LeaseLoss::kExpired);
@@ -195,12 +285,12 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   // Not under mu (the store may answer inline). `done` (optional) gets the outcome: OK
   // extended, or why not.
   void SendHeartbeat(std::function<void(Status)> done) {
-    steady_clock::time_point until;
+    BootClock::time_point until;
     {
       std::lock_guard lock(mu);
       until = believable_until;
     }
-    const auto sent = steady_clock::now();
+    const auto sent = BootClock::now();
     const auto left = std::chrono::duration_cast<milliseconds>(until - sent);
     const milliseconds deadline =
         std::max(milliseconds(1), std::min(left, std::max(interval, core->options.deadline)));
@@ -210,7 +300,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
                        });
   }
 
-  void OnHeartbeat(steady_clock::time_point sent, StatusOr<LeaseResult> result,
+  void OnHeartbeat(BootClock::time_point sent, StatusOr<LeaseResult> result,
                    const std::function<void(Status)>& done) {
     Status status;
     if (result.ok() && result->reply.code == 1) {
@@ -234,31 +324,65 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     if (done) done(std::move(status));
   }
 
-  // Stops heartbeating and removes the lease from its store.
+  // Stops heartbeating and removes the lease from its store. Waits for an on_lost that
+  // is running on another thread; after it returns, on_lost never runs. A release that
+  // did not land is sent again by the next call, and in the background until it lands
+  // or the lease has expired.
   void Release(std::function<void(Status)> done) {
-    bool send;
-    {
-      std::lock_guard lock(mu);
-      if (released) {
-        if (done) boost::asio::post(core->io, [done] { done(Status()); });
-        return;
-      }
-      released = true;
-      Unschedule();
-      Uncount();
-      send = Heartbeats() && loss != LeaseLoss::kGone;
-      on_lost = nullptr;
-    }
-    if (!send) {
-      if (done) boost::asio::post(core->io, [done] { done(Status()); });
+    if (core->Forked()) {
+      // The parent holds the lease; nothing of its machinery is usable here.
+      if (done)
+        done(FailedPreconditionError("this Lease was acquired before fork(), by the parent"));
       return;
     }
-    core->store->Lease(Call(LeaseOp::kRelease, core->options.deadline),
-                       [self = shared_from_this(), done = std::move(done)](StatusOr<LeaseResult> r) {
-                         if (!done) return;
-                         Status status = r.ok() ? Status() : r.status();
-                         boost::asio::post(self->core->io, [done, status] { done(status); });
-                       });
+    bool send;
+    {
+      std::unique_lock lock(mu);
+      on_lost = nullptr;
+      // Not from inside an on_lost (its own, or another lease's: two on_lost releasing
+      // each other's leases on two threads would wait for each other for ever).
+      if (notifying && *notifying != std::this_thread::get_id() && t_in_on_lost == 0) {
+        notified.wait(lock, [this] { return !notifying; });
+      }
+      if (!released) {
+        released = true;
+        Unschedule();
+        Uncount();
+        release_pending = Heartbeats() && loss != LeaseLoss::kGone;
+      }
+      send = release_pending;
+    }
+    if (!send) {
+      if (done) core->Post([done] { done(Status()); });
+      return;
+    }
+    core->store->Lease(
+        Call(LeaseOp::kRelease, core->options.deadline),
+        [self = shared_from_this(), done = std::move(done)](StatusOr<LeaseResult> r) {
+          Status status = r.ok() ? Status() : r.status();
+          self->OnReleased(status);
+          if (done) self->core->Post([done, status] { done(status); });
+        });
+  }
+
+  void OnReleased(const Status& status) {
+    BootClock::time_point until;
+    {
+      std::lock_guard lock(mu);
+      if (status.ok()) {
+        release_pending = false;
+        return;
+      }
+      until = believable_until;
+      if (release_retried) return;  // one background retry per lease is enough
+      if (status.code() == StatusCode::kInvalidArgument || BootClock::now() >= until) return;
+      release_retried = true;
+    }
+    auto retry = std::make_shared<ReleaseRetry>(
+        core.get(), Call(LeaseOp::kRelease, milliseconds(0)), until,
+        std::clamp(interval / 4, milliseconds(10), milliseconds(1000)));
+    core->Keep(retry);
+    retry->OnResult(status);  // schedules the first retry
   }
 };
 
@@ -294,7 +418,7 @@ bool Lease::held() const {
   if (!state_) return false;
   std::lock_guard lock(state_->mu);
   if (state_->released || state_->loss != LeaseLoss::kNone) return false;
-  return !state_->Heartbeats() || std::chrono::steady_clock::now() < state_->believable_until;
+  return !state_->Heartbeats() || internal::BootClock::now() < state_->believable_until;
 }
 
 LeaseLoss Lease::loss() const {
@@ -314,6 +438,12 @@ int64_t Lease::acquired_at_ms() const { return state_ ? state_->acquired_at_ms :
 
 Status Lease::Release() {
   if (!state_) return Status();
+  if (internal::OnIoThread()) {
+    // Inside a callback (on_lost included) the answer cannot be waited for: released as
+    // the destructor does, the release sent (and retried) without waiting.
+    state_->Release(nullptr);
+    return Status();
+  }
   return internal::WaitFor<Status>([this](std::function<void(Status)> done) {
     state_->Release(std::move(done));
   });
@@ -321,7 +451,8 @@ Status Lease::Release() {
 
 void Lease::ReleaseAsync(std::function<void(Status)> done) {
   if (!state_) {
-    if (done) done(Status());
+    // No client to post to: a thread of its own, so `done` still never runs inline.
+    if (done) std::thread([done = std::move(done)] { done(Status()); }).detach();
     return;
   }
   state_->Release(std::move(done));
@@ -329,6 +460,9 @@ void Lease::ReleaseAsync(std::function<void(Status)> done) {
 
 Status Lease::Heartbeat() {
   if (!state_) return FailedPreconditionError("this Lease holds nothing");
+  if (state_->core->Forked()) {
+    return FailedPreconditionError("this Lease was acquired before fork(), by the parent");
+  }
   if (!state_->Heartbeats()) return Status();
   {
     std::lock_guard lock(state_->mu);
@@ -360,7 +494,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   // delivered inside AcquireAsync, as for checks: a store that answers inline does so
   // while this thread's g_acquiring is raised.
   auto fail = [&](Status why) {
-    boost::asio::post(core_->io, [done = std::move(done), why = std::move(why)] { done(why); });
+    core_->Post([done = std::move(done), why = std::move(why)] { done(why); });
   };
   if (id.empty()) return fail(InvalidArgumentError("id is empty"));
   const int64_t limit = options.limit.value_or(options_.limit);
@@ -383,7 +517,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
                                                                   : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
-  const auto sent = std::chrono::steady_clock::now();
+  const auto sent = internal::BootClock::now();
   auto state = std::make_shared<LeaseState>(core_);
   state->gauge_key = internal::LeaseGauges::KeyOf(name_, encoded);
   state->key = call.key;
@@ -397,7 +531,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
                                            StatusOr<internal::LeaseResult> result) mutable {
     auto deliver = [&](StatusOr<Acquisition> answer) {
       if (internal::g_acquiring == 0) return done(std::move(answer));
-      boost::asio::post(state->core->io, [done = std::move(done), answer = std::move(answer)]() mutable {
+      state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
         done(std::move(answer));
       });
     };

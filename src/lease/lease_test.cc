@@ -15,6 +15,7 @@
 #include <future>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "lease/gauges.h"
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
@@ -649,6 +651,195 @@ TEST(ConcurrencyLimiter, PrometheusTextEscapesLabelValues) {
     ++types;
   }
   EXPECT_EQ(types, 1u);
+}
+
+// ---------------------------------------------------------------------------------------
+// on_lost and callbacks: where they run, and never after their owner let go
+
+// Makes every lease of `id` lost (an operator's release): the holders learn it at their
+// next heartbeat.
+void ReleaseEverything(const ConcurrencyLimiter& limiter, const std::string& id) {
+  const std::string log = (std::filesystem::temp_directory_path() /
+                           ("sluice-lease-lost-" + std::to_string(::getpid()) + ".jsonl"))
+                              .string();
+  auto r = limiter.ReleaseAll(id, {.actor = "t", .reason = "t"}, {.log_path = log});
+  std::filesystem::remove(log);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
+TEST(ConcurrencyLimiter, OnLostHasReturnedWhenTheLeaseIsDestroyed) {
+  // An on_lost that captures its owner must never run after the owner's Lease is gone:
+  // the destructor waits for an on_lost that is running.
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(
+      client, "lost",
+      {.limit = 1, .lease_ttl = milliseconds(5000), .heartbeat_interval = milliseconds(10)});
+  std::atomic<bool> entered{false}, finished{false};
+  auto a = limiter.Acquire("x", {.on_lost = [&](LeaseLoss) {
+                             entered = true;
+                             std::this_thread::sleep_for(milliseconds(300));
+                             finished = true;
+                           }});
+  ASSERT_TRUE(a.ok() && a->acquired);
+  ReleaseEverything(limiter, "x");
+  ASSERT_TRUE(WaitUntil([&] { return entered.load(); }, milliseconds(5000)));
+  a->lease = Lease();  // releases (and waits for the running on_lost)
+  EXPECT_TRUE(finished.load()) << "on_lost was still running after the Lease was destroyed";
+}
+
+TEST(ConcurrencyLimiter, OnLostMayReleaseItsOwnLease) {
+  // The destructor's wait must not wait for itself: Release() and the destructor called
+  // from inside on_lost return at once.
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(
+      client, "self",
+      {.limit = 1, .lease_ttl = milliseconds(5000), .heartbeat_interval = milliseconds(10)});
+  auto holder = std::make_shared<std::optional<Lease>>();
+  std::promise<Status> released;
+  auto a = limiter.Acquire("x", {.on_lost = [holder, &released](LeaseLoss) {
+                             Status s = (*holder)->Release();
+                             holder->reset();  // the Lease's destructor, inside its own on_lost
+                             released.set_value(s);
+                           }});
+  ASSERT_TRUE(a.ok() && a->acquired);
+  holder->emplace(std::move(a->lease));
+  ReleaseEverything(limiter, "x");
+  auto done = released.get_future();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "Release() inside on_lost did not return";
+  EXPECT_TRUE(done.get().ok());
+}
+
+TEST(ConcurrencyLimiter, OnLostRunsOnAnIoThreadEvenWhenTheHeartbeatAnswersInline) {
+  // The embedded store answers a heartbeat inline: a Heartbeat() that finds the lease
+  // gone must still not run on_lost on the caller's thread.
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "inline", {.limit = 1, .lease_ttl = milliseconds(60000)});
+  std::promise<std::thread::id> ran_on;
+  auto a = limiter.Acquire(
+      "x", {.on_lost = [&](LeaseLoss) { ran_on.set_value(std::this_thread::get_id()); }});
+  ASSERT_TRUE(a.ok() && a->acquired);
+  ReleaseEverything(limiter, "x");
+  EXPECT_EQ(a->lease.Heartbeat().code(), StatusCode::kNotFound);
+  auto where = ran_on.get_future();
+  ASSERT_EQ(where.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_NE(where.get(), std::this_thread::get_id()) << "on_lost ran inside Heartbeat()";
+  EXPECT_EQ(a->lease.loss(), LeaseLoss::kGone);
+}
+
+TEST(ConcurrencyLimiterApi, ReleaseAsyncNeverAnswersInsideTheCall) {
+  auto client = MemoryClient();
+  auto cap = MakeLimiter(client, "release", {.limit = 1});
+  auto a = cap.Acquire("x");
+  ASSERT_TRUE(a.ok() && a->acquired);
+  Lease empty;
+  for (Lease* lease : {&a->lease, &a->lease, &empty}) {
+    std::promise<std::thread::id> answered;
+    lease->ReleaseAsync([&](Status s) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      answered.set_value(std::this_thread::get_id());
+    });
+    auto where = answered.get_future();
+    ASSERT_EQ(where.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    EXPECT_NE(where.get(), std::this_thread::get_id());
+  }
+}
+
+TEST(ConcurrencyLimiter, MetricsKeepALongHeldLeaseWhateverTheTrafficOnOtherIds) {
+  // issue 11, item 5, through the public API: one lease held on `leaky` while leases of
+  // more ids than the gauges track come and go.
+  auto client = MemoryClient();
+  auto limiter = MakeLimiter(client, "c", {.limit = 1});
+  auto leaky = limiter.Acquire("leaky");
+  ASSERT_TRUE(leaky.ok() && leaky->acquired);
+  for (int i = 0; i < 1100; ++i) {
+    auto a = limiter.Acquire("id" + std::to_string(i));
+    ASSERT_TRUE(a.ok() && a->acquired);
+  }
+  EXPECT_EQ(Read(*client, "c", "leaky").held, 1.0) << "the held lease's series was forgotten";
+  double held = 0;
+  for (const MetricSample& s : client->Metrics()) {
+    if (s.name == "sluice_leases_held") held += s.value;
+  }
+  EXPECT_EQ(held, 1.0);
+}
+
+TEST(LeaseGauges, NeverForgetIdsThatStillHoldLeases) {
+  // The leak floor the gauge exists to show is a lease held for long: it must survive any
+  // number of other ids passing through the table.
+  internal::LeaseGauges gauges(/*max_ids=*/10);
+  const std::string leaky = internal::LeaseGauges::KeyOf("c", "leaky");
+  gauges.Held(leaky, +1, 0);
+  for (int i = 0; i < 1000; ++i) {
+    const std::string key = internal::LeaseGauges::KeyOf("c", "id" + std::to_string(i));
+    gauges.Granted(key, 1, i);
+    gauges.Held(key, -1, i);
+  }
+  const auto rows = gauges.Snapshot(1000);
+  int64_t held = 0;
+  bool found = false;
+  for (const auto& row : rows) {
+    held += row.held;
+    if (row.id == "leaky") found = row.held == 1;
+  }
+  EXPECT_TRUE(found) << "the id holding a lease was forgotten";
+  EXPECT_EQ(held, 1);
+  EXPECT_LE(rows.size(), 11u) << "idle ids are still bounded by max_ids";
+  // Ids that hold leases are never evicted, even past max_ids; once they release, they
+  // are ordinary idle ids again and the table shrinks back as others come.
+  std::vector<std::string> holding;
+  for (int i = 0; i < 30; ++i) {
+    holding.push_back(internal::LeaseGauges::KeyOf("c", "h" + std::to_string(i)));
+    gauges.Granted(holding.back(), 1, 2000);
+  }
+  auto many = gauges.Snapshot(2000);
+  int64_t holders = 0;
+  for (const auto& row : many) holders += row.held;
+  EXPECT_EQ(holders, 31);
+  for (const auto& key : holding) gauges.Held(key, -1, 3000);
+  for (int i = 0; i < 50; ++i) {
+    gauges.Observe(internal::LeaseGauges::KeyOf("c", "later" + std::to_string(i)), 0, 4000);
+  }
+  EXPECT_LE(gauges.Snapshot(4000).size(), 11u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Blocking calls on an I/O thread, and callbacks that throw
+
+TEST(ClientThreads, ABlockingCallFromACallbackFailsFastInsteadOfHanging) {
+  auto client = MemoryClient();
+  auto limiter = *client->MakeLimiter("cb", {.limit = 5, .window = std::chrono::seconds(60)});
+  auto cap = MakeLimiter(client, "cbl", {.limit = 1});
+  std::promise<std::pair<Status, Status>> inner;
+  limiter.CheckAsync("x", {}, [&](StatusOr<Decision>) {
+    StatusOr<Decision> d = limiter.Check("y");
+    StatusOr<Acquisition> a = cap.Acquire("y");
+    inner.set_value({d.ok() ? Status() : d.status(), a.ok() ? Status() : a.status()});
+  });
+  auto result = inner.get_future();
+  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    // The I/O thread is stuck for good: leave the client behind so the test can end.
+    new std::shared_ptr<Client>(client);
+    FAIL() << "a blocking Check inside a callback hung";
+  }
+  auto [check, acquire] = result.get();
+  EXPECT_EQ(check.code(), StatusCode::kFailedPrecondition) << check.ToString();
+  EXPECT_NE(check.message().find("I/O thread"), std::string::npos) << check.ToString();
+  EXPECT_EQ(acquire.code(), StatusCode::kFailedPrecondition) << acquire.ToString();
+}
+
+TEST(ClientThreadsDeathTest, ACallbackThatThrowsTerminatesTheProcess) {
+  // Documented in client.h: callbacks must not throw; one that does ends the process
+  // (std::terminate on the I/O thread) rather than leaving a call half-done.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto client = MemoryClient();
+        auto limiter = *client->MakeLimiter("t", {.limit = 5, .window = std::chrono::seconds(60)});
+        limiter.CheckAsync("x", {}, [](StatusOr<Decision>) { throw std::runtime_error("boom"); });
+        std::this_thread::sleep_for(std::chrono::seconds(5));
+      },
+      "");
 }
 
 TEST(ConcurrencyLimiterApi, SyncCallbackAndCoroutineShareOneCap) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "core/client_side.h"
+#include "core/process.h"
+
 namespace sluice::internal {
 namespace {
 
@@ -11,12 +14,31 @@ bool IsStoreFailure(const Status& status) {
   return !status.ok() && status.code() != StatusCode::kInvalidArgument;
 }
 
+// Store failures that the breaker counts: not the caller's fault, and not a backlog in
+// this client while the store kept answering (core/client_side.h). A deadline missed
+// while the store sent nothing at all (stalled, paused, partitioned) counts.
+bool CountsForBreaker(const Status& status) {
+  return IsStoreFailure(status) && !IsClientSide(status);
+}
+
 }  // namespace
 
 PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clock> local_clock,
                          BreakerOptions breaker, std::size_t denial_cache_size)
-    : inner_(std::move(inner)), clock_(local_clock), local_(std::move(local_clock)), breaker_(breaker) {
+    : inner_(std::move(inner)),
+      clock_(local_clock),
+      local_(std::move(local_clock)),
+      breaker_(breaker),
+      fork_generation_(ForkGeneration()) {
   if (denial_cache_size > 0) denials_.emplace(denial_cache_size);
+}
+
+bool PolicyStore::Forked() const { return ForkGeneration() != fork_generation_; }
+
+Status PolicyStore::ForkedError() {
+  return FailedPreconditionError(
+      "this sluice Client was created before fork(): a child process cannot use it (its I/O "
+      "threads stayed in the parent); create a new Client in the child");
 }
 
 ClientStats PolicyStore::stats() const {
@@ -29,7 +51,15 @@ ClientStats PolicyStore::stats() const {
 
 CheckCall PolicyStore::LocalCall(const CheckCall& call) {
   CheckCall local = call;
-  local.limit.limit = std::max<int64_t>(1, call.limit.limit / std::max<int64_t>(1, call.servers));
+  const int64_t servers = std::max<int64_t>(1, call.servers);
+  local.limit.limit = std::max<int64_t>(1, call.limit.limit / servers);
+  // token_bucket and gcra: the sustained rate is `refill` per window, so it is shared too
+  // (at least 1 per window). refill = 0 means "limit per window": the divided limit then.
+  const bool rate =
+      call.limit.algorithm == Algorithm::kTokenBucket || call.limit.algorithm == Algorithm::kGcra;
+  if (rate && call.limit.refill > 0) {
+    local.limit.refill = std::max<int64_t>(1, call.limit.refill / servers);
+  }
   return local;
 }
 
@@ -64,6 +94,7 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
 }
 
 void PolicyStore::Check(CheckCall call, DecisionCallback done) {
+  if (Forked()) return done(ForkedError());
   if (call.op == Op::kRefund && call.counted_by != DecisionSource::kStore) {
     // Units a policy counted: given back where they were counted, or nowhere.
     if (call.counted_by == DecisionSource::kLocalFallback) {
@@ -104,7 +135,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
     inner_->Check(std::move(call), [this, done = std::move(done)](StatusOr<Decision> result) {
       if (result.ok()) {
         breaker_.OnSuccess();
-      } else if (IsStoreFailure(result.status())) {
+      } else if (CountsForBreaker(result.status())) {
         breaker_.OnFailure();
       }
       done(std::move(result));
@@ -123,7 +154,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
       }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
-      breaker_.OnFailure();
+      if (CountsForBreaker(result.status())) breaker_.OnFailure();
       done(Fallback(fallback));
     } else {
       done(std::move(result));
@@ -155,6 +186,7 @@ StatusOr<MultiDecision> PolicyStore::FallbackMany(const std::vector<CheckCall>& 
 }
 
 void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+  if (Forked()) return done(ForkedError());
   if (denials_) {
     for (std::size_t i = 0; i < call.calls.size(); ++i) {
       const CheckCall& c = call.calls[i];
@@ -182,7 +214,7 @@ void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
       }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
-      breaker_.OnFailure();
+      if (CountsForBreaker(result.status())) breaker_.OnFailure();
       done(FallbackMany(calls));
     } else {
       done(std::move(result));
@@ -222,46 +254,48 @@ LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call) {
 }
 
 void PolicyStore::Lease(LeaseCall call, LeaseCallback done) {
+  if (Forked()) return done(ForkedError());
   if (call.local) {
     done(local_.LeaseNow(call));
     return;
   }
-  const bool acquire = call.args.op == LeaseOp::kAcquire;
+  if (call.args.op != LeaseOp::kAcquire) {
+    // Heartbeats, releases and the operators' calls never wait on the breaker: they slow
+    // no request, and short-circuiting them loses leases (a heartbeat not sent) or keeps
+    // slots taken (a release not sent) while Redis may well be answering. Their
+    // successes close the breaker (the store answers); their failures are not counted
+    // (the checks and acquires that the breaker protects count their own).
+    inner_->Lease(std::move(call), [this, done = std::move(done)](StatusOr<LeaseResult> result) {
+      if (result.ok()) breaker_.OnSuccess();
+      done(std::move(result));
+    });
+    return;
+  }
   if (!breaker_.Allow()) {
-    if (acquire) {
-      done(LeaseFallback(call));
-    } else {
-      done(UnavailableError("the store is unavailable (circuit breaker open); retry in " +
-                            std::to_string(breaker_.RetryIn().count()) + " ms"));
-    }
+    done(LeaseFallback(call));
     return;
   }
   // What the fallback needs (the key and token only for a local lease), without copying
   // strings the common policies never read.
-  std::optional<LeaseCall> fallback;
-  if (acquire) {
-    fallback.emplace();
-    fallback->args.op = call.args.op;
-    fallback->args.limit = call.args.limit;
-    fallback->args.ttl_ms = call.args.ttl_ms;
-    fallback->now_ms = call.now_ms;
-    fallback->on_failure = call.on_failure;
-    fallback->servers = call.servers;
-    if (call.on_failure == FailurePolicy::kLocal) {
-      fallback->key = call.key;
-      fallback->args.token = call.args.token;
-    }
+  LeaseCall fallback;
+  fallback.args.op = call.args.op;
+  fallback.args.limit = call.args.limit;
+  fallback.args.ttl_ms = call.args.ttl_ms;
+  fallback.now_ms = call.now_ms;
+  fallback.on_failure = call.on_failure;
+  fallback.servers = call.servers;
+  if (call.on_failure == FailurePolicy::kLocal) {
+    fallback.key = call.key;
+    fallback.args.token = call.args.token;
   }
   inner_->Lease(std::move(call), [this, fallback = std::move(fallback),
                                   done = std::move(done)](StatusOr<LeaseResult> result) {
     if (result.ok()) {
       breaker_.OnSuccess();
     } else if (IsStoreFailure(result.status())) {
-      breaker_.OnFailure();
-      if (fallback) {
-        done(LeaseFallback(*fallback));
-        return;
-      }
+      if (CountsForBreaker(result.status())) breaker_.OnFailure();
+      done(LeaseFallback(fallback));
+      return;
     }
     done(std::move(result));
   });

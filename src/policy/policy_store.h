@@ -2,8 +2,16 @@
 // through a check. Each consume or peek either gets the store's decision or, when the
 // store failed (deadline, connection, script error) or the circuit breaker is open, the
 // decision of the call's failure policy: open, closed, or a local limiter on this
-// process's embedded store with the limit divided among the servers. Refunds and resets
-// are passed through; their errors stay errors.
+// process's embedded store with the limit (and for token_bucket/gcra the refill rate)
+// divided among the servers. Refunds and resets are passed through; their errors stay
+// errors.
+//
+// The breaker counts store failures, not the caller's errors (InvalidArgument) nor a
+// backlog in this client (core/client_side.h). It short-circuits checks and acquires
+// only; lease heartbeats, releases and lists always go to the store.
+//
+// After fork(), every call made in the child answers FailedPrecondition at once, inline
+// (the child has none of the parent's I/O threads).
 //
 // Thread-safety: thread-safe.
 #pragma once
@@ -33,13 +41,15 @@ class PolicyStore final : public Store {
   // call its own policy, in order, all-or-nothing (a refusal gives back what the local
   // fallback admitted for the calls before it).
   void CheckMany(MultiCheckCall call, MultiDecisionCallback done) override;
-  // Acquire: the store's answer or, when it fails, the policy's (open: a lease that is
-  // not in any store; closed: refused; local: a lease in the local store). Other lease
-  // operations pass store errors through; a local lease's go to the local store.
+  // Acquire: the store's answer or, when it fails or the breaker is open, the policy's
+  // (open: a lease that is not in any store; closed: refused; local: a lease in the local
+  // store). Other lease operations go to the store whatever the breaker's state and pass
+  // its errors through; a local lease's go to the local store.
   void Lease(LeaseCall call, LeaseCallback done) override;
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,
                       std::function<void(Status)> done) override {
+    if (Forked()) return done(ForkedError());
     inner_->AppendToStream(std::move(key), std::move(fields), max_len, retention_ms, deadline,
                            std::move(done));
   }
@@ -48,10 +58,15 @@ class PolicyStore final : public Store {
   void CountShadowRefusal() { shadow_refusals_.fetch_add(1, std::memory_order_relaxed); }
   void Info(std::string_view section, Deadline deadline,
             std::function<void(StatusOr<std::string>)> done) override {
+    if (Forked()) return done(ForkedError());
     inner_->Info(section, deadline, std::move(done));
   }
 
   const Breaker& breaker() const { return breaker_; }
+  // True in a child process forked after this store was made.
+  bool Forked() const;
+  // What every call answers then.
+  static Status ForkedError();
 
  private:
   // What the check answers instead of the store.
@@ -80,6 +95,7 @@ class PolicyStore final : public Store {
   Breaker breaker_;
   std::optional<DenialCache> denials_;
   std::atomic<uint64_t> cached_denials_{0}, policy_decisions_{0}, shadow_refusals_{0};
+  const uint64_t fork_generation_;  // core/process.h, when this store was made
 };
 
 }  // namespace sluice::internal

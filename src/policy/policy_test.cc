@@ -1,5 +1,7 @@
 // The circuit breaker on a fake clock, and the failure policies through the public API
 // with a fault-injecting store in front of the embedded store.
+#include <iostream>
+
 #include <gtest/gtest.h>
 
 #include "core/client_core.h"
@@ -130,6 +132,54 @@ TEST(PoliciesLocal, FourServersSpreadGetTheWholeLimitPinnedGetAQuarter) {
   for (int i = 0; i < 200; ++i) spread += servers[i % 4].Check("spread")->allowed;
   EXPECT_EQ(pinned, 25);
   EXPECT_EQ(spread, 100);
+}
+
+// The local fallback divides the rate as well as the burst: four servers in fallback
+// together admit about the configured rate, not four times it (DESIGN.md §5).
+TEST(PoliciesLocal, AFleetInFallbackAdmitsTheConfiguredRateNotServersTimesIt) {
+  struct Case {
+    Limit limit;
+    int64_t want;  // burst + rate × 5 s, the whole fleet's budget over the run
+  };
+  const Case cases[] = {
+      {Limit::TokenBucket(20, 100), 20 + 500},
+      {Limit::Gcra(100, 20), 20 + 500},
+      {{.algorithm = Algorithm::kTokenBucket, .limit = 100, .window = seconds(1)}, 100 + 500},
+      {{.algorithm = Algorithm::kGcra, .limit = 100, .window = seconds(1)}, 100 + 500},
+  };
+  for (const Case& c : cases) {
+    auto clock = std::make_shared<testing::FakeClock>();
+    std::vector<std::shared_ptr<Client>> clients;
+    std::vector<Limiter> servers;
+    for (int i = 0; i < 4; ++i) {
+      auto down =
+          std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
+      down->FailRandomly(1.0, UnavailableError("injected: redis down"));
+      clients.push_back(*internal::ClientFactory::WithStore({.url = "memory://",
+                                                             .on_failure = FailurePolicy::kLocal,
+                                                             .servers = 4,
+                                                             .model_clock = clock},
+                                                            down));
+      servers.push_back(*clients.back()->MakeLimiter("api", c.limit));
+    }
+    // Every server gets one request per millisecond for five seconds: 4,000 requests/s
+    // against a configured 100/s.
+    int64_t admitted = 0;
+    for (int ms = 0; ms < 5000; ++ms) {
+      for (const Limiter& server : servers) {
+        auto d = server.Check("hot");
+        ASSERT_TRUE(d.ok()) << d.status().ToString();
+        ASSERT_EQ(d->source, DecisionSource::kLocalFallback);
+        admitted += d->allowed;
+      }
+      clock->Advance(milliseconds(1));
+    }
+    std::cout << AlgorithmName(c.limit.algorithm) << " limit " << c.limit.limit << " refill "
+              << c.limit.refill << ": the fleet admitted " << admitted << " in 5 s (configured "
+              << c.want << ")\n";
+    EXPECT_LE(admitted, c.want + 4) << AlgorithmName(c.limit.algorithm);
+    EXPECT_GE(admitted, c.want * 9 / 10) << AlgorithmName(c.limit.algorithm);
+  }
 }
 
 TEST_F(Policies, DefaultPolicyComesFromTheClient) {

@@ -12,6 +12,7 @@
 #include <hiredis/read.h>
 #include <hiredis/hiredis.h>
 
+#include "core/client_side.h"
 #include "redis/resp.h"
 
 namespace sluice::internal {
@@ -233,8 +234,9 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
       fail = UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
                               (last_error_.ok() ? std::string() : " (" + last_error_.message() + ")"));
     } else if (!handshake && queue_.size() >= options_.max_in_flight) {
-      fail = UnavailableError("redis " + endpoint_.Describe() + ": " +
-                              std::to_string(queue_.size()) + " calls already in flight");
+      std::string what = "redis " + endpoint_.Describe() + ": " + std::to_string(queue_.size()) +
+                         " calls already in flight";
+      fail = ClientSideError(StatusCode::kUnavailable, std::move(what));
     } else {
       write(out_, request);
       if (!timer_armed_ || request.deadline < armed_at_) {
@@ -271,9 +273,10 @@ void Connection::Send(std::string_view command, Deadline deadline, Callback done
 }
 
 void Connection::Eval(int script, std::string tail, int tail_items, Deadline deadline,
-                      Callback done) {
+                      Callback done, Callback late) {
   Request request;
   request.done = std::move(done);
+  request.late = std::move(late);
   request.deadline = deadline;
   request.issued = steady_clock::now();
   request.script = script;
@@ -356,6 +359,7 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
   bool desync = false;
   {
     std::lock_guard lock(mu_);
+    last_reply_at_ = steady_clock::now();
     if (replies.size() > queue_.size()) {
       desync = true;
     } else {
@@ -402,6 +406,8 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
       } else {
         request.done(Status::Ok(), reply);
       }
+    } else if (request.late && reply->type != REDIS_REPLY_ERROR) {
+      request.late(Status::Ok(), reply);
     }
     freeReplyObject(reply);
   }
@@ -410,7 +416,12 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
 
 void Connection::OnTimer() {
   const auto now = steady_clock::now();
-  std::vector<std::pair<Callback, int64_t>> expired;
+  struct Expired {
+    Callback done;
+    int64_t waited_ms;
+    bool backlog;  // replies kept arriving while it waited
+  };
+  std::vector<Expired> expired;
   Deadline next = Deadline::max();
   std::shared_ptr<Session> stalled;
   int64_t stalled_ms = 0;
@@ -419,7 +430,8 @@ void Connection::OnTimer() {
     for (Request& r : queue_) {
       if (!r.done) continue;
       if (r.deadline <= now) {
-        expired.emplace_back(std::move(r.done), Ms(r.deadline - r.issued));
+        expired.push_back(
+            {std::move(r.done), Ms(r.deadline - r.issued), last_reply_at_ > r.issued});
         r.done = nullptr;
         ++stats_.deadline_exceeded;
       } else {
@@ -440,10 +452,12 @@ void Connection::OnTimer() {
     timer_armed_ = next != Deadline::max();
     armed_at_ = next;
   }
-  for (auto& [done, ms] : expired) {
-    done(DeadlineExceededError("redis " + endpoint_.Describe() + " did not answer within " +
-                               std::to_string(ms) + " ms"),
-         nullptr);
+  for (Expired& e : expired) {
+    std::string message = "redis " + endpoint_.Describe() + " did not answer within " +
+                          std::to_string(e.waited_ms) + " ms";
+    e.done(e.backlog ? ClientSideError(StatusCode::kDeadlineExceeded, std::move(message))
+                     : DeadlineExceededError(std::move(message)),
+           nullptr);
   }
   if (stalled) {
     Break(stalled, UnavailableError("redis " + endpoint_.Describe() + " sent no reply for " +

@@ -15,9 +15,13 @@
 // Routing: a command is sent to the Connection its caller chose; a cluster router will
 // pick the connection per key slot and own one Connection per master.
 //
+// Errors on this side of the connection while the store answers (too many calls in
+// flight; a deadline missed while replies kept arriving after the call was issued) are
+// marked client-side (core/client_side.h): the breaker does not count them.
+//
 // Thread-safety: thread-safe. Callbacks run on the connection's strand (an I/O thread),
-// or inline in Send/Eval when the call fails before being queued (not connected,
-// too many in flight). Callbacks must not block.
+// never inline in Send/Eval (a call that fails before being queued — not connected, too
+// many in flight — is completed by a post). Callbacks must not block.
 #pragma once
 
 #include <utility>  // before Boost (Asio 1.74 + g++ 12)
@@ -80,8 +84,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Send(std::string_view command, Deadline deadline, Callback done);
 
   // EVALSHA of options.scripts[script]. `tail` is the RESP of numkeys, keys and args
-  // (tail_items of them), written with AppendBulk.
-  void Eval(int script, std::string tail, int tail_items, Deadline deadline, Callback done);
+  // (tail_items of them), written with AppendBulk. `late` (optional) gets the reply that
+  // arrives after `done` was completed by the deadline (the script ran after its caller
+  // gave up), so the caller can undo what the script did; it is not called when no reply
+  // ever comes (the connection broke first: whether the script ran is then unknown).
+  void Eval(int script, std::string tail, int tail_items, Deadline deadline, Callback done,
+            Callback late = nullptr);
 
   // Closes the connection for good: queued calls complete with Unavailable.
   void Shutdown();
@@ -102,6 +110,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   struct Session;
   struct Request {
     Callback done;  // empty once completed by the deadline timer
+    Callback late;  // the reply after the deadline (Eval's `late`)
     Deadline deadline;
     std::chrono::steady_clock::time_point issued;
     int script = -1;  // for the NOSCRIPT retry
@@ -148,6 +157,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool write_in_flight_ = false;  // an async_write is running; its completion flushes out_
   bool timer_armed_ = false;
   Deadline armed_at_ = Deadline::max();
+  // When the latest reply was read: a deadline missed although replies kept coming after
+  // the call was issued is a backlog in this client, not a silent store.
+  std::chrono::steady_clock::time_point last_reply_at_{};
   Status last_error_;
   Stats stats_;
 

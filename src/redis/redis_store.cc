@@ -145,6 +145,9 @@ void RedisStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
 
 namespace {
 
+// How long the release of a grant that arrived after its caller gave up may take.
+constexpr std::chrono::seconds kLateReleaseDeadline{2};
+
 bool IsInteger(const redisReply* r) { return r->type == REDIS_REPLY_INTEGER; }
 
 // The reply of concurrency.lua for `op` (see the script's header).
@@ -213,19 +216,37 @@ void RedisStore::Lease(LeaseCall call, LeaseCallback done) {
   AppendBulk(tail, call.args.token);
   AppendBulk(tail, call.args.limit);
   AppendBulk(tail, call.args.ttl_ms);
-  connection_->Eval(kConcurrencyScript, std::move(tail), 7, call.deadline,
-                    [op, done = std::move(done)](const Status& status, const redisReply* reply) {
-                      if (!status.ok()) {
-                        done(status);
-                        return;
-                      }
-                      StatusOr<LeaseReply> parsed = ParseLeaseReply(op, reply);
-                      if (!parsed.ok()) {
-                        done(parsed.status());
-                      } else {
-                        done(LeaseResult{*std::move(parsed)});
-                      }
-                    });
+  // An acquire whose deadline passed may still run in Redis (a stalled server runs it on
+  // resume) and grant a lease that nobody holds: that grant is released as soon as its
+  // reply arrives, instead of keeping the slot for the whole lease_ttl.
+  Connection::Callback late;
+  if (op == LeaseOp::kAcquire) {
+    late = [weak = std::weak_ptr<Connection>(connection_), key = call.key, token = call.args.token](
+               const Status& status, const redisReply* reply) {
+      auto connection = weak.lock();
+      if (!connection || !status.ok()) return;
+      StatusOr<LeaseReply> parsed = ParseLeaseReply(LeaseOp::kAcquire, reply);
+      if (!parsed.ok() || parsed->code != 1) return;
+      connection->Send(FormatCommand({"ZREM", key, LeaseMember(parsed->now_ms, token)}),
+                       std::chrono::steady_clock::now() + kLateReleaseDeadline,
+                       [](const Status&, const redisReply*) {});
+    };
+  }
+  connection_->Eval(
+      kConcurrencyScript, std::move(tail), 7, call.deadline,
+      [op, done = std::move(done)](const Status& status, const redisReply* reply) {
+        if (!status.ok()) {
+          done(status);
+          return;
+        }
+        StatusOr<LeaseReply> parsed = ParseLeaseReply(op, reply);
+        if (!parsed.ok()) {
+          done(parsed.status());
+        } else {
+          done(LeaseResult{*std::move(parsed)});
+        }
+      },
+      std::move(late));
 }
 
 void RedisStore::AppendToStream(std::string key,
