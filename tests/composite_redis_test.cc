@@ -1,4 +1,4 @@
-// Several limits on one request (CheckAll, DESIGN.md §6) on a real redis-server: the
+// Several limits on one request (CheckAll, docs/design.md §6) on a real redis-server: the
 // one-script path (every limiter on one client) and the staged path (limiters on
 // different clients, or a limiter in shadow mode). Each test checks what Redis itself
 // saw (INFO commandstats) and that no key is left without an expiry.

@@ -1,4 +1,4 @@
-// Limits are arguments (DESIGN.md §1 rule 5, §3): every parameter of a Limit may change
+// Limits are arguments (docs/design.md §1 rule 5, §3): every parameter of a Limit may change
 // between calls and the next decision follows the new one at once, on a real
 // redis-server for all five algorithms — a plan upgrade gives the new tokens at once, a
 // shortened window or a downgrade is never outlived by a window end, TAT or count

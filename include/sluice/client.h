@@ -269,7 +269,7 @@ struct ClientStats {
   uint64_t shadow_refusals = 0;    // shadow-mode checks that would have been refused
 };
 
-// One check against several limits (DESIGN.md §6), most specific first: e.g. user,
+// One check against several limits (docs/design.md §6), most specific first: e.g. user,
 // then tenant, then global.
 struct LimitCheck {
   const Limiter* limiter;

@@ -1,5 +1,5 @@
 // sluice/lease.h — concurrency limits: at most `limit` requests of one id in flight at
-// once, counted as expiring leases (DESIGN.md §4), so a holder that dies (SIGKILL, lost
+// once, counted as expiring leases (docs/design.md §4), so a holder that dies (SIGKILL, lost
 // network) frees its slot lease_ttl later without any reaper.
 //
 //   auto streams = client->MakeConcurrencyLimiter("streams", {.limit = 20});

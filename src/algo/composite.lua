@@ -1,5 +1,5 @@
 -- sluice composite: one request checked against several limits in one script, counted
--- against all of them or against none (DESIGN.md §6, when all keys share a slot).
+-- against all of them or against none (docs/design.md §6, when all keys share a slot).
 -- This file is the driver only and does not run alone: the build (CMakeLists.txt) puts in
 -- front of it every algorithm's own script wrapped as a function,
 -- `local function <name>(KEYS, ARGV) <src/algo/<name>.lua> end`, and
@@ -21,7 +21,7 @@
 --
 -- Order: every limit but the last is peeked (op 1) with the request's cost; the first
 -- that would refuse is answered and nothing is counted. Then the last limit is consumed
--- (op 0): a refused consume changes nothing (DESIGN.md §1 rule 4), so it serves as the
+-- (op 0): a refused consume changes nothing (docs/design.md §1 rule 4), so it serves as the
 -- last peek and saves one algorithm run. Then the others are consumed, in order.
 -- Why a consume after a passed peek admits: a script runs alone (no other client writes
 -- in between), each algorithm's clock only moves forward within it (Redis TIME, read

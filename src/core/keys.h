@@ -1,4 +1,4 @@
-// Key layout (DESIGN.md §2): `<prefix>:{<limiter>:<id>}:<suffix>`.
+// Key layout (docs/design.md §2): `<prefix>:{<limiter>:<id>}:<suffix>`.
 //
 // The suffix names the algorithm (fw, sw, sl, tb, gcra; cc for concurrency leases): a limiter whose algorithm is
 // changed in a config starts on a fresh key instead of reading another algorithm's

@@ -1,4 +1,4 @@
-// Key layout and id encoding (DESIGN.md §2): no id can break the hash tag, two different
+// Key layout and id encoding (docs/design.md §2): no id can break the hash tag, two different
 // ids never share a key, and keys stay bounded in length.
 #include "core/keys.h"
 

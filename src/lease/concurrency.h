@@ -1,4 +1,4 @@
-// Concurrency leases (DESIGN.md §4): the script contract of src/lease/concurrency.lua
+// Concurrency leases (docs/design.md §4): the script contract of src/lease/concurrency.lua
 // and its in-memory twin. The twin takes the same arguments and returns the same reply
 // on an explicit lease set; the differential test holds both to identical replies.
 #pragma once

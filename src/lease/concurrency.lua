@@ -1,4 +1,4 @@
--- sluice concurrency leases: at most `limit` live leases per id (DESIGN.md §4).
+-- sluice concurrency leases: at most `limit` live leases per id (docs/design.md §4).
 -- KEYS[1]  the id's lease set: a sorted set, one member per lease.
 --            member = <acquired at ms>:<token>   (the token is random and unguessable,
 --                     chosen by the client; the acquisition time is the store's)

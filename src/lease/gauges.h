@@ -1,4 +1,4 @@
-// Gauges of concurrency leases as one client sees them (DESIGN.md §4: a leak shows as a
+// Gauges of concurrency leases as one client sees them (docs/design.md §4: a leak shows as a
 // floor that never returns to zero), per (limiter, id):
 //   held     leases this client holds now (exact: counted at grant, release and loss);
 //   live     leases of the id across the fleet, as the store counted them at this

@@ -135,7 +135,7 @@ TEST(PoliciesLocal, FourServersSpreadGetTheWholeLimitPinnedGetAQuarter) {
 }
 
 // The local fallback divides the rate as well as the burst: four servers in fallback
-// together admit about the configured rate, not four times it (DESIGN.md §5).
+// together admit about the configured rate, not four times it (docs/design.md §5).
 TEST(PoliciesLocal, AFleetInFallbackAdmitsTheConfiguredRateNotServersTimesIt) {
   struct Case {
     Limit limit;
