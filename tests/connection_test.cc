@@ -22,6 +22,7 @@
 #include "redis/connection.h"
 #include "redis/resp.h"
 #include "sluice/sluice.h"
+#include "testing/eventually.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
@@ -75,16 +76,7 @@ std::shared_ptr<Client> MustCreate(ClientOptions options) {
 // A decision the store made (not a failure policy's).
 bool FromStore(const StatusOr<Decision>& d) { return d.ok() && d->source == DecisionSource::kStore; }
 
-// Polls `check` every 20 ms for up to `limit`; true when it held.
-template <typename F>
-bool Eventually(F check, milliseconds limit = milliseconds(5000)) {
-  const auto until = steady_clock::now() + limit;
-  while (steady_clock::now() < until) {
-    if (check()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return check();
-}
+using testing::Eventually;
 
 TEST(Connection, PipelinedRepliesReachTheirCallersInOrder) {
   RedisServer server;

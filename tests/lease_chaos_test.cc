@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
+#include "testing/eventually.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
@@ -26,15 +27,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-template <typename F>
-bool Eventually(F check, milliseconds limit = milliseconds(5000)) {
-  const auto until = steady_clock::now() + limit;
-  while (steady_clock::now() < until) {
-    if (check()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return check();
-}
+using testing::Eventually;
 
 constexpr int64_t kLimit = 12;
 constexpr int kChildren = 4;

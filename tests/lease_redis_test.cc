@@ -22,6 +22,7 @@
 
 #include "redis/scripts.h"
 #include "sluice/sluice.h"
+#include "testing/eventually.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
@@ -31,15 +32,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 
-template <typename F>
-bool Eventually(F check, milliseconds limit = milliseconds(5000)) {
-  const auto until = steady_clock::now() + limit;
-  while (steady_clock::now() < until) {
-    if (check()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return check();
-}
+using testing::Eventually;
 
 std::shared_ptr<Client> Connect(const testing::RedisServer& server, ClientOptions o = {}) {
   o.url = server.url();

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
+#include "testing/eventually.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
@@ -51,15 +52,7 @@ milliseconds ExpectPolicies(Three& three, const std::string& id) {
   return slowest;
 }
 
-template <typename F>
-bool Eventually(F check, milliseconds limit = milliseconds(8000)) {
-  const auto until = steady_clock::now() + limit;
-  while (steady_clock::now() < until) {
-    if (check()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return check();
-}
+using testing::Eventually;
 
 TEST(PolicyRedis, EachPolicyAnswersWithinItsDeadlineWhileRedisIsSilentOrDead) {
   testing::RedisServer server;
@@ -84,7 +77,7 @@ TEST(PolicyRedis, EachPolicyAnswersWithinItsDeadlineWhileRedisIsSilentOrDead) {
   ASSERT_TRUE(Eventually([&] {
     auto d = three.closed.Check("after", {.deadline = seconds(1)});
     return d.ok() && d->source == DecisionSource::kStore;
-  })) << "decisions did not come from Redis again after it returned";
+  }, milliseconds(8000))) << "decisions did not come from Redis again after it returned";
   EXPECT_EQ(client->Health().breaker, "closed");
   EXPECT_EQ(three.open.Check("after")->source, DecisionSource::kStore);
   EXPECT_EQ(three.local.Check("after")->source, DecisionSource::kStore);
@@ -133,7 +126,7 @@ TEST(PolicyRedis, ABurstAgainstAHealthyRedisNeverOpensTheBreaker) {
       ++answered;
     });
   }
-  ASSERT_TRUE(Eventually([&] { return answered.load() == kCalls; }));
+  ASSERT_TRUE(Eventually([&] { return answered.load() == kCalls; }, milliseconds(8000)));
   std::cout << "burst of " << kCalls << " with max_in_flight 4: " << from_store.load()
             << " decided by Redis, " << refused_by_policy.load() << " by the policy (backlog)\n";
   EXPECT_GT(refused_by_policy.load(), 0) << "the burst never exceeded max_in_flight";
