@@ -49,7 +49,11 @@ struct ConcurrencyOptions {
   // Live leases per id; 1 ≤ limit ≤ kMaxLimit.
   int64_t limit = 0;
   // How long a lease stays believable without a heartbeat: a dead holder's slot is free
-  // again this long after its last heartbeat. 10 ms – 366 days. Default: 120 s.
+  // again this long after its last heartbeat. 10 ms – 366 days. Default: 120 s. A
+  // changed lease_ttl applies to new leases and to heartbeats; a live lease keeps the
+  // expiry it was last given (cutting it short could give its slot to a second holder
+  // while the first still believes it holds it), so a dead holder's slot frees at most
+  // the old lease_ttl after its last heartbeat.
   std::chrono::milliseconds lease_ttl{120000};
   // How often a lease heartbeats; 0 means lease_ttl / 6 (a lease survives five lost
   // heartbeats in a row). Must be shorter than lease_ttl. Default: 0.
