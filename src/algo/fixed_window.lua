@@ -34,8 +34,8 @@ local key = KEYS[1]
 local count, ends
 local live = false
 local v = redis.pcall('GET', key)
-if type(v) == 'table' then
-  redis.call('DEL', key) -- not a string: not sluice's
+if v and v.err then
+  redis.call('DEL', key) -- not a string (an error reply): not sluice's
   v = false
 end
 if v then
@@ -74,7 +74,7 @@ if not live then
   return {1, limit - cost, ends - now, 0}
 end
 
-local window = tonumber(ARGV[5])
+local window = ARGV[5] + 0
 local latest
 if ARGV[7] == '1' then
   latest = now - (now % window) + window

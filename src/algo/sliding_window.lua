@@ -101,8 +101,8 @@ end
 local s, c, p, zero, sw
 local moved = false -- converted from another window: written back by every path
 local v = redis.pcall('GET', key)
-if type(v) == 'table' then
-  redis.call('DEL', key) -- not a string: not sluice's
+if v and v.err then
+  redis.call('DEL', key) -- not a string (an error reply): not sluice's
   v = false
 end
 if v then

@@ -79,8 +79,8 @@ end
 
 -- The deficit now: xt tokens + xc/window token.
 local v = redis.pcall('GET', key)
-if type(v) == 'table' then
-  call('DEL', key) -- not a string: not sluice's
+if v and v.err then
+  call('DEL', key) -- not a string (an error reply): not sluice's
   v = false
 end
 local live = false
