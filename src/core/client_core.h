@@ -78,8 +78,8 @@ class ClientCore {
       kept_;  // under kept_mu_
 };
 
-// Builds a Client around a store made elsewhere: the fault-injecting wrapper in tests,
-// and later the policy layer's composed stores.
+// Builds a Client around a store made elsewhere (the fault-injecting wrapper in tests, a
+// shared embedded store); the client puts its policy layer in front of it.
 class ClientFactory {
  public:
   static StatusOr<std::shared_ptr<Client>> WithStore(ClientOptions options,

@@ -1,7 +1,7 @@
 // The Store interface: where decisions are made. The Redis store runs each algorithm's
-// script; the memory store runs its in-memory twin. Everything above (limiters, policies,
-// the service, the CLI) sees only this interface, so the fault-injecting test wrapper
-// and every policy work the same on both.
+// script; the memory store runs its in-memory twin. Everything above (limiters, leases,
+// policies, the CLI) sees only this interface, so the fault-injecting test wrapper and
+// every policy work the same on both.
 #pragma once
 
 #include <chrono>

@@ -24,7 +24,8 @@ inline constexpr int kConcurrencyScript = 5;
 extern const std::string_view kCompositeLua;
 inline constexpr int kCompositeScript = 6;
 
-// Every script, indexed by ScriptId.
+// Every script, in index order: the algorithms (static_cast<int>(Algorithm)), then
+// kConcurrencyScript, then kCompositeScript.
 std::vector<Script> AllScripts();
 
 }  // namespace sluice::internal
