@@ -141,19 +141,16 @@ ServerSample SampleServer(const Client& client) {
 namespace {
 
 int RunBench(const BenchOptions& o) {
+  const StatusOr<FailurePolicy> parsed = ParseFailurePolicy(o.on_failure);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "sluice bench: --on-failure: %s\n", parsed.status().ToString().c_str());
+    return kExitError;
+  }
+  const FailurePolicy policy = *parsed;
   if (o.algorithm == "concurrency") return RunLeaseBench(o);
   auto algorithm = ParseAlgorithm(o.algorithm);
   if (!algorithm.ok()) {
     std::fprintf(stderr, "sluice bench: %s\n", algorithm.status().ToString().c_str());
-    return kExitError;
-  }
-  FailurePolicy policy = FailurePolicy::kOpen;
-  if (o.on_failure == "closed") {
-    policy = FailurePolicy::kClosed;
-  } else if (o.on_failure == "local") {
-    policy = FailurePolicy::kLocal;
-  } else if (o.on_failure != "open") {
-    std::fprintf(stderr, "sluice bench: --on-failure must be open, closed or local\n");
     return kExitError;
   }
   if (o.concurrency < 1 || o.keys < 1 || o.duration_s <= 0 || o.warmup_s < 0) {

@@ -80,12 +80,6 @@ void Cycle(const std::shared_ptr<CycleRun>& run) {
   });
 }
 
-FailurePolicy PolicyOf(const std::string& name) {
-  return name == "closed" ? FailurePolicy::kClosed
-         : name == "local" ? FailurePolicy::kLocal
-                           : FailurePolicy::kOpen;
-}
-
 int RunCycles(const BenchOptions& o, Client& client, const ConcurrencyLimiter& limiter) {
   auto run = std::make_shared<CycleRun>(limiter);
   for (int i = 0; i < o.keys; ++i) run->ids.push_back("user:" + std::to_string(i));
@@ -243,12 +237,13 @@ int RunLeaseBench(const BenchOptions& o) {
                          "be positive\n");
     return kExitError;
   }
+  const FailurePolicy policy = *ParseFailurePolicy(o.on_failure);  // RunBench checked it
   auto client = Client::Create({.url = o.url,
                                 .prefix = "sluicebench",
                                 .deadline = milliseconds(o.deadline_ms),
                                 .max_in_flight = static_cast<size_t>(o.concurrency) * 2 + 1024 +
                                                  static_cast<size_t>(o.heartbeat_leases),
-                                .on_failure = PolicyOf(o.on_failure)});
+                                .on_failure = policy});
   if (!client.ok()) {
     std::fprintf(stderr, "sluice bench: %s\n", client.status().ToString().c_str());
     return kExitError;

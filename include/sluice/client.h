@@ -78,6 +78,9 @@ enum class FailurePolicy {
 };
 
 std::string_view FailurePolicyName(FailurePolicy policy);
+// The policy named "open", "closed", "local" or "default" (FailurePolicyName's names);
+// InvalidArgument naming the accepted names otherwise.
+StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);
 
 struct ClientOptions {
   // Where the state lives:

@@ -1,6 +1,7 @@
 // sluice/sluice.h — everything of the public API but the Asio adapter (sluice/asio.h).
 #pragma once
 
+#include "sluice/admin.h"
 #include "sluice/client.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"

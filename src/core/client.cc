@@ -228,6 +228,15 @@ std::string_view FailurePolicyName(FailurePolicy policy) {
   return "unknown";
 }
 
+StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name) {
+  for (FailurePolicy p : {FailurePolicy::kDefault, FailurePolicy::kOpen, FailurePolicy::kClosed,
+                          FailurePolicy::kLocal}) {
+    if (name == FailurePolicyName(p)) return p;
+  }
+  return InvalidArgumentError("failure policy must be open, closed, local or default, got \"" +
+                              std::string(name) + "\"");
+}
+
 Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
                  LimiterOptions options)
     : core_(std::move(core)),

@@ -197,5 +197,19 @@ TEST(Client, LimiterOutlivesClientHandle) {
   EXPECT_TRUE(limiter.Check("x")->allowed);
 }
 
+TEST(FailurePolicyNames, ParseIsTheInverseOfTheName) {
+  for (FailurePolicy p : {FailurePolicy::kDefault, FailurePolicy::kOpen, FailurePolicy::kClosed,
+                          FailurePolicy::kLocal}) {
+    auto parsed = ParseFailurePolicy(FailurePolicyName(p));
+    ASSERT_TRUE(parsed.ok()) << FailurePolicyName(p);
+    EXPECT_EQ(*parsed, p);
+  }
+  auto bad = ParseFailurePolicy("Closed");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("\"Closed\""), std::string::npos) << bad.status().ToString();
+  EXPECT_FALSE(ParseFailurePolicy("").ok());
+}
+
 }  // namespace
 }  // namespace sluice
