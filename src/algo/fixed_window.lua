@@ -57,23 +57,8 @@ if op == '3' then
   return {1, limit, 0, 0}
 end
 
-if not live then
-  if cost > limit and op ~= '2' then
-    return {2, limit, 0, 0}
-  end
-  if op ~= '0' then
-    return {1, limit, 0, 0}
-  end
-  local window = tonumber(ARGV[5])
-  if ARGV[7] == '1' then
-    ends = now - (now % window) + window
-  else
-    ends = now + window
-  end
-  redis.call('SET', key, string.format('%d:%d', cost, ends), 'PX', ends - now + grace)
-  return {1, limit - cost, ends - now, 0}
-end
-
+-- The end of a window opened now: a new window's end, and the latest a stored one may
+-- have (a shortened window applies at once).
 local window = ARGV[5] + 0
 local latest
 if ARGV[7] == '1' then
@@ -81,6 +66,18 @@ if ARGV[7] == '1' then
 else
   latest = now + window
 end
+
+if not live then
+  if cost > limit and op ~= '2' then
+    return {2, limit, 0, 0}
+  end
+  if op ~= '0' then
+    return {1, limit, 0, 0}
+  end
+  redis.call('SET', key, string.format('%d:%d', cost, latest), 'PX', latest - now + grace)
+  return {1, limit - cost, latest - now, 0}
+end
+
 local moved = ends > latest
 if moved then
   ends = latest
