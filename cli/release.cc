@@ -35,7 +35,7 @@ int RunRelease(const ReleaseOptions& o) {
   auto limiter = (*client)->MakeConcurrencyLimiter(o.limiter, {.limit = 1});
   if (!limiter.ok()) return ReportError("release", limiter.status());
   AuditOptions audit{.log_path = o.audit_log, .stream = !o.no_stream};
-  auto result = limiter->ReleaseAll(o.id, {.actor = o.actor, .reason = o.reason}, audit, timeout);
+  auto result = ReleaseAll(*limiter, o.id, {.actor = o.actor, .reason = o.reason}, audit, timeout);
   if (!result.ok()) return ReportError("release", result.status());
   if (o.admin.json) {
     nlohmann::json doc;

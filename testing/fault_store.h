@@ -48,14 +48,15 @@ class FaultStore final : public internal::Store {
     }
     inner_->Check(std::move(call), std::move(done));
   }
-  void Lease(internal::LeaseCall call, internal::LeaseCallback done) override {
+  void RunLease(internal::LeaseCall call, internal::LeaseCallback done) override {
     Status fault = NextFault();
     if (!fault.ok()) {
       done(std::move(fault));
       return;
     }
-    inner_->Lease(std::move(call), std::move(done));
+    inner_->RunLease(std::move(call), std::move(done));
   }
+  bool connected() const override { return inner_->connected(); }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override { return inner_->stats(); }
   void Info(std::string_view section, internal::Deadline deadline,

@@ -702,7 +702,7 @@ TEST(CliRelease, ReleaseAllPastItsDeadlineIsNeverUnrecorded) {
   const std::string log = TempPath("paused.jsonl");
   std::filesystem::remove(log);
   server.Command({"CLIENT", "PAUSE", "700", "ALL"});
-  auto r = jobs->ReleaseAll("w", {.actor = "ops", .reason = "paused redis"}, {.log_path = log},
+  auto r = ReleaseAll(*jobs, "w", {.actor = "ops", .reason = "paused redis"}, {.log_path = log},
                             100ms);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
@@ -1007,14 +1007,22 @@ int64_t ScanWhileTheTableShrinks(const RedisServer& server, bool distinct, int64
 
 TEST(AdminApi, DistinctScanReportsEachKeyOnceWhenSCANRepeatsKeys) {
   RedisServer server;
+  server.Command({"CONFIG", "SET", "hz", "100"});  // the cron that shrinks tables, 10x as often
   int64_t repeats = 0;
   const int64_t without = ScanWhileTheTableShrinks(server, false, repeats);
   std::printf("keys SCAN returned twice after the table shrank: %lld\n", static_cast<long long>(without));
-  const int64_t with = ScanWhileTheTableShrinks(server, true, repeats);
-  EXPECT_EQ(with, 0);
-  std::printf("distinct: 0 reported twice, %lld repeats dropped\n", static_cast<long long>(repeats));
+  // Whether the table shrinks during a given scan depends on the server's cron (a loaded
+  // machine can be late): up to three distinct scans, each of which must report every
+  // key once, until one of them saw SCAN repeat keys.
+  int64_t dropped = 0;
+  for (int attempt = 0; attempt < 3 && dropped == 0; ++attempt) {
+    const int64_t with = ScanWhileTheTableShrinks(server, true, repeats);
+    EXPECT_EQ(with, 0);
+    dropped = repeats;
+  }
+  std::printf("distinct: 0 reported twice, %lld repeats dropped\n", static_cast<long long>(dropped));
   if (without > 0) {
-    EXPECT_GT(repeats, 0);
+    EXPECT_GT(dropped, 0);
   }
 }
 

@@ -1,4 +1,4 @@
-// Several limits on one request (CheckAll, docs/design.md §6) on a real redis-server: the
+// Several limits on one request (CheckComposite, docs/design.md §6) on a real redis-server: the
 // one-script path (every limiter on one client) and the staged path (limiters on
 // different clients, or a limiter in shadow mode). Each test checks what Redis itself
 // saw (INFO commandstats) and that no key is left without an expiry.
@@ -57,7 +57,7 @@ int SendAll(const Limiter& tenant, const Limiter& global, const std::string& who
   int admitted = 0;
   for (int i = 0; i < n; ++i) {
     const LimitCheck checks[] = {{&tenant, who}, {&global, "all"}};
-    auto d = CheckAll(checks, {.cost = cost});
+    auto d = CheckComposite(checks, {.cost = cost});
     EXPECT_TRUE(d.ok()) << d.status().ToString();
     if (d.ok()) admitted += d->decision.allowed;
   }
@@ -65,7 +65,7 @@ int SendAll(const Limiter& tenant, const Limiter& global, const std::string& who
 }
 
 // Shared 100 per minute, each tenant 40: North's flood of 200 takes its 40, South's 30
-// all pass, and Redis ran exactly one EVALSHA per CheckAll (the composite script: no
+// all pass, and Redis ran exactly one EVALSHA per CheckComposite (the composite script: no
 // second script, no refund).
 TEST(CompositeRedis, OneScriptTenantFairnessIsOneEvalshaPerCheck) {
   testing::RedisServer server;
@@ -130,7 +130,7 @@ TEST(CompositeRedis, OneScriptIsAllOrNothing) {
     for (int64_t i = 0; i < limits[full].second; ++i) ASSERT_TRUE(spent.Check(id)->allowed);
     server.Command({"CONFIG", "RESETSTAT"});
     const LimitCheck checks[] = {{&a, id}, {&b, id}, {&c, id}};
-    auto d = CheckAll(checks);
+    auto d = CheckComposite(checks);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     EXPECT_FALSE(d->decision.allowed);
     EXPECT_EQ(d->decided_by, full);
@@ -145,7 +145,7 @@ TEST(CompositeRedis, OneScriptIsAllOrNothing) {
   }
   // A cost larger than one limit: refused with that reason, nothing counted.
   const LimitCheck checks[] = {{&c, "big"}, {&a, "big"}};
-  auto d = CheckAll(checks, {.cost = 7});
+  auto d = CheckComposite(checks, {.cost = 7});
   ASSERT_TRUE(d.ok());
   EXPECT_FALSE(d->decision.allowed);
   EXPECT_EQ(d->decided_by, 1u);
@@ -166,12 +166,12 @@ TEST(CompositeRedis, OneScriptRefundsWhenAConsumeRefusesAfterItsPeek) {
     auto l = *client->MakeLimiter("dup" + std::to_string(static_cast<int>(algorithm)),
                                   {.algorithm = algorithm, .limit = 3, .window = seconds(600)});
     const LimitCheck checks[] = {{&l, "x"}, {&l, "x"}};
-    auto d = CheckAll(checks, {.cost = 2});
+    auto d = CheckComposite(checks, {.cost = 2});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     EXPECT_FALSE(d->decision.allowed);
     EXPECT_EQ(d->decided_by, 0u);  // the last is consumed first: the first finds no room
     EXPECT_EQ(l.Peek("x")->remaining, 3);
-    auto once = CheckAll(std::span(checks, 1), {.cost = 2});
+    auto once = CheckComposite(std::span(checks, 1), {.cost = 2});
     ASSERT_TRUE(once.ok());
     EXPECT_TRUE(once->decision.allowed);
     EXPECT_EQ(once->decision.remaining, 1);
@@ -198,7 +198,7 @@ TEST(CompositeRedis, OneScriptMixesEveryAlgorithm) {
   for (const Limiter& l : limiters) checks.push_back({&l, "user:1"});
   int admitted = 0;
   for (int i = 0; i < 12; ++i) {
-    auto d = CheckAll(checks);
+    auto d = CheckComposite(checks);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     if (d->decision.allowed) {
       ++admitted;
@@ -249,7 +249,7 @@ TEST(CompositeRedis, AShadowLimitNeverRefusesTheComposite) {
   int admitted = 0, shadow_refused = 0;
   for (int i = 0; i < 4; ++i) {
     const LimitCheck checks[] = {{&tenant, "t"}, {&global, "all"}};
-    auto d = CheckAll(checks);
+    auto d = CheckComposite(checks);
     ASSERT_TRUE(d.ok());
     admitted += d->decision.allowed;
     shadow_refused += d->decision.shadow_refused;
@@ -274,7 +274,7 @@ TEST(CompositeRedis, OneScriptStoreFailureTakesEachLimitsPolicy) {
   server.Pause();
   const auto timed = [](std::span<const LimitCheck> checks) {
     const auto t0 = steady_clock::now();
-    auto d = CheckAll(checks);
+    auto d = CheckComposite(checks);
     EXPECT_LT(steady_clock::now() - t0, milliseconds(1000));
     return d;
   };
@@ -302,11 +302,11 @@ TEST(CompositeRedis, OneScriptStoreFailureTakesEachLimitsPolicy) {
   server.Resume();
   bool from_store = false;
   for (int i = 0; i < 200 && !from_store; ++i) {
-    auto r = CheckAll(local_open);
+    auto r = CheckComposite(local_open);
     from_store = r.ok() && r->decision.source == DecisionSource::kStore;
     if (!from_store) std::this_thread::sleep_for(milliseconds(20));
   }
-  EXPECT_TRUE(from_store) << "CheckAll never reached Redis again";
+  EXPECT_TRUE(from_store) << "CheckComposite never reached Redis again";
   EXPECT_EQ(server.KeysWithoutTtl("cmp:*"), std::vector<std::string>{});
 }
 
@@ -333,7 +333,7 @@ TEST(CompositeFigure, RedisMicrosecondsPerCompositeOfThreeLimits) {
     for (int i = 0; i < kChecks; ++i) {
       const std::string id = "u" + std::to_string(i % 100);
       const LimitCheck checks[] = {{&u, id}, {&t, "tenant"}, {&g, "all"}};
-      auto d = CheckAll(checks);
+      auto d = CheckComposite(checks);
       EXPECT_TRUE(d.ok() && d->decision.allowed == admitted);
     }
     const double wall =

@@ -339,13 +339,13 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   server.Command({"ZADD", *cap.KeyFor("acct:7"), std::to_string(RedisNowMs(server) - 10), "1:stale"});
 
   const std::string log = dir.File("audit.jsonl");
-  EXPECT_EQ(cap.ReleaseAll("acct:7", {.actor = "", .reason = "x"}, {.log_path = log}).status().code(),
+  EXPECT_EQ(ReleaseAll(cap, "acct:7", {.actor = "", .reason = "x"}, {.log_path = log}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(cap.ReleaseAll("acct:7", {.actor = "ana", .reason = ""}, {.log_path = log}).status().code(),
+  EXPECT_EQ(ReleaseAll(cap, "acct:7", {.actor = "ana", .reason = ""}, {.log_path = log}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_FALSE(std::filesystem::exists(log));
 
-  auto r = cap.ReleaseAll("acct:7", {.actor = "ana@oncall", .reason = "INC-77 \"stuck\" streams"},
+  auto r = ReleaseAll(cap, "acct:7", {.actor = "ana@oncall", .reason = "INC-77 \"stuck\" streams"},
                           {.log_path = log, .stream = true});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->released, 3);
@@ -372,12 +372,12 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
 
   // A second release finds nothing and says so; a failed one is recorded as such (the
   // record is written before the store is touched, its outcome after).
-  auto again = cap.ReleaseAll("acct:7", {.actor = "ana", .reason = "again"}, {.log_path = log});
+  auto again = ReleaseAll(cap, "acct:7", {.actor = "ana", .reason = "again"}, {.log_path = log});
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->released, 0);
   EXPECT_EQ(Lines(log).size(), 2u);
   server.Kill();
-  auto failed = cap.ReleaseAll("acct:8", {.actor = "ana", .reason = "down"}, {.log_path = log},
+  auto failed = ReleaseAll(cap, "acct:8", {.actor = "ana", .reason = "down"}, {.log_path = log},
                                milliseconds(300));
   EXPECT_FALSE(failed.ok());
   ASSERT_EQ(Lines(log).size(), 3u);
@@ -386,7 +386,7 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   EXPECT_FALSE(failed_record.contains("released"));
   server.Start();
   // A log that cannot be opened stops the action before the store.
-  auto no_log = cap.ReleaseAll("acct:8", {.actor = "ana", .reason = "x"},
+  auto no_log = ReleaseAll(cap, "acct:8", {.actor = "ana", .reason = "x"},
                                {.log_path = dir.File("missing-dir/audit.jsonl")});
   EXPECT_EQ(no_log.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());

@@ -206,7 +206,7 @@ TEST_F(PlanChangeRedis, LeaseOperationsReplaceAForeignValue) {
 
   replace();
   const std::string log = ::testing::TempDir() + "/plan_change_release.log";
-  auto released = streams.ReleaseAll("user", {.actor = "test", .reason = "foreign value"},
+  auto released = ReleaseAll(streams, "user", {.actor = "test", .reason = "foreign value"},
                                      {.log_path = log});
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(released->released, 0);

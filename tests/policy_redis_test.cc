@@ -54,6 +54,49 @@ milliseconds ExpectPolicies(Three& three, const std::string& id) {
 
 using testing::Eventually;
 
+TEST(PolicyRedis, AClientConnectingInTheBackgroundStartsWhileRedisIsDownAndServesByPolicy) {
+  testing::RedisServer server;
+  server.Kill();  // its port stays reserved for Start() below
+  const auto t0 = steady_clock::now();
+  auto client = Client::Create({.url = server.url(), .deadline = milliseconds(25),
+                                .connect_timeout = milliseconds(200),
+                                .connect_in_background = true,
+                                .reconnect_max_backoff = milliseconds(100)});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_LT(steady_clock::now() - t0, milliseconds(150));  // did not wait for a connection
+  EXPECT_FALSE((*client)->Health().connected);
+  Three three = MakeThree(**client);
+  ExpectPolicies(three, "down");
+  // The error names what is wrong with the connection.
+  auto plain = (*client)->MakeLimiter("plain", {.limit = 8, .window = seconds(60)},
+                                      {.on_failure = FailurePolicy::kOpen});
+  auto peek = (*client)->ServerInfo("server", milliseconds(100));
+  ASSERT_FALSE(peek.ok());
+  EXPECT_EQ(peek.status().code(), StatusCode::kUnavailable) << peek.status().ToString();
+  EXPECT_NE(peek.status().message().find("not connected"), std::string::npos)
+      << peek.status().ToString();
+
+  server.Start();
+  ASSERT_TRUE(Eventually([&] { return (*client)->Health().connected; }, seconds(10)));
+  // Decisions come from Redis once the breaker lets a probe through.
+  ASSERT_TRUE(Eventually([&] {
+    auto d = three.closed.Check("up");
+    return d.ok() && d->allowed && d->source == DecisionSource::kStore;
+  }, seconds(10)));
+  auto d = plain->Check("up");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->source, DecisionSource::kStore);
+  EXPECT_EQ(server.Keys("sluice:*").size(), 2u);
+}
+
+TEST(PolicyRedis, WithoutBackgroundConnectingAnUnreachableRedisFailsCreate) {
+  testing::RedisServer server;
+  server.Kill();
+  auto client = Client::Create({.url = server.url(), .connect_timeout = milliseconds(200)});
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status().ToString();
+}
+
 TEST(PolicyRedis, EachPolicyAnswersWithinItsDeadlineWhileRedisIsSilentOrDead) {
   testing::RedisServer server;
   auto client = *Client::Create({.url = server.url(), .deadline = milliseconds(25),
@@ -191,7 +234,7 @@ TEST(CompositeRedis, TenantFairnessAndAllOrNothingOnRedis) {
     int admitted = 0;
     for (int i = 0; i < n; ++i) {
       const LimitCheck checks[] = {{&tenant, who}, {&global, "all"}};
-      auto d = CheckAll(checks, {.cost = cost});
+      auto d = CheckComposite(checks, {.cost = cost});
       EXPECT_TRUE(d.ok()) << d.status().ToString();
       admitted += d->decision.allowed;
     }

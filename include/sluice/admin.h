@@ -32,6 +32,57 @@
 
 namespace sluice {
 
+// An operator's action, for the audit record: both fields required, UTF-8 text without
+// control characters.
+struct AdminAction {
+  std::string actor;   // who (required)
+  std::string reason;  // why (required)
+};
+
+// Where audit records of admin actions go (ClientOptions has none of this: a process
+// that never releases by hand needs nothing).
+struct AuditOptions {
+  // Append-only JSON-lines file, one record per action; required. The record is
+  // written (and fsync'ed) before the store is touched, so an action that cannot be
+  // recorded is not done, and an action is never done unrecorded; its outcome is then
+  // written into the same line (see ReleaseAll below).
+  std::string log_path;
+  // Also append each record to the Redis stream `<prefix>:audit`, trimmed to about
+  // stream_max_len entries and expiring stream_retention after the last record (every
+  // sluice key expires). Default: off.
+  bool stream = false;
+  int64_t stream_max_len = 10000;
+  std::chrono::milliseconds stream_retention{std::chrono::hours(24 * 30)};
+};
+
+struct ReleaseAllResult {
+  int64_t released = 0;  // live leases removed
+  std::string record;    // the audit record written (one JSON line, no newline)
+  // AuditOptions::stream: why the stream did not get the record (empty when it did, or
+  // when not asked). The file has it either way.
+  std::string stream_error;
+};
+
+// Operators: releases every lease of `limiter`'s `id` in one atomic step, recorded by one line of
+// audit.log_path: {"ts","op","action":"release_all","actor","reason","limiter","id",
+// "key","outcome",...} (id as encoded in keys: printable ASCII, %XX for other bytes;
+// op: a random id of this action). The line is written before the store is touched
+// with "outcome":"pending" (a line left so means the process died in between: the
+// release may have happened), then completed in place: "done" with "store_ms" and
+// "released"; "unknown" with "error" when the store did not answer in time or the
+// connection broke (the release may have happened, or may still happen when a stalled
+// Redis resumes: inspect the id); "failed" with "error" for an error reply (it did
+// not happen). On "done" only, the record also goes to the stream when asked.
+// InvalidArgument without actor or reason, or when they are not well-formed UTF-8
+// without control characters (nothing is written or released); FailedPrecondition
+// when the log cannot be opened or written (nothing is released); the store's error
+// (its message says the outcome is recorded) otherwise. Holders of the released
+// leases learn at their next heartbeat (LeaseLoss::kGone).
+StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::string_view id,
+                                      const AdminAction& action, const AuditOptions& audit,
+                                      std::chrono::milliseconds deadline = std::chrono::seconds(2));
+
+
 struct AdminOptions {
   // Where the state lives: a redis:// or unix:// URL as in ClientOptions::url (the
   // embedded memory:// store has nothing to administer). Default: "redis://127.0.0.1:6379".

@@ -60,27 +60,11 @@ namespace internal {
 class ClientCore;
 class ClientFactory;
 struct CheckCall;
+enum class Op : int;  // algo/algorithm.h: consume, peek, refund, reset
 }  // namespace internal
 
 class ConcurrencyLimiter;  // sluice/lease.h
 struct ConcurrencyOptions;
-
-// What a check answers when the store cannot: a deadline passed, the connection is
-// down, too many calls are in flight, or the circuit breaker is open. Refunds and resets
-// are not decisions: they return the store's error instead.
-enum class FailurePolicy {
-  kDefault,  // ClientOptions::on_failure
-  kOpen,     // admit; Decision::source is kFailOpen
-  kClosed,   // refuse; source kFailClosed, reason kStoreUnavailable (a service answers
-             // 503 with Retry-After, never 429: nobody went over a limit)
-  kLocal,    // decide on this process's embedded store with the limit (and the refill
-             // rate) divided by the number of servers sharing it; source kLocalFallback
-};
-
-std::string_view FailurePolicyName(FailurePolicy policy);
-// The policy named "open", "closed", "local" or "default" (FailurePolicyName's names);
-// InvalidArgument naming the accepted names otherwise.
-StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);
 
 struct ClientOptions {
   // Where the state lives:
@@ -97,6 +81,14 @@ struct ClientOptions {
   std::chrono::milliseconds deadline{5};
   // Deadline of connecting, authenticating and loading scripts. Default: 2000 ms.
   std::chrono::milliseconds connect_timeout{2000};
+  // false: Create waits for the first connection (up to connect_timeout) and fails when
+  // it cannot be made, so a wrong URL or password shows at start-up. true: Create
+  // checks the options and returns at once; the connection is made in the background
+  // and retried with the reconnect backoff until it succeeds, and until then every
+  // call fails Unavailable (naming the last connection error), i.e. gets its failure
+  // policy's answer. For services that must start, and serve by their policies, while
+  // Redis is down (StoreHealth::connected says when it is up). Default: false.
+  bool connect_in_background = false;
   // A connection whose oldest outstanding command has waited this long is considered
   // dead: it is closed and reconnected. Default: 1000 ms.
   std::chrono::milliseconds stall_timeout{1000};
@@ -143,8 +135,6 @@ struct ClientOptions {
   std::shared_ptr<const Clock> model_clock;
 };
 
-using DecisionCallback = std::function<void(StatusOr<Decision>)>;
-
 // Per-limiter settings that are configuration, not arguments.
 struct LimiterOptions {
   // Default: ClientOptions::on_failure.
@@ -163,6 +153,7 @@ struct LimiterOptions {
 
 // The client's view of its store, for status pages and health checks.
 struct StoreHealth {
+  bool connected = true;            // the store takes calls now (Store connection up)
   std::string breaker;              // "closed", "open" or "half_open"
   int64_t consecutive_failures = 0;
   int64_t breaker_opens = 0;        // times the breaker opened since Create
@@ -192,7 +183,7 @@ struct CheckOptions {
 class Limiter;
 struct LimitCheck;
 struct CompositeDecision;
-StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
                                      const CheckOptions& options);
 
 class Limiter {
@@ -238,17 +229,17 @@ class Limiter {
   StatusOr<std::string> KeyFor(std::string_view id) const;
 
  private:
-  void Execute(int op, std::string_view id, const CheckOptions& options,
+  void Execute(internal::Op op, std::string_view id, const CheckOptions& options,
                DecisionCallback done) const;
   // Sends a call made by MakeCall (shadow mode applied).
   void ExecuteCall(internal::CheckCall call, DecisionCallback done) const;
   // The store call for `op` on `id`, or InvalidArgument for bad input.
-  Status MakeCall(int op, std::string_view id, const CheckOptions& options,
+  Status MakeCall(internal::Op op, std::string_view id, const CheckOptions& options,
                   internal::CheckCall& call) const;
-  StatusOr<Decision> ExecuteSync(int op, std::string_view id, const CheckOptions& options) const;
+  StatusOr<Decision> ExecuteSync(internal::Op op, std::string_view id, const CheckOptions& options) const;
 
   friend class Client;
-  friend StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+  friend StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
                                               const CheckOptions& options);
   Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
           LimiterOptions options);
@@ -258,18 +249,6 @@ class Limiter {
   Limit limit_;
   LimiterOptions options_;
   std::string key_head_;  // "<prefix>:{<name>:"
-};
-
-// Counters of the client's store connection, cumulative since Create.
-struct ClientStats {
-  uint64_t commands = 0;           // commands written to the store
-  uint64_t writes = 0;             // batches written: commands / writes = pipelining depth
-  uint64_t deadline_exceeded = 0;  // calls completed by their deadline, not by a reply
-  uint64_t reconnects = 0;         // connections lost after being up
-  uint64_t noscript_retries = 0;   // calls resent as EVAL after a NOSCRIPT reply
-  uint64_t cached_denials = 0;     // refusals answered from the denial cache
-  uint64_t policy_decisions = 0;   // decisions made by a failure policy
-  uint64_t shadow_refusals = 0;    // shadow-mode checks that would have been refused
 };
 
 // One check against several limits (docs/design.md §6), most specific first: e.g. user,
@@ -315,7 +294,7 @@ struct CompositeDecision {
 // given back afterwards), so it is never kept in the denial cache.
 // Refused: `decided_by` is the first limit in order that refused. `options.limit` is
 // ignored (each limiter's own limit applies). Errors: those of Limiter::Check.
-StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
                                      const CheckOptions& options = {});
 
 class Client {
@@ -326,7 +305,9 @@ class Client {
   // checks that Redis is ≥ 7.0 and loads the scripts, within options.connect_timeout.
   // Returns InvalidArgument (bad URL or options), Unavailable (cannot connect),
   // PermissionDenied (AUTH/ACL refused), FailedPrecondition (Redis older than 7.0) or
-  // DeadlineExceeded (no answer in time). Blocks at most connect_timeout.
+  // DeadlineExceeded (no answer in time). Blocks at most connect_timeout. With
+  // connect_in_background it only checks the options (InvalidArgument) and returns at
+  // once: connection errors then show in calls and in Health().
   static StatusOr<std::shared_ptr<Client>> Create(ClientOptions options);
 
   ~Client();
@@ -359,9 +340,6 @@ class Client {
   // errors of Check otherwise. Blocks up to `deadline`.
   StatusOr<std::string> ServerInfo(std::string_view section,
                                    std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
-
-  // Internal machinery shared with Limiters and sluice/asio.h.
-  const std::shared_ptr<internal::ClientCore>& core() const { return core_; }
 
  private:
   explicit Client(std::shared_ptr<internal::ClientCore> core) : core_(std::move(core)) {}

@@ -8,8 +8,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+
+#include "sluice/status.h"
 
 namespace sluice {
 
@@ -56,5 +59,25 @@ struct Decision {
   // "allowed limit=100 remaining=4 reset_after=1200ms source=store"
   std::string ToString() const;
 };
+
+// What a check answers when the store cannot: a deadline passed, the connection is
+// down, too many calls are in flight, or the circuit breaker is open. Refunds and resets
+// are not decisions: they return the store's error instead.
+enum class FailurePolicy {
+  kDefault,  // ClientOptions::on_failure
+  kOpen,     // admit; Decision::source is kFailOpen
+  kClosed,   // refuse; source kFailClosed, reason kStoreUnavailable (a service answers
+             // 503 with Retry-After, never 429: nobody went over a limit)
+  kLocal,    // decide on this process's embedded store with the limit (and the refill
+             // rate) divided by the number of servers sharing it; source kLocalFallback
+};
+
+std::string_view FailurePolicyName(FailurePolicy policy);
+// The policy named "open", "closed", "local" or "default" (FailurePolicyName's names);
+// InvalidArgument naming the accepted names otherwise.
+StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name);
+
+// The callback of the asynchronous calls (Limiter::CheckAsync).
+using DecisionCallback = std::function<void(StatusOr<Decision>)>;
 
 }  // namespace sluice

@@ -50,8 +50,6 @@ enum class Algorithm {
 std::string_view AlgorithmName(Algorithm algorithm);
 // Parses a name from AlgorithmName(); InvalidArgument naming the known ones otherwise.
 StatusOr<Algorithm> ParseAlgorithm(std::string_view name);
-// False for an algorithm this build names but does not implement yet.
-bool AlgorithmAvailable(Algorithm algorithm);
 
 // Largest accepted `limit` and `cost`: far above any sane limit, small enough that every
 // count stays exact in the scripts' double-precision arithmetic.

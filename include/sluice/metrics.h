@@ -23,6 +23,7 @@
 // is never dropped: a lease held for long is the leak floor the gauges exist to show).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,5 +44,17 @@ struct MetricSample {
 // first sample's), samples of one name together in the order given, label values
 // escaped.
 std::string FormatPrometheus(const std::vector<MetricSample>& samples);
+
+// Counters of the client's store connection, cumulative since Create.
+struct ClientStats {
+  uint64_t commands = 0;           // commands written to the store
+  uint64_t writes = 0;             // batches written: commands / writes = pipelining depth
+  uint64_t deadline_exceeded = 0;  // calls completed by their deadline, not by a reply
+  uint64_t reconnects = 0;         // connections lost after being up
+  uint64_t noscript_retries = 0;   // calls resent as EVAL after a NOSCRIPT reply
+  uint64_t cached_denials = 0;     // refusals answered from the denial cache
+  uint64_t policy_decisions = 0;   // decisions made by a failure policy
+  uint64_t shadow_refusals = 0;    // shadow-mode checks that would have been refused
+};
 
 }  // namespace sluice

@@ -16,15 +16,29 @@
 
 namespace sluice {
 
-enum class StatusCode {
+// Fixed numbers, the same as gRPC's canonical status codes (a service can pass them on
+// unchanged); a code never changes its number.
+enum class StatusCode : int {
   kOk = 0,
-  kInvalidArgument,     // the caller's input is wrong; retrying the same call cannot help
-  kDeadlineExceeded,    // the store did not answer before the call's deadline
-  kUnavailable,         // the store cannot be reached right now; retrying later may help
-  kFailedPrecondition,  // the store is not usable as is (e.g. Redis older than 7.0)
-  kNotFound,
-  kPermissionDenied,    // AUTH/ACL refused
-  kInternal,            // a bug or a broken invariant; report it
+  // The caller's input is wrong (empty id, limit out of range, bad URL); retrying the
+  // same call cannot help.
+  kInvalidArgument = 3,
+  // The store did not answer before the call's deadline. The call may still have run.
+  kDeadlineExceeded = 4,
+  // What the call acts on is gone: a lease that expired or that an operator released
+  // (Lease::Heartbeat, Lease::Release).
+  kNotFound = 5,
+  // The store refused the credentials or the command (AUTH, ACL).
+  kPermissionDenied = 7,
+  // The call cannot run in this state and retrying will not help until it changes
+  // (Redis older than 7.0, a client used in a forked child, a blocking call on an I/O
+  // thread, an admin call on the embedded store).
+  kFailedPrecondition = 9,
+  // A bug or a broken invariant; report it.
+  kInternal = 13,
+  // The store cannot be reached right now (connection down, reconnecting, too many calls
+  // in flight, breaker open); retrying later may help.
+  kUnavailable = 14,
 };
 
 // Returns a stable lower_snake_case name ("deadline_exceeded") for logs and metrics.

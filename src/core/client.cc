@@ -162,7 +162,8 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
   copts.reconnect_min_backoff = o.reconnect_min_backoff;
   copts.reconnect_max_backoff = o.reconnect_max_backoff;
   copts.max_in_flight = o.max_in_flight;
-  auto store = internal::RedisStore::Connect(core->io.get_executor(), std::move(*endpoint), copts);
+  auto store = internal::RedisStore::Connect(core->io.get_executor(), std::move(*endpoint), copts,
+                                             o.connect_in_background);
   if (!store.ok()) return store.status();
   core->UseStore(std::move(*store));
   return std::shared_ptr<Client>(new Client(std::move(core)));
@@ -214,27 +215,8 @@ StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(std::string_view nam
 
 StoreHealth Client::Health() const {
   const internal::Breaker& b = core_->policy->breaker();
-  return {std::string(internal::BreakerStateName(b.state())), b.consecutive_failures(),
-          b.opens(), b.short_circuited(), b.RetryIn()};
-}
-
-std::string_view FailurePolicyName(FailurePolicy policy) {
-  switch (policy) {
-    case FailurePolicy::kDefault: return "default";
-    case FailurePolicy::kOpen: return "open";
-    case FailurePolicy::kClosed: return "closed";
-    case FailurePolicy::kLocal: return "local";
-  }
-  return "unknown";
-}
-
-StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name) {
-  for (FailurePolicy p : {FailurePolicy::kDefault, FailurePolicy::kOpen, FailurePolicy::kClosed,
-                          FailurePolicy::kLocal}) {
-    if (name == FailurePolicyName(p)) return p;
-  }
-  return InvalidArgumentError("failure policy must be open, closed, local or default, got \"" +
-                              std::string(name) + "\"");
+  return {core_->store->connected(), std::string(internal::BreakerStateName(b.state())),
+          b.consecutive_failures(), b.opens(), b.short_circuited(), b.RetryIn()};
 }
 
 Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
@@ -250,7 +232,7 @@ StatusOr<std::string> Limiter::KeyFor(std::string_view id) const {
   return internal::MakeKey(key_head_, id, limit_.algorithm);
 }
 
-Status Limiter::MakeCall(int op, std::string_view id, const CheckOptions& options,
+Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOptions& options,
                          internal::CheckCall& call) const {
   if (id.empty()) return InvalidArgumentError("id is empty");
   const Limit& limit = options.limit ? *options.limit : limit_;
@@ -259,13 +241,13 @@ Status Limiter::MakeCall(int op, std::string_view id, const CheckOptions& option
   }
   if (options.cost < 1 || options.cost > kMaxLimit) {
     return InvalidArgumentError(
-        std::string(static_cast<internal::Op>(op) == internal::Op::kRefund ? "amount" : "cost") +
+        std::string(op == internal::Op::kRefund ? "amount" : "cost") +
         " must be between 1 and " + std::to_string(kMaxLimit) + ", got " +
         std::to_string(options.cost));
   }
   const auto deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return InvalidArgumentError("deadline must be > 0 ms");
-  call.op = static_cast<internal::Op>(op);
+  call.op = op;
   call.key = internal::MakeKey(key_head_, id, limit.algorithm);
   call.limit = limit;
   call.cost = options.cost;
@@ -279,7 +261,7 @@ Status Limiter::MakeCall(int op, std::string_view id, const CheckOptions& option
   return Status::Ok();
 }
 
-void Limiter::Execute(int op, std::string_view id, const CheckOptions& options,
+void Limiter::Execute(internal::Op op, std::string_view id, const CheckOptions& options,
                       DecisionCallback done) const {
   internal::CheckCall call;
   if (Status s = MakeCall(op, id, options, call); !s.ok()) {
@@ -306,7 +288,7 @@ void Limiter::ExecuteCall(internal::CheckCall call, DecisionCallback done) const
   core->store->Check(std::move(call), std::move(done));
 }
 
-StatusOr<Decision> Limiter::ExecuteSync(int op, std::string_view id,
+StatusOr<Decision> Limiter::ExecuteSync(internal::Op op, std::string_view id,
                                         const CheckOptions& options) const {
   return internal::WaitFor<StatusOr<Decision>>(
       [&](DecisionCallback done) { Execute(op, id, options, std::move(done)); });
@@ -318,7 +300,7 @@ void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
   // delivered on an I/O thread, never inline: a callback that checks again must not
   // recurse without bound.
   auto returned = std::make_shared<std::atomic<bool>>(false);
-  Execute(static_cast<int>(internal::Op::kConsume), id, options,
+  Execute(internal::Op::kConsume, id, options,
           [returned, core = core_, done = std::move(done)](StatusOr<Decision> result) mutable {
             if (returned->load(std::memory_order_acquire)) {
               done(std::move(result));
@@ -332,25 +314,25 @@ void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
 }
 
 StatusOr<Decision> Limiter::Check(std::string_view id, const CheckOptions& options) const {
-  return ExecuteSync(static_cast<int>(internal::Op::kConsume), id, options);
+  return ExecuteSync(internal::Op::kConsume, id, options);
 }
 
 StatusOr<Decision> Limiter::Peek(std::string_view id, const CheckOptions& options) const {
-  return ExecuteSync(static_cast<int>(internal::Op::kPeek), id, options);
+  return ExecuteSync(internal::Op::kPeek, id, options);
 }
 
 StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
                                    const CheckOptions& options) const {
   CheckOptions with = options;
   with.cost = amount;
-  return ExecuteSync(static_cast<int>(internal::Op::kRefund), id, with);
+  return ExecuteSync(internal::Op::kRefund, id, with);
 }
 
-StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
+StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
                                      const CheckOptions& options) {
-  if (checks.empty()) return InvalidArgumentError("CheckAll needs at least one limit");
+  if (checks.empty()) return InvalidArgumentError("CheckComposite needs at least one limit");
   for (const LimitCheck& c : checks) {
-    if (c.limiter == nullptr) return InvalidArgumentError("CheckAll: a LimitCheck has no limiter");
+    if (c.limiter == nullptr) return InvalidArgumentError("CheckComposite: a LimitCheck has no limiter");
   }
   CheckOptions each = options;
   each.limit.reset();
@@ -370,15 +352,15 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
   // whose store decides several keys at once, and none is in shadow mode (a shadow limit
   // must never make the composite refuse; the staged path applies shadow mode per limit).
   const std::shared_ptr<internal::ClientCore>& core = checks[0].limiter->core_;
-  bool one_step = checks.size() <= internal::kMaxManyCalls && core->store->ChecksManyAtOnce();
+  bool one_step = checks.size() <= internal::kMaxCompositeCalls && core->store->ChecksCompositeAtOnce();
   for (const LimitCheck& c : checks) {
     one_step = one_step && c.limiter->core_ == core && !c.limiter->options_.shadow;
   }
   if (one_step) {
-    internal::MultiCheckCall many;
+    internal::CompositeCall many;
     many.calls.resize(checks.size());
     for (std::size_t i = 0; i < checks.size(); ++i) {
-      const int consume = static_cast<int>(internal::Op::kConsume);
+      const internal::Op consume = internal::Op::kConsume;
       if (Status s = checks[i].limiter->MakeCall(consume, checks[i].id, each, many.calls[i]);
           !s.ok()) {
         return s;
@@ -388,11 +370,11 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
       many.calls[i].deadline = many.calls[0].deadline;
       many.calls[i].cache_denials = many.calls[i].cache_denials && !repeats;
     }
-    // Keeps the store alive until CheckMany returns (as in Limiter::Execute).
+    // Keeps the store alive until CheckComposite returns (as in Limiter::Execute).
     const std::shared_ptr<internal::ClientCore> keep = core;
-    StatusOr<internal::MultiDecision> decided = internal::WaitFor<StatusOr<internal::MultiDecision>>(
-        [&](std::function<void(StatusOr<internal::MultiDecision>)> done) {
-          keep->store->CheckMany(std::move(many), std::move(done));
+    StatusOr<internal::CompositeOutcome> decided = internal::WaitFor<StatusOr<internal::CompositeOutcome>>(
+        [&](std::function<void(StatusOr<internal::CompositeOutcome>)> done) {
+          keep->store->CheckComposite(std::move(many), std::move(done));
         });
     if (!decided.ok()) return decided.status();
     if (decided->refused_by) {
@@ -411,7 +393,7 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
   std::vector<Decision> admitted;  // per limit checked so far
   for (std::size_t i = 0; i < checks.size(); ++i) {
     internal::CheckCall call;
-    const int consume = static_cast<int>(internal::Op::kConsume);
+    const internal::Op consume = internal::Op::kConsume;
     if (Status s = checks[i].limiter->MakeCall(consume, checks[i].id, each, call); !s.ok()) {
       return s;
     }
@@ -443,7 +425,7 @@ StatusOr<CompositeDecision> CheckAll(std::span<const LimitCheck> checks,
 StatusOr<Decision> Limiter::Reset(std::string_view id, const CheckOptions& options) const {
   CheckOptions with = options;
   with.cost = 1;
-  return ExecuteSync(static_cast<int>(internal::Op::kReset), id, with);
+  return ExecuteSync(internal::Op::kReset, id, with);
 }
 
 }  // namespace sluice

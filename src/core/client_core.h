@@ -85,7 +85,7 @@ class ClientFactory {
   static StatusOr<std::shared_ptr<Client>> WithStore(ClientOptions options,
                                                      std::shared_ptr<Store> store);
   static const std::shared_ptr<Store>& StoreOf(const Client& client) {
-    return client.core()->store;
+    return client.core_->store;
   }
 };
 

@@ -1,4 +1,4 @@
-// CheckAll's refunds go where each limit counted the request, and a composite that lists
+// CheckComposite's refunds go where each limit counted the request, and a composite that lists
 // one key twice never leaves its refusal in the denial cache. The shared store here is
 // the embedded store behind a fault injector (a Redis that fails one call, then answers
 // again), so a refund that reaches it for units it never counted shows as lost units.
@@ -46,7 +46,7 @@ TEST_F(CompositeRefunds, APolicyAdmissionIsNotRefundedToTheSharedStore) {
     ASSERT_TRUE(full.Check("u")->allowed);  // the second limit is spent
     faults_->FailNext(1, UnavailableError("injected"));
     const LimitCheck checks[] = {{&user, "u"}, {&full, "u"}};
-    auto d = CheckAll(checks);
+    auto d = CheckComposite(checks);
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     EXPECT_FALSE(d->decision.allowed);
     EXPECT_EQ(d->decided_by, 1u);
@@ -73,7 +73,7 @@ TEST_F(CompositeRefunds, AShadowRefusalIsNotRefunded) {
   ASSERT_TRUE(dark.Check("u")->allowed);  // counted: 1 of 1
   ASSERT_TRUE(full.Check("u")->allowed);
   const LimitCheck checks[] = {{&dark, "u"}, {&full, "u"}};
-  auto d = CheckAll(checks);
+  auto d = CheckComposite(checks);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_FALSE(d->decision.allowed);
   EXPECT_EQ(dark.Peek("u")->remaining, 0) << "the shadow limit's real count was refunded";
@@ -89,7 +89,7 @@ TEST_F(CompositeRefunds, ARefusalOfARepeatedKeyIsNotCached) {
                                          {.shadow = true});
     std::vector<LimitCheck> checks = {{&l, "x"}, {&l, "x"}};
     if (!one_step) checks.push_back({&shadow, "x"});  // a shadow limiter: staged path
-    auto d = CheckAll(checks, {.cost = 2});
+    auto d = CheckComposite(checks, {.cost = 2});
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     EXPECT_FALSE(d->decision.allowed);
     auto single = l.Check("x", {.cost = 2});

@@ -44,4 +44,23 @@ std::string Decision::ToString() const {
   return out;
 }
 
+std::string_view FailurePolicyName(FailurePolicy policy) {
+  switch (policy) {
+    case FailurePolicy::kDefault: return "default";
+    case FailurePolicy::kOpen: return "open";
+    case FailurePolicy::kClosed: return "closed";
+    case FailurePolicy::kLocal: return "local";
+  }
+  return "unknown";
+}
+
+StatusOr<FailurePolicy> ParseFailurePolicy(std::string_view name) {
+  for (FailurePolicy p : {FailurePolicy::kDefault, FailurePolicy::kOpen, FailurePolicy::kClosed,
+                          FailurePolicy::kLocal}) {
+    if (name == FailurePolicyName(p)) return p;
+  }
+  return InvalidArgumentError("failure policy must be open, closed, local or default, got \"" +
+                              std::string(name) + "\"");
+}
+
 }  // namespace sluice

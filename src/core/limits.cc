@@ -1,5 +1,7 @@
 #include "sluice/limits.h"
 
+#include <algorithm>
+#include <iterator>
 #include <string>
 
 namespace sluice {
@@ -22,17 +24,6 @@ std::string_view AlgorithmName(Algorithm algorithm) {
   return "unknown";
 }
 
-bool AlgorithmAvailable(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::kFixedWindow: return true;
-    case Algorithm::kSlidingWindow: return true;
-    case Algorithm::kSlidingLog: return true;
-    case Algorithm::kTokenBucket: return true;
-    case Algorithm::kGcra: return true;
-  }
-  return false;
-}
-
 StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
   std::string known;
   for (Algorithm a : kAll) {
@@ -44,9 +35,9 @@ StatusOr<Algorithm> ParseAlgorithm(std::string_view name) {
 }
 
 Status Limit::Validate() const {
-  if (!AlgorithmAvailable(algorithm)) {
-    return InvalidArgumentError("algorithm " + std::string(AlgorithmName(algorithm)) +
-                                " is not available in this build yet");
+  if (std::find(std::begin(kAll), std::end(kAll), algorithm) == std::end(kAll)) {
+    return InvalidArgumentError("unknown algorithm value " +
+                                std::to_string(static_cast<int>(algorithm)));
   }
   if (limit < 1 || limit > kMaxLimit) {
     return InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +

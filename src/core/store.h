@@ -16,8 +16,9 @@
 
 #include "algo/algorithm.h"
 #include "lease/concurrency.h"
-#include "sluice/client.h"
+#include "sluice/decision.h"
 #include "sluice/limits.h"
+#include "sluice/metrics.h"
 
 namespace sluice::internal {
 
@@ -41,23 +42,23 @@ struct CheckCall {
   DecisionSource counted_by = DecisionSource::kStore;
 };
 
-// One request against several limits, decided all-or-nothing (CheckAll's one-script
+// One request against several limits, decided all-or-nothing (CheckComposite's one-script
 // path). Every call is a consume of the same cost with the same now_ms; the deadline of
 // the first is the deadline of the whole.
-inline constexpr std::size_t kMaxManyCalls = 64;  // src/algo/composite.lua checks it too
-struct MultiCheckCall {
+inline constexpr std::size_t kMaxCompositeCalls = 64;  // src/algo/composite.lua checks it too
+struct CompositeCall {
   std::vector<CheckCall> calls;
 };
 
-// The answer to a MultiCheckCall: either every limit admitted and counts the request
+// The answer to a CompositeCall: either every limit admitted and counts the request
 // (`refused_by` is empty, `decisions` holds one decision per call, in order), or the
 // limit at `refused_by` refused (its refusal is `decisions[0]`, the only entry) and no
 // limit counts the request.
-struct MultiDecision {
+struct CompositeOutcome {
   std::optional<std::size_t> refused_by;
   std::vector<Decision> decisions;
 };
-using MultiDecisionCallback = std::function<void(StatusOr<MultiDecision>)>;
+using CompositeCallback = std::function<void(StatusOr<CompositeOutcome>)>;
 
 // One concurrency-lease operation (src/lease/concurrency.h).
 struct LeaseCall {
@@ -86,17 +87,17 @@ class Store {
   // Decides `call`. `done` runs exactly once: inline, or on a store thread. Errors are
   // Status values already translated to sluice's codes.
   virtual void Check(CheckCall call, DecisionCallback done) = 0;
-  // Whether CheckMany decides several keys in one atomic step (one script on one
-  // server). Stores that answer false get no CheckMany calls.
-  virtual bool ChecksManyAtOnce() const { return false; }
+  // Whether CheckComposite decides several keys in one atomic step (one script on one
+  // server). Stores that answer false get no CheckComposite calls.
+  virtual bool ChecksCompositeAtOnce() const { return false; }
   // Decides every call of `call` in one atomic step: all admit and all count, or none
   // counts. `done` as for Check.
-  virtual void CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+  virtual void CheckComposite(CompositeCall call, CompositeCallback done) {
     (void)call;
     done(FailedPreconditionError("this store cannot decide several limits in one step"));
   }
   // Runs one lease operation; `done` as for Check.
-  virtual void Lease(LeaseCall call, LeaseCallback done) = 0;
+  virtual void RunLease(LeaseCall call, LeaseCallback done) = 0;
   // Appends one record (field, value pairs) to the stream `key`, trimmed to about
   // `max_len` entries, expiring `retention_ms` after the last append.
   virtual void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
@@ -113,6 +114,9 @@ class Store {
     (void)deadline;
     done(FailedPreconditionError("the embedded store has no server INFO"));
   }
+  // Whether the store can take calls now (false while a Redis connection is down or
+  // still being made). Always true for the embedded store.
+  virtual bool connected() const { return true; }
   // Stops I/O; outstanding calls complete with Unavailable. Idempotent.
   virtual void Shutdown() {}
 };

@@ -141,7 +141,7 @@ struct ReleaseRetry : HeartbeatScheduler::Target, std::enable_shared_from_this<R
 
   void Send() {
     call.deadline = steady_clock::now() + core->options.deadline;
-    core->store->Lease(call, [self = shared_from_this()](StatusOr<LeaseResult> r) {
+    core->store->RunLease(call, [self = shared_from_this()](StatusOr<LeaseResult> r) {
       self->OnResult(r.ok() ? Status() : r.status());
     });
   }
@@ -294,7 +294,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     const auto left = std::chrono::duration_cast<milliseconds>(until - sent);
     const milliseconds deadline =
         std::max(milliseconds(1), std::min(left, std::max(interval, core->options.deadline)));
-    core->store->Lease(Call(LeaseOp::kHeartbeat, deadline),
+    core->store->RunLease(Call(LeaseOp::kHeartbeat, deadline),
                        [self = shared_from_this(), sent, done = std::move(done)](StatusOr<LeaseResult> r) {
                          self->OnHeartbeat(sent, std::move(r), done);
                        });
@@ -356,7 +356,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
       if (done) core->Post([done] { done(Status()); });
       return;
     }
-    core->store->Lease(
+    core->store->RunLease(
         Call(LeaseOp::kRelease, core->options.deadline),
         [self = shared_from_this(), done = std::move(done)](StatusOr<LeaseResult> r) {
           Status status = r.ok() ? Status() : r.status();
@@ -527,7 +527,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   state->on_lost = options.on_lost;
   const std::string token = call.args.token;
   ++internal::g_acquiring;
-  core_->store->Lease(std::move(call), [state, token, limit, sent, done = std::move(done)](
+  core_->store->RunLease(std::move(call), [state, token, limit, sent, done = std::move(done)](
                                            StatusOr<internal::LeaseResult> result) mutable {
     auto deliver = [&](StatusOr<Acquisition> answer) {
       if (internal::g_acquiring == 0) return done(std::move(answer));
@@ -588,7 +588,7 @@ StatusOr<std::vector<LeaseInfo>> ConcurrencyLimiter::List(std::string_view id,
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
   auto result = internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
-    core_->store->Lease(std::move(call), std::move(done));
+    core_->store->RunLease(std::move(call), std::move(done));
   });
   if (!result.ok()) return result.status();
   std::vector<LeaseInfo> leases;

@@ -433,18 +433,18 @@ TEST_F(ReleaseAllTest, RefusesWithoutActorReasonOrLog) {
   const std::string log = Path("audit.jsonl");
   const AuditOptions audit{.log_path = log};
   constexpr auto kBad = StatusCode::kInvalidArgument;
-  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "", .reason = "stuck"}, audit).status().code(), kBad);
-  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = ""}, audit).status().code(), kBad);
-  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "stuck"}, {}).status().code(), kBad);
-  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "o\nps", .reason = "stuck"}, audit).status().code(), kBad);
-  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "a\x01"}, audit).status().code(), kBad);
-  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "\xff\xfe"}, audit).status().code(), kBad);
-  EXPECT_EQ(limiter.ReleaseAll("", {.actor = "ops", .reason = "stuck"}, audit).status().code(), kBad);
-  EXPECT_EQ(limiter.ReleaseAll("x", {.actor = "ops", .reason = "stuck"}, audit, milliseconds(0))
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = ""}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "stuck"}, {}).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "o\nps", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "a\x01"}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "\xff\xfe"}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "", {.actor = "ops", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "stuck"}, audit, milliseconds(0))
                 .status().code(), kBad);
   EXPECT_FALSE(std::filesystem::exists(log)) << "no record for an action that was not done";
   // A log that cannot be opened stops the action before the store.
-  auto unopenable = limiter.ReleaseAll("x", {.actor = "ops", .reason = "stuck"},
+  auto unopenable = ReleaseAll(limiter, "x", {.actor = "ops", .reason = "stuck"},
                                        {.log_path = Path("missing-dir/audit.jsonl")});
   EXPECT_FALSE(unopenable.ok());
   EXPECT_TRUE(a->lease.held());
@@ -470,7 +470,7 @@ TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
 
   const std::string log = Path("audit.jsonl");
   const AdminAction action{.actor = "alice \"the op\"", .reason = "stuck streams \\ incident 7"};
-  auto first = limiter.ReleaseAll("user 1", action, {.log_path = log});
+  auto first = ReleaseAll(limiter, "user 1", action, {.log_path = log});
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->released, 2);
   EXPECT_TRUE(first->stream_error.empty());
@@ -495,10 +495,10 @@ TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
   auto c = limiter.Acquire("user 1");
   ASSERT_TRUE(c.ok() && c->acquired);
   EXPECT_EQ(c->live, 1);
-  auto second = limiter.ReleaseAll("user 1", {.actor = "bob", .reason = "again"}, {.log_path = log});
+  auto second = ReleaseAll(limiter, "user 1", {.actor = "bob", .reason = "again"}, {.log_path = log});
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->released, 1);
-  auto third = limiter.ReleaseAll("user 1", {.actor = "bob", .reason = "empty"}, {.log_path = log});
+  auto third = ReleaseAll(limiter, "user 1", {.actor = "bob", .reason = "empty"}, {.log_path = log});
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   EXPECT_EQ(third->released, 0);
 
@@ -549,7 +549,7 @@ TEST_F(ReleaseAllTest, CountsOnlyLiveLeases) {
   ASSERT_TRUE(a.ok() && b.ok() && a->acquired && b->acquired);
   clock->Set(kT0 + 60'000);  // a expired (not pruned: no acquire since), b live
   const std::string log = Path("audit.jsonl");
-  auto r = limiter.ReleaseAll("x", {.actor = "ops", .reason = "test"}, {.log_path = log});
+  auto r = ReleaseAll(limiter, "x", {.actor = "ops", .reason = "test"}, {.log_path = log});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->released, 1);
   const auto lines = Lines(log);
@@ -615,7 +615,7 @@ TEST(ConcurrencyLimiter, MetricsReportLeaseGauges) {
   const std::string log = (std::filesystem::temp_directory_path() /
                            ("sluice-lease-metrics-" + std::to_string(::getpid()) + ".jsonl"))
                               .string();
-  auto r = short_lived.ReleaseAll("z", {.actor = "t", .reason = "t"}, {.log_path = log});
+  auto r = ReleaseAll(short_lived, "z", {.actor = "t", .reason = "t"}, {.log_path = log});
   std::filesystem::remove(log);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_TRUE(WaitUntil([&] { return h->lease.loss() == LeaseLoss::kGone; }, milliseconds(2000)));
@@ -662,7 +662,7 @@ void ReleaseEverything(const ConcurrencyLimiter& limiter, const std::string& id)
   const std::string log = (std::filesystem::temp_directory_path() /
                            ("sluice-lease-lost-" + std::to_string(::getpid()) + ".jsonl"))
                               .string();
-  auto r = limiter.ReleaseAll(id, {.actor = "t", .reason = "t"}, {.log_path = log});
+  auto r = ReleaseAll(limiter, id, {.actor = "t", .reason = "t"}, {.log_path = log});
   std::filesystem::remove(log);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
 }

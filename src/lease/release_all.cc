@@ -11,7 +11,7 @@
 // per call, and a line whose outcome is "pending" is an action whose process died
 // in between. Then, on "done" only, the record goes to the stream when asked. A log that
 // cannot be opened or written stops the action before the store.
-#include "sluice/lease.h"
+#include "sluice/admin.h"
 
 #include <fcntl.h>
 #include <sys/random.h>
@@ -124,10 +124,12 @@ std::string OperationId() {
 
 }  // namespace
 
-StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
-                                                          const AdminAction& action,
-                                                          const AuditOptions& audit,
-                                                          std::chrono::milliseconds deadline) const {
+StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::string_view id,
+                                      const AdminAction& action, const AuditOptions& audit,
+                                      std::chrono::milliseconds deadline) {
+  const std::shared_ptr<internal::ClientCore>& core = limiter.core_;
+  const std::string& name = limiter.name_;
+  const std::string& key_head = limiter.key_head_;
   if (id.empty()) return InvalidArgumentError("id is empty");
   if (action.actor.empty()) return InvalidArgumentError("an admin release needs an actor (who)");
   if (action.reason.empty()) return InvalidArgumentError("an admin release needs a reason (why)");
@@ -154,8 +156,8 @@ StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
 
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kReleaseAll;
-  call.key = internal::MakeLeaseKey(key_head_, id);
-  if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
+  call.key = internal::MakeLeaseKey(key_head, id);
+  if (core->options.model_clock) call.now_ms = core->options.model_clock->NowMs();
   const std::string key = call.key;
   const std::string ts = IsoTime(std::chrono::system_clock::now());
   const std::string encoded = internal::EncodeId(id);
@@ -171,7 +173,7 @@ StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
   head += ",\"reason\":";
   AppendJsonString(head, action.reason);
   head += ",\"limiter\":";
-  AppendJsonString(head, name_);
+  AppendJsonString(head, name);
   head += ",\"id\":";  // as encoded in keys: printable ASCII, reversible (%XX)
   AppendJsonString(head, encoded);
   head += ",\"key\":";
@@ -201,7 +203,7 @@ StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
 
   call.deadline = std::chrono::steady_clock::now() + deadline;
   auto released = internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
-    core_->store->Lease(std::move(call), std::move(done));
+    core->store->RunLease(std::move(call), std::move(done));
   });
   if (!released.ok()) {
     // No answer in time, or the connection broke: the script may have run, or may still
@@ -230,10 +232,10 @@ StatusOr<ReleaseAllResult> ConcurrencyLimiter::ReleaseAll(std::string_view id,
   if (audit.stream) {
     std::vector<std::pair<std::string, std::string>> fields = {
         {"ts", ts},           {"action", "release_all"}, {"actor", action.actor},
-        {"reason", action.reason}, {"limiter", name_},   {"id", encoded},
+        {"reason", action.reason}, {"limiter", name},   {"id", encoded},
         {"key", key},         {"released", std::to_string(result.released)}};
     Status appended = internal::WaitFor<Status>([&](std::function<void(Status)> done_cb) {
-      core_->store->AppendToStream(core_->options.prefix + ":audit", std::move(fields),
+      core->store->AppendToStream(core->options.prefix + ":audit", std::move(fields),
                                    audit.stream_max_len, audit.stream_retention.count(),
                                    std::chrono::steady_clock::now() + deadline, std::move(done_cb));
     });

@@ -138,17 +138,17 @@ StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
   return MakeDecision(reply, call.limit.limit);
 }
 
-void MemoryStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+void MemoryStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   if (call.calls.empty()) {
     done(InvalidArgumentError("a composite check takes at least one limit"));
     return;
   }
-  MultiDecision decided = DecideMany(call.calls);  // `done` runs with no lock held
+  CompositeOutcome decided = DecideMany(call.calls);  // `done` runs with no lock held
   ReclaimElsewhere(call.calls[0].now_ms ? *call.calls[0].now_ms : clock_->NowMs());
   done(std::move(decided));
 }
 
-MultiDecision MemoryStore::DecideMany(const std::vector<CheckCall>& calls) {
+CompositeOutcome MemoryStore::DecideMany(const std::vector<CheckCall>& calls) {
   // The shards of every key, locked in index order (so two composites cannot deadlock):
   // the same steps as src/algo/composite.lua, with one `now` for all.
   std::vector<Shard*> shards;
@@ -169,9 +169,9 @@ MultiDecision MemoryStore::DecideMany(const std::vector<CheckCall>& calls) {
   const std::size_t last = calls.size() - 1;
   for (std::size_t i = 0; i < last; ++i) {
     const AlgoReply r = step(i, Op::kPeek);
-    if (r.code != 1) return MultiDecision{i, {MakeDecision(r, calls[i].limit.limit)}};
+    if (r.code != 1) return CompositeOutcome{i, {MakeDecision(r, calls[i].limit.limit)}};
   }
-  MultiDecision out;
+  CompositeOutcome out;
   out.decisions.resize(calls.size());
   for (std::size_t k = 0; k < calls.size(); ++k) {
     const std::size_t i = k == 0 ? last : k - 1;
@@ -182,7 +182,7 @@ MultiDecision MemoryStore::DecideMany(const std::vector<CheckCall>& calls) {
         for (std::size_t j = i; j-- > 0;) step(j, Op::kRefund);
         step(last, Op::kRefund);
       }
-      return MultiDecision{i, {MakeDecision(r, calls[i].limit.limit)}};
+      return CompositeOutcome{i, {MakeDecision(r, calls[i].limit.limit)}};
     }
     out.decisions[i] = MakeDecision(r, calls[i].limit.limit);
   }
@@ -212,7 +212,7 @@ LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
   return result;
 }
 
-void MemoryStore::Lease(LeaseCall call, LeaseCallback done) { done(LeaseNow(call)); }
+void MemoryStore::RunLease(LeaseCall call, LeaseCallback done) { done(LeaseNow(call)); }
 
 std::size_t MemoryStore::KeyCount() {
   const int64_t now = clock_->NowMs();

@@ -53,9 +53,9 @@ class MemoryStore final : public Store {
   StatusOr<Decision> CheckNow(const CheckCall& call);
   // Under the locks of every key's shard: peek all, then consume all (as the composite
   // script does on Redis).
-  bool ChecksManyAtOnce() const override { return true; }
-  void CheckMany(MultiCheckCall call, MultiDecisionCallback done) override;
-  void Lease(LeaseCall call, LeaseCallback done) override;
+  bool ChecksCompositeAtOnce() const override { return true; }
+  void CheckComposite(CompositeCall call, CompositeCallback done) override;
+  void RunLease(LeaseCall call, LeaseCallback done) override;
   LeaseResult LeaseNow(const LeaseCall& call);
 
   // Live (unexpired) keys; for tests and gauges. O(entries).
@@ -111,7 +111,7 @@ class MemoryStore final : public Store {
   // Reclaim in the next shard of this thread's rotation, unless its lock is taken. Called
   // with no lock held.
   void ReclaimElsewhere(int64_t now_ms);
-  MultiDecision DecideMany(const std::vector<CheckCall>& calls);
+  CompositeOutcome DecideMany(const std::vector<CheckCall>& calls);
   // Runs `algorithm`'s twin on the key's state; the caller holds the shard's lock.
   static AlgoReply StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
                               Algorithm algorithm, int64_t now);

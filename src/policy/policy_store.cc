@@ -162,8 +162,8 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   });
 }
 
-StatusOr<MultiDecision> PolicyStore::FallbackMany(const std::vector<CheckCall>& calls) {
-  MultiDecision out;
+StatusOr<CompositeOutcome> PolicyStore::FallbackMany(const std::vector<CheckCall>& calls) {
+  CompositeOutcome out;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     StatusOr<Decision> d = Fallback(calls[i]);
     if (d.ok() && d->allowed) {
@@ -180,12 +180,12 @@ StatusOr<MultiDecision> PolicyStore::FallbackMany(const std::vector<CheckCall>& 
       (void)local_.CheckNow(refund);
     }
     if (!d.ok()) return d.status();
-    return MultiDecision{i, {*d}};
+    return CompositeOutcome{i, {*d}};
   }
   return out;
 }
 
-void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   if (Forked()) return done(ForkedError());
   if (denials_) {
     for (std::size_t i = 0; i < call.calls.size(); ++i) {
@@ -193,7 +193,7 @@ void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
       if (!c.cache_denials) continue;
       if (auto cached = denials_->Lookup(c.key, c.limit, c.cost, CacheNowMs(c))) {
         cached_denials_.fetch_add(1, std::memory_order_relaxed);
-        done(MultiDecision{i, {*std::move(cached)}});
+        done(CompositeOutcome{i, {*std::move(cached)}});
         return;
       }
     }
@@ -204,8 +204,8 @@ void PolicyStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
   }
   // The fallback and the denial cache need the calls after the store had them.
   std::vector<CheckCall> calls = call.calls;
-  inner_->CheckMany(std::move(call), [this, calls = std::move(calls),
-                                      done = std::move(done)](StatusOr<MultiDecision> result) {
+  inner_->CheckComposite(std::move(call), [this, calls = std::move(calls),
+                                      done = std::move(done)](StatusOr<CompositeOutcome> result) {
     if (result.ok()) {
       breaker_.OnSuccess();
       if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
@@ -253,7 +253,7 @@ LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call) {
   return result;
 }
 
-void PolicyStore::Lease(LeaseCall call, LeaseCallback done) {
+void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
   if (Forked()) return done(ForkedError());
   if (call.local) {
     done(local_.LeaseNow(call));
@@ -265,7 +265,7 @@ void PolicyStore::Lease(LeaseCall call, LeaseCallback done) {
     // slots taken (a release not sent) while Redis may well be answering. Their
     // successes close the breaker (the store answers); their failures are not counted
     // (the checks and acquires that the breaker protects count their own).
-    inner_->Lease(std::move(call), [this, done = std::move(done)](StatusOr<LeaseResult> result) {
+    inner_->RunLease(std::move(call), [this, done = std::move(done)](StatusOr<LeaseResult> result) {
       if (result.ok()) breaker_.OnSuccess();
       done(std::move(result));
     });
@@ -288,7 +288,7 @@ void PolicyStore::Lease(LeaseCall call, LeaseCallback done) {
     fallback.key = call.key;
     fallback.args.token = call.args.token;
   }
-  inner_->Lease(std::move(call), [this, fallback = std::move(fallback),
+  inner_->RunLease(std::move(call), [this, fallback = std::move(fallback),
                                   done = std::move(done)](StatusOr<LeaseResult> result) {
     if (result.ok()) {
       breaker_.OnSuccess();

@@ -35,17 +35,17 @@ class PolicyStore final : public Store {
               BreakerOptions breaker, std::size_t denial_cache_size);
 
   void Check(CheckCall call, DecisionCallback done) override;
-  bool ChecksManyAtOnce() const override { return inner_->ChecksManyAtOnce(); }
+  bool ChecksCompositeAtOnce() const override { return inner_->ChecksCompositeAtOnce(); }
   // As Check, for all of the calls at once: a cached denial of any of them refuses at
   // once (no store call, nothing counted); a store failure or an open breaker gives each
   // call its own policy, in order, all-or-nothing (a refusal gives back what the local
   // fallback admitted for the calls before it).
-  void CheckMany(MultiCheckCall call, MultiDecisionCallback done) override;
+  void CheckComposite(CompositeCall call, CompositeCallback done) override;
   // Acquire: the store's answer or, when it fails or the breaker is open, the policy's
   // (open: a lease that is not in any store; closed: refused; local: a lease in the local
   // store). Other lease operations go to the store whatever the breaker's state and pass
   // its errors through; a local lease's go to the local store.
-  void Lease(LeaseCall call, LeaseCallback done) override;
+  void RunLease(LeaseCall call, LeaseCallback done) override;
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,
                       std::function<void(Status)> done) override {
@@ -53,6 +53,7 @@ class PolicyStore final : public Store {
     inner_->AppendToStream(std::move(key), std::move(fields), max_len, retention_ms, deadline,
                            std::move(done));
   }
+  bool connected() const override { return inner_->connected(); }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override;
   void CountShadowRefusal() { shadow_refusals_.fetch_add(1, std::memory_order_relaxed); }
@@ -72,7 +73,7 @@ class PolicyStore final : public Store {
   // What the check answers instead of the store.
   StatusOr<Decision> Fallback(const CheckCall& call);
   LeaseResult LeaseFallback(const LeaseCall& call);
-  StatusOr<MultiDecision> FallbackMany(const std::vector<CheckCall>& calls);
+  StatusOr<CompositeOutcome> FallbackMany(const std::vector<CheckCall>& calls);
   // `call` as the local fallback runs it: the limit divided among the servers.
   static CheckCall LocalCall(const CheckCall& call);
 

@@ -77,7 +77,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Connects, authenticates, selects the database, checks the server is Redis >= 7.0,
   // loads the scripts. `first_result` gets the outcome of the first attempt; if it fails
   // the connection stays down (Start is for start-up: a clear error beats a silent
-  // retry loop). Once up, breaks are repaired by reconnecting in the background.
+  // retry loop). Without `first_result` (null), a failed first attempt is retried with
+  // the reconnect backoff like any break. Once up, breaks are repaired by reconnecting
+  // in the background.
   void Start(std::function<void(Status)> first_result);
 
   // Sends one formatted command (FormatCommand).

@@ -12,10 +12,15 @@ namespace sluice::internal {
 
 StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_executor executor,
                                                           Endpoint endpoint,
-                                                          ConnectionOptions options) {
+                                                          ConnectionOptions options,
+                                                          bool in_background) {
   const auto wait = options.connect_timeout + std::chrono::seconds(1);
   options.scripts = AllScripts();
   auto connection = Connection::Make(std::move(executor), std::move(endpoint), std::move(options));
+  if (in_background) {
+    connection->Start(nullptr);
+    return std::shared_ptr<RedisStore>(new RedisStore(std::move(connection)));
+  }
   auto promise = std::make_shared<std::promise<Status>>();
   std::future<Status> result = promise->get_future();
   connection->Start([promise](Status status) { promise->set_value(std::move(status)); });
@@ -74,11 +79,11 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
       });
 }
 
-void RedisStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
+void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   std::vector<CheckCall>& calls = call.calls;
-  if (calls.empty() || calls.size() > kMaxManyCalls) {
+  if (calls.empty() || calls.size() > kMaxCompositeCalls) {
     done(InvalidArgumentError("a composite check takes 1 to " +
-                              std::to_string(kMaxManyCalls) + " limits, got " +
+                              std::to_string(kMaxCompositeCalls) + " limits, got " +
                               std::to_string(calls.size())));
     return;
   }
@@ -125,7 +130,7 @@ void RedisStore::CheckMany(MultiCheckCall call, MultiDecisionCallback done) {
           return AlgoReply{static_cast<int>(at(i)), at(i + 1), at(i + 2), at(i + 3)};
         };
         const long long refused = at(0);
-        MultiDecision out;
+        CompositeOutcome out;
         if (refused != 0) {
           if (reply->elements != 5 || refused < 0 || static_cast<size_t>(refused) > limits.size()) {
             return bad();
@@ -187,7 +192,7 @@ StatusOr<LeaseReply> ParseLeaseReply(LeaseOp op, const redisReply* reply) {
 
 }  // namespace
 
-void RedisStore::Lease(LeaseCall call, LeaseCallback done) {
+void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
   const LeaseOp op = call.args.op;
   if (op == LeaseOp::kRelease) {
     // Nothing to check: one command, whatever the lease's state.

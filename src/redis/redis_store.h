@@ -19,20 +19,23 @@ namespace sluice::internal {
 class RedisStore final : public Store {
  public:
   // Connects (see Connection::Start) and waits for the first result, at most
-  // options.connect_timeout plus a second of grace.
+  // options.connect_timeout plus a second of grace; or, with `in_background`, returns at
+  // once and lets the connection retry (with its reconnect backoff) until it is up.
   static StatusOr<std::shared_ptr<RedisStore>> Connect(boost::asio::any_io_executor executor,
                                                        Endpoint endpoint,
-                                                       ConnectionOptions options);
+                                                       ConnectionOptions options,
+                                                       bool in_background = false);
 
   void Check(CheckCall call, DecisionCallback done) override;
   // Standalone Redis holds every key, so any set of keys is one script (the composite).
   // A Cluster store may say so only when all keys share a hash slot.
-  bool ChecksManyAtOnce() const override { return true; }
-  void CheckMany(MultiCheckCall call, MultiDecisionCallback done) override;
-  void Lease(LeaseCall call, LeaseCallback done) override;
+  bool ChecksCompositeAtOnce() const override { return true; }
+  void CheckComposite(CompositeCall call, CompositeCallback done) override;
+  void RunLease(LeaseCall call, LeaseCallback done) override;
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,
                       std::function<void(Status)> done) override;
+  bool connected() const override { return connection_->ready(); }
   void Shutdown() override;
   ClientStats stats() const override;
   void Info(std::string_view section, Deadline deadline,
