@@ -27,7 +27,7 @@ cli() { redis-cli -p "$port" "$@"; }
 url="redis://127.0.0.1:$port"
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p') on 127.0.0.1:$port, $(nproc) cores; ${SECS}s per run"
 
-sha=$(cli SCRIPT LOAD "$(cat src/lease/concurrency.lua)")
+sha=$(cli SCRIPT LOAD "$(cat src/algo/concurrency.lua)")
 n=$((100000 * SECS))
 bench_rps() { redis-benchmark -p "$port" -c 50 -P 128 -n "$n" -r 10000 --csv "$@" 2>/dev/null | tail -1 | tr -d '"' | cut -d, -f2; }
 cli CONFIG RESETSTAT >/dev/null

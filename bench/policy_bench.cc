@@ -4,7 +4,7 @@
 // fails every call; after breaker_failures failures no call reaches it.
 #include <benchmark/benchmark.h>
 
-#include "core/client_core.h"
+#include "client/client_core.h"
 #include "memory/memory_store.h"
 #include "sluice/sluice.h"
 #include "testing/fault_store.h"

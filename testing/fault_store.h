@@ -10,7 +10,7 @@
 #include <mutex>
 #include <random>
 
-#include "core/store.h"
+#include "store/store.h"
 
 namespace sluice::testing {
 

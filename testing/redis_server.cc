@@ -8,8 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,51 +25,7 @@ namespace {
   std::abort();
 }
 
-RedisValue ToRedisValue(const redisReply* r) {
-  RedisValue v;
-  switch (r->type) {
-    case REDIS_REPLY_INTEGER:
-      v.type = RedisValue::Type::kInteger;
-      v.integer = r->integer;
-      break;
-    case REDIS_REPLY_STRING:
-      v.type = RedisValue::Type::kString;
-      v.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_STATUS:
-      v.type = RedisValue::Type::kStatus;
-      v.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ERROR:
-      v.type = RedisValue::Type::kError;
-      v.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ARRAY:
-      v.type = RedisValue::Type::kArray;
-      for (size_t i = 0; i < r->elements; ++i) v.elements.push_back(ToRedisValue(r->element[i]));
-      break;
-    default:
-      break;
-  }
-  return v;
-}
-
 }  // namespace
-
-std::optional<RedisValue> RunCommand(redisContext* context, const std::vector<std::string>& args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  auto* reply = static_cast<redisReply*>(
-      redisCommandArgv(context, static_cast<int>(args.size()), argv.data(), lens.data()));
-  if (!reply) return std::nullopt;
-  RedisValue value = ToRedisValue(reply);
-  freeReplyObject(reply);
-  return value;
-}
 
 namespace {
 
@@ -187,23 +141,19 @@ void RedisServer::Start() {
       pid_ = -1;
       return;
     }
-    timeval tv{0, 200000};
-    redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
-    if (c && !c->err) {
-      if (!options_.requirepass.empty()) {
-        freeReplyObject(redisCommand(c, "AUTH %s", options_.requirepass.c_str()));
-      }
-      auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
-      bool ok = reply && reply->type == REDIS_REPLY_STATUS;
-      if (reply) freeReplyObject(reply);
-      redisFree(c);
-      if (ok) return;
-    } else if (c) {
-      redisFree(c);
+    auto endpoint = internal::ParseRedisUrl(url());
+    if (!endpoint.ok()) Fatal(endpoint.status().ToString());
+    auto client = internal::BlockingClient::Connect(
+        std::move(*endpoint), {.connect_timeout = std::chrono::milliseconds(200),
+                               .command_timeout = std::chrono::seconds(10)});
+    if (client.ok()) {
+      std::lock_guard lock(client_mu_);
+      client_ = std::move(*client);
+      return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  Fatal("redis-server on port " + std::to_string(port_) + " did not answer PING within 5 s");
+  Fatal("redis-server on port " + std::to_string(port_) + " did not accept a connection within 5 s");
 }
 
 void RedisServer::Pause() {
@@ -222,6 +172,10 @@ void RedisServer::Resume() {
 
 void RedisServer::Kill() {
   if (pid_ <= 0) return;
+  {
+    std::lock_guard lock(client_mu_);
+    client_.reset();
+  }
   ::kill(pid_, SIGKILL);
   int status = 0;
   ::waitpid(pid_, &status, 0);
@@ -229,18 +183,38 @@ void RedisServer::Kill() {
   paused_ = false;
 }
 
-RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
-  timeval tv{2, 0};
-  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, tv);
-  if (!c || c->err) Fatal("cannot connect to the test redis on port " + std::to_string(port_));
-  redisSetTimeout(c, tv);
-  if (!options_.requirepass.empty()) {
-    freeReplyObject(redisCommand(c, "AUTH %s", options_.requirepass.c_str()));
+std::unique_ptr<internal::BlockingClient> RedisServer::Connect() const {
+  auto endpoint = internal::ParseRedisUrl(url());
+  if (!endpoint.ok()) Fatal(endpoint.status().ToString());
+  auto client = internal::BlockingClient::Connect(
+      std::move(*endpoint), {.connect_timeout = std::chrono::seconds(2),
+                             .command_timeout = std::chrono::seconds(10)});
+  if (!client.ok()) {
+    Fatal("cannot connect to the test redis on port " + std::to_string(port_) + ": " +
+          client.status().ToString());
   }
-  std::optional<RedisValue> value = RunCommand(c, args);
-  if (!value) Fatal("command failed on the test redis: " + std::string(c->errstr));
-  redisFree(c);
-  return *std::move(value);
+  return std::move(*client);
+}
+
+RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
+  for (int attempt = 0;; ++attempt) {
+    std::shared_ptr<internal::BlockingClient> client;
+    {
+      std::lock_guard lock(client_mu_);
+      if (!client_ || (attempt > 0)) client_ = Connect();
+      client = client_;
+    }
+    StatusOr<RedisValue> reply = client->Command(args);
+    if (reply.ok()) return *std::move(reply);
+    // A connection that broke since the last command (the server restarted, or a test
+    // killed clients): the command was never sent, so it is sent once more on a new one.
+    const bool never_sent = reply.status().code() == StatusCode::kUnavailable &&
+                            reply.status().message().find("is not connected") != std::string::npos;
+    if (!never_sent || attempt > 0) {
+      Fatal("command " + (args.empty() ? std::string() : args[0]) + " failed on the test redis: " +
+            reply.status().ToString());
+    }
+  }
 }
 
 std::vector<std::string> RedisServer::Keys(const std::string& pattern) const {

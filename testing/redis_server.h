@@ -1,17 +1,20 @@
 // A private redis-server for one test: started on a free loopback port (and a unix
 // socket in a temporary directory), stopped by its pid when the object goes away.
-// Also a small blocking command helper (hiredis, test-only) to seed and inspect keys.
+// Also blocking commands (through src/redis/'s BlockingClient) to seed and inspect keys.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-struct redisContext;
+#include "redis/blocking_client.h"
+#include "redis/reply.h"
 
 namespace sluice::testing {
 
@@ -20,18 +23,8 @@ struct RedisServerOptions {
   std::vector<std::string> extra_args;  // appended to the command line
 };
 
-// One reply, flattened for assertions.
-struct RedisValue {
-  enum class Type { kNil, kInteger, kString, kStatus, kError, kArray } type = Type::kNil;
-  long long integer = 0;
-  std::string str;
-  std::vector<RedisValue> elements;
-};
-
-// Runs one command on a blocking hiredis connection, the reply flattened (what
-// RedisServer::Command returns); nullopt when the connection failed. For tests that keep
-// their own connection.
-std::optional<RedisValue> RunCommand(redisContext* context, const std::vector<std::string>& args);
+// One reply, owned (internal::Reply: type, integer, str, elements), for assertions.
+using RedisValue = internal::Reply;
 
 class RedisServer {
  public:
@@ -56,9 +49,13 @@ class RedisServer {
   void Start();
   bool running() const { return pid_ > 0; }
 
-  // Runs one command on a fresh blocking connection (authenticated). Aborts the test on
-  // connection failure.
+  // Runs one command (authenticated) on the fixture's own connection, made at Start and
+  // again when the server was restarted or the connection lost. Aborts the test when
+  // the server cannot be reached or does not answer within 10 s.
   RedisValue Command(const std::vector<std::string>& args) const;
+  // A connection of the caller's own (for a test that must not share the fixture's);
+  // aborts the test when it cannot connect.
+  std::unique_ptr<internal::BlockingClient> Connect() const;
   // All keys matching `pattern` (SCAN), and those among them with no expiry.
   std::vector<std::string> Keys(const std::string& pattern) const;
   std::vector<std::string> KeysWithoutTtl(const std::string& pattern) const;
@@ -70,6 +67,8 @@ class RedisServer {
   uint16_t port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;
+  mutable std::mutex client_mu_;
+  mutable std::shared_ptr<internal::BlockingClient> client_;  // under client_mu_
 };
 
 // A free TCP port on 127.0.0.1, below the kernel's ephemeral range (see redis_server.cc).

@@ -10,10 +10,66 @@
 
 #include <gtest/gtest.h>
 
+#include "algo/algorithm.h"
+#include "algo/fixed_window.h"
+#include "algo/gcra.h"
+#include "algo/sliding_log.h"
+#include "algo/sliding_window.h"
+#include "algo/token_bucket.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 
 namespace sluice::testing {
+namespace {
+
+// What a peek of the state stored at `key` answers now, according to the twin, with the
+// state read back by the decoder beside the algorithm (src/algo/<name>.h): the admin
+// API's view of the value. Holds each decoder to what its script writes: a decoder that
+// misreads a field gives another peek than Redis's own decision. nullopt (and a test
+// failure) when the stored value does not decode.
+std::optional<Decision> PeekDecoded(const RedisServer& server, const std::string& key,
+                                    const Limit& limit, int64_t now_ms) {
+  using namespace internal;
+  const AlgoArgs args = ArgsFor(Op::kPeek, 1, limit);
+  int64_t expires_at_ms = 0;
+  AlgoReply reply;
+  const auto decode = [&](auto decoder, auto step) -> bool {
+    RedisValue v = server.Command({"GET", key});
+    decltype(decoder(std::string_view())) state;
+    if (v.type == RedisValue::Type::kString) {
+      state = decoder(v.str);
+      EXPECT_TRUE(state.has_value()) << "the decoder cannot read what the script wrote at " << key;
+      if (!state) return false;
+    }
+    reply = step(state, args, now_ms, expires_at_ms);
+    return true;
+  };
+  bool ok = false;
+  switch (limit.algorithm) {
+    case Algorithm::kFixedWindow: ok = decode(DecodeFixedWindowValue, FixedWindowStep); break;
+    case Algorithm::kSlidingWindow: ok = decode(DecodeSlidingWindowValue, SlidingWindowStep); break;
+    case Algorithm::kTokenBucket: ok = decode(DecodeTokenBucketValue, TokenBucketStep); break;
+    case Algorithm::kGcra: ok = decode(DecodeGcraValue, GcraStep); break;
+    case Algorithm::kSlidingLog: {
+      RedisValue v = server.Command({"ZRANGE", key, "0", "-1", "WITHSCORES"});
+      std::optional<SlidingLogState> state;
+      ok = v.type == RedisValue::Type::kArray && v.elements.size() % 2 == 0;
+      for (size_t i = 0; ok && i < v.elements.size(); i += 2) {
+        if (!state) state.emplace();
+        const auto entry = DecodeSlidingLogMember(v.elements[i].str, std::stoll(v.elements[i + 1].str));
+        EXPECT_TRUE(entry.has_value()) << "the decoder cannot read " << v.elements[i].str;
+        if (!entry) ok = false;
+        if (entry) state->entries.push_back(*entry);
+      }
+      if (ok) reply = SlidingLogStep(state, args, now_ms, expires_at_ms);
+      break;
+    }
+  }
+  if (!ok) return std::nullopt;
+  return MakeDecision(reply, limit.limit);
+}
+
+}  // namespace
 
 using std::chrono::milliseconds;
 
@@ -51,6 +107,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   int64_t refill = config.refill;
   bool aligned = config.aligned;
   int allowed = 0, refused = 0, boundary_steps = 0, changes = 0, foreign = 0, ttl_checks = 0;
+  int decoded_checks = 0;
   // Windows a varying trace moves between: much shorter and much longer than the base
   // (up to a day), so a stored end, TAT or count from the older one would show.
   const std::vector<int64_t> windows = {config.window_ms, std::max<int64_t>(1, config.window_ms / 10),
@@ -148,6 +205,14 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     ASSERT_EQ(r->reason, m->reason) << where;
     last[id] = *r;
     if (op < 80) (r->allowed ? allowed : refused)++;
+    // The state the script left, read back by the algorithm's decoder, says what the
+    // script's own decision said is left.
+    const std::optional<Decision> decoded =
+        PeekDecoded(server, *on_redis->KeyFor(id), *options.limit, clock->NowMs());
+    ASSERT_TRUE(decoded.has_value()) << where;
+    ASSERT_EQ(decoded->remaining, r->remaining) << "decoded state: " << decoded->ToString() << "\n" << where;
+    ASSERT_EQ(decoded->reset_after, r->reset_after) << "decoded state: " << decoded->ToString() << "\n" << where;
+    ++decoded_checks;
     if (config.vary_parameters) {
       // The key's expiry covers the time until its state is full again. Expiries under a
       // model clock carry 60 s of grace and count real time, which passes while the trace
@@ -166,12 +231,14 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   }
   std::cout << "  allowed=" << allowed << " refused=" << refused
             << " boundary_steps=" << boundary_steps << " parameter_changes=" << changes
-            << " foreign_values=" << foreign << " ttl_checks=" << ttl_checks << "\n";
+            << " foreign_values=" << foreign << " ttl_checks=" << ttl_checks
+            << " decoded_checks=" << decoded_checks << "\n";
   if (config.vary_parameters) {
     EXPECT_GT(changes, config.steps / 50);
     EXPECT_GT(foreign, config.steps / 200);
     EXPECT_GT(ttl_checks, config.steps / 4);
   }
+  EXPECT_EQ(decoded_checks, config.steps);
   EXPECT_GT(allowed, config.steps / 10);
   EXPECT_GT(refused, config.steps / 20);
   EXPECT_GT(boundary_steps, config.steps / 10);

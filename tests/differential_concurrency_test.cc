@@ -1,4 +1,4 @@
-// Differential tests: the concurrency lease script (src/lease/concurrency.lua) on a real
+// Differential tests: the concurrency lease script (src/algo/concurrency.lua) on a real
 // redis-server vs its in-memory twin (LeaseStep), on a model clock passed as ARGV[2].
 // Random traces mix acquires (limits 1-5 changing mid-trace, ttls 5-2000 ms), heartbeats
 // (ttls shorter and longer than what is left of the lease), releases (a plain ZREM, as
@@ -7,7 +7,6 @@
 // every step the replies (code, count, now, expiry, rows), the stored sets and the keys'
 // expiries must agree. Also: a key that lost its TTL gets one back, and a key of another
 // type is replaced by the acquire that finds it.
-#include <hiredis/hiredis.h>
 
 #include <algorithm>
 #include <chrono>
@@ -20,7 +19,7 @@
 
 #include <gtest/gtest.h>
 
-#include "lease/concurrency.h"
+#include "algo/concurrency.h"
 #include "redis/scripts.h"
 #include "testing/redis_server.h"
 
@@ -38,32 +37,23 @@ using testing::RedisValue;
 
 constexpr int64_t kGraceMs = 60'000;  // the scripts' expiry grace under a model clock
 
-// One blocking connection for a whole trace (RedisServer::Command connects per call).
+// One blocking connection for a whole trace (RedisServer::Command shares the fixture's).
 class Connection {
  public:
-  explicit Connection(const testing::RedisServer& server) {
-    timeval tv{5, 0};
-    c_ = redisConnectWithTimeout("127.0.0.1", server.port(), tv);
-    if (c_ && !c_->err) redisSetTimeout(c_, tv);
-  }
-  ~Connection() {
-    if (c_) redisFree(c_);
-  }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-  bool ok() const { return c_ && !c_->err; }
+  explicit Connection(const testing::RedisServer& server) : client_(server.Connect()) {}
+  bool ok() const { return client_ != nullptr; }
 
   RedisValue Command(const std::vector<std::string>& args) {
-    if (std::optional<RedisValue> v = testing::RunCommand(c_, args)) return *std::move(v);
+    StatusOr<RedisValue> v = client_->Command(args);
+    if (v.ok()) return *std::move(v);
     RedisValue error;
     error.type = RedisValue::Type::kError;
-    error.str = "connection error: " + std::string(c_->errstr);
+    error.str = "connection error: " + v.status().ToString();
     return error;
   }
 
  private:
-
-  redisContext* c_ = nullptr;
+  std::unique_ptr<internal::BlockingClient> client_;
 };
 
 std::string Printable(const std::string& s) {

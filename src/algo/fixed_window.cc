@@ -1,5 +1,7 @@
 #include "algo/fixed_window.h"
 
+#include "core/numbers.h"
+
 namespace sluice::internal {
 
 AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs& a,
@@ -46,6 +48,15 @@ AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs
   }
   if (code == 1) return {1, a.limit - state->count, ttl, 0};
   return {code, a.limit - state->count, ttl, ttl};
+}
+
+std::optional<FixedWindowState> DecodeFixedWindowValue(std::string_view value) {
+  const auto sep = value.find(':');
+  if (sep == std::string_view::npos) return std::nullopt;
+  const auto count = ParseDecimal(value.substr(0, sep));
+  const auto ends = ParseDecimal(value.substr(sep + 1));
+  if (!count || !ends) return std::nullopt;
+  return FixedWindowState{*count, *ends};
 }
 
 }  // namespace sluice::internal

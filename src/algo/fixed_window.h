@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "algo/algorithm.h"
 
@@ -19,5 +20,9 @@ struct FixedWindowState {
 // (nullopt afterwards: deleted). `expires_at_ms` is set to when the stored state expires.
 AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs& args,
                           int64_t now_ms, int64_t& expires_at_ms);
+
+// The state fixed_window.lua stores ("<count>:<window end ms>"), read back from a value
+// (the admin API's decoder); nullopt when the value is not of that form.
+std::optional<FixedWindowState> DecodeFixedWindowValue(std::string_view value);
 
 }  // namespace sluice::internal

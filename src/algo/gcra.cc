@@ -1,5 +1,7 @@
 #include "algo/gcra.h"
 
+#include "core/numbers.h"
+
 #include "algo/token_bucket.h"
 
 namespace sluice::internal {
@@ -132,6 +134,19 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
   if (df > 0) ++dm;
   keep();
   return {0, remaining, reset, dm};
+}
+
+std::optional<GcraState> DecodeGcraValue(std::string_view value) {
+  if (auto tat = ParseDecimal(value)) return GcraState{*tat, 0, 0, 0};
+  if (value.size() != 16 && value.size() != 32) return std::nullopt;
+  const auto tat = ExactInteger(BigEndianDouble(value, 0));
+  const auto fraction = ExactInteger(BigEndianDouble(value, 8));
+  if (!tat || !fraction) return std::nullopt;
+  if (value.size() == 16) return GcraState{*tat, *fraction, 0, 0};
+  const auto rate = ExactInteger(BigEndianDouble(value, 16));
+  const auto window = ExactInteger(BigEndianDouble(value, 24));
+  if (!rate || !window) return std::nullopt;
+  return GcraState{*tat, *fraction, *rate, *window};
 }
 
 }  // namespace sluice::internal

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "algo/algorithm.h"
 
@@ -26,5 +27,11 @@ struct GcraState {
 // expires: the first ms at which the bucket is full (the TAT, rounded up).
 AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& args, int64_t now_ms,
                    int64_t& expires_at_ms);
+
+// The state gcra.lua stores (32 bytes '>dddd': TAT, fraction, refill, window), or one of
+// its earlier forms (16 bytes TAT, fraction; a decimal TAT), which read as rate and
+// window 0 (the parameters in force), read back from a value (the admin API's decoder);
+// nullopt when the value is none of them.
+std::optional<GcraState> DecodeGcraValue(std::string_view value);
 
 }  // namespace sluice::internal

@@ -1,5 +1,7 @@
 #include "algo/sliding_log.h"
 
+#include "core/numbers.h"
+
 #include <algorithm>
 
 namespace sluice::internal {
@@ -78,6 +80,22 @@ AlgoReply SlidingLogStep(std::optional<SlidingLogState>& state, const AlgoArgs& 
       log.begin(), log.end(), [target](const SlidingLogEntry& e) { return e.end() < target; });
   expires_at_ms = reset_at;
   return {0, a.limit - used, reset_at - now, last_to_leave->at_ms + window - now};
+}
+
+std::optional<SlidingLogEntry> DecodeSlidingLogMember(std::string_view member, int64_t score_ms) {
+  if (member.empty() || member[0] < 'a' || member[0] > 'p') return std::nullopt;
+  const std::size_t digits = static_cast<std::size_t>(member[0] - 'a' + 1);
+  if (member.size() < 1 + digits) return std::nullopt;
+  const auto start = ParseDecimal(member.substr(1, digits));
+  if (!start || *start < 0) return std::nullopt;
+  int64_t cost = 1;
+  if (member.size() > 1 + digits) {
+    if (member[1 + digits] != ':') return std::nullopt;
+    const auto c = ParseDecimal(member.substr(2 + digits));
+    if (!c || *c < 1) return std::nullopt;
+    cost = *c;
+  }
+  return SlidingLogEntry{score_ms, *start, cost};
 }
 
 }  // namespace sluice::internal

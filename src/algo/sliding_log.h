@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <string_view>
 
 #include "algo/algorithm.h"
 
@@ -40,5 +41,10 @@ inline constexpr int64_t kSlidingLogRebaseAbove = int64_t{1} << 50;
 // when its newest entry leaves the window.
 AlgoReply SlidingLogStep(std::optional<SlidingLogState>& state, const AlgoArgs& args,
                          int64_t now_ms, int64_t& expires_at_ms);
+
+// One entry of the log sliding_log.lua stores: the member (a letter 'a'..'p' giving the
+// number of digits of `start`, the digits, then ":<cost>" when cost > 1) and its score
+// (the admission time). nullopt when the member is not of that form.
+std::optional<SlidingLogEntry> DecodeSlidingLogMember(std::string_view member, int64_t score_ms);
 
 }  // namespace sluice::internal

@@ -1,5 +1,7 @@
 #include "algo/sliding_window.h"
 
+#include "core/numbers.h"
+
 #include <limits>
 
 namespace sluice::internal {
@@ -145,6 +147,16 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
   }
   if (qr.r == 0) --qr.q;
   return {0, a.limit - used, zero - now, s + w - qr.q - now};
+}
+
+std::optional<SlidingWindowState> DecodeSlidingWindowValue(std::string_view value) {
+  if (value.size() != 26 && value.size() != 20) return std::nullopt;
+  SlidingWindowState state;
+  state.start_ms = LittleEndianSigned(value, 0, 8);
+  state.current = LittleEndianSigned(value, 8, 6);
+  state.previous = LittleEndianSigned(value, 14, 6);
+  state.window_ms = value.size() == 26 ? LittleEndianSigned(value, 20, 6) : 0;
+  return state;
 }
 
 }  // namespace sluice::internal

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "algo/algorithm.h"
 
@@ -28,5 +29,10 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
 // and the first ms at which it is 0 for good; the arithmetic Step decides with.
 int64_t SlidingWindowUsed(const SlidingWindowState& state, int64_t window_ms, int64_t now_ms);
 int64_t SlidingWindowZeroAt(const SlidingWindowState& state, int64_t window_ms);
+
+// The state sliding_window.lua stores (26 bytes '<i8i6i6i6': start, current, previous,
+// window; or the earlier 20 bytes without the window, window_ms 0), read back from a
+// value (the admin API's decoder); nullopt when the value is neither.
+std::optional<SlidingWindowState> DecodeSlidingWindowValue(std::string_view value);
 
 }  // namespace sluice::internal

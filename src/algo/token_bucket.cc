@@ -1,5 +1,7 @@
 #include "algo/token_bucket.h"
 
+#include "core/numbers.h"
+
 #include <limits>
 
 namespace sluice::internal {
@@ -154,6 +156,16 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
   // Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
   keep();
   return {0, remaining, reset, RefillMs(xt + cost - cap, xc, window, rate)};
+}
+
+std::optional<TokenBucketState> DecodeTokenBucketValue(std::string_view value) {
+  if (value.size() != 32) return std::nullopt;
+  const auto tokens = ExactInteger(BigEndianDouble(value, 0));
+  const auto fraction = ExactInteger(BigEndianDouble(value, 8));
+  const auto at = ExactInteger(BigEndianDouble(value, 16));
+  const auto full_in = ExactInteger(BigEndianDouble(value, 24));
+  if (!tokens || !fraction || !at || !full_in) return std::nullopt;
+  return TokenBucketState{*tokens, *fraction, *at, *full_in};
 }
 
 }  // namespace sluice::internal

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "algo/algorithm.h"
 
@@ -48,5 +49,10 @@ inline int64_t BucketRate(const AlgoArgs& args) {
 // The capacity in force: `limit`, unless refilling it would take longer than
 // kBucketHorizonMs; then the whole tokens that refill in that time.
 int64_t BucketCapacity(int64_t limit, int64_t window_ms, int64_t rate);
+
+// The state token_bucket.lua stores (32 bytes '>dddd': missing tokens, fraction,
+// written at, full in), read back from a value (the admin API's decoder); nullopt when
+// the value is not 32 bytes of whole numbers.
+std::optional<TokenBucketState> DecodeTokenBucketValue(std::string_view value);
 
 }  // namespace sluice::internal

@@ -5,16 +5,25 @@
 namespace sluice::internal {
 namespace {
 
-bool IsNameByte(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '_' || c == '.' || c == '-';
-}
-
 bool NeedsEscape(unsigned char c) {
   return c <= 0x20 || c >= 0x7f || c == '%' || c == '{' || c == '}' || c == '#';
 }
 
+// A hex digit's value: upper case as EncodeId writes escapes, lower case as Sha256Hex
+// writes hashes; -1 for anything else.
+int HexValue(char c, bool upper) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (upper && c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (!upper && c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
 }  // namespace
+
+bool IsNameByte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '_' || c == '.' || c == '-';
+}
 
 Status ValidateName(std::string_view what, std::string_view name) {
   if (name.empty() || name.size() > kMaxNameBytes) {
@@ -45,6 +54,38 @@ std::string EncodeId(std::string_view id) {
     if (out.size() > kMaxEncodedIdBytes) return "#" + Sha256Hex(id);
   }
   return out;
+}
+
+bool DecodeId(std::string_view encoded, std::optional<std::string>& id) {
+  if (encoded.empty()) return false;
+  if (encoded[0] == '#') {
+    if (encoded.size() != 65) return false;
+    for (char c : encoded.substr(1)) {
+      if (HexValue(c, false) < 0) return false;
+    }
+    id.reset();
+    return true;
+  }
+  if (encoded.size() > kMaxEncodedIdBytes) return false;
+  std::string out;
+  out.reserve(encoded.size());
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    const auto c = static_cast<unsigned char>(encoded[i]);
+    if (c == '%') {
+      if (i + 2 >= encoded.size()) return false;
+      const int hi = HexValue(encoded[i + 1], true), lo = HexValue(encoded[i + 2], true);
+      if (hi < 0 || lo < 0) return false;
+      const auto b = static_cast<unsigned char>(hi * 16 + lo);
+      if (!NeedsEscape(b)) return false;
+      out.push_back(static_cast<char>(b));
+      i += 2;
+    } else {
+      if (NeedsEscape(c)) return false;
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  id = std::move(out);
+  return true;
 }
 
 std::string KeyHead(std::string_view prefix, std::string_view limiter) {

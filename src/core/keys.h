@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,8 +29,18 @@ inline constexpr std::size_t kMaxNameBytes = 64;
 // OK when `name` is 1–64 bytes of [A-Za-z0-9_.-]; InvalidArgument naming `what` otherwise.
 Status ValidateName(std::string_view what, std::string_view name);
 
+// Whether `c` may appear in a limiter name or prefix ([A-Za-z0-9_.-]).
+bool IsNameByte(unsigned char c);
+
 // The id as it appears inside the hash tag (see above). Precondition: !id.empty().
 std::string EncodeId(std::string_view id);
+
+// EncodeId's inverse, for keys read back from Redis (the admin API): true and `id` set
+// for an encoded id EncodeId can write; true and `id` reset for a hashed id (`#` + 64
+// lower-case hex digits: the raw id is gone); false for anything EncodeId never writes
+// (an escape of a byte that needs none, lower-case escape digits, a byte that needs one
+// unescaped, too long), so a key that is not sluice's is not taken for one.
+bool DecodeId(std::string_view encoded, std::optional<std::string>& id);
 
 // "<prefix>:{<limiter>:" — the part shared by all keys of one limiter.
 std::string KeyHead(std::string_view prefix, std::string_view limiter);
@@ -39,6 +50,9 @@ std::string_view AlgorithmSuffix(Algorithm algorithm);
 
 // The suffix of a concurrency limiter's lease set.
 inline constexpr std::string_view kLeaseSuffix = "cc";
+
+// Every suffix of an id's keys: the algorithms' (AlgorithmSuffix) and the lease set's.
+inline constexpr std::string_view kKeySuffixes[] = {"fw", "sw", "sl", "tb", "gcra", "cc"};
 
 // KeyHead + EncodeId(id) + "}:" + kLeaseSuffix.
 std::string MakeLeaseKey(std::string_view key_head, std::string_view id);

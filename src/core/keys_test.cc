@@ -258,3 +258,55 @@ TEST(ValidateName, RejectsBytesOutsideTheNameAlphabet) {
 
 }  // namespace
 }  // namespace sluice::internal
+
+namespace sluice::internal {
+namespace {
+
+// DecodeId is EncodeId's inverse on every id EncodeId writes in full (random ids of the
+// bytes that get escaped and of plain ones, every single byte value), and says "hashed"
+// for the ids it hashes.
+TEST(DecodeId, RoundTripsEveryEncodedId) {
+  constexpr uint32_t kSeed = 20261130;
+  std::mt19937 rng(kSeed);
+  const std::string alphabet = std::string("a%{}#: \x7f\xff\xc3\xa9Z9_.-") + '\0';
+  std::uniform_int_distribution<std::size_t> pick(0, alphabet.size() - 1);
+  std::uniform_int_distribution<int> length(1, 60);
+  int plain = 0, hashed = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    std::string id;
+    for (int n = length(rng); n > 0; --n) id.push_back(alphabet[pick(rng)]);
+    const std::string encoded = EncodeId(id);
+    std::optional<std::string> decoded = "unset";
+    ASSERT_TRUE(DecodeId(encoded, decoded)) << "seed " << kSeed << " encoded " << encoded;
+    if (encoded[0] == '#') {
+      EXPECT_FALSE(decoded.has_value()) << encoded;
+      ++hashed;
+    } else {
+      ASSERT_TRUE(decoded.has_value()) << encoded;
+      EXPECT_EQ(*decoded, id) << "seed " << kSeed << " encoded " << encoded;
+      ++plain;
+    }
+  }
+  EXPECT_GT(plain, 1000);
+  EXPECT_GT(hashed, 500);
+  for (int b = 0; b < 256; ++b) {
+    const std::string id(1, static_cast<char>(b));
+    std::optional<std::string> decoded;
+    ASSERT_TRUE(DecodeId(EncodeId(id), decoded)) << b;
+    EXPECT_EQ(decoded, id) << b;
+  }
+}
+
+TEST(DecodeId, RejectsWhatEncodeIdNeverWrites) {
+  std::optional<std::string> id;
+  for (std::string_view bad : {"", "a b", "a{b", "%41", "%7b", "%7", "%", "a%zz", "#abc",
+                               "#" "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"}) {
+    EXPECT_FALSE(DecodeId(bad, id)) << "\"" << bad << "\"";
+  }
+  EXPECT_FALSE(DecodeId(std::string(kMaxEncodedIdBytes + 1, 'a'), id));
+  EXPECT_TRUE(DecodeId("%7B%25", id));
+  EXPECT_EQ(id, "{%");
+}
+
+}  // namespace
+}  // namespace sluice::internal

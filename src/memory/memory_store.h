@@ -38,8 +38,8 @@
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
-#include "core/store.h"
-#include "lease/concurrency.h"
+#include "store/store.h"
+#include "algo/concurrency.h"
 #include "sluice/clock.h"
 
 namespace sluice::internal {

@@ -22,7 +22,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/store.h"
+#include "store/store.h"
 #include "memory/memory_store.h"
 #include "policy/breaker.h"
 #include "policy/denial_cache.h"

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/client_core.h"
+#include "client/client_core.h"
 #include "memory/memory_store.h"
 #include "policy/breaker.h"
 #include "sluice/sluice.h"

@@ -10,7 +10,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
-#include "core/store.h"
+#include "store/store.h"
 #include "redis/connection.h"
 #include "redis/endpoint.h"
 

@@ -16,7 +16,7 @@ extern const std::string_view kSlidingWindowLua;
 extern const std::string_view kSlidingLogLua;
 extern const std::string_view kTokenBucketLua;
 extern const std::string_view kGcraLua;
-// After the algorithms: concurrency leases (src/lease/concurrency.lua).
+// After the algorithms: concurrency leases (src/algo/concurrency.lua).
 extern const std::string_view kConcurrencyLua;
 inline constexpr int kConcurrencyScript = 5;
 // Then the composite: every algorithm as a function and src/algo/composite.lua's driver,

@@ -1,4 +1,4 @@
-#include "lease/gauges.h"
+#include "client/gauges.h"
 
 #include <algorithm>
 

@@ -15,9 +15,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "core/store.h"
-#include "lease/gauges.h"
-#include "lease/heartbeats.h"
+#include "store/store.h"
+#include "client/gauges.h"
+#include "client/heartbeats.h"
 #include "policy/policy_store.h"
 #include "sluice/client.h"
 

@@ -22,10 +22,10 @@
 #include <cstring>
 #include <ctime>
 
-#include "core/client_core.h"
+#include "client/client_core.h"
 #include "core/keys.h"
 #include "core/wait.h"
-#include "lease/concurrency.h"
+#include "algo/concurrency.h"
 
 namespace sluice {
 namespace {

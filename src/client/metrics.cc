@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <map>
 
-#include "core/client_core.h"
+#include "client/client_core.h"
 #include "policy/breaker.h"
 #include "sluice/client.h"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "algo/algorithm.h"
-#include "lease/concurrency.h"
+#include "algo/concurrency.h"
 #include "sluice/decision.h"
 #include "sluice/limits.h"
 #include "sluice/metrics.h"
@@ -60,7 +60,7 @@ struct CompositeOutcome {
 };
 using CompositeCallback = std::function<void(StatusOr<CompositeOutcome>)>;
 
-// One concurrency-lease operation (src/lease/concurrency.h).
+// One concurrency-lease operation (src/algo/concurrency.h).
 struct LeaseCall {
   LeaseArgs args;
   std::string key;

@@ -26,12 +26,12 @@
 
 #include <boost/asio/post.hpp>
 
-#include "core/client_core.h"
+#include "client/client_core.h"
 #include "core/keys.h"
 #include "core/process.h"
 #include "core/wait.h"
-#include "lease/concurrency.h"
-#include "lease/gauges.h"
+#include "algo/concurrency.h"
+#include "client/gauges.h"
 
 namespace sluice {
 namespace internal {

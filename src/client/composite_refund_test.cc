@@ -4,7 +4,7 @@
 // again), so a refund that reaches it for units it never counted shows as lost units.
 #include <gtest/gtest.h>
 
-#include "core/client_core.h"
+#include "client/client_core.h"
 #include "memory/memory_store.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"

@@ -2,7 +2,7 @@
 // Boundaries are checked at each lease's expiry and 1 ms before it (a lease is live while
 // now < expiry). The Lua script is held to the same replies by
 // tests/differential_concurrency_test.cc.
-#include "lease/concurrency.h"
+#include "algo/concurrency.h"
 
 #include <gtest/gtest.h>
 

@@ -28,7 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include "lease/gauges.h"
+#include "client/gauges.h"
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"

@@ -1,4 +1,4 @@
-#include "lease/heartbeats.h"
+#include "client/heartbeats.h"
 
 #include <vector>
 

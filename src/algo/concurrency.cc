@@ -1,4 +1,6 @@
-#include "lease/concurrency.h"
+#include "algo/concurrency.h"
+
+#include "core/numbers.h"
 
 #include <algorithm>
 
@@ -83,6 +85,12 @@ LeaseReply LeaseStep(LeaseSetState& state, const LeaseArgs& args, int64_t now_ms
       return reply;
   }
   return reply;
+}
+
+std::optional<int64_t> LeaseAcquiredAt(std::string_view member) {
+  const auto sep = member.find(':');
+  if (sep == std::string_view::npos || sep + 1 == member.size()) return std::nullopt;
+  return ParseDecimal(member.substr(0, sep));
 }
 
 }  // namespace sluice::internal

@@ -1,11 +1,13 @@
-// Concurrency leases (docs/design.md §4): the script contract of src/lease/concurrency.lua
+// Concurrency leases (docs/design.md §4): the script contract of src/algo/concurrency.lua
 // and its in-memory twin. The twin takes the same arguments and returns the same reply
 // on an explicit lease set; the differential test holds both to identical replies.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sluice::internal {
@@ -52,5 +54,9 @@ struct LeaseSetState {
 
 // The twin of concurrency.lua (and of ZREM for kRelease).
 LeaseReply LeaseStep(LeaseSetState& state, const LeaseArgs& args, int64_t now_ms);
+
+// The acquisition time (ms) of a lease member "<acquired at ms>:<token>"; nullopt when
+// the member is not of that form.
+std::optional<int64_t> LeaseAcquiredAt(std::string_view member);
 
 }  // namespace sluice::internal

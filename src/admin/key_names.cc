@@ -1,0 +1,85 @@
+// Key names of sluice's layout (docs/design.md §2) as the admin API reads them back: the
+// inverse of core/keys.h, refusing every name sluice never writes.
+#include "sluice/admin.h"
+
+#include <algorithm>
+#include <iterator>
+#include <string>
+
+#include "core/keys.h"
+
+namespace sluice {
+namespace {
+
+bool IsLimiterByte(char c) { return internal::IsNameByte(static_cast<unsigned char>(c)); }
+
+}  // namespace
+
+std::string_view KeyTypeName(KeyType type) {
+  switch (type) {
+    case KeyType::kNone: return "none";
+    case KeyType::kString: return "string";
+    case KeyType::kList: return "list";
+    case KeyType::kSet: return "set";
+    case KeyType::kZset: return "zset";
+    case KeyType::kHash: return "hash";
+    case KeyType::kStream: return "stream";
+    case KeyType::kOther: return "other";
+  }
+  return "other";
+}
+
+KeyType ExpectedKeyType(std::string_view suffix) {
+  if (suffix == "fw" || suffix == "sw" || suffix == "tb" || suffix == "gcra") {
+    return KeyType::kString;
+  }
+  if (suffix == "sl" || suffix == "cc") return KeyType::kZset;
+  if (suffix == "audit") return KeyType::kStream;
+  return KeyType::kNone;
+}
+
+std::string_view SuffixAlgorithm(std::string_view suffix) {
+  if (suffix == "fw") return "fixed_window";
+  if (suffix == "sw") return "sliding_window";
+  if (suffix == "sl") return "sliding_log";
+  if (suffix == "tb") return "token_bucket";
+  if (suffix == "gcra") return "gcra";
+  if (suffix == "cc") return "concurrency";
+  if (suffix == "audit") return "audit_log";
+  return "";
+}
+
+std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key) {
+  if (key.size() == prefix.size() + 6 && key.starts_with(prefix) && key.ends_with(":audit")) {
+    return KeyName{.suffix = "audit"};
+  }
+  if (key.size() < prefix.size() + 2 || !key.starts_with(prefix) ||
+      key.substr(prefix.size(), 2) != ":{") {
+    return std::nullopt;
+  }
+  std::string_view rest = key.substr(prefix.size() + 2);
+  const size_t colon = rest.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon > internal::kMaxNameBytes) {
+    return std::nullopt;
+  }
+  KeyName name;
+  name.limiter = std::string(rest.substr(0, colon));
+  if (!std::all_of(name.limiter.begin(), name.limiter.end(), IsLimiterByte)) return std::nullopt;
+  rest = rest.substr(colon + 1);
+  const size_t close = rest.find('}');
+  if (close == std::string_view::npos || rest.substr(close).size() < 3 ||
+      rest[close + 1] != ':') {
+    return std::nullopt;
+  }
+  name.encoded_id = std::string(rest.substr(0, close));
+  const std::string_view suffix = rest.substr(close + 2);
+  if (std::find(std::begin(internal::kKeySuffixes), std::end(internal::kKeySuffixes), suffix) ==
+      std::end(internal::kKeySuffixes)) {
+    return std::nullopt;
+  }
+  name.suffix = std::string(suffix);
+  if (!internal::DecodeId(name.encoded_id, name.id)) return std::nullopt;
+  return name;
+}
+
+}  // namespace sluice

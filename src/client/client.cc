@@ -1,0 +1,222 @@
+#include <utility>
+
+#include <atomic>
+#include <future>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/asio/post.hpp>
+
+#include "client/client_core.h"
+#include "core/keys.h"
+#include "core/process.h"
+#include "core/wait.h"
+#include "memory/memory_store.h"
+#include "redis/redis_store.h"
+#include "sluice/client.h"
+#include "sluice/lease.h"
+
+namespace sluice {
+namespace internal {
+
+ClientCore::ClientCore(ClientOptions opts)
+    : options(std::move(opts)),
+      io(options.io_threads),
+      work_(io.get_executor()),
+      fork_generation_(ForkGeneration()) {}
+
+void ClientCore::StartThreads() {
+  for (int i = 0; i < options.io_threads; ++i) {
+    threads_.emplace_back([this] {
+      MarkIoThread();
+      // A callback that throws ends the process here (std::terminate): callbacks must
+      // not throw (client.h).
+      io.run();
+    });
+  }
+}
+
+bool ClientCore::Forked() const { return ForkGeneration() != fork_generation_; }
+
+void ClientCore::Keep(std::shared_ptr<HeartbeatScheduler::Target> target) {
+  std::lock_guard lock(kept_mu_);
+  const HeartbeatScheduler::Target* at = target.get();
+  kept_.emplace(at, std::move(target));
+}
+
+void ClientCore::Drop(const HeartbeatScheduler::Target* target) {
+  std::shared_ptr<HeartbeatScheduler::Target> dropped;  // destroyed outside the lock
+  std::lock_guard lock(kept_mu_);
+  auto it = kept_.find(target);
+  if (it == kept_.end()) return;
+  dropped = std::move(it->second);
+  kept_.erase(it);
+}
+
+std::shared_ptr<ClientCore> ClientCore::Make(ClientOptions options) {
+  return std::shared_ptr<ClientCore>(new ClientCore(std::move(options)), [](ClientCore* core) {
+    if (core->Forked()) {
+      // A forked child: the threads, timers and connection belong to the parent (joining
+      // would wait for ever, and the store's locks may be held by threads that do not
+      // exist here). Leaked on purpose; the child's exit reclaims it.
+      return;
+    }
+    if (core->OnIoThread()) {
+      std::thread([core] { delete core; }).detach();
+    } else {
+      delete core;
+    }
+  });
+}
+
+bool ClientCore::OnIoThread() const {
+  for (const std::thread& t : threads_) {
+    if (t.get_id() == std::this_thread::get_id()) return true;
+  }
+  return false;
+}
+
+void ClientCore::UseStore(std::shared_ptr<Store> real) {
+  std::shared_ptr<const Clock> clock = options.model_clock;
+  if (!clock) clock = std::make_shared<SystemClock>();
+  policy = std::make_shared<PolicyStore>(
+      std::move(real), std::move(clock),
+      BreakerOptions{options.breaker_failures, options.breaker_cool_down},
+      options.denial_cache_size);
+  store = policy;
+}
+
+ClientCore::~ClientCore() {
+  if (store) store->Shutdown();
+  heartbeats.Shutdown();
+  work_.reset();
+  for (std::thread& t : threads_) t.join();
+  std::lock_guard lock(kept_mu_);
+  kept_.clear();
+}
+
+}  // namespace internal
+
+namespace {
+Status ValidateOptions(const ClientOptions& o);
+}  // namespace
+
+StatusOr<std::shared_ptr<Client>> internal::ClientFactory::WithStore(
+    ClientOptions options, std::shared_ptr<Store> store) {
+  if (Status s = ValidateOptions(options); !s.ok()) return s;
+  auto core = ClientCore::Make(std::move(options));
+  core->UseStore(std::move(store));
+  core->StartThreads();
+  return std::shared_ptr<Client>(new Client(std::move(core)));
+}
+
+namespace {
+
+Status ValidateOptions(const ClientOptions& o) {
+  if (Status s = internal::ValidateName("prefix", o.prefix); !s.ok()) return s;
+  auto positive = [](const char* name, std::chrono::milliseconds v) {
+    return v.count() > 0 ? Status::Ok()
+                         : InvalidArgumentError(std::string(name) + " must be > 0 ms, got " +
+                                                std::to_string(v.count()));
+  };
+  for (auto [name, value] : {std::pair{"deadline", o.deadline},
+                             std::pair{"connect_timeout", o.connect_timeout},
+                             std::pair{"stall_timeout", o.stall_timeout},
+                             std::pair{"reconnect_min_backoff", o.reconnect_min_backoff},
+                             std::pair{"reconnect_max_backoff", o.reconnect_max_backoff}}) {
+    if (Status s = positive(name, value); !s.ok()) return s;
+  }
+  if (o.io_threads < 1 || o.io_threads > 64) {
+    return InvalidArgumentError("io_threads must be 1-64, got " + std::to_string(o.io_threads));
+  }
+  if (o.max_in_flight < 1) return InvalidArgumentError("max_in_flight must be >= 1");
+  if (o.on_failure == FailurePolicy::kDefault) {
+    return InvalidArgumentError("on_failure must name a policy (open, closed or local)");
+  }
+  if (o.servers < 1) return InvalidArgumentError("servers must be >= 1");
+  if (o.breaker_failures < 1) return InvalidArgumentError("breaker_failures must be >= 1");
+  if (o.breaker_cool_down.count() < 1) return InvalidArgumentError("breaker_cool_down must be > 0 ms");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
+  if (Status s = ValidateOptions(options); !s.ok()) return s;
+  auto core = internal::ClientCore::Make(std::move(options));
+  const ClientOptions& o = core->options;
+  if (o.url == "memory://") {
+    std::shared_ptr<const Clock> clock = o.model_clock;
+    if (!clock) clock = std::make_shared<SystemClock>();
+    core->UseStore(std::make_shared<internal::MemoryStore>(std::move(clock)));
+    core->StartThreads();
+    return std::shared_ptr<Client>(new Client(std::move(core)));
+  }
+  auto endpoint = internal::ParseRedisUrl(o.url);
+  if (!endpoint.ok()) return endpoint.status();
+  core->StartThreads();
+  internal::ConnectionOptions copts;
+  copts.connect_timeout = o.connect_timeout;
+  copts.stall_timeout = o.stall_timeout;
+  copts.reconnect_min_backoff = o.reconnect_min_backoff;
+  copts.reconnect_max_backoff = o.reconnect_max_backoff;
+  copts.max_in_flight = o.max_in_flight;
+  auto store = internal::RedisStore::Connect(core->io.get_executor(), std::move(*endpoint), copts,
+                                             o.connect_in_background);
+  if (!store.ok()) return store.status();
+  core->UseStore(std::move(*store));
+  return std::shared_ptr<Client>(new Client(std::move(core)));
+}
+
+Client::~Client() = default;
+
+const ClientOptions& Client::options() const { return core_->options; }
+
+ClientStats Client::stats() const { return core_->store->stats(); }
+
+StatusOr<std::string> Client::ServerInfo(std::string_view section,
+                                         std::chrono::milliseconds deadline) const {
+  auto promise = std::make_shared<std::promise<StatusOr<std::string>>>();
+  auto result = promise->get_future();
+  core_->store->Info(section, std::chrono::steady_clock::now() + deadline,
+                     [promise](StatusOr<std::string> info) { promise->set_value(std::move(info)); });
+  return result.get();
+}
+
+StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
+                                      const LimiterOptions& options) const {
+  if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
+  if (Status s = limit.Validate(); !s.ok()) return s;
+  if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
+  return Limiter(core_, std::string(name), limit, options);
+}
+
+StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(std::string_view name,
+                                                            const ConcurrencyOptions& options) const {
+  if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
+  if (options.limit < 1 || options.limit > kMaxLimit) {
+    return InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
+                                ", got " + std::to_string(options.limit));
+  }
+  using std::chrono::milliseconds;
+  if (options.lease_ttl < milliseconds(10) || options.lease_ttl > std::chrono::hours(24 * 366)) {
+    return InvalidArgumentError("lease_ttl must be between 10 ms and 366 days, got " +
+                                std::to_string(options.lease_ttl.count()) + " ms");
+  }
+  if (options.heartbeat_interval.count() < 0 || options.heartbeat_interval >= options.lease_ttl) {
+    return InvalidArgumentError("heartbeat_interval must be >= 0 (0: lease_ttl / 6) and shorter "
+                                "than lease_ttl, got " +
+                                std::to_string(options.heartbeat_interval.count()) + " ms");
+  }
+  if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
+  return ConcurrencyLimiter(core_, std::string(name), options);
+}
+
+StoreHealth Client::Health() const {
+  const internal::Breaker& b = core_->policy->breaker();
+  return {core_->store->connected(), std::string(internal::BreakerStateName(b.state())),
+          b.consecutive_failures(), b.opens(), b.short_circuited(), b.RetryIn()};
+}
+
+}  // namespace sluice
