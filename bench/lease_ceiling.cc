@@ -118,10 +118,11 @@ int main(int argc, char** argv) {
   for (auto& w : workers) w.join();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("{\"cycles_per_s\":%.0f,\"acquires_refused\":%llu,\"errors\":%llu,\"threads\":%d,"
-              "\"batch\":%d}\n",
-              static_cast<double>(totals.cycles.load()) / elapsed,
-              static_cast<unsigned long long>(totals.refused.load()),
-              static_cast<unsigned long long>(totals.errors.load()), threads, batch);
+  std::printf(
+      "{\"cycles_per_s\":%.0f,\"acquires_refused\":%llu,\"errors\":%llu,\"threads\":%d,"
+      "\"batch\":%d}\n",
+      static_cast<double>(totals.cycles.load()) / elapsed,
+      static_cast<unsigned long long>(totals.refused.load()),
+      static_cast<unsigned long long>(totals.errors.load()), threads, batch);
   return totals.errors.load() == 0 ? 0 : 1;
 }

@@ -44,7 +44,9 @@ double RssMiB() {
          (1024.0 * 1024.0);
 }
 
-double HeapMiB() { return static_cast<double>(mallinfo2().uordblks) / (1024.0 * 1024.0); }
+double HeapMiB() {
+  return static_cast<double>(mallinfo2().uordblks) / (1024.0 * 1024.0);
+}
 
 double ThreadCpuUs() {
   timespec t{};
@@ -65,11 +67,14 @@ struct Latencies {
   void Stop() {
     const auto end = Clock::now();
     cpu_us.push_back(static_cast<float>(ThreadCpuUs() - cpu_start));
-    wall_us.push_back(static_cast<float>(std::chrono::duration<double, std::micro>(end - start).count()));
+    wall_us.push_back(
+        static_cast<float>(std::chrono::duration<double, std::micro>(end - start).count()));
   }
   static void Line(const char* what, std::vector<float>& us) {
     std::sort(us.begin(), us.end());
-    const auto at = [&](double q) { return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1))]; };
+    const auto at = [&](double q) {
+      return us[static_cast<size_t>(q * static_cast<double>(us.size() - 1))];
+    };
     std::printf("    %-6s p50 %7.2f us  p99.9 %8.2f us  worst %9.1f us\n", what, at(0.5), at(0.999),
                 us.back());
   }
@@ -79,15 +84,17 @@ struct Latencies {
     std::vector<size_t> order(cpu_us.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     const size_t shown = std::min<size_t>(3, order.size());
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown), order.end(),
-                      [&](size_t a, size_t b) { return cpu_us[a] > cpu_us[b]; });
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(shown),
+                      order.end(), [&](size_t a, size_t b) { return cpu_us[a] > cpu_us[b]; });
     std::printf("    most cpu:");
-    for (size_t i = 0; i < shown; ++i) std::printf(" call %zu %.0f us;", order[i], cpu_us[order[i]]);
+    for (size_t i = 0; i < shown; ++i)
+      std::printf(" call %zu %.0f us;", order[i], cpu_us[order[i]]);
     std::printf("\n");
     const auto over = [](const std::vector<float>& us, float limit) {
       return std::count_if(us.begin(), us.end(), [&](float u) { return u > limit; });
     };
-    std::printf("    calls over 1 ms: wall %zd, cpu %zd\n", over(wall_us, 1000), over(cpu_us, 1000));
+    std::printf("    calls over 1 ms: wall %zd, cpu %zd\n", over(wall_us, 1000),
+                over(cpu_us, 1000));
     Line("wall", wall_us);
     Line("cpu", cpu_us);
   }
@@ -155,7 +162,8 @@ int main(int argc, char** argv) {
   light.Print("light traffic");
   if (reclaimed_after >= 0) {
     std::printf("  memory followed the live keys after %lld calls (%.1f s of traffic at 1000/s)\n",
-                static_cast<long long>(reclaimed_after), static_cast<double>(reclaimed_after) / 1000);
+                static_cast<long long>(reclaimed_after),
+                static_cast<double>(reclaimed_after) / 1000);
   } else {
     std::printf("  memory did NOT follow the live keys within %lld calls\n",
                 static_cast<long long>(calls));

@@ -17,14 +17,16 @@ std::shared_ptr<Client> BrokenClient(FailurePolicy policy) {
   auto faults = std::make_shared<testing::FaultStore>(
       std::make_shared<internal::MemoryStore>(std::make_shared<SystemClock>()));
   faults->FailRandomly(1.0, UnavailableError("injected: redis is down"));
-  return *internal::ClientFactory::WithStore(
-      {.url = "memory://", .on_failure = policy, .servers = 4,
-       .breaker_cool_down = std::chrono::hours(1)},
-      faults);
+  return *internal::ClientFactory::WithStore({.url = "memory://",
+                                              .on_failure = policy,
+                                              .servers = 4,
+                                              .breaker_cool_down = std::chrono::hours(1)},
+                                             faults);
 }
 
 void Run(benchmark::State& state, const std::shared_ptr<Client>& client, const char* expect) {
-  auto limiter = *client->MakeLimiter("bench", {.limit = 1'000'000'000, .window = std::chrono::hours(1)});
+  auto limiter =
+      *client->MakeLimiter("bench", {.limit = 1'000'000'000, .window = std::chrono::hours(1)});
   for (int i = 0; i < 10; ++i) (void)limiter.Check("warm");  // opens the breaker
   int64_t i = 0;
   for (auto _ : state) {

@@ -34,8 +34,7 @@ int ReportError(const char* command, const Status& status) {
 std::unique_ptr<Admin> ConnectOrReport(const char* command, const AdminFlags& flags) {
   AdminOptions options{.url = flags.url, .prefix = flags.prefix};
   options.scan_count = static_cast<std::size_t>(flags.scan_count);
-  options.command_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));
+  options.command_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));
   auto admin = Admin::Connect(std::move(options));
   if (!admin.ok()) {
     (void)ReportError(command, admin.status());

@@ -18,7 +18,7 @@ struct AdminFlags {
   std::string prefix = "sluice";
   bool json = false;
   double timeout_s = 10;  // per round trip
-  int scan_count = 1000;   // SCAN COUNT
+  int scan_count = 1000;  // SCAN COUNT
 };
 
 // Adds --redis, --prefix, --json and --timeout to `cmd`. The URL's default is not shown

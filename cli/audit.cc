@@ -25,7 +25,7 @@ namespace {
 struct AuditOptions {
   AdminFlags admin;
   std::string limiter;
-  int list = 100;     // keys listed per group
+  int list = 100;  // keys listed per group
   int largest = 10;
   bool quiet = false;
 };
@@ -91,44 +91,46 @@ int RunAudit(const AuditOptions& o) {
   std::priority_queue<SetInfo, std::vector<SetInfo>, std::greater<>> largest;
 
   int64_t repeats = 0;
-  Status status = admin->Scan({.limiter = o.limiter, .distinct = true}, [&](const ScanBatch& batch) {
-    repeats = batch.repeats;
-    for (const ScannedKey& k : batch.keys) {
-      ++scanned;
-      if (k.type == KeyType::kNone) {
-        ++vanished;
-        continue;
-      }
-      if (k.foreign()) {
-        ++foreign;
-        if (foreign_examples.size() < static_cast<size_t>(o.list)) {
-          foreign_examples.push_back(
-              {{"key", k.key}, {"type", KeyTypeName(k.type)}, {"ttl_ms", k.ttl_ms}});
+  Status status =
+      admin->Scan({.limiter = o.limiter, .distinct = true}, [&](const ScanBatch& batch) {
+        repeats = batch.repeats;
+        for (const ScannedKey& k : batch.keys) {
+          ++scanned;
+          if (k.type == KeyType::kNone) {
+            ++vanished;
+            continue;
+          }
+          if (k.foreign()) {
+            ++foreign;
+            if (foreign_examples.size() < static_cast<size_t>(o.list)) {
+              foreign_examples.push_back(
+                  {{"key", k.key}, {"type", KeyTypeName(k.type)}, {"ttl_ms", k.ttl_ms}});
+            }
+            continue;
+          }
+          ++sluice_keys;
+          const KeyName& name = *k.name;
+          ++by_algorithm[std::string(SuffixAlgorithm(name.suffix))];
+          if (k.ttl_ms == -1) {
+            ++leaked;
+            LeakGroup& g = leaks[{name.limiter, name.suffix}];
+            ++g.count;
+            if (g.keys.size() < static_cast<size_t>(o.list)) g.keys.push_back(k.key);
+          }
+          if (k.members >= 0) {
+            SetInfo set{k.key,           name.limiter,
+                        name.encoded_id, std::string(SuffixAlgorithm(name.suffix)),
+                        k.members,       std::max<int64_t>(0, k.stale)};
+            if (k.stale > 0) stale_sets.push_back(set);
+            if (o.largest > 0) {
+              largest.push(std::move(set));
+              if (largest.size() > static_cast<size_t>(o.largest)) largest.pop();
+            }
+          }
         }
-        continue;
-      }
-      ++sluice_keys;
-      const KeyName& name = *k.name;
-      ++by_algorithm[std::string(SuffixAlgorithm(name.suffix))];
-      if (k.ttl_ms == -1) {
-        ++leaked;
-        LeakGroup& g = leaks[{name.limiter, name.suffix}];
-        ++g.count;
-        if (g.keys.size() < static_cast<size_t>(o.list)) g.keys.push_back(k.key);
-      }
-      if (k.members >= 0) {
-        SetInfo set{k.key, name.limiter, name.encoded_id, std::string(SuffixAlgorithm(name.suffix)),
-                    k.members, std::max<int64_t>(0, k.stale)};
-        if (k.stale > 0) stale_sets.push_back(set);
-        if (o.largest > 0) {
-          largest.push(std::move(set));
-          if (largest.size() > static_cast<size_t>(o.largest)) largest.pop();
-        }
-      }
-    }
-    progress.Update(batch.scanned);
-    return true;
-  });
+        progress.Update(batch.scanned);
+        return true;
+      });
   progress.Done();
   if (!status.ok()) return ReportError("audit", status);
   const double elapsed =
@@ -144,9 +146,9 @@ int RunAudit(const AuditOptions& o) {
   int64_t stale_leases = 0;
   for (const SetInfo& s : stale_sets) stale_leases += s.stale;
 
-  const int exit_code = foreign > 0 ? kExitError
+  const int exit_code = foreign > 0                           ? kExitError
                         : (leaked > 0 || !stale_sets.empty()) ? kExitFindings
-                                                               : kExitOk;
+                                                              : kExitOk;
   if (o.admin.json) {
     nlohmann::json doc;
     doc["prefix"] = o.admin.prefix;
@@ -170,15 +172,21 @@ int RunAudit(const AuditOptions& o) {
     doc["leaks"] = groups;
     nlohmann::json stale = nlohmann::json::array();
     for (const SetInfo& s : stale_sets) {
-      stale.push_back({{"limiter", s.limiter}, {"id", s.id}, {"key", s.key}, {"stale", s.stale},
+      stale.push_back({{"limiter", s.limiter},
+                       {"id", s.id},
+                       {"key", s.key},
+                       {"stale", s.stale},
                        {"members", s.members}});
     }
     doc["stale_lease_sets"] = stale;
     doc["stale_leases"] = stale_leases;
     nlohmann::json big = nlohmann::json::array();
     for (const SetInfo& s : top) {
-      big.push_back({{"limiter", s.limiter}, {"id", s.id}, {"algorithm", s.algorithm},
-                     {"key", s.key}, {"members", s.members}});
+      big.push_back({{"limiter", s.limiter},
+                     {"id", s.id},
+                     {"algorithm", s.algorithm},
+                     {"key", s.key},
+                     {"members", s.members}});
     }
     doc["largest_sets"] = big;
     doc["foreign"] = foreign;
@@ -189,11 +197,12 @@ int RunAudit(const AuditOptions& o) {
     return exit_code;
   }
 
-  std::printf("sluice audit of prefix \"%s\"%s%s: %lld keys scanned in %.2f s (%.0f keys/s), "
-              "%lld of them sluice's\n",
-              o.admin.prefix.c_str(), o.limiter.empty() ? "" : ", limiter ", o.limiter.c_str(),
-              static_cast<long long>(scanned), elapsed, elapsed > 0 ? scanned / elapsed : 0.0,
-              static_cast<long long>(sluice_keys));
+  std::printf(
+      "sluice audit of prefix \"%s\"%s%s: %lld keys scanned in %.2f s (%.0f keys/s), "
+      "%lld of them sluice's\n",
+      o.admin.prefix.c_str(), o.limiter.empty() ? "" : ", limiter ", o.limiter.c_str(),
+      static_cast<long long>(scanned), elapsed, elapsed > 0 ? scanned / elapsed : 0.0,
+      static_cast<long long>(sluice_keys));
   for (const auto& [algorithm, n] : by_algorithm) {
     std::printf("  %-15s %lld\n", algorithm.c_str(), static_cast<long long>(n));
   }
@@ -230,9 +239,10 @@ int RunAudit(const AuditOptions& o) {
     }
   }
   if (foreign > 0) {
-    std::printf("\n%lld FOREIGN key(s) under the prefix (not sluice's layout or type; never "
-                "touched by repair — is the prefix shared or wrong?):\n",
-                static_cast<long long>(foreign));
+    std::printf(
+        "\n%lld FOREIGN key(s) under the prefix (not sluice's layout or type; never "
+        "touched by repair — is the prefix shared or wrong?):\n",
+        static_cast<long long>(foreign));
     for (const auto& f : foreign_examples) {
       std::printf("  %s (%s)\n", f["key"].get<std::string>().c_str(),
                   f["type"].get<std::string>().c_str());
@@ -253,8 +263,12 @@ void AddAudit(CLI::App& app, int& exit_code) {
       "connection error, or foreign keys under the prefix.");
   AddAdminFlags(cmd, o->admin);
   cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
-  cmd->add_option("--list", o->list, "Keys listed per group")->capture_default_str()->check(CLI::Range(0, 1'000'000));
-  cmd->add_option("--largest", o->largest, "Largest sets shown")->capture_default_str()->check(CLI::Range(0, 10'000));
+  cmd->add_option("--list", o->list, "Keys listed per group")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1'000'000));
+  cmd->add_option("--largest", o->largest, "Largest sets shown")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10'000));
   cmd->add_flag("--quiet", o->quiet, "No progress on stderr");
   cmd->callback([o, &exit_code] { exit_code = RunAudit(*o); });
 }

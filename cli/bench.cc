@@ -3,9 +3,9 @@
 // Latency is measured from the call to its callback; decisions/s counts completed calls
 // (allowed + refused + errors) in the measured period, after a warm-up.
 #include <atomic>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <memory>
 #include <string>
@@ -166,9 +166,10 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "sluice bench: %s\n", client.status().ToString().c_str());
     return kExitError;
   }
-  auto limiter = (*client)->MakeLimiter(
-      "bench", {.algorithm = *algorithm, .limit = o.limit,
-                .window = std::chrono::milliseconds(o.window_ms)});
+  auto limiter =
+      (*client)->MakeLimiter("bench", {.algorithm = *algorithm,
+                                       .limit = o.limit,
+                                       .window = std::chrono::milliseconds(o.window_ms)});
   if (!limiter.ok()) {
     std::fprintf(stderr, "sluice bench: %s\n", limiter.status().ToString().c_str());
     return kExitError;
@@ -227,7 +228,8 @@ int RunBench(const BenchOptions& o) {
   const double rate = static_cast<double>(total) / elapsed;
   const uint64_t writes = after.writes - before.writes;
   const double per_write =
-      writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes) : 0;
+      writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes)
+             : 0;
   // Redis's own cost: time inside the script per call, and the server's whole CPU
   // (parsing, I/O, scripts) per decision. Negative when unknown (embedded store).
   double script_us = -1, server_cpu_us = -1;
@@ -264,25 +266,26 @@ int RunBench(const BenchOptions& o) {
   } else {
     std::printf("sluice bench  %s  concurrency=%d keys=%d  %.1f s measured\n", o.algorithm.c_str(),
                 o.concurrency, o.keys, elapsed);
-    std::printf("  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu; %llu not from "
-                "the store)\n",
-                rate, static_cast<unsigned long long>(run->allowed),
-                static_cast<unsigned long long>(run->refused),
-                static_cast<unsigned long long>(run->errors),
-                static_cast<unsigned long long>(run->not_from_store));
+    std::printf(
+        "  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu; %llu not from "
+        "the store)\n",
+        rate, static_cast<unsigned long long>(run->allowed),
+        static_cast<unsigned long long>(run->refused), static_cast<unsigned long long>(run->errors),
+        static_cast<unsigned long long>(run->not_from_store));
     std::printf("  latency      p50 %lld us  p99 %lld us  p999 %lld us\n",
                 static_cast<long long>(run->latency.Quantile(0.50)),
                 static_cast<long long>(run->latency.Quantile(0.99)),
                 static_cast<long long>(run->latency.Quantile(0.999)));
     if (o.phase_length_s > 0) {
-      std::printf("  phase        %llu calls started %.1f-%.1f s in (%llu not from the store): "
-                  "p50 %lld us  p99 %lld us  p999 %lld us\n",
-                  static_cast<unsigned long long>(run->phase_calls), o.phase_start_s,
-                  o.phase_start_s + o.phase_length_s,
-                  static_cast<unsigned long long>(run->phase_not_from_store),
-                  static_cast<long long>(run->phase_latency.Quantile(0.50)),
-                  static_cast<long long>(run->phase_latency.Quantile(0.99)),
-                  static_cast<long long>(run->phase_latency.Quantile(0.999)));
+      std::printf(
+          "  phase        %llu calls started %.1f-%.1f s in (%llu not from the store): "
+          "p50 %lld us  p99 %lld us  p999 %lld us\n",
+          static_cast<unsigned long long>(run->phase_calls), o.phase_start_s,
+          o.phase_start_s + o.phase_length_s,
+          static_cast<unsigned long long>(run->phase_not_from_store),
+          static_cast<long long>(run->phase_latency.Quantile(0.50)),
+          static_cast<long long>(run->phase_latency.Quantile(0.99)),
+          static_cast<long long>(run->phase_latency.Quantile(0.999)));
     }
     std::printf("  pipelining   %.1f commands per write\n", per_write);
     if (script_us >= 0) {
@@ -301,11 +304,13 @@ void AddBench(CLI::App& app, int& exit_code) {
   o->url = DefaultRedisUrl();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Closed-loop load on one store: decisions/s and latency percentiles.");
-  cmd->add_option("--redis", o->url, "Store URL (redis://, unix://, memory://); env SLUICE_REDIS_URL")
+  cmd->add_option("--redis", o->url,
+                  "Store URL (redis://, unix://, memory://); env SLUICE_REDIS_URL")
       ->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm,
                   "fixed_window, sliding_window, sliding_log, token_bucket, gcra, or concurrency "
-                  "(acquire + release cycles)")->capture_default_str();
+                  "(acquire + release cycles)")
+      ->capture_default_str();
   cmd->add_option("--concurrency", o->concurrency, "Calls kept in flight")->capture_default_str();
   cmd->add_option("--duration", o->duration_s, "Measured seconds")->capture_default_str();
   cmd->add_option("--warmup", o->warmup_s, "Unmeasured seconds before")->capture_default_str();
@@ -313,17 +318,21 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--limit", o->limit, "Limit per window per id")->capture_default_str();
   cmd->add_option("--window-ms", o->window_ms, "Window length")->capture_default_str();
   cmd->add_option("--deadline-ms", o->deadline_ms, "Deadline per call")->capture_default_str();
-  cmd->add_option("--on-failure", o->on_failure, "Policy when Redis cannot answer: open, closed, local")
+  cmd->add_option("--on-failure", o->on_failure,
+                  "Policy when Redis cannot answer: open, closed, local")
       ->capture_default_str();
   cmd->add_option("--phase-start", o->phase_start_s,
                   "Also report latency of the calls started this many seconds into the "
-                  "measured period (with --phase-length)")->capture_default_str();
+                  "measured period (with --phase-length)")
+      ->capture_default_str();
   cmd->add_option("--phase-length", o->phase_length_s, "Length of that phase in seconds (0: none)")
       ->capture_default_str();
-  cmd->add_option("--lease-ttl-ms", o->lease_ttl_ms, "concurrency: lease ttl")->capture_default_str();
+  cmd->add_option("--lease-ttl-ms", o->lease_ttl_ms, "concurrency: lease ttl")
+      ->capture_default_str();
   cmd->add_option("--heartbeat-leases", o->heartbeat_leases,
                   "concurrency: instead of cycles, hold this many leases (over --keys ids) and "
-                  "measure what their heartbeats cost Redis")->capture_default_str();
+                  "measure what their heartbeats cost Redis")
+      ->capture_default_str();
   cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
                   "concurrency: heartbeat interval with --heartbeat-leases (lease ttl = 6x)")
       ->capture_default_str();

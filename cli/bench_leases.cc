@@ -66,7 +66,8 @@ void Cycle(const std::shared_ptr<CycleRun>& run) {
     run->in_flight.fetch_sub(1, std::memory_order_acq_rel);
     return;
   }
-  const std::string& id = run->ids[run->next_id.fetch_add(1, std::memory_order_relaxed) % run->ids.size()];
+  const std::string& id =
+      run->ids[run->next_id.fetch_add(1, std::memory_order_relaxed) % run->ids.size()];
   const auto start = steady_clock::now();
   run->limiter.AcquireAsync(id, {}, [run, start](StatusOr<Acquisition> a) {
     if (!a.ok()) return Done(run, start, 2, a.status(), true);
@@ -103,7 +104,8 @@ int RunCycles(const BenchOptions& o, Client& client, const ConcurrencyLimiter& l
   const double rate = static_cast<double>(run->cycles) / elapsed;
   const uint64_t writes = after.writes - before.writes;
   const double per_write =
-      writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes) : 0;
+      writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes)
+             : 0;
   double acquire_us = -1, release_us = -1, cpu_us = -1;
   if (server_before.ok && server_after.ok && run->cycles > 0) {
     const double calls = server_after.script_calls - server_before.script_calls;
@@ -132,21 +134,24 @@ int RunCycles(const BenchOptions& o, Client& client, const ConcurrencyLimiter& l
     if (!run->first_error.empty()) j["first_error"] = run->first_error;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("sluice bench  concurrency  in flight=%d keys=%d  %.1f s measured\n",
-                o.concurrency, o.keys, elapsed);
-    std::printf("  cycles/s     %.0f   (acquire + release; %llu acquires refused, %llu errors, "
-                "%llu not from the store)\n",
-                rate, static_cast<unsigned long long>(run->refused),
-                static_cast<unsigned long long>(run->errors),
-                static_cast<unsigned long long>(run->not_from_store));
+    std::printf("sluice bench  concurrency  in flight=%d keys=%d  %.1f s measured\n", o.concurrency,
+                o.keys, elapsed);
+    std::printf(
+        "  cycles/s     %.0f   (acquire + release; %llu acquires refused, %llu errors, "
+        "%llu not from the store)\n",
+        rate, static_cast<unsigned long long>(run->refused),
+        static_cast<unsigned long long>(run->errors),
+        static_cast<unsigned long long>(run->not_from_store));
     std::printf("  cycle time   p50 %lld us  p99 %lld us  p999 %lld us\n",
                 static_cast<long long>(run->latency.Quantile(0.50)),
                 static_cast<long long>(run->latency.Quantile(0.99)),
                 static_cast<long long>(run->latency.Quantile(0.999)));
     std::printf("  pipelining   %.1f commands per write\n", per_write);
     if (cpu_us >= 0) {
-      std::printf("  redis cost   acquire %.2f us, release %.2f us per call; %.2f us of server "
-                  "CPU per cycle\n", acquire_us, release_us, cpu_us);
+      std::printf(
+          "  redis cost   acquire %.2f us, release %.2f us per call; %.2f us of server "
+          "CPU per cycle\n",
+          acquire_us, release_us, cpu_us);
     }
     if (!run->first_error.empty()) std::printf("  first error  %s\n", run->first_error.c_str());
   }
@@ -212,10 +217,11 @@ int RunHeartbeats(const BenchOptions& o, Client& client, const ConcurrencyLimite
                         {"redis_cpu_percent", cpu_pct}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("sluice bench  concurrency heartbeats  %lld leases, heartbeat every %lld ms, "
-                "%.1f s measured\n",
-                static_cast<long long>(o.heartbeat_leases), static_cast<long long>(o.heartbeat_ms),
-                elapsed);
+    std::printf(
+        "sluice bench  concurrency heartbeats  %lld leases, heartbeat every %lld ms, "
+        "%.1f s measured\n",
+        static_cast<long long>(o.heartbeat_leases), static_cast<long long>(o.heartbeat_ms),
+        elapsed);
     std::printf("  acquired     in %.2f s (%lld failed); %lld held at the end\n", acquire_s,
                 static_cast<long long>(failed), static_cast<long long>(held));
     std::printf("  heartbeats   %.0f/s, %.2f us each in the script, %.2f us of server CPU each\n",
@@ -233,8 +239,9 @@ int RunHeartbeats(const BenchOptions& o, Client& client, const ConcurrencyLimite
 int RunLeaseBench(const BenchOptions& o) {
   if (o.concurrency < 1 || o.keys < 1 || o.duration_s <= 0 || o.warmup_s < 0 ||
       o.heartbeat_leases < 0 || o.heartbeat_ms < 2) {
-    std::fprintf(stderr, "sluice bench: --concurrency, --keys, --duration and --heartbeat-ms must "
-                         "be positive\n");
+    std::fprintf(stderr,
+                 "sluice bench: --concurrency, --keys, --duration and --heartbeat-ms must "
+                 "be positive\n");
     return kExitError;
   }
   const FailurePolicy policy = *ParseFailurePolicy(o.on_failure);  // RunBench checked it

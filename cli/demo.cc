@@ -81,8 +81,9 @@ int Walk(std::shared_ptr<Client> client, const std::string& url, pid_t redis) {
   auto big = login->Check("account:777", {.cost = 10});
   std::printf("a cost-10 request for account:777 -> %s\n",
               big.ok() ? big->ToString().c_str() : big.status().ToString().c_str());
-  std::printf("\nRefused attempts are not counted; each account has its own window, and its key\n"
-              "expires when the window ends (the expiry is set by the same script that counts).\n");
+  std::printf(
+      "\nRefused attempts are not counted; each account has its own window, and its key\n"
+      "expires when the window ends (the expiry is set by the same script that counts).\n");
 
   auto streams = client->MakeConcurrencyLimiter(
       "streams", {.limit = 2, .lease_ttl = std::chrono::seconds(30)});
@@ -91,8 +92,10 @@ int Walk(std::shared_ptr<Client> client, const std::string& url, pid_t redis) {
     stop();
     return kExitError;
   }
-  std::printf("\nlimiter \"streams\": at most 2 streams in flight per user, as 30 s leases that\n"
-              "heartbeat every 5 s (key %s)\n\n", streams->KeyFor("user:42")->c_str());
+  std::printf(
+      "\nlimiter \"streams\": at most 2 streams in flight per user, as 30 s leases that\n"
+      "heartbeat every 5 s (key %s)\n\n",
+      streams->KeyFor("user:42")->c_str());
   std::vector<Lease> held;
   auto show = [&](const char* what, const StatusOr<Acquisition>& a) {
     if (!a.ok()) {
@@ -112,12 +115,14 @@ int Walk(std::shared_ptr<Client> client, const std::string& url, pid_t redis) {
   }
   if (!held.empty()) {
     Status released = held.front().Release();
-    std::printf("stream 1 ends: release -> %s\n", released.ok() ? "ok" : released.ToString().c_str());
+    std::printf("stream 1 ends: release -> %s\n",
+                released.ok() ? "ok" : released.ToString().c_str());
   }
   auto again = streams->Acquire("user:42");
   show("stream 3 again", again);
-  std::printf("\nA holder that dies without releasing (SIGKILL on deploy) stops heartbeating; its\n"
-              "slot is free again 30 s later, at the next acquire. No reaper, no finally.\n");
+  std::printf(
+      "\nA holder that dies without releasing (SIGKILL on deploy) stops heartbeating; its\n"
+      "slot is free again 30 s later, at the next acquire. No reaper, no finally.\n");
   for (Lease& lease : held) (void)lease.Release();
   if (again.ok()) (void)again->lease.Release();
   stop();
@@ -174,14 +179,14 @@ int RunDemo(std::string url) {
   return Walk(*client, url, redis);
 }
 
-
 }  // namespace
 
 void AddDemo(CLI::App& app, int& exit_code) {
   auto url = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand(
-      "demo", "Walk a fixed-window sign-in limit through a few attempts (starts its own "
-              "redis-server unless --redis is given).");
+  CLI::App* cmd =
+      app.add_subcommand("demo",
+                         "Walk a fixed-window sign-in limit through a few attempts (starts its own "
+                         "redis-server unless --redis is given).");
   cmd->add_option("--redis", *url,
                   "Use this store instead of a private redis-server (one that cannot be "
                   "used is an error, exit 2)");

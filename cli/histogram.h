@@ -14,7 +14,7 @@ class Histogram {
   void Record(int64_t us) {
     if (us < 0) us = 0;
     const auto v = static_cast<size_t>(us);
-    size_t bucket = v < kFine                  ? v
+    size_t bucket = v < kFine                   ? v
                     : v < kFine + kCoarse * 100 ? kFine + (v - kFine) / 100
                                                 : kFine + kCoarse;
     ++counts_[bucket];

@@ -71,7 +71,8 @@ int RunInspect(const InspectOptions& o) {
   for (const KeyState& k : state->keys) {
     std::printf("\n%s  %s  (%s, ttl %s)\n",
                 k.name ? std::string(SuffixAlgorithm(k.name->suffix)).c_str() : "not sluice's",
-                k.key.c_str(), std::string(KeyTypeName(k.type)).c_str(), FormatTtl(k.ttl_ms).c_str());
+                k.key.c_str(), std::string(KeyTypeName(k.type)).c_str(),
+                FormatTtl(k.ttl_ms).c_str());
     if (!k.problem.empty()) std::printf("  NOT SLUICE'S VALUE: %s\n", k.problem.c_str());
     for (const StateField& f : k.fields) {
       if (EndsWith(f.name, "_in_ms")) {
@@ -112,7 +113,8 @@ void AddInspect(CLI::App& app, int& exit_code) {
       "Exit codes: 0 shown (also when the id has no state), 2 usage or connection error.");
   AddAdminFlags(cmd, o->admin);
   cmd->add_option("--limiter", o->limiter, "Limiter name")->required();
-  cmd->add_option("--id", o->id, "The id, as the application passes it (e.g. account:101)")->required();
+  cmd->add_option("--id", o->id, "The id, as the application passes it (e.g. account:101)")
+      ->required();
   cmd->callback([o, &exit_code] { exit_code = RunInspect(*o); });
 }
 

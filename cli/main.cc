@@ -14,8 +14,9 @@ std::string DefaultRedisUrl() {
 }  // namespace sluice::cli
 
 int main(int argc, char** argv) {
-  CLI::App app{"sluice: distributed rate limiting on Redis — operator's tool.\n"
-               "Exit codes: 0 done, 1 findings, 2 usage or connection error."};
+  CLI::App app{
+      "sluice: distributed rate limiting on Redis — operator's tool.\n"
+      "Exit codes: 0 done, 1 findings, 2 usage or connection error."};
   app.require_subcommand(1);
   int exit_code = sluice::cli::kExitOk;
   sluice::cli::AddBench(app, exit_code);

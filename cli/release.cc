@@ -48,7 +48,8 @@ int RunRelease(const ReleaseOptions& o) {
   } else {
     std::printf("released %lld lease(s) of id \"%s\" (limiter %s)\naudit record (%s%s): %s\n",
                 static_cast<long long>(result->released), o.id.c_str(), o.limiter.c_str(),
-                o.audit_log.c_str(), o.no_stream ? "" : (" and " + o.admin.prefix + ":audit").c_str(),
+                o.audit_log.c_str(),
+                o.no_stream ? "" : (" and " + o.admin.prefix + ":audit").c_str(),
                 result->record.c_str());
     if (!result->stream_error.empty()) {
       std::printf("the audit stream did not get the record: %s (the file has it)\n",

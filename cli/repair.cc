@@ -42,7 +42,7 @@ namespace {
 constexpr std::chrono::seconds kDefaultTtl{24 * 3600};
 constexpr std::chrono::seconds kAuditStreamTtl{30 * 24 * 3600};
 constexpr int64_t kMaxTtlS = kMaxWindow.count() / 1000;  // --ttl's bound: 366 days
-constexpr size_t kApplyEvery = 10'000;                  // keys per ExpireIfNone
+constexpr size_t kApplyEvery = 10'000;                   // keys per ExpireIfNone
 
 struct RepairOptions {
   AdminFlags admin;
@@ -65,7 +65,8 @@ Planned Plan(const ScannedKey& k, int64_t now_ms, int64_t ttl_s) {
   if (suffix == "audit") {
     // The operators' audit stream keeps AuditOptions::stream_retention (30 days by
     // default) after its last record; never less here, whatever --ttl says.
-    return {k.key, std::max(kAuditStreamTtl, std::chrono::seconds(ttl_s)), "audit stream retention"};
+    return {k.key, std::max(kAuditStreamTtl, std::chrono::seconds(ttl_s)),
+            "audit stream retention"};
   }
   if (ttl_s > 0) return {k.key, std::chrono::seconds(ttl_s), "--ttl"};
   if (k.ends_at_ms < 0) {
@@ -73,8 +74,8 @@ Planned Plan(const ScannedKey& k, int64_t now_ms, int64_t ttl_s) {
   }
   const int64_t cap_s = suffix == "sw" ? 2 * kMaxTtlS : kMaxTtlS;
   // In ms, with the overflow of a corrupted value in mind.
-  const int64_t left_ms = k.ends_at_ms > now_ms + cap_s * 1000 ? cap_s * 1000 + 1
-                          : k.ends_at_ms - now_ms;
+  const int64_t left_ms =
+      k.ends_at_ms > now_ms + cap_s * 1000 ? cap_s * 1000 + 1 : k.ends_at_ms - now_ms;
   if (left_ms > cap_s * 1000) {
     return {k.key, std::chrono::seconds(cap_s),
             "capped: the value says its state lasts longer than any window (corrupted, or a "
@@ -116,24 +117,25 @@ int RunRepair(const RepairOptions& o) {
     done.foreign += result->foreign;
     return true;
   };
-  Status status = admin->Scan(
-      {.limiter = o.limiter, .read_leaked_values = o.ttl_s == 0, .distinct = true},
-      [&](const ScanBatch& batch) {
-        scanned += static_cast<int64_t>(batch.keys.size());
-        for (const ScannedKey& k : batch.keys) {
-          if (k.foreign()) {
-            ++foreign;
-            continue;
-          }
-          if (!k.name || k.ttl_ms != -1) continue;
-          Planned p = Plan(k, batch.now_ms, o.ttl_s);
-          ++planned;
-          ++by_why[p.why];
-          if (o.apply) pending.emplace_back(p.key, p.ttl);
-          if (listed.size() < static_cast<size_t>(o.list)) listed.push_back(std::move(p));
-        }
-        return pending.size() < kApplyEvery || apply_pending();
-      });
+  Status status =
+      admin->Scan({.limiter = o.limiter, .read_leaked_values = o.ttl_s == 0, .distinct = true},
+                  [&](const ScanBatch& batch) {
+                    scanned += static_cast<int64_t>(batch.keys.size());
+                    for (const ScannedKey& k : batch.keys) {
+                      if (k.foreign()) {
+                        ++foreign;
+                        continue;
+                      }
+                      if (!k.name || k.ttl_ms != -1) continue;
+                      Planned p = Plan(k, batch.now_ms, o.ttl_s);
+                      ++planned;
+                      ++by_why[p.why];
+                      if (o.apply) pending.emplace_back(p.key, p.ttl);
+                      if (listed.size() < static_cast<size_t>(o.list))
+                        listed.push_back(std::move(p));
+                    }
+                    return pending.size() < kApplyEvery || apply_pending();
+                  });
   if (status.ok() && apply_status.ok()) apply_pending();
   if (!status.ok() || !apply_status.ok()) {
     const Status& failed = status.ok() ? apply_status : status;
@@ -178,29 +180,33 @@ int RunRepair(const RepairOptions& o) {
     PrintJson(doc);
     return exit_code;
   }
-  std::printf("sluice repair (%s) of prefix \"%s\": %lld keys scanned, %lld sluice key(s) without "
-              "an expiry\n",
-              o.apply ? "APPLY" : "dry run", o.admin.prefix.c_str(),
-              static_cast<long long>(scanned), static_cast<long long>(planned));
+  std::printf(
+      "sluice repair (%s) of prefix \"%s\": %lld keys scanned, %lld sluice key(s) without "
+      "an expiry\n",
+      o.apply ? "APPLY" : "dry run", o.admin.prefix.c_str(), static_cast<long long>(scanned),
+      static_cast<long long>(planned));
   for (const Planned& p : listed) {
     std::printf("  %s %s  EXPIRE %lld  (%s)\n", o.apply ? "did" : "would", p.key.c_str(),
                 static_cast<long long>(p.ttl.count()), p.why.c_str());
   }
   if (planned > static_cast<int64_t>(listed.size())) {
-    std::printf("  … and %lld more\n", static_cast<long long>(planned - static_cast<int64_t>(listed.size())));
+    std::printf("  … and %lld more\n",
+                static_cast<long long>(planned - static_cast<int64_t>(listed.size())));
   }
   if (o.apply) {
-    std::printf("expiry set on %lld key(s); %lld had one by then (left alone); %lld vanished; "
-                "%lld held another type by then (left alone); %.2f s\n",
-                static_cast<long long>(done.set), static_cast<long long>(done.had_ttl),
-                static_cast<long long>(done.missing), static_cast<long long>(done.foreign), elapsed);
+    std::printf(
+        "expiry set on %lld key(s); %lld had one by then (left alone); %lld vanished; "
+        "%lld held another type by then (left alone); %.2f s\n",
+        static_cast<long long>(done.set), static_cast<long long>(done.had_ttl),
+        static_cast<long long>(done.missing), static_cast<long long>(done.foreign), elapsed);
   } else if (planned > 0) {
     std::printf("nothing changed (dry run); run again with --apply to set these expiries\n");
   }
   if (foreign > 0) {
-    std::printf("%lld FOREIGN key(s) under the prefix were not touched (not sluice's layout or "
-                "type; see sluice audit)\n",
-                static_cast<long long>(foreign));
+    std::printf(
+        "%lld FOREIGN key(s) under the prefix were not touched (not sluice's layout or "
+        "type; see sluice audit)\n",
+        static_cast<long long>(foreign));
   }
   return exit_code;
 }
@@ -225,12 +231,15 @@ void AddRepair(CLI::App& app, int& exit_code) {
   AddAdminFlags(cmd, o->admin);
   cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
   auto* apply = cmd->add_flag("--apply", o->apply, "Set the expiries");
-  cmd->add_flag("--dry-run", o->dry_run, "Only print what would be done (the default)")->excludes(apply);
+  cmd->add_flag("--dry-run", o->dry_run, "Only print what would be done (the default)")
+      ->excludes(apply);
   cmd->add_option("--ttl", o->ttl_s,
                   "Expiry in seconds for every repaired key (instead of the per-key choice); "
                   "at most 366 days")
       ->check(CLI::Range(int64_t{1}, kMaxTtlS));
-  cmd->add_option("--list", o->list, "Keys listed")->capture_default_str()->check(CLI::Range(0, 10'000'000));
+  cmd->add_option("--list", o->list, "Keys listed")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10'000'000));
   cmd->callback([o, &exit_code] { exit_code = RunRepair(*o); });
 }
 

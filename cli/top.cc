@@ -38,7 +38,9 @@ struct TopOptions {
 };
 
 std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop.store(true); }
+void OnSignal(int) {
+  g_stop.store(true);
+}
 
 struct Row {
   std::string key, limiter, id, algorithm, unit;
@@ -67,7 +69,8 @@ bool ByValue(const Row& a, const Row& b) {
 // The top `n` of `rows`, best first.
 std::vector<Row> Top(std::vector<Row> rows, int n) {
   const size_t keep = std::min(rows.size(), static_cast<size_t>(n));
-  std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(keep), rows.end(), ByValue);
+  std::partial_sort(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(keep), rows.end(),
+                    ByValue);
   rows.resize(keep);
   return rows;
 }
@@ -100,23 +103,30 @@ StatusOr<Frame> Sample(Admin& admin, const TopOptions& o, View& view) {
   const bool from_start = view.cursor == "0";
   for (int leg = 0; leg < 2 && frame.sampled < o.sample; ++leg) {
     bool finished = false;
-    Status status = admin.Scan({.limiter = o.limiter, .cursor = view.cursor, .distinct = true},
-                               [&](const ScanBatch& batch) {
-      for (const ScannedKey& k : batch.keys) {
-        ++frame.sampled;
-        if (!k.name) continue;
-        if (k.name->suffix == "cc") {
-          view.lease_rows[k.key] = {k.key, k.name->limiter, k.name->encoded_id, "concurrency",
-                                    "live leases", k.members - std::max<int64_t>(0, k.stale),
-                                    std::max<int64_t>(0, k.stale), k.ttl_ms, view.pass};
-        } else {
-          counter_keys.push_back(k.key);
-        }
-      }
-      view.cursor = batch.cursor;
-      finished = batch.cursor == "0";
-      return frame.sampled < o.sample;
-    });
+    Status status =
+        admin.Scan({.limiter = o.limiter, .cursor = view.cursor, .distinct = true},
+                   [&](const ScanBatch& batch) {
+                     for (const ScannedKey& k : batch.keys) {
+                       ++frame.sampled;
+                       if (!k.name) continue;
+                       if (k.name->suffix == "cc") {
+                         view.lease_rows[k.key] = {k.key,
+                                                   k.name->limiter,
+                                                   k.name->encoded_id,
+                                                   "concurrency",
+                                                   "live leases",
+                                                   k.members - std::max<int64_t>(0, k.stale),
+                                                   std::max<int64_t>(0, k.stale),
+                                                   k.ttl_ms,
+                                                   view.pass};
+                       } else {
+                         counter_keys.push_back(k.key);
+                       }
+                     }
+                     view.cursor = batch.cursor;
+                     finished = batch.cursor == "0";
+                     return frame.sampled < o.sample;
+                   });
     if (!status.ok()) return status;
     if (!finished) break;
     ++view.pass;
@@ -134,9 +144,15 @@ StatusOr<Frame> Sample(Admin& admin, const TopOptions& o, View& view) {
         view.counter_rows.erase(s.key);  // back to zero, or gone
         continue;
       }
-      view.counter_rows[s.key] = {s.key, s.name->limiter, s.name->encoded_id,
-                                  std::string(SuffixAlgorithm(s.name->suffix)), s.used_unit,
-                                  s.used, 0, s.ttl_ms, view.pass};
+      view.counter_rows[s.key] = {s.key,
+                                  s.name->limiter,
+                                  s.name->encoded_id,
+                                  std::string(SuffixAlgorithm(s.name->suffix)),
+                                  s.used_unit,
+                                  s.used,
+                                  0,
+                                  s.ttl_ms,
+                                  view.pass};
     }
   }
   frame.pass = view.pass;
@@ -149,7 +165,9 @@ StatusOr<Frame> Sample(Admin& admin, const TopOptions& o, View& view) {
 std::string Render(const Frame& f, const TopOptions& o) {
   std::string out;
   char line[512];
-  auto add = [&](int n) { out.append(line, static_cast<size_t>(std::min<int>(n, sizeof line - 1))); };
+  auto add = [&](int n) {
+    out.append(line, static_cast<size_t>(std::min<int>(n, sizeof line - 1)));
+  };
   add(std::snprintf(line, sizeof line,
                     "sluice top — prefix %s%s%s — %lld keys sampled in %.2f s (keyspace passes "
                     "done: %lld) — q or Ctrl-C quits\n\n",
@@ -161,11 +179,12 @@ std::string Render(const Frame& f, const TopOptions& o) {
   if (f.leases.empty()) out += "  (no concurrency sets)\n";
   for (const Row& r : f.leases) {
     add(std::snprintf(line, sizeof line, "%-20s %-40s %10lld %8lld %12s\n", r.limiter.c_str(),
-                      r.id.c_str(), static_cast<long long>(r.value), static_cast<long long>(r.stale),
-                      FormatTtl(r.ttl_ms).c_str()));
+                      r.id.c_str(), static_cast<long long>(r.value),
+                      static_cast<long long>(r.stale), FormatTtl(r.ttl_ms).c_str()));
   }
-  add(std::snprintf(line, sizeof line, "\nHOTTEST COUNTERS (top rows of each algorithm)\n%-20s %-40s %-15s %10s  %s\n", "limiter",
-                    "id", "algorithm", "used", "unit"));
+  add(std::snprintf(line, sizeof line,
+                    "\nHOTTEST COUNTERS (top rows of each algorithm)\n%-20s %-40s %-15s %10s  %s\n",
+                    "limiter", "id", "algorithm", "used", "unit"));
   if (f.counters.empty()) out += "  (no counters in use)\n";
   for (const Row& r : f.counters) {
     add(std::snprintf(line, sizeof line, "%-20s %-40s %-15s %10lld  %s\n", r.limiter.c_str(),
@@ -179,13 +198,21 @@ nlohmann::json ToJson(const Frame& f) {
   auto rows = [](const std::vector<Row>& v) {
     nlohmann::json a = nlohmann::json::array();
     for (const Row& r : v) {
-      a.push_back({{"limiter", r.limiter}, {"id", r.id}, {"algorithm", r.algorithm},
-                   {"value", r.value}, {"unit", r.unit}, {"stale", r.stale}, {"ttl_ms", r.ttl_ms}});
+      a.push_back({{"limiter", r.limiter},
+                   {"id", r.id},
+                   {"algorithm", r.algorithm},
+                   {"value", r.value},
+                   {"unit", r.unit},
+                   {"stale", r.stale},
+                   {"ttl_ms", r.ttl_ms}});
     }
     return a;
   };
-  return {{"sampled", f.sampled}, {"passes", f.pass}, {"took_s", f.took_s},
-          {"leases", rows(f.leases)}, {"counters", rows(f.counters)}};
+  return {{"sampled", f.sampled},
+          {"passes", f.pass},
+          {"took_s", f.took_s},
+          {"leases", rows(f.leases)},
+          {"counters", rows(f.counters)}};
 }
 
 // Waits up to `seconds` for q on stdin or a signal; true when the user asked to quit.
@@ -229,7 +256,7 @@ int RunTop(const TopOptions& o) {
     }
     return kExitOk;
   }
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = OnSignal;  // no SA_RESTART: poll returns at once
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
@@ -274,17 +301,23 @@ void AddTop(CLI::App& app, int& exit_code) {
   AddAdminFlags(cmd, o->admin);
   cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
   cmd->add_option("--interval", o->interval_s, "Seconds between refreshes")
-      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
-  cmd->add_option("--rows", o->rows, "Rows per table")->capture_default_str()->check(CLI::Range(1, 10'000));
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--rows", o->rows, "Rows per table")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000));
   cmd->add_option("--sample", o->sample,
                   "At most this many keys scanned per refresh; each refresh goes on where the "
                   "last stopped, so successive refreshes cover the whole keyspace")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  auto* once = cmd->add_flag("--once", o->once, "Print one frame and exit (--json alone implies it)");
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  auto* once =
+      cmd->add_flag("--once", o->once, "Print one frame and exit (--json alone implies it)");
   cmd->add_option("--frames", o->frames,
                   "Print this many frames, --interval apart, and exit (with --json: only the "
                   "last, which holds what every refresh found)")
-      ->check(CLI::Range(1, 1'000'000))->excludes(once);
+      ->check(CLI::Range(1, 1'000'000))
+      ->excludes(once);
   cmd->callback([o, &exit_code] { exit_code = RunTop(*o); });
 }
 

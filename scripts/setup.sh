@@ -12,6 +12,7 @@ PACKAGES=(
   libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   procps tmux                         # ps/pkill-free process checks, tmux for CLI tests
+  clang-format                        # the style check (tests/format_check.sh)
 )
 
 missing=()

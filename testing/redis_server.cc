@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
-#include <mutex>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <thread>
 
 namespace sluice::testing {
@@ -61,11 +61,13 @@ uint16_t FreeLoopbackPort() {
   const int low = 10000;
   if (high - low >= 1000) {
     static std::mutex mu;
-    static std::mt19937 rng(static_cast<uint32_t>(::getpid()) * 2654435761u ^
-                            static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    static std::mt19937 rng(
+        static_cast<uint32_t>(::getpid()) * 2654435761u ^
+        static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
     std::lock_guard lock(mu);
     for (int attempt = 0; attempt < 200; ++attempt) {
-      const auto port = static_cast<uint16_t>(low + static_cast<int>(rng() % static_cast<uint32_t>(high - low + 1)));
+      const auto port = static_cast<uint16_t>(
+          low + static_cast<int>(rng() % static_cast<uint32_t>(high - low + 1)));
       if (CanBind(port)) return port;
     }
   }
@@ -106,13 +108,27 @@ std::string RedisServer::url() const {
 }
 
 void RedisServer::Start() {
-  std::vector<std::string> args = {"redis-server",     "--port",     std::to_string(port_),
-                                   "--bind",           "127.0.0.1",  "--save",
-                                   "",                 "--appendonly", "no",
-                                   "--dir",            dir_,         "--unixsocket",
-                                   unix_path_,         "--unixsocketperm", "700",
-                                   "--daemonize",      "no",         "--loglevel",
-                                   "warning",          "--logfile",  dir_ + "/redis.log"};
+  std::vector<std::string> args = {"redis-server",
+                                   "--port",
+                                   std::to_string(port_),
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--save",
+                                   "",
+                                   "--appendonly",
+                                   "no",
+                                   "--dir",
+                                   dir_,
+                                   "--unixsocket",
+                                   unix_path_,
+                                   "--unixsocketperm",
+                                   "700",
+                                   "--daemonize",
+                                   "no",
+                                   "--loglevel",
+                                   "warning",
+                                   "--logfile",
+                                   dir_ + "/redis.log"};
   if (!options_.requirepass.empty()) {
     args.push_back("--requirepass");
     args.push_back(options_.requirepass);
@@ -127,8 +143,9 @@ void RedisServer::Start() {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::execvp("redis-server", argv.data());
-    std::fprintf(stderr, "redis test fixture: cannot exec redis-server (is it installed? "
-                         "run scripts/setup.sh)\n");
+    std::fprintf(stderr,
+                 "redis test fixture: cannot exec redis-server (is it installed? "
+                 "run scripts/setup.sh)\n");
     ::_exit(127);
   }
   pid_ = child;
@@ -153,7 +170,8 @@ void RedisServer::Start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  Fatal("redis-server on port " + std::to_string(port_) + " did not accept a connection within 5 s");
+  Fatal("redis-server on port " + std::to_string(port_) +
+        " did not accept a connection within 5 s");
 }
 
 void RedisServer::Pause() {
@@ -187,8 +205,8 @@ std::unique_ptr<internal::BlockingClient> RedisServer::Connect() const {
   auto endpoint = internal::ParseRedisUrl(url());
   if (!endpoint.ok()) Fatal(endpoint.status().ToString());
   auto client = internal::BlockingClient::Connect(
-      std::move(*endpoint), {.connect_timeout = std::chrono::seconds(2),
-                             .command_timeout = std::chrono::seconds(10)});
+      std::move(*endpoint),
+      {.connect_timeout = std::chrono::seconds(2), .command_timeout = std::chrono::seconds(10)});
   if (!client.ok()) {
     Fatal("cannot connect to the test redis on port " + std::to_string(port_) + ": " +
           client.status().ToString());
@@ -211,8 +229,8 @@ RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
     const bool never_sent = reply.status().code() == StatusCode::kUnavailable &&
                             reply.status().message().find("is not connected") != std::string::npos;
     if (!never_sent || attempt > 0) {
-      Fatal("command " + (args.empty() ? std::string() : args[0]) + " failed on the test redis: " +
-            reply.status().ToString());
+      Fatal("command " + (args.empty() ? std::string() : args[0]) +
+            " failed on the test redis: " + reply.status().ToString());
     }
   }
 }

@@ -19,7 +19,7 @@
 namespace sluice::testing {
 
 struct RedisServerOptions {
-  std::string requirepass;            // sets requirepass when not empty
+  std::string requirepass;              // sets requirepass when not empty
   std::vector<std::string> extra_args;  // appended to the command line
 };
 

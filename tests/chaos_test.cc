@@ -62,8 +62,8 @@ TEST(Chaos, SigkilledClientsLeaveNoKeyWithoutExpiry) {
       ::kill(pid, SIGKILL);
       int status = 0;
       ::waitpid(pid, &status, 0);
-      EXPECT_TRUE(WIFSIGNALED(status)) << "a child ended before it was killed (status " << status
-                                       << "): it never got to check";
+      EXPECT_TRUE(WIFSIGNALED(status))
+          << "a child ended before it was killed (status " << status << "): it never got to check";
       ++killed;
     }
   }
@@ -75,7 +75,8 @@ TEST(Chaos, SigkilledClientsLeaveNoKeyWithoutExpiry) {
 
 TEST(Chaos, PersistedKeyGetsAnExpiryFromTheNextCheck) {
   testing::RedisServer server;
-  auto client = Client::Create({.url = server.url(), .prefix = "chaos", .deadline = milliseconds(500)});
+  auto client =
+      Client::Create({.url = server.url(), .prefix = "chaos", .deadline = milliseconds(500)});
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto limiter = *(*client)->MakeLimiter("seeded", {.limit = 10, .window = seconds(60)});
   // A key left without TTL (an old INCR-style bug, a PERSIST typed in a shell).

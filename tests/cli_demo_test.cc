@@ -22,14 +22,15 @@ struct DemoRun {
 
 // Runs `<env> sluice demo <args>` through the shell, bounded by timeout(1).
 DemoRun Demo(const std::string& env, const std::string& args) {
-  const std::string command = "timeout 60 env " + env + " " SLUICE_CLI_PATH " demo " + args +
-                              " 2>&1 </dev/null";
+  const std::string command =
+      "timeout 60 env " + env + " " SLUICE_CLI_PATH " demo " + args + " 2>&1 </dev/null";
   DemoRun run;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
   std::array<char, 4096> buffer{};
   size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) run.output.append(buffer.data(), n);
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    run.output.append(buffer.data(), n);
   const int status = ::pclose(pipe);
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   return run;

@@ -128,7 +128,8 @@ Snapshot Take(const RedisServer& server, const std::string& prefix) {
 // 1,000 keys of five limiters and every window algorithm, all with an expiry, then the
 // sign-in limiter's keys of accounts 101, 402 and 777 lose theirs (what a buggy
 // migration or a hand-made `PERSIST` leaves behind).
-std::set<std::string> SeedThousandWithThreeLeaks(const RedisServer& server, const std::string& prefix) {
+std::set<std::string> SeedThousandWithThreeLeaks(const RedisServer& server,
+                                                 const std::string& prefix) {
   auto client = Connect(server, prefix);
   const std::vector<std::pair<std::string, Limit>> limiters = {
       {"signin", {.algorithm = Algorithm::kFixedWindow, .limit = 5, .window = 600s}},
@@ -199,8 +200,9 @@ TEST(CliAudit, ThousandKeysThreeLeaksAuditRepairAudit) {
   for (const std::string& key : leaked) EXPECT_NE(human.out.find(key), std::string::npos) << key;
 
   // Dry run, explicit and by default: reports, changes nothing.
-  for (auto args : {std::vector<std::string>{"repair", "--redis", server.url(), "--json"},
-                    std::vector<std::string>{"repair", "--dry-run", "--redis", server.url(), "--json"}}) {
+  for (auto args :
+       {std::vector<std::string>{"repair", "--redis", server.url(), "--json"},
+        std::vector<std::string>{"repair", "--dry-run", "--redis", server.url(), "--json"}}) {
     Result dry = Sluice(args);
     EXPECT_EQ(dry.exit_code, 1) << dry.err;
     nlohmann::json d = dry.Json();
@@ -297,7 +299,7 @@ TEST(CliAudit, StaleLeasesAreReportedWithTheirIds) {
   EXPECT_EQ(a["largest_sets"][0]["members"], 3);
 
   Result inspect = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
-                        "jobs", "--id", "worker:7", "--json"});
+                           "jobs", "--id", "worker:7", "--json"});
   EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
   nlohmann::json i = inspect.Json();
   ASSERT_EQ(i["keys"].size(), 1u);
@@ -314,8 +316,8 @@ TEST(CliAudit, StaleLeasesAreReportedWithTheirIds) {
   }
   EXPECT_EQ(live, 1);
   // The human form shows the expiry times.
-  Result human = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "jobs",
-                      "--id", "worker:7"});
+  Result human = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                         "jobs", "--id", "worker:7"});
   EXPECT_EQ(human.exit_code, 0);
   EXPECT_NE(human.out.find("STALE"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("live, in"), std::string::npos) << human.out;
@@ -339,7 +341,7 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
     for (int64_t cost : {1, 2}) ASSERT_TRUE(limiter->Check(id, {.cost = cost})->allowed);
   }
   Result run = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "multi",
-                    "--id", id, "--json"});
+                       "--id", id, "--json"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   nlohmann::json j = run.Json();
   EXPECT_EQ(j["id"], id);
@@ -373,14 +375,14 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
   EXPECT_EQ(by["gcra"]["window_ms"], 600'000);
 
   // An id with no state, and an id that needs escaping.
-  Result none = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "multi",
-                     "--id", "nobody"});
+  Result none = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                        "multi", "--id", "nobody"});
   EXPECT_EQ(none.exit_code, 0);
   EXPECT_NE(none.out.find("no state"), std::string::npos) << none.out;
   auto odd = client->MakeLimiter("multi", limits[0]);
   ASSERT_TRUE(odd->Check("a {b}%").ok());
   Result escaped = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
-                        "multi", "--id", "a {b}%", "--json"});
+                           "multi", "--id", "a {b}%", "--json"});
   EXPECT_EQ(escaped.exit_code, 0) << escaped.err;
   EXPECT_EQ(escaped.Json()["encoded_id"], "a%20%7Bb%7D%25");
   EXPECT_EQ(escaped.Json()["keys"].size(), 1u);
@@ -397,12 +399,11 @@ TEST(CliBadInput, ForeignKeysAreReportedAndNeverTouched) {
   // Another application's keys under the same prefix, none with an expiry.
   server.Command({"SET", prefix + ":session:abc", "user=7"});
   server.Command({"HSET", prefix + ":{signin:account:102}:fw", "field", "1"});  // wrong type
-  server.Command({"SET", prefix + ":{signin:bad%zz}:fw", "1:2"});            // not an encoding
-  server.Command({"SET", prefix + ":{signin:x}:other", "1"});                // unknown suffix
-  const std::vector<std::string> foreign = {prefix + ":session:abc",
-                                            prefix + ":{signin:account:102}:fw",
-                                            prefix + ":{signin:bad%zz}:fw",
-                                            prefix + ":{signin:x}:other"};
+  server.Command({"SET", prefix + ":{signin:bad%zz}:fw", "1:2"});               // not an encoding
+  server.Command({"SET", prefix + ":{signin:x}:other", "1"});                   // unknown suffix
+  const std::vector<std::string> foreign = {
+      prefix + ":session:abc", prefix + ":{signin:account:102}:fw", prefix + ":{signin:bad%zz}:fw",
+      prefix + ":{signin:x}:other"};
   std::map<std::string, std::string> dumps;
   for (const auto& k : foreign) dumps[k] = server.Command({"DUMP", k}).str;
 
@@ -418,7 +419,8 @@ TEST(CliBadInput, ForeignKeysAreReportedAndNeverTouched) {
   EXPECT_EQ(human.exit_code, 2);
   EXPECT_NE(human.out.find("FOREIGN"), std::string::npos);
 
-  Result apply = Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
+  Result apply =
+      Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
   EXPECT_EQ(apply.exit_code, 2) << apply.out;
   EXPECT_EQ(apply.Json()["expiry_set"], 1);
   EXPECT_EQ(apply.Json()["foreign_untouched"], 4);
@@ -509,7 +511,10 @@ TEST(CliTop, ShowsTheHotIdUnderTmuxAndQuitsOnQ) {
   const std::string tmux = "tmux -L " + socket + " ";
   const std::string command = std::string(SLUICE_CLI_PATH) + " top --redis " + server.url() +
                               " --prefix " + prefix + " --interval 0.2; echo $? > " + status_file;
-  ASSERT_EQ(std::system((tmux + "-f /dev/null new-session -d -s top -x 200 -y 50 '" + command + "'").c_str()), 0);
+  ASSERT_EQ(
+      std::system(
+          (tmux + "-f /dev/null new-session -d -s top -x 200 -y 50 '" + command + "'").c_str()),
+      0);
   auto capture = [&] {
     std::string out;
     FILE* p = popen((tmux + "capture-pane -p -t top 2>/dev/null").c_str(), "r");
@@ -524,7 +529,9 @@ TEST(CliTop, ShowsTheHotIdUnderTmuxAndQuitsOnQ) {
   const auto until = std::chrono::steady_clock::now() + 10s;
   while (std::chrono::steady_clock::now() < until) {
     screen = capture();
-    if (screen.find("hot:42") != std::string::npos && screen.find("account:hot") != std::string::npos) break;
+    if (screen.find("hot:42") != std::string::npos &&
+        screen.find("account:hot") != std::string::npos)
+      break;
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_NE(screen.find("hot:42"), std::string::npos) << screen;
@@ -638,8 +645,8 @@ TEST(CliRelease, AnAuditLogThatCannotBeWrittenStopsTheRelease) {
   const std::string prefix = "rel2";
   SeedLeases(server, prefix + ":{jobs:worker:7}:cc", 2, 0);
   Result run = Sluice({"release", "--redis", server.url(), "--prefix", prefix, "--limiter", "jobs",
-                       "--id", "worker:7", "--actor", "alice", "--reason", "test",
-                       "--audit-log", "/nonexistent-dir/audit.jsonl"});
+                       "--id", "worker:7", "--actor", "alice", "--reason", "test", "--audit-log",
+                       "/nonexistent-dir/audit.jsonl"});
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("audit log"), std::string::npos) << run.err;
   EXPECT_EQ(server.Command({"ZCARD", prefix + ":{jobs:worker:7}:cc"}).integer, 2);
@@ -655,12 +662,12 @@ TEST(CliRelease, ActorAndReasonMustBeWellFormedUtf8) {
   SeedLeases(server, key, 2, 0);
   const std::string log = TempPath("utf8.jsonl");
   std::filesystem::remove(log);
-  for (const std::string bad : {"\xed\xa0\x80",       // U+D800, a surrogate
-                                "\xed\xbf\xbf",       // U+DFFF
-                                "\xe0\x80\xaf",       // '/' overlong in 3 bytes
+  for (const std::string bad : {"\xed\xa0\x80",      // U+D800, a surrogate
+                                "\xed\xbf\xbf",      // U+DFFF
+                                "\xe0\x80\xaf",      // '/' overlong in 3 bytes
                                 "\xf0\x80\x80\xaf",  // '/' overlong in 4 bytes
                                 "\xf4\x90\x80\x80",  // U+110000
-                                "\xc2\x85",           // NEL, a C1 control
+                                "\xc2\x85",          // NEL, a C1 control
                                 "\xc0\xaf", "ab\xe2\x82"}) {
     for (const bool in_actor : {true, false}) {
       Result run = Sluice({"release", "--redis", server.url(), "--prefix", prefix, "--limiter",
@@ -673,8 +680,9 @@ TEST(CliRelease, ActorAndReasonMustBeWellFormedUtf8) {
   EXPECT_EQ(server.Command({"ZCARD", key}).integer, 2) << "released on invalid input";
   EXPECT_FALSE(std::filesystem::exists(log) && !ReadFile(log).empty());
   // Two-, three- and four-byte characters at the edges of what is allowed.
-  const std::string actor = "Jos\xc3\xa9 \xc2\xa0\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80"
-                            "\xf0\x90\x80\x80\xf4\x8f\xbf\xbf";
+  const std::string actor =
+      "Jos\xc3\xa9 \xc2\xa0\xe0\xa0\x80\xed\x9f\xbf\xee\x80\x80"
+      "\xf0\x90\x80\x80\xf4\x8f\xbf\xbf";
   Result ok = Sluice({"release", "--redis", server.url(), "--prefix", prefix, "--limiter", "jobs",
                       "--id", "worker:7", "--actor", actor, "--reason", "\xe2\x9c\x93 test",
                       "--audit-log", log, "--json"});
@@ -702,14 +710,15 @@ TEST(CliRelease, ReleaseAllPastItsDeadlineIsNeverUnrecorded) {
   const std::string log = TempPath("paused.jsonl");
   std::filesystem::remove(log);
   server.Command({"CLIENT", "PAUSE", "700", "ALL"});
-  auto r = ReleaseAll(*jobs, "w", {.actor = "ops", .reason = "paused redis"}, {.log_path = log},
-                            100ms);
+  auto r =
+      ReleaseAll(*jobs, "w", {.actor = "ops", .reason = "paused redis"}, {.log_path = log}, 100ms);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
   EXPECT_NE(r.status().message().find("recorded"), std::string::npos) << r.status().ToString();
   // Redis answers again after the pause and runs what it was sent.
   bool released = false;
-  for (auto until = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < until;) {
+  for (auto until = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < until;) {
     if (server.Command({"EXISTS", key}).integer == 0) {
       released = true;
       break;
@@ -774,7 +783,8 @@ TEST(AdminApi, ExpireIfNoneLeavesExpiriesAndForeignKeysAlone) {
 // type is checked in the script that sets the expiry.
 TEST(AdminApi, ExpireIfNoneLeavesAKeyReplacedByAnotherTypeAlone) {
   RedisServer server;
-  const std::string replaced = "adm:{signin:d}:fw", log = "adm:{jobs:e}:cc", sluice = "adm:{signin:f}:fw";
+  const std::string replaced = "adm:{signin:d}:fw", log = "adm:{jobs:e}:cc",
+                    sluice = "adm:{signin:f}:fw";
   server.Command({"HSET", replaced, "field", "1"});
   server.Command({"SET", log, "not a zset"});
   server.Command({"SET", sluice, "1:99999999999999"});
@@ -802,7 +812,8 @@ void SeedLeakedFixedWindows(const RedisServer& server, const std::string& prefix
   const long long now_ms = std::stoll(server.Command({"TIME"}).elements[0].str) * 1000;
   for (int from = 0; from < n; from += 50'000) {
     server.Command({"EVAL", seed, "0", prefix, std::to_string(from),
-                    std::to_string(now_ms + 3'600'000), std::to_string(std::min(n, from + 50'000) - 1)});
+                    std::to_string(now_ms + 3'600'000),
+                    std::to_string(std::min(n, from + 50'000) - 1)});
   }
 }
 
@@ -824,8 +835,10 @@ TEST(CliRepair, LargeLeakIsRepairedInPacedCallsEachWithItsOwnTimeout) {
               r["elapsed_s"].get<double>(), r["peak_rss_kb"].get<long long>());
   // Every key of the database has an expiry now (INFO keyspace counts them).
   const std::string keyspace = server.Command({"INFO", "keyspace"}).str;
-  EXPECT_NE(keyspace.find("keys=" + std::to_string(kLeaked) + ",expires=" + std::to_string(kLeaked)),
-            std::string::npos) << keyspace;
+  EXPECT_NE(
+      keyspace.find("keys=" + std::to_string(kLeaked) + ",expires=" + std::to_string(kLeaked)),
+      std::string::npos)
+      << keyspace;
   // An hour left in each window: about that TTL.
   const long long ttl = server.Command({"TTL", prefix + ":{api:u7}:fw"}).integer;
   EXPECT_GT(ttl, 3000);
@@ -843,8 +856,10 @@ TEST(CliRepair, TtlsCoverTheLongestStateAndAreCapped) {
   const std::string prefix = "ttls";
   auto client = Connect(server, prefix);
   const auto window = std::chrono::hours(20);
-  auto sw = client->MakeLimiter("sw", {.algorithm = Algorithm::kSlidingWindow, .limit = 1000, .window = window});
-  auto sl = client->MakeLimiter("sl", {.algorithm = Algorithm::kSlidingLog, .limit = 1000, .window = window});
+  auto sw = client->MakeLimiter(
+      "sw", {.algorithm = Algorithm::kSlidingWindow, .limit = 1000, .window = window});
+  auto sl = client->MakeLimiter(
+      "sl", {.algorithm = Algorithm::kSlidingLog, .limit = 1000, .window = window});
   ASSERT_TRUE(sw.ok() && sl.ok());
   ASSERT_TRUE(sw->Check("a", {.cost = 548})->allowed);
   ASSERT_TRUE(sl->Check("a", {.cost = 548})->allowed);
@@ -866,7 +881,8 @@ TEST(CliRepair, TtlsCoverTheLongestStateAndAreCapped) {
     for (int i = 0; i < n; ++i) legacy.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
   }
   server.Command({"SET", legacy_key, legacy});
-  Result apply = Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
+  Result apply =
+      Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
   ASSERT_EQ(apply.exit_code, 0) << apply.err << apply.out;
   EXPECT_EQ(apply.Json()["expiry_set"], 5);
   const long long sw_ttl = server.Command({"TTL", sw_key}).integer;
@@ -900,10 +916,12 @@ TEST(CliInspect, CountsStaleLeasesBeyondTheOnesItLists) {
     end
     redis.call('PEXPIRE', KEYS[1], 120000)
     return 1)lua";
-  const std::string now = std::to_string(std::stoll(server.Command({"TIME"}).elements[0].str) * 1000);
+  const std::string now =
+      std::to_string(std::stoll(server.Command({"TIME"}).elements[0].str) * 1000);
   server.Command({"EVAL", seed, "1", prefix + ":{jobs:dead}:cc", now, "20000", "0"});
   server.Command({"EVAL", seed, "1", prefix + ":{jobs:mixed}:cc", now, "15000", "3"});
-  for (const auto& [id, live, stale] : {std::tuple{"dead", 0, 20000}, std::tuple{"mixed", 3, 15000}}) {
+  for (const auto& [id, live, stale] :
+       {std::tuple{"dead", 0, 20000}, std::tuple{"mixed", 3, 15000}}) {
     Result run = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
                          "jobs", "--id", id, "--json"});
     ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -934,9 +952,11 @@ TEST(CliTop, SuccessiveRefreshesSampleTheWholeKeyspace) {
       end
     end
     return 1)lua";
-  const std::string now = std::to_string(std::stoll(server.Command({"TIME"}).elements[0].str) * 1000);
+  const std::string now =
+      std::to_string(std::stoll(server.Command({"TIME"}).elements[0].str) * 1000);
   for (int from = 0; from < 100'000; from += 50'000) {
-    server.Command({"EVAL", seed, "0", prefix, now, std::to_string(from), std::to_string(from + 49'999)});
+    server.Command(
+        {"EVAL", seed, "0", prefix, now, std::to_string(from), std::to_string(from + 49'999)});
   }
   // The lease set SCAN returns last gets 49 more live leases.
   std::string hot;
@@ -951,8 +971,9 @@ TEST(CliTop, SuccessiveRefreshesSampleTheWholeKeyspace) {
     return 1)lua";
   server.Command({"EVAL", seed_more, "1", hot, now});
   ASSERT_EQ(server.Command({"ZCARD", hot}).integer, 50);
-  const std::string hot_id = hot.substr(hot.find(':') + 2 + std::string("pool:").size(),
-                                        hot.size() - hot.find(':') - 2 - std::string("pool:").size() - 4);
+  const std::string hot_id =
+      hot.substr(hot.find(':') + 2 + std::string("pool:").size(),
+                 hot.size() - hot.find(':') - 2 - std::string("pool:").size() - 4);
 
   Result run = Sluice({"top", "--redis", server.url(), "--prefix", prefix, "--json", "--sample",
                        "10000", "--frames", "13", "--interval", "0.1"});
@@ -1010,7 +1031,8 @@ TEST(AdminApi, DistinctScanReportsEachKeyOnceWhenSCANRepeatsKeys) {
   server.Command({"CONFIG", "SET", "hz", "100"});  // the cron that shrinks tables, 10x as often
   int64_t repeats = 0;
   const int64_t without = ScanWhileTheTableShrinks(server, false, repeats);
-  std::printf("keys SCAN returned twice after the table shrank: %lld\n", static_cast<long long>(without));
+  std::printf("keys SCAN returned twice after the table shrank: %lld\n",
+              static_cast<long long>(without));
   // Whether the table shrinks during a given scan depends on the server's cron (a loaded
   // machine can be late): up to three distinct scans, each of which must report every
   // key once, until one of them saw SCAN repeat keys.
@@ -1020,7 +1042,8 @@ TEST(AdminApi, DistinctScanReportsEachKeyOnceWhenSCANRepeatsKeys) {
     EXPECT_EQ(with, 0);
     dropped = repeats;
   }
-  std::printf("distinct: 0 reported twice, %lld repeats dropped\n", static_cast<long long>(dropped));
+  std::printf("distinct: 0 reported twice, %lld repeats dropped\n",
+              static_cast<long long>(dropped));
   if (without > 0) {
     EXPECT_GT(dropped, 0);
   }

@@ -184,15 +184,16 @@ TEST(CompositeRedis, OneScriptRefundsWhenAConsumeRefusesAfterItsPeek) {
 TEST(CompositeRedis, OneScriptMixesEveryAlgorithm) {
   testing::RedisServer server;
   auto client = Connect(server, 0);
-  const std::vector<std::pair<Algorithm, int64_t>> specs = {
-      {Algorithm::kFixedWindow, 7}, {Algorithm::kSlidingWindow, 9}, {Algorithm::kSlidingLog, 6},
-      {Algorithm::kTokenBucket, 8}, {Algorithm::kGcra, 5}};
+  const std::vector<std::pair<Algorithm, int64_t>> specs = {{Algorithm::kFixedWindow, 7},
+                                                            {Algorithm::kSlidingWindow, 9},
+                                                            {Algorithm::kSlidingLog, 6},
+                                                            {Algorithm::kTokenBucket, 8},
+                                                            {Algorithm::kGcra, 5}};
   std::vector<Limiter> limiters;
   for (const auto& [algorithm, limit] : specs) {
-    limiters.push_back(*client->MakeLimiter("mix" + std::to_string(limiters.size()),
-                                            {.algorithm = algorithm,
-                                             .limit = limit,
-                                             .window = std::chrono::hours(1)}));
+    limiters.push_back(*client->MakeLimiter(
+        "mix" + std::to_string(limiters.size()),
+        {.algorithm = algorithm, .limit = limit, .window = std::chrono::hours(1)}));
   }
   std::vector<LimitCheck> checks;
   for (const Limiter& l : limiters) checks.push_back({&l, "user:1"});
@@ -244,8 +245,8 @@ TEST(CompositeRedis, AShadowLimitNeverRefusesTheComposite) {
   testing::RedisServer server;
   auto client = Connect(server, 0);
   auto tenant = *client->MakeLimiter("tenant", {.limit = 5, .window = seconds(60)});
-  auto global = *client->MakeLimiter("global", {.limit = 2, .window = seconds(60)},
-                                     {.shadow = true});
+  auto global =
+      *client->MakeLimiter("global", {.limit = 2, .window = seconds(60)}, {.shadow = true});
   int admitted = 0, shadow_refused = 0;
   for (int i = 0; i < 4; ++i) {
     const LimitCheck checks[] = {{&tenant, "t"}, {&global, "all"}};
@@ -269,8 +270,8 @@ TEST(CompositeRedis, OneScriptStoreFailureTakesEachLimitsPolicy) {
   const Limit limit{.limit = 8, .window = seconds(60)};
   auto open = *client->MakeLimiter("open", limit, {.on_failure = FailurePolicy::kOpen});
   auto closed = *client->MakeLimiter("closed", limit, {.on_failure = FailurePolicy::kClosed});
-  auto local = *client->MakeLimiter("local", limit,
-                                    {.on_failure = FailurePolicy::kLocal, .servers = 4});
+  auto local =
+      *client->MakeLimiter("local", limit, {.on_failure = FailurePolicy::kLocal, .servers = 4});
   server.Pause();
   const auto timed = [](std::span<const LimitCheck> checks) {
     const auto t0 = steady_clock::now();
@@ -322,8 +323,7 @@ TEST(CompositeFigure, RedisMicrosecondsPerCompositeOfThreeLimits) {
   constexpr int kRounds = 5;
   constexpr int64_t kHuge = 1000000000;
   const Limit user{.algorithm = Algorithm::kTokenBucket, .limit = kHuge, .window = seconds(1)};
-  const Limit tenant{.algorithm = Algorithm::kSlidingWindow, .limit = kHuge,
-                     .window = seconds(60)};
+  const Limit tenant{.algorithm = Algorithm::kSlidingWindow, .limit = kHuge, .window = seconds(60)};
   struct Round {
     double redis_us, wall_us, scripts;
   };
@@ -336,8 +336,7 @@ TEST(CompositeFigure, RedisMicrosecondsPerCompositeOfThreeLimits) {
       auto d = CheckComposite(checks);
       EXPECT_TRUE(d.ok() && d->decision.allowed == admitted);
     }
-    const double wall =
-        std::chrono::duration<double, std::micro>(steady_clock::now() - t0).count();
+    const double wall = std::chrono::duration<double, std::micro>(steady_clock::now() - t0).count();
     const CommandStat stat = StatOf(server, "evalsha");
     return Round{static_cast<double>(stat.usec) / kChecks, wall / kChecks,
                  static_cast<double>(stat.calls) / kChecks};
@@ -375,9 +374,10 @@ TEST(CompositeFigure, RedisMicrosecondsPerCompositeOfThreeLimits) {
       one_script.push_back(run(u1, t1, g1, admitted));
       staged.push_back(run(u2, t2, g2, admitted));
     }
-    std::printf("composite of 3 limits (token bucket, sliding window, fixed window), %s, "
-                "%d rounds of %d checks, median per check:\n",
-                admitted ? "all admit" : "the last refuses", kRounds, kChecks);
+    std::printf(
+        "composite of 3 limits (token bucket, sliding window, fixed window), %s, "
+        "%d rounds of %d checks, median per check:\n",
+        admitted ? "all admit" : "the last refuses", kRounds, kChecks);
     print("one script", one_script);
     print("staged", staged);
     EXPECT_DOUBLE_EQ(one_script[0].scripts, 1.0);

@@ -56,7 +56,8 @@ std::optional<Decision> PeekDecoded(const RedisServer& server, const std::string
       ok = v.type == RedisValue::Type::kArray && v.elements.size() % 2 == 0;
       for (size_t i = 0; ok && i < v.elements.size(); i += 2) {
         if (!state) state.emplace();
-        const auto entry = DecodeSlidingLogMember(v.elements[i].str, std::stoll(v.elements[i + 1].str));
+        const auto entry =
+            DecodeSlidingLogMember(v.elements[i].str, std::stoll(v.elements[i + 1].str));
         EXPECT_TRUE(entry.has_value()) << "the decoder cannot read " << v.elements[i].str;
         if (!entry) ok = false;
         if (entry) state->entries.push_back(*entry);
@@ -85,13 +86,17 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   const auto started = std::chrono::steady_clock::now();
   auto clock = std::make_shared<FakeClock>(1'700'000'000'000 + config.seed);
   const std::string prefix = "diff" + std::to_string(config.seed);
-  auto redis = Client::Create({.url = server.url(), .prefix = prefix,
-                               .deadline = milliseconds(2000), .model_clock = clock});
+  auto redis = Client::Create({.url = server.url(),
+                               .prefix = prefix,
+                               .deadline = milliseconds(2000),
+                               .model_clock = clock});
   auto memory = Client::Create({.url = "memory://", .prefix = prefix, .model_clock = clock});
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
   ASSERT_TRUE(memory.ok());
-  const Limit base{.algorithm = config.algorithm, .limit = 5,
-                   .window = milliseconds(config.window_ms), .refill = config.refill,
+  const Limit base{.algorithm = config.algorithm,
+                   .limit = 5,
+                   .window = milliseconds(config.window_ms),
+                   .refill = config.refill,
                    .aligned = config.aligned};
   // Every call must reach the script and the twin: no denial cache in front of them.
   const LimiterOptions uncached{.cache_denials = false};
@@ -110,9 +115,13 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   int decoded_checks = 0;
   // Windows a varying trace moves between: much shorter and much longer than the base
   // (up to a day), so a stored end, TAT or count from the older one would show.
-  const std::vector<int64_t> windows = {config.window_ms, std::max<int64_t>(1, config.window_ms / 10),
-                                        config.window_ms / 2 + 1, config.window_ms * 3,
-                                        config.window_ms * 10, 86'400'000, 7};
+  const std::vector<int64_t> windows = {config.window_ms,
+                                        std::max<int64_t>(1, config.window_ms / 10),
+                                        config.window_ms / 2 + 1,
+                                        config.window_ms * 3,
+                                        config.window_ms * 10,
+                                        86'400'000,
+                                        7};
   // Writers of a value of another type at an id's key (someone else's stray write).
   const std::vector<std::vector<std::string>> writers = {
       {"SET", "", "foreign"}, {"HSET", "", "f", "v"}, {"RPUSH", "", "a"},
@@ -169,8 +178,10 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     }
     CheckOptions options;
     options.cost = pick(10) == 0 ? limit + 1 + pick(3) : 1 + pick(pick(4) == 0 ? 4 : 1);
-    options.limit = Limit{.algorithm = base.algorithm, .limit = limit,
-                          .window = milliseconds(window_ms), .refill = refill,
+    options.limit = Limit{.algorithm = base.algorithm,
+                          .limit = limit,
+                          .window = milliseconds(window_ms),
+                          .refill = refill,
                           .aligned = aligned};
     const int64_t op = pick(100);
     const char* op_name = op < 80 ? "check" : op < 90 ? "peek" : op < 97 ? "refund" : "reset";
@@ -191,12 +202,11 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     }
     ASSERT_TRUE(r.ok()) << "step " << step << ": " << r.status().ToString();
     ASSERT_TRUE(m.ok()) << "step " << step << ": " << m.status().ToString();
-    const std::string where = "seed " + std::to_string(config.seed) + " step " +
-                              std::to_string(step) + " " + op_name + " id " + id + " cost " +
-                              std::to_string(options.cost) + " limit " + std::to_string(limit) +
-                              " window " + std::to_string(window_ms) + " refill " +
-                              std::to_string(refill) + " aligned " + std::to_string(aligned) +
-                              "\n  redis:  " + r->ToString() + "\n  memory: " + m->ToString();
+    const std::string where =
+        "seed " + std::to_string(config.seed) + " step " + std::to_string(step) + " " + op_name +
+        " id " + id + " cost " + std::to_string(options.cost) + " limit " + std::to_string(limit) +
+        " window " + std::to_string(window_ms) + " refill " + std::to_string(refill) + " aligned " +
+        std::to_string(aligned) + "\n  redis:  " + r->ToString() + "\n  memory: " + m->ToString();
     ASSERT_EQ(r->allowed, m->allowed) << where;
     ASSERT_EQ(r->remaining, m->remaining) << where;
     ASSERT_EQ(r->limit, m->limit) << where;
@@ -210,8 +220,11 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     const std::optional<Decision> decoded =
         PeekDecoded(server, *on_redis->KeyFor(id), *options.limit, clock->NowMs());
     ASSERT_TRUE(decoded.has_value()) << where;
-    ASSERT_EQ(decoded->remaining, r->remaining) << "decoded state: " << decoded->ToString() << "\n" << where;
-    ASSERT_EQ(decoded->reset_after, r->reset_after) << "decoded state: " << decoded->ToString() << "\n" << where;
+    ASSERT_EQ(decoded->remaining, r->remaining) << "decoded state: " << decoded->ToString() << "\n"
+                                                << where;
+    ASSERT_EQ(decoded->reset_after, r->reset_after)
+        << "decoded state: " << decoded->ToString() << "\n"
+        << where;
     ++decoded_checks;
     if (config.vary_parameters) {
       // The key's expiry covers the time until its state is full again. Expiries under a
@@ -221,8 +234,9 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
       const int64_t pttl = server.Command({"PTTL", *on_redis->KeyFor(id)}).integer;
       ASSERT_NE(pttl, -1) << "a key without an expiry: " << where;
       if (pttl != -2) {
-        const int64_t real_ms = std::chrono::duration_cast<milliseconds>(
-                                    std::chrono::steady_clock::now() - started).count();
+        const int64_t real_ms =
+            std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started)
+                .count();
         ASSERT_GE(pttl, r->reset_after.count() + 60'000 - real_ms - 2)
             << "the key expires before its state is full again: " << where;
         ++ttl_checks;
@@ -247,11 +261,18 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
 
 void RunParameterChangeTraces(const RedisServer& server, Algorithm algorithm, bool vary_window) {
   for (uint32_t seed : {31u, 32u, 33u}) {
-    RunDifferentialTrace(server, {.algorithm = algorithm, .seed = seed, .window_ms = 10'000,
-                                  .vary_parameters = true, .vary_window = vary_window});
+    RunDifferentialTrace(server, {.algorithm = algorithm,
+                                  .seed = seed,
+                                  .window_ms = 10'000,
+                                  .vary_parameters = true,
+                                  .vary_window = vary_window});
   }
-  RunDifferentialTrace(server, {.algorithm = algorithm, .seed = 34, .window_ms = 1'000,
-                                .refill = 3, .aligned = true, .vary_parameters = true,
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 34,
+                                .window_ms = 1'000,
+                                .refill = 3,
+                                .aligned = true,
+                                .vary_parameters = true,
                                 .vary_window = vary_window});
 }
 

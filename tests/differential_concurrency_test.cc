@@ -175,9 +175,8 @@ struct TraceConfig {
 };
 
 void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config) {
-  std::cout << "concurrency differential trace: seed=" << config.seed
-            << " steps=" << config.steps << " ids=" << config.ids
-            << " max_ttl_ms=" << config.max_ttl_ms << "\n";
+  std::cout << "concurrency differential trace: seed=" << config.seed << " steps=" << config.steps
+            << " ids=" << config.ids << " max_ttl_ms=" << config.max_ttl_ms << "\n";
   Connection conn(server);
   ASSERT_TRUE(conn.ok()) << "cannot connect to the test redis";
   const std::string prefix = "dlease" + std::to_string(config.seed);
@@ -224,8 +223,14 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
     switch (pick(10)) {
       case 0:
       case 1: break;
-      case 2: now += 1; time_kind = "+1"; break;
-      case 3: now += pick(50); time_kind = "small"; break;
+      case 2:
+        now += 1;
+        time_kind = "+1";
+        break;
+      case 3:
+        now += pick(50);
+        time_kind = "small";
+        break;
       case 4:
       case 5:
       case 6: {
@@ -234,16 +239,26 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
           if (expires >= now + 1) ahead.push_back(expires);
         }
         if (!ahead.empty()) {
-          const int64_t target = ahead[static_cast<size_t>(pick(static_cast<int64_t>(ahead.size())))];
+          const int64_t target =
+              ahead[static_cast<size_t>(pick(static_cast<int64_t>(ahead.size())))];
           const int64_t before = pick(2);
           now = std::max(now, target - before);
           time_kind = before == 0 && now == target ? "at expiry" : "1 ms before expiry";
         }
         break;
       }
-      case 7: now += pick(config.max_ttl_ms); time_kind = "up to a ttl"; break;
-      case 8: now += config.max_ttl_ms + pick(3); time_kind = "past every ttl"; break;
-      default: now += pick(5); time_kind = "tiny"; break;
+      case 7:
+        now += pick(config.max_ttl_ms);
+        time_kind = "up to a ttl";
+        break;
+      case 8:
+        now += config.max_ttl_ms + pick(3);
+        time_kind = "past every ttl";
+        break;
+      default:
+        now += pick(5);
+        time_kind = "tiny";
+        break;
     }
     ++seen["time: " + time_kind];
     if (pick(40) == 0) limit = 1 + pick(5);  // a plan change mid-trace
@@ -258,7 +273,8 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
         return it->first;
       }
       if (r < 9 && !id.members.empty()) {
-        const std::string& m = id.members[static_cast<size_t>(pick(static_cast<int64_t>(id.members.size())))];
+        const std::string& m =
+            id.members[static_cast<size_t>(pick(static_cast<int64_t>(id.members.size())))];
         auto it = id.twin.members.find(m);
         kind = it == id.twin.members.end() ? "gone" : it->second > now ? "live" : "expired";
         return m;
@@ -278,7 +294,9 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       auto it = id.twin.members.find(args.token);
       const int64_t left = it == id.twin.members.end() ? 0 : it->second - now;
       switch (pick(4)) {
-        case 0: args.ttl_ms = std::max<int64_t>(1, left - 1 - pick(std::max<int64_t>(1, left))); break;
+        case 0:
+          args.ttl_ms = std::max<int64_t>(1, left - 1 - pick(std::max<int64_t>(1, left)));
+          break;
         case 1: args.ttl_ms = std::max<int64_t>(1, left); break;
         case 2: args.ttl_ms = left + 1 + pick(config.max_ttl_ms); break;
         default: args.ttl_ms = ttl(); break;
@@ -296,9 +314,11 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       // A value of another Redis type replaces the set (someone else's stray write): the
       // script must take it for no set at all, as the twin, which forgets the id, does.
       // (Release is a plain ZREM, not a script: it answers WRONGTYPE, and is not drawn.)
-      static const std::vector<std::vector<std::string>> kWriters = {
-          {"SET", "", "foreign"}, {"HSET", "", "f", "v"}, {"RPUSH", "", "a"},
-          {"SADD", "", "a"},      {"XADD", "", "*", "f", "v"}};
+      static const std::vector<std::vector<std::string>> kWriters = {{"SET", "", "foreign"},
+                                                                     {"HSET", "", "f", "v"},
+                                                                     {"RPUSH", "", "a"},
+                                                                     {"SADD", "", "a"},
+                                                                     {"XADD", "", "*", "f", "v"}};
       std::vector<std::string> command =
           kWriters[static_cast<size_t>(pick(static_cast<int64_t>(kWriters.size())))];
       command[1] = id.key;
@@ -333,15 +353,16 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
                       error)) {
       error = "EVAL: " + error;
     }
-    static const char* const kOpNames[] = {"acquire", "heartbeat", "release", "release all", "list"};
-    const std::string where =
-        "seed " + std::to_string(config.seed) + " step " + std::to_string(step) + ": " +
-        kOpNames[static_cast<int>(args.op)] + " key " + id.key + " now " + std::to_string(now) +
-        " (" + time_kind + ") token/member \"" + Printable(args.token) + "\"" +
-        (target_kind.empty() ? "" : " (" + target_kind + ")") + " limit " +
-        std::to_string(args.limit) + " ttl " + std::to_string(args.ttl_ms) +
-        "\n  set before: " + Show(before) + "\n  redis raw:  " + Show(raw) +
-        "\n  redis:      " + Show(got) + "\n  twin:       " + Show(want);
+    static const char* const kOpNames[] = {"acquire", "heartbeat", "release", "release all",
+                                           "list"};
+    const std::string where = "seed " + std::to_string(config.seed) + " step " +
+                              std::to_string(step) + ": " + kOpNames[static_cast<int>(args.op)] +
+                              " key " + id.key + " now " + std::to_string(now) + " (" + time_kind +
+                              ") token/member \"" + Printable(args.token) + "\"" +
+                              (target_kind.empty() ? "" : " (" + target_kind + ")") + " limit " +
+                              std::to_string(args.limit) + " ttl " + std::to_string(args.ttl_ms) +
+                              "\n  set before: " + Show(before) + "\n  redis raw:  " + Show(raw) +
+                              "\n  redis:      " + Show(got) + "\n  twin:       " + Show(want);
     ASSERT_TRUE(error.empty()) << where << "\n  " << error;
     ASSERT_EQ(Show(got), Show(want)) << where;
     if (args.op == LeaseOp::kRelease) {
@@ -356,7 +377,8 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       ASSERT_EQ(pttl, -2) << where << "\n  an empty set is no key";
     } else {
       const int64_t elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::steady_clock::now() - start).count();
+                                  std::chrono::steady_clock::now() - start)
+                                  .count();
       const int64_t need = id.twin.MaxExpiry() - now + kGraceMs;
       ASSERT_GT(pttl, 0) << where << "\n  the key has no expiry";
       ASSERT_GE(pttl + elapsed + 5, need) << where << "\n  the key expires before its latest lease";
@@ -374,9 +396,12 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
         break;
       case LeaseOp::kRelease: ++seen["release " + target_kind]; break;
       case LeaseOp::kList: ++seen[want.rows.empty() ? "list empty" : "list rows"]; break;
-      case LeaseOp::kReleaseAll: ++seen[want.count > 0 ? "release all live" : "release all none"]; break;
+      case LeaseOp::kReleaseAll:
+        ++seen[want.count > 0 ? "release all live" : "release all none"];
+        break;
     }
-    if (args.op == LeaseOp::kAcquire && before.size() > id.twin.members.size() - static_cast<size_t>(want.code)) {
+    if (args.op == LeaseOp::kAcquire &&
+        before.size() > id.twin.members.size() - static_cast<size_t>(want.code)) {
       ++seen["acquire pruned"];
     }
   }
@@ -385,12 +410,26 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
   for (const auto& [what, n] : seen) std::cout << " [" << what << "]=" << n;
   std::cout << "\n";
   // The trace must have reached every outcome and boundary, not just run.
-  for (const char* what :
-       {"acquire granted", "acquire refused", "acquire pruned", "heartbeat live live",
-        "heartbeat expired gone", "heartbeat gone gone", "heartbeat unknown gone",
-        "heartbeat moved", "heartbeat kept", "release live", "release expired", "release gone",
-        "release unknown", "list rows", "list empty", "release all live", "release all none",
-        "time: at expiry", "time: 1 ms before expiry", "foreign value"}) {
+  for (const char* what : {"acquire granted",
+                           "acquire refused",
+                           "acquire pruned",
+                           "heartbeat live live",
+                           "heartbeat expired gone",
+                           "heartbeat gone gone",
+                           "heartbeat unknown gone",
+                           "heartbeat moved",
+                           "heartbeat kept",
+                           "release live",
+                           "release expired",
+                           "release gone",
+                           "release unknown",
+                           "list rows",
+                           "list empty",
+                           "release all live",
+                           "release all none",
+                           "time: at expiry",
+                           "time: 1 ms before expiry",
+                           "foreign value"}) {
     EXPECT_GT(seen[what], 0) << "seed " << config.seed << " never reached: " << what;
   }
   EXPECT_GT(seen["time: at expiry"] + seen["time: 1 ms before expiry"], config.steps / 20);
@@ -435,11 +474,11 @@ struct Direct {
 };
 
 // PTTL is `want` ms, less the real time a few commands take.
-#define EXPECT_PTTL_NEAR(d, want)            \
-  do {                                       \
-    const long long pttl_ = (d).Pttl();      \
-    EXPECT_LE(pttl_, (want));                \
-    EXPECT_GT(pttl_, (want) - 1000);         \
+#define EXPECT_PTTL_NEAR(d, want)       \
+  do {                                  \
+    const long long pttl_ = (d).Pttl(); \
+    EXPECT_LE(pttl_, (want));           \
+    EXPECT_GT(pttl_, (want)-1000);      \
   } while (0)
 
 TEST(ConcurrencyDifferential, AKeyThatLostItsTtlGetsOneAtItsLatestScore) {
@@ -521,10 +560,12 @@ TEST(ConcurrencyDifferential, AcquireReplacesAValueOfAnotherType) {
   ASSERT_TRUE(conn.ok());
   const int64_t t = 1'700'000'000'000;
   int n = 0;
-  for (const std::vector<std::string>& seed :
-       {std::vector<std::string>{"SET", "", "junk"}, {"SET", "", "junk", "PX", "100000000"},
-        {"RPUSH", "", "x", "y"}, {"HSET", "", "f", "v"}, {"SADD", "", "m"},
-        {"XADD", "", "*", "f", "v"}}) {
+  for (const std::vector<std::string>& seed : {std::vector<std::string>{"SET", "", "junk"},
+                                               {"SET", "", "junk", "PX", "100000000"},
+                                               {"RPUSH", "", "x", "y"},
+                                               {"HSET", "", "f", "v"},
+                                               {"SADD", "", "m"},
+                                               {"XADD", "", "*", "f", "v"}}) {
     const std::string key = "wrongtype" + std::to_string(n++) + ":{c:x}:cc";
     std::vector<std::string> cmd = seed;
     cmd[1] = key;
@@ -532,8 +573,8 @@ TEST(ConcurrencyDifferential, AcquireReplacesAValueOfAnotherType) {
     SCOPED_TRACE(seed[0] + " " + key);
     Direct d{conn, key};
     LeaseSetState twin;  // the twin sees no lease set at the key
-    const LeaseReply want = LeaseStep(twin, {.op = LeaseOp::kAcquire, .token = "tok", .limit = 2,
-                                             .ttl_ms = 700}, t);
+    const LeaseReply want =
+        LeaseStep(twin, {.op = LeaseOp::kAcquire, .token = "tok", .limit = 2, .ttl_ms = 700}, t);
     const LeaseReply got = d.Call(LeaseOp::kAcquire, t, "tok", 2, 700);
     EXPECT_EQ(Show(got), Show(want));
     EXPECT_EQ(Show(got), Show({.code = 1, .count = 1, .now_ms = t, .expires_at_ms = t + 700}));
@@ -554,7 +595,8 @@ TEST(ConcurrencyDifferential, TheRedisClockHasNoGrace) {
   const std::string key = "clock:{c:x}:cc";
   const RedisValue time = conn.Command({"TIME"});
   ASSERT_EQ(time.elements.size(), 2u);
-  const int64_t before = std::stoll(time.elements[0].str) * 1000 + std::stoll(time.elements[1].str) / 1000;
+  const int64_t before =
+      std::stoll(time.elements[0].str) * 1000 + std::stoll(time.elements[1].str) / 1000;
   LeaseReply got;
   std::string error;
   const LeaseArgs args{.op = LeaseOp::kAcquire, .token = "tok", .limit = 1, .ttl_ms = 30'000};
@@ -567,8 +609,9 @@ TEST(ConcurrencyDifferential, TheRedisClockHasNoGrace) {
   const long long pttl = conn.Command({"PTTL", key}).integer;
   EXPECT_LE(pttl, 30'000);
   EXPECT_GT(pttl, 29'000);
-  EXPECT_EQ(Show(Stored(conn, key)),
-            Show(std::map<std::string, int64_t>{{LeaseMember(got.now_ms, "tok"), got.now_ms + 30'000}}));
+  EXPECT_EQ(
+      Show(Stored(conn, key)),
+      Show(std::map<std::string, int64_t>{{LeaseMember(got.now_ms, "tok"), got.now_ms + 30'000}}));
 }
 
 }  // namespace

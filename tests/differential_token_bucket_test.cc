@@ -40,19 +40,20 @@ TEST(TokenBucketDifferential, RefillIsTheLimit) {
 TEST(TokenBucketDifferential, RefillDoesNotDivideTheWindow) {
   testing::RedisServer server;
   for (uint32_t seed : {7u, 8u, 9u}) {
-    testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kTokenBucket, .seed = seed,
-                                           .window_ms = 1'000, .refill = 3});
+    testing::RunDifferentialTrace(
+        server,
+        {.algorithm = Algorithm::kTokenBucket, .seed = seed, .window_ms = 1'000, .refill = 3});
   }
-  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kTokenBucket, .seed = 10,
-                                         .window_ms = 10'000, .refill = 7});
-  testing::RunDifferentialTrace(server, {.algorithm = Algorithm::kTokenBucket, .seed = 11,
-                                         .window_ms = 999, .refill = 13});
+  testing::RunDifferentialTrace(
+      server, {.algorithm = Algorithm::kTokenBucket, .seed = 10, .window_ms = 10'000, .refill = 7});
+  testing::RunDifferentialTrace(
+      server, {.algorithm = Algorithm::kTokenBucket, .seed = 11, .window_ms = 999, .refill = 13});
 }
 
 TEST(TokenBucketDifferential, TinyWindows) {
   testing::RedisServer server;
-  testing::RunDifferentialTrace(
-      server, {.algorithm = Algorithm::kTokenBucket, .seed = 99, .window_ms = 7});
+  testing::RunDifferentialTrace(server,
+                                {.algorithm = Algorithm::kTokenBucket, .seed = 99, .window_ms = 7});
   testing::RunDifferentialTrace(
       server, {.algorithm = Algorithm::kTokenBucket, .seed = 98, .window_ms = 7, .refill = 2});
   testing::RunDifferentialTrace(
@@ -124,20 +125,23 @@ void RunWideTrace(const testing::RedisServer& server, uint32_t seed, std::vector
     const Op op = r < 70 ? Op::kConsume : r < 82 ? Op::kPeek : r < 97 ? Op::kRefund : Op::kReset;
     const int64_t cost = pick(12) == 0 ? plan.limit + 1 + pick(plan.limit)
                                        : LogUniform(rng, std::max<int64_t>(1, plan.limit / 2));
-    const AlgoArgs args{.op = op, .cost = std::min(cost, kMaxLimit), .limit = plan.limit,
-                        .window_ms = plan.window_ms, .refill = plan.refill};
+    const AlgoArgs args{.op = op,
+                        .cost = std::min(cost, kMaxLimit),
+                        .limit = plan.limit,
+                        .window_ms = plan.window_ms,
+                        .refill = plan.refill};
 
     if (twin.state && twin.expires_at_ms <= now) twin.state.reset();  // as MemoryStore does
     const AlgoReply want = internal::TokenBucketStep(twin.state, args, now, twin.expires_at_ms);
-    testing::RedisValue got = server.Command(
-        {"EVALSHA", sha, "1", key, std::to_string(static_cast<int>(op)), std::to_string(now),
-         std::to_string(args.cost), std::to_string(plan.limit), std::to_string(plan.window_ms),
-         std::to_string(plan.refill), "0"});
-    const std::string where =
-        "seed " + std::to_string(seed) + " step " + std::to_string(step) + " op " +
-        std::to_string(static_cast<int>(op)) + " cost " + std::to_string(args.cost) +
-        " limit " + std::to_string(plan.limit) + " window " + std::to_string(plan.window_ms) +
-        " refill " + std::to_string(plan.refill) + " now " + std::to_string(now);
+    testing::RedisValue got =
+        server.Command({"EVALSHA", sha, "1", key, std::to_string(static_cast<int>(op)),
+                        std::to_string(now), std::to_string(args.cost), std::to_string(plan.limit),
+                        std::to_string(plan.window_ms), std::to_string(plan.refill), "0"});
+    const std::string where = "seed " + std::to_string(seed) + " step " + std::to_string(step) +
+                              " op " + std::to_string(static_cast<int>(op)) + " cost " +
+                              std::to_string(args.cost) + " limit " + std::to_string(plan.limit) +
+                              " window " + std::to_string(plan.window_ms) + " refill " +
+                              std::to_string(plan.refill) + " now " + std::to_string(now);
     ASSERT_EQ(got.type, testing::RedisValue::Type::kArray) << where << ": " << got.str;
     ASSERT_EQ(got.elements.size(), 4u) << where;
     const AlgoReply lua{static_cast<int>(got.elements[0].integer), got.elements[1].integer,
@@ -153,8 +157,7 @@ void RunWideTrace(const testing::RedisServer& server, uint32_t seed, std::vector
     twin.last = want;
     if (op == Op::kConsume) (want.code == 1 ? admitted : refused)++;
   }
-  std::cout << "  admitted=" << admitted << " refused=" << refused << " stored=" << stored
-            << "\n";
+  std::cout << "  admitted=" << admitted << " refused=" << refused << " stored=" << stored << "\n";
   EXPECT_GT(admitted, steps / 10);
   EXPECT_GT(refused, steps / 20);
   EXPECT_EQ(server.KeysWithoutTtl("wide*"), std::vector<std::string>{});

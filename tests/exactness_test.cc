@@ -21,7 +21,9 @@ using std::chrono::seconds;
 // In a child process: `threads` threads each make `calls` checks; returns admitted cost.
 int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bool random_cost) {
   // Closed: a store failure is counted as an error below, never as an admission.
-  auto client = Client::Create({.url = url, .prefix = "exact", .deadline = milliseconds(2000),
+  auto client = Client::Create({.url = url,
+                                .prefix = "exact",
+                                .deadline = milliseconds(2000),
                                 .on_failure = FailurePolicy::kClosed});
   if (!client.ok()) return -1;
   auto limiter = *(*client)->MakeLimiter("hot", {.limit = limit, .window = seconds(300)});
@@ -32,8 +34,8 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
       for (int i = 0; i < calls; ++i) {
         int64_t cost = random_cost ? 1 + (t * 7 + i) % 3 : 1;
         auto d = limiter.Check("the-one-key", {.cost = cost});
-        if (!d.ok() || (d->source != DecisionSource::kStore &&
-                        d->source != DecisionSource::kCachedDenial)) {
+        if (!d.ok() ||
+            (d->source != DecisionSource::kStore && d->source != DecisionSource::kCachedDenial)) {
           ++errors;
         } else if (d->allowed) {
           admitted += cost;
@@ -47,9 +49,8 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
 
 int64_t RunProcesses(const testing::RedisServer& server, int processes, int threads, int calls,
                      int64_t limit, bool random_cost) {
-  return testing::SumOverChildren(processes, [&] {
-    return Hammer(server.url(), threads, calls, limit, random_cost);
-  });
+  return testing::SumOverChildren(
+      processes, [&] { return Hammer(server.url(), threads, calls, limit, random_cost); });
 }
 
 TEST(Exactness, ProcessesTimesThreadsAdmitExactlyTheLimit) {

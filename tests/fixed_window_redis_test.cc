@@ -1,17 +1,17 @@
 // The fixed window on a real redis-server through the public API: semantics, key
 // layout, TTL rules, the three call styles, and "95 of 100 used, 20 at once".
-#include <utility>
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
 #include <barrier>
 #include <future>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <gtest/gtest.h>
 
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
@@ -137,8 +137,8 @@ TEST_F(FixedWindowRedis, WindowEdgesOnAModelClock) {
 
 TEST_F(FixedWindowRedis, AlignedWindowsEndOnMultiplesOfTheWindow) {
   auto clock = std::make_shared<testing::FakeClock>(1'000'000'300);
-  auto limiter = *Connect(clock)->MakeLimiter(
-      "aligned", {.limit = 1, .window = seconds(1), .aligned = true});
+  auto limiter =
+      *Connect(clock)->MakeLimiter("aligned", {.limit = 1, .window = seconds(1), .aligned = true});
   auto d = limiter.Check("x");
   EXPECT_TRUE(d->allowed);
   EXPECT_EQ(d->reset_after, milliseconds(700));

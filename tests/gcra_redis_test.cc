@@ -8,8 +8,8 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -300,10 +300,12 @@ TEST_F(GcraRedis, PlanChangeAppliesOnTheNextCallWithoutReset) {
 // Exactness under contention
 
 // In a child process: `threads` threads each make `calls` checks; returns admitted cost.
-int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity,
-               bool mixed_costs) {
-  auto client = Client::Create({.url = url, .prefix = kPrefix, .deadline = milliseconds(5000),
-                                .on_failure = FailurePolicy::kClosed, .denial_cache_size = 0});
+int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity, bool mixed_costs) {
+  auto client = Client::Create({.url = url,
+                                .prefix = kPrefix,
+                                .deadline = milliseconds(5000),
+                                .on_failure = FailurePolicy::kClosed,
+                                .denial_cache_size = 0});
   if (!client.ok()) return -1;
   // One token back per 366 days: nothing refills while the test runs.
   auto limiter = *(*client)->MakeLimiter("hot", Bucket(capacity, 1, kMaxWindow));
@@ -328,9 +330,8 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity,
 
 int64_t RunProcesses(const RedisServer& server, int processes, int threads, int calls,
                      int64_t capacity, bool mixed_costs) {
-  return testing::SumOverChildren(processes, [&] {
-    return Hammer(server.url(), threads, calls, capacity, mixed_costs);
-  });
+  return testing::SumOverChildren(
+      processes, [&] { return Hammer(server.url(), threads, calls, capacity, mixed_costs); });
 }
 
 TEST_F(GcraRedis, ProcessesTimesThreadsAdmitExactlyTheCapacity) {

@@ -74,7 +74,8 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     ::close(pipe_fds[1]);
     // This process starts threads only after forking (a child of a threaded parent may
     // inherit locks held by threads it does not have).
-    auto client = *Client::Create({.url = server.url(), .prefix = "lchaos", .deadline = milliseconds(300)});
+    auto client =
+        *Client::Create({.url = server.url(), .prefix = "lchaos", .deadline = milliseconds(300)});
     auto cap = *client->MakeConcurrencyLimiter("streams", Options());
     // Held past their ttl by heartbeats: nobody else gets a slot.
     std::this_thread::sleep_for(kTtl * 2);
@@ -82,7 +83,9 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     ASSERT_TRUE(blocked.ok());
     if (blocked->acquired) {
       auto listed = cap.List("tenant:1");
-      if (listed.ok()) for (const LeaseInfo& l : *listed) std::cout << l.id << " expires " << l.expires_at_ms << "\n";
+      if (listed.ok())
+        for (const LeaseInfo& l : *listed)
+          std::cout << l.id << " expires " << l.expires_at_ms << "\n";
       std::cout << "granted " << blocked->lease.id() << "\n";
       for (pid_t pid : children) ::kill(pid, SIGKILL);
       FAIL() << "the holders' heartbeats did not keep their leases";
@@ -98,8 +101,7 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     }
     // Take the slots back as they free up.
     std::vector<Lease> mine;
-    while (static_cast<int64_t>(mine.size()) < kLimit &&
-           steady_clock::now() - killed < kTtl * 4) {
+    while (static_cast<int64_t>(mine.size()) < kLimit && steady_clock::now() - killed < kTtl * 4) {
       auto a = cap.Acquire("tenant:1");
       ASSERT_TRUE(a.ok()) << a.status().ToString();
       if (a->acquired) {

@@ -204,7 +204,8 @@ TEST(LeaseRedis, AReleasedLeaseNeverComesBackAndALateHeartbeatNeverMovesTimeBack
     (hb.ok() ? heartbeat_ok : heartbeat_gone)++;
     (void)lease.Release();
   }
-  std::cout << "heartbeat before release: " << heartbeat_ok << ", after: " << heartbeat_gone << "\n";
+  std::cout << "heartbeat before release: " << heartbeat_ok << ", after: " << heartbeat_gone
+            << "\n";
   const std::string key = *cap.KeyFor("id");
   EXPECT_EQ(server.Command({"ZCARD", key}).integer, 0) << "a released lease came back";
 
@@ -237,10 +238,12 @@ TEST(LeaseRedis, APausedHolderLearnsItsLeaseWasLostWhenItResumes) {
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(report[0]);
-    auto client = Client::Create({.url = server.url(), .prefix = "lt", .deadline = milliseconds(200)});
+    auto client =
+        Client::Create({.url = server.url(), .prefix = "lt", .deadline = milliseconds(200)});
     if (!client.ok()) ::_exit(3);
     auto cap = *(*client)->MakeConcurrencyLimiter(
-        "paused", {.limit = 1, .lease_ttl = milliseconds(400), .heartbeat_interval = milliseconds(50)});
+        "paused",
+        {.limit = 1, .lease_ttl = milliseconds(400), .heartbeat_interval = milliseconds(50)});
     std::atomic<int> lost_calls{0};
     auto a = cap.Acquire("job", {.on_lost = [&](LeaseLoss) { ++lost_calls; }});
     if (!a.ok() || !a->acquired) ::_exit(4);
@@ -283,8 +286,8 @@ TEST(LeaseRedis, ARedisRestartWithoutItsDataTakesTheLeasesAndTheHoldersLearnIt) 
       "restart", {.limit = 2, .lease_ttl = seconds(20), .heartbeat_interval = milliseconds(50)});
   std::atomic<int> lost{0};
   auto a = cap.Acquire("job", {.on_lost = [&](LeaseLoss why) {
-    if (why == LeaseLoss::kGone) ++lost;
-  }});
+                         if (why == LeaseLoss::kGone) ++lost;
+                       }});
   ASSERT_TRUE(a->acquired);
   // A short silence (data kept): the lease survives.
   server.Pause();
@@ -336,17 +339,20 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   auto other = cap.Acquire("acct:8");
   ASSERT_TRUE(other->acquired);
   // A stale member (holder died, not pruned yet) is removed but not counted.
-  server.Command({"ZADD", *cap.KeyFor("acct:7"), std::to_string(RedisNowMs(server) - 10), "1:stale"});
+  server.Command(
+      {"ZADD", *cap.KeyFor("acct:7"), std::to_string(RedisNowMs(server) - 10), "1:stale"});
 
   const std::string log = dir.File("audit.jsonl");
-  EXPECT_EQ(ReleaseAll(cap, "acct:7", {.actor = "", .reason = "x"}, {.log_path = log}).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(ReleaseAll(cap, "acct:7", {.actor = "ana", .reason = ""}, {.log_path = log}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ReleaseAll(cap, "acct:7", {.actor = "", .reason = "x"}, {.log_path = log}).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ReleaseAll(cap, "acct:7", {.actor = "ana", .reason = ""}, {.log_path = log}).status().code(),
+      StatusCode::kInvalidArgument);
   EXPECT_FALSE(std::filesystem::exists(log));
 
   auto r = ReleaseAll(cap, "acct:7", {.actor = "ana@oncall", .reason = "INC-77 \"stuck\" streams"},
-                          {.log_path = log, .stream = true});
+                      {.log_path = log, .stream = true});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->released, 3);
   EXPECT_TRUE(r->stream_error.empty()) << r->stream_error;
@@ -378,7 +384,7 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   EXPECT_EQ(Lines(log).size(), 2u);
   server.Kill();
   auto failed = ReleaseAll(cap, "acct:8", {.actor = "ana", .reason = "down"}, {.log_path = log},
-                               milliseconds(300));
+                           milliseconds(300));
   EXPECT_FALSE(failed.ok());
   ASSERT_EQ(Lines(log).size(), 3u);
   auto failed_record = nlohmann::json::parse(Lines(log)[2]);
@@ -387,18 +393,21 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   server.Start();
   // A log that cannot be opened stops the action before the store.
   auto no_log = ReleaseAll(cap, "acct:8", {.actor = "ana", .reason = "x"},
-                               {.log_path = dir.File("missing-dir/audit.jsonl")});
+                           {.log_path = dir.File("missing-dir/audit.jsonl")});
   EXPECT_EQ(no_log.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
 }
 
 TEST(LeaseRedis, FailurePoliciesAnswerAcquiresWhileRedisIsSilent) {
   testing::RedisServer server;
-  auto client = Connect(server, {.deadline = milliseconds(30), .servers = 2,
-                                 .breaker_cool_down = milliseconds(200)});
-  auto open = *client->MakeConcurrencyLimiter("o", {.limit = 4, .on_failure = FailurePolicy::kOpen});
-  auto closed = *client->MakeConcurrencyLimiter("c", {.limit = 4, .on_failure = FailurePolicy::kClosed});
-  auto local = *client->MakeConcurrencyLimiter("l", {.limit = 4, .on_failure = FailurePolicy::kLocal});
+  auto client = Connect(
+      server, {.deadline = milliseconds(30), .servers = 2, .breaker_cool_down = milliseconds(200)});
+  auto open =
+      *client->MakeConcurrencyLimiter("o", {.limit = 4, .on_failure = FailurePolicy::kOpen});
+  auto closed =
+      *client->MakeConcurrencyLimiter("c", {.limit = 4, .on_failure = FailurePolicy::kClosed});
+  auto local =
+      *client->MakeConcurrencyLimiter("l", {.limit = 4, .on_failure = FailurePolicy::kLocal});
   server.Pause();
   auto o = open.Acquire("id");
   ASSERT_TRUE(o.ok());
@@ -591,7 +600,8 @@ TEST(LeaseRedis, MetricsShowTheLiveLeasesPerIdAndTheMinutesHighest) {
   // 4 unless the clock minute turned between the acquires.
   EXPECT_GE(value("sluice_leases_live_max_1m"), 2);
   const std::string text = FormatPrometheus(client->Metrics());
-  EXPECT_NE(text.find("sluice_leases_held{limiter=\"g\",id=\"u1\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("sluice_leases_held{limiter=\"g\",id=\"u1\"} 2\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("# TYPE sluice_breaker_state gauge"), std::string::npos);
 }
 

@@ -27,8 +27,7 @@ constexpr char kPrefix[] = "plantest";
 constexpr int64_t kT0 = 1'700'000'000'040;  // not on a minute: aligned windows matter
 
 constexpr Algorithm kAll[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindow,
-                              Algorithm::kSlidingLog, Algorithm::kTokenBucket,
-                              Algorithm::kGcra};
+                              Algorithm::kSlidingLog, Algorithm::kTokenBucket, Algorithm::kGcra};
 
 class PlanChangeRedis : public ::testing::Test {
  protected:
@@ -133,8 +132,8 @@ TEST_F(PlanChangeRedis, ADowngradeCostsAtMostOneRefillOfTheNewBucket) {
 TEST_F(PlanChangeRedis, AForeignValueOfAnyTypeIsReplaced) {
   auto client = Connect();
   const std::vector<std::vector<std::string>> writers = {
-      {"SET", "", "not sluice's"},      {"HSET", "", "f", "v"}, {"RPUSH", "", "a", "b"},
-      {"SADD", "", "a"},                {"ZADD", "", "1", "a"}, {"XADD", "", "*", "f", "v"},
+      {"SET", "", "not sluice's"}, {"HSET", "", "f", "v"}, {"RPUSH", "", "a", "b"},
+      {"SADD", "", "a"},           {"ZADD", "", "1", "a"}, {"XADD", "", "*", "f", "v"},
   };
   const char* ops[] = {"check", "peek", "refund", "reset"};
   for (Algorithm algorithm : kAll) {
@@ -206,8 +205,8 @@ TEST_F(PlanChangeRedis, LeaseOperationsReplaceAForeignValue) {
 
   replace();
   const std::string log = ::testing::TempDir() + "/plan_change_release.log";
-  auto released = ReleaseAll(streams, "user", {.actor = "test", .reason = "foreign value"},
-                                     {.log_path = log});
+  auto released =
+      ReleaseAll(streams, "user", {.actor = "test", .reason = "foreign value"}, {.log_path = log});
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(released->released, 0);
   EXPECT_EQ(server_.Command({"EXISTS", key}).integer, 0);

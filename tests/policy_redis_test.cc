@@ -58,7 +58,8 @@ TEST(PolicyRedis, AClientConnectingInTheBackgroundStartsWhileRedisIsDownAndServe
   testing::RedisServer server;
   server.Kill();  // its port stays reserved for Start() below
   const auto t0 = steady_clock::now();
-  auto client = Client::Create({.url = server.url(), .deadline = milliseconds(25),
+  auto client = Client::Create({.url = server.url(),
+                                .deadline = milliseconds(25),
                                 .connect_timeout = milliseconds(200),
                                 .connect_in_background = true,
                                 .reconnect_max_backoff = milliseconds(100)});
@@ -79,10 +80,12 @@ TEST(PolicyRedis, AClientConnectingInTheBackgroundStartsWhileRedisIsDownAndServe
   server.Start();
   ASSERT_TRUE(Eventually([&] { return (*client)->Health().connected; }, seconds(10)));
   // Decisions come from Redis once the breaker lets a probe through.
-  ASSERT_TRUE(Eventually([&] {
-    auto d = three.closed.Check("up");
-    return d.ok() && d->allowed && d->source == DecisionSource::kStore;
-  }, seconds(10)));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto d = three.closed.Check("up");
+        return d.ok() && d->allowed && d->source == DecisionSource::kStore;
+      },
+      seconds(10)));
   auto d = plain->Check("up");
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->source, DecisionSource::kStore);
@@ -99,7 +102,8 @@ TEST(PolicyRedis, WithoutBackgroundConnectingAnUnreachableRedisFailsCreate) {
 
 TEST(PolicyRedis, EachPolicyAnswersWithinItsDeadlineWhileRedisIsSilentOrDead) {
   testing::RedisServer server;
-  auto client = *Client::Create({.url = server.url(), .deadline = milliseconds(25),
+  auto client = *Client::Create({.url = server.url(),
+                                 .deadline = milliseconds(25),
                                  .reconnect_max_backoff = milliseconds(100),
                                  .breaker_cool_down = milliseconds(200)});
   Three three = MakeThree(*client);
@@ -117,10 +121,13 @@ TEST(PolicyRedis, EachPolicyAnswersWithinItsDeadlineWhileRedisIsSilentOrDead) {
   server.Kill();  // dead: connection refused, reconnect attempts with backoff
   ExpectPolicies(three, "b");
   server.Start();  // back, empty
-  ASSERT_TRUE(Eventually([&] {
-    auto d = three.closed.Check("after", {.deadline = seconds(1)});
-    return d.ok() && d->source == DecisionSource::kStore;
-  }, milliseconds(8000))) << "decisions did not come from Redis again after it returned";
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto d = three.closed.Check("after", {.deadline = seconds(1)});
+        return d.ok() && d->source == DecisionSource::kStore;
+      },
+      milliseconds(8000)))
+      << "decisions did not come from Redis again after it returned";
   EXPECT_EQ(client->Health().breaker, "closed");
   EXPECT_EQ(three.open.Check("after")->source, DecisionSource::kStore);
   EXPECT_EQ(three.local.Check("after")->source, DecisionSource::kStore);
@@ -128,8 +135,10 @@ TEST(PolicyRedis, EachPolicyAnswersWithinItsDeadlineWhileRedisIsSilentOrDead) {
 
 TEST(PolicyRedis, OpenBreakerSendsNoCommands) {
   testing::RedisServer server;
-  auto client = *Client::Create({.url = server.url(), .deadline = milliseconds(20),
-                                 .on_failure = FailurePolicy::kClosed, .breaker_failures = 3,
+  auto client = *Client::Create({.url = server.url(),
+                                 .deadline = milliseconds(20),
+                                 .on_failure = FailurePolicy::kClosed,
+                                 .breaker_failures = 3,
                                  .breaker_cool_down = seconds(30)});
   auto limiter = *client->MakeLimiter("b", {.limit = 100, .window = seconds(60)});
   ASSERT_EQ(limiter.Check("x", {.deadline = seconds(2)})->source, DecisionSource::kStore);
@@ -242,8 +251,8 @@ TEST(CompositeRedis, TenantFairnessAndAllOrNothingOnRedis) {
   };
   EXPECT_EQ(send("north", 200, 1), 40);
   EXPECT_EQ(send("south", 30, 1), 30);
-  EXPECT_EQ(send("east", 15, 2), 15);  // global: 40 + 30 + 30 = 100, full
-  EXPECT_EQ(send("west", 1, 1), 0);    // refused by the global limit...
+  EXPECT_EQ(send("east", 15, 2), 15);             // global: 40 + 30 + 30 = 100, full
+  EXPECT_EQ(send("west", 1, 1), 0);               // refused by the global limit...
   EXPECT_EQ(tenant.Peek("west")->remaining, 40);  // ...and refunded at the tenant
   EXPECT_EQ(global.Peek("all")->remaining, 0);
   EXPECT_EQ(server.KeysWithoutTtl("comp:*"), std::vector<std::string>{});

@@ -435,9 +435,8 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
 
 int64_t RunProcesses(const RedisServer& server, int processes, int threads, int calls,
                      int64_t limit, bool random_cost) {
-  return testing::SumOverChildren(processes, [&] {
-    return Hammer(server.url(), threads, calls, limit, random_cost);
-  });
+  return testing::SumOverChildren(
+      processes, [&] { return Hammer(server.url(), threads, calls, limit, random_cost); });
 }
 
 TEST_F(SlidingLogRedis, ProcessesTimesThreadsAdmitExactlyTheLimit) {

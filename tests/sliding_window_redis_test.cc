@@ -356,9 +356,8 @@ int64_t Hammer(const std::string& url, milliseconds window, int threads, int cal
 
 int64_t RunProcesses(const RedisServer& server, milliseconds window, int processes, int threads,
                      int calls, int64_t limit, bool random_cost) {
-  return testing::SumOverChildren(processes, [&] {
-    return Hammer(server.url(), window, threads, calls, limit, random_cost);
-  });
+  return testing::SumOverChildren(
+      processes, [&] { return Hammer(server.url(), window, threads, calls, limit, random_cost); });
 }
 
 TEST_F(SlidingWindowRedis, ProcessesTimesThreadsAdmitExactlyTheLimit) {

@@ -57,8 +57,8 @@ int64_t UsedOf(const std::string& value) {
 }
 
 Limit Bucket(int64_t capacity, int64_t refill, milliseconds window) {
-  return {.algorithm = Algorithm::kTokenBucket, .limit = capacity, .window = window,
-          .refill = refill};
+  return {
+      .algorithm = Algorithm::kTokenBucket, .limit = capacity, .window = window, .refill = refill};
 }
 
 class TokenBucketRedis : public ::testing::Test {
@@ -287,10 +287,12 @@ TEST_F(TokenBucketRedis, PlanChangeAppliesOnTheNextCallWithoutReset) {
 // Exactness under contention
 
 // In a child process: `threads` threads each make `calls` checks; returns admitted cost.
-int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity,
-               bool mixed_costs) {
-  auto client = Client::Create({.url = url, .prefix = kPrefix, .deadline = milliseconds(5000),
-                                .on_failure = FailurePolicy::kClosed, .denial_cache_size = 0});
+int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity, bool mixed_costs) {
+  auto client = Client::Create({.url = url,
+                                .prefix = kPrefix,
+                                .deadline = milliseconds(5000),
+                                .on_failure = FailurePolicy::kClosed,
+                                .denial_cache_size = 0});
   if (!client.ok()) return -1;
   // One token back per 366 days: nothing refills while the test runs.
   auto limiter = *(*client)->MakeLimiter("hot", Bucket(capacity, 1, kMaxWindow));
@@ -315,9 +317,8 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity,
 
 int64_t RunProcesses(const RedisServer& server, int processes, int threads, int calls,
                      int64_t capacity, bool mixed_costs) {
-  return testing::SumOverChildren(processes, [&] {
-    return Hammer(server.url(), threads, calls, capacity, mixed_costs);
-  });
+  return testing::SumOverChildren(
+      processes, [&] { return Hammer(server.url(), threads, calls, capacity, mixed_costs); });
 }
 
 TEST_F(TokenBucketRedis, ProcessesTimesThreadsAdmitExactlyTheCapacity) {

@@ -82,7 +82,6 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
                                       const AdminAction& action, const AuditOptions& audit,
                                       std::chrono::milliseconds deadline = std::chrono::seconds(2));
 
-
 struct AdminOptions {
   // Where the state lives: a redis:// or unix:// URL as in ClientOptions::url (the
   // embedded memory:// store has nothing to administer). Default: "redis://127.0.0.1:6379".
@@ -109,9 +108,9 @@ std::string_view KeyTypeName(KeyType type);
 // stream of operators' actions, `<prefix>:audit` (suffix "audit", limiter and ids empty).
 struct KeyName {
   std::string limiter;
-  std::string encoded_id;          // as written in the key (see README, Keys)
-  std::optional<std::string> id;   // decoded; nullopt for a hashed id (`#` + SHA-256)
-  std::string suffix;              // fw, sw, sl, tb, gcra, cc or audit
+  std::string encoded_id;         // as written in the key (see README, Keys)
+  std::optional<std::string> id;  // decoded; nullopt for a hashed id (`#` + SHA-256)
+  std::string suffix;             // fw, sw, sl, tb, gcra, cc or audit
 };
 
 // Parses `key` under `prefix`. nullopt when it is not of sluice's layout: another
@@ -158,9 +157,9 @@ struct ScannedKey {
 
 struct ScanBatch {
   std::vector<ScannedKey> keys;
-  int64_t now_ms = 0;      // the Redis clock (TIME) when the batch was scanned
-  int64_t scanned = 0;     // keys returned by SCAN so far, this batch and repeats included
-  int64_t repeats = 0;     // with ScanOptions::distinct: keys dropped so far as repeats
+  int64_t now_ms = 0;   // the Redis clock (TIME) when the batch was scanned
+  int64_t scanned = 0;  // keys returned by SCAN so far, this batch and repeats included
+  int64_t repeats = 0;  // with ScanOptions::distinct: keys dropped so far as repeats
   // Where SCAN stands after this batch: pass it as ScanOptions::cursor to go on from
   // here (a scan stopped by on_batch loses nothing; some keys may come again). "0" once
   // the scan has walked the whole keyspace.
@@ -190,13 +189,12 @@ struct StateField {
   int64_t value = 0;
 };
 
-
 // One key read and decoded by ReadKeys.
 struct KeyState {
   std::string key;
   std::optional<KeyName> name;  // nullopt: foreign (or missing)
   KeyType type = KeyType::kNone;
-  int64_t ttl_ms = -2;           // as ScannedKey::ttl_ms
+  int64_t ttl_ms = -2;  // as ScannedKey::ttl_ms
   // Empty when the value decoded; otherwise why it is not sluice's (a script that reads
   // it would delete it).
   std::string problem;
@@ -231,9 +229,9 @@ struct IdState {
 
 // What ExpireIfNone did.
 struct ExpireResult {
-  int64_t set = 0;        // keys that had no expiry and got one
-  int64_t had_ttl = 0;    // keys that already had one (left alone)
-  int64_t missing = 0;    // keys that no longer existed
+  int64_t set = 0;      // keys that had no expiry and got one
+  int64_t had_ttl = 0;  // keys that already had one (left alone)
+  int64_t missing = 0;  // keys that no longer existed
   // Keys that held another Redis type than sluice stores under their suffix (replaced by
   // another application since they were scanned): left alone.
   int64_t foreign = 0;

@@ -13,7 +13,7 @@
 // Thread-safety: as Limiter.
 #pragma once
 
-#include <utility>  // before Boost: Asio 1.74 under g++ 12 needs std::exchange declared
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <memory>
 #include <string>
@@ -66,9 +66,8 @@ auto AsyncAcquire(const ConcurrencyLimiter& limiter, std::string_view id,
         on.AcquireAsync(for_id, with, [shared, work](StatusOr<Acquisition> result) mutable {
           // The Acquisition holds a move-only Lease: carried to the handler by pointer.
           auto carried = std::make_shared<StatusOr<Acquisition>>(std::move(result));
-          boost::asio::post(work.get_executor(), [shared, carried]() mutable {
-            (*shared)(std::move(*carried));
-          });
+          boost::asio::post(work.get_executor(),
+                            [shared, carried]() mutable { (*shared)(std::move(*carried)); });
           work.reset();
         });
       },

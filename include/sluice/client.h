@@ -153,11 +153,11 @@ struct LimiterOptions {
 
 // The client's view of its store, for status pages and health checks.
 struct StoreHealth {
-  bool connected = true;            // the store takes calls now (Store connection up)
-  std::string breaker;              // "closed", "open" or "half_open"
+  bool connected = true;  // the store takes calls now (Store connection up)
+  std::string breaker;    // "closed", "open" or "half_open"
   int64_t consecutive_failures = 0;
-  int64_t breaker_opens = 0;        // times the breaker opened since Create
-  int64_t short_circuited = 0;      // checks answered by their policy without a store call
+  int64_t breaker_opens = 0;              // times the breaker opened since Create
+  int64_t short_circuited = 0;            // checks answered by their policy without a store call
   std::chrono::milliseconds probe_in{0};  // open: until the next probe
 };
 
@@ -184,7 +184,7 @@ class Limiter;
 struct LimitCheck;
 struct CompositeDecision;
 StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
-                                     const CheckOptions& options);
+                                           const CheckOptions& options);
 
 class Limiter {
  public:
@@ -236,11 +236,12 @@ class Limiter {
   // The store call for `op` on `id`, or InvalidArgument for bad input.
   Status MakeCall(internal::Op op, std::string_view id, const CheckOptions& options,
                   internal::CheckCall& call) const;
-  StatusOr<Decision> ExecuteSync(internal::Op op, std::string_view id, const CheckOptions& options) const;
+  StatusOr<Decision> ExecuteSync(internal::Op op, std::string_view id,
+                                 const CheckOptions& options) const;
 
   friend class Client;
   friend StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
-                                              const CheckOptions& options);
+                                                    const CheckOptions& options);
   Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
           LimiterOptions options);
 
@@ -295,7 +296,7 @@ struct CompositeDecision {
 // Refused: `decided_by` is the first limit in order that refused. `options.limit` is
 // ignored (each limiter's own limit applies). Errors: those of Limiter::Check.
 StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
-                                     const CheckOptions& options = {});
+                                           const CheckOptions& options = {});
 
 class Client {
   friend class internal::ClientFactory;
@@ -338,8 +339,8 @@ class Client {
   // The store server's INFO text for `section` ("server", "commandstats", "cpu", …), for
   // operators' tools and benchmarks. FailedPrecondition for the embedded store; the
   // errors of Check otherwise. Blocks up to `deadline`.
-  StatusOr<std::string> ServerInfo(std::string_view section,
-                                   std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
+  StatusOr<std::string> ServerInfo(
+      std::string_view section, std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
 
  private:
   explicit Client(std::shared_ptr<internal::ClientCore> core) : core_(std::move(core)) {}

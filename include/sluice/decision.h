@@ -18,11 +18,11 @@ namespace sluice {
 
 // Where a decision came from.
 enum class DecisionSource {
-  kStore,           // the shared store (Redis, or the embedded memory store) decided
-  kLocalFallback,   // the store could not answer; a local limiter decided
-  kFailOpen,        // the store could not answer; the limit's policy admitted
-  kFailClosed,      // the store could not answer; the limit's policy refused
-  kCachedDenial,    // an earlier refusal of this id was still in force; no store call
+  kStore,          // the shared store (Redis, or the embedded memory store) decided
+  kLocalFallback,  // the store could not answer; a local limiter decided
+  kFailOpen,       // the store could not answer; the limit's policy admitted
+  kFailClosed,     // the store could not answer; the limit's policy refused
+  kCachedDenial,   // an earlier refusal of this id was still in force; no store call
 };
 
 std::string_view DecisionSourceName(DecisionSource source);
@@ -30,9 +30,9 @@ std::string_view DecisionSourceName(DecisionSource source);
 // Why a request was refused (kNone when admitted).
 enum class RefusalReason {
   kNone,
-  kOverLimit,        // the budget of the current window/bucket is spent
-  kCostExceedsLimit, // the request's cost is larger than the limit: it can never pass
-  kStoreUnavailable, // the store could not answer and the limit's policy is `closed`
+  kOverLimit,         // the budget of the current window/bucket is spent
+  kCostExceedsLimit,  // the request's cost is larger than the limit: it can never pass
+  kStoreUnavailable,  // the store could not answer and the limit's policy is `closed`
 };
 
 std::string_view RefusalReasonName(RefusalReason reason);

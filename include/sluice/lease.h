@@ -75,10 +75,10 @@ struct ConcurrencyOptions {
 // Why a lease stopped being held by its owner.
 enum class LeaseLoss {
   kNone,
-  kGone,      // the store no longer has it: expired and pruned, released by an operator,
-              // or lost with the store's data (a restart without persistence)
-  kExpired,   // no heartbeat was confirmed within lease_ttl (store down, process paused):
-              // the store has let it expire, or will at any moment
+  kGone,     // the store no longer has it: expired and pruned, released by an operator,
+             // or lost with the store's data (a restart without persistence)
+  kExpired,  // no heartbeat was confirmed within lease_ttl (store down, process paused):
+             // the store has let it expire, or will at any moment
 };
 
 std::string_view LeaseLossName(LeaseLoss loss);
@@ -169,7 +169,7 @@ struct AcquireOptions {
 
 // One live lease, as an operator sees it.
 struct LeaseInfo {
-  std::string id;            // "<acquired at ms>:<token>"
+  std::string id;  // "<acquired at ms>:<token>"
   int64_t acquired_at_ms = 0;
   int64_t expires_at_ms = 0;  // store clock
 };
@@ -185,8 +185,8 @@ class ConcurrencyLimiter {
 
   // The live leases of `id`, soonest to expire first. Store errors are returned.
   // (Operators release them all with sluice::ReleaseAll, sluice/admin.h.)
-  StatusOr<std::vector<LeaseInfo>> List(std::string_view id,
-                                        std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
+  StatusOr<std::vector<LeaseInfo>> List(
+      std::string_view id, std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
 
   const std::string& name() const { return name_; }
   const ConcurrencyOptions& options() const { return options_; }
@@ -195,8 +195,9 @@ class ConcurrencyLimiter {
 
  private:
   friend class Client;
-  friend StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::string_view id,
-                                               const AdminAction& action, const AuditOptions& audit,
+  friend StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter,
+                                               std::string_view id, const AdminAction& action,
+                                               const AuditOptions& audit,
                                                std::chrono::milliseconds deadline);
   ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> core, std::string name,
                      ConcurrencyOptions options);

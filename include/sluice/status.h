@@ -74,7 +74,7 @@ Status InternalError(std::string message);
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   StatusOr(Status status) : status_(std::move(status)) {  // NOLINT
     assert(!status_.ok() && "StatusOr needs a value or a non-OK status");
     if (status_.ok()) status_ = InternalError("StatusOr built from an OK status");

@@ -51,7 +51,9 @@ struct Admin::Impl {
 Admin::Admin(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Admin::~Admin() = default;
 
-const AdminOptions& Admin::options() const { return impl_->options; }
+const AdminOptions& Admin::options() const {
+  return impl_->options;
+}
 
 StatusOr<std::unique_ptr<Admin>> Admin::Connect(AdminOptions options) {
   if (Status s = internal::ValidateName("prefix", options.prefix); !s.ok()) return s;
@@ -105,7 +107,8 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
     pattern = internal::KeyHead(impl_->options.prefix, scan.limiter) + "*";
   }
   if (scan.cursor.empty() || scan.cursor.size() > 20 ||
-      !std::all_of(scan.cursor.begin(), scan.cursor.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      !std::all_of(scan.cursor.begin(), scan.cursor.end(),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
     return InvalidArgumentError("a scan cursor is a decimal number (ScanBatch::cursor), got \"" +
                                 scan.cursor + "\"");
   }
@@ -116,9 +119,9 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
   const size_t base_count = impl_->options.scan_count;
   size_t count = base_count;
   auto scan_round = [&](const std::string& cursor) {
-    return impl_->redis->ExecAsync({internal::FormatCommand({"SCAN", cursor, "MATCH", pattern, "COUNT",
-                                                      std::to_string(count)}),
-                             internal::FormatCommand({"TIME"})});
+    return impl_->redis->ExecAsync({internal::FormatCommand({"SCAN", cursor, "MATCH", pattern,
+                                                             "COUNT", std::to_string(count)}),
+                                    internal::FormatCommand({"TIME"})});
   };
   // Redis is the bound (SCAN, TYPE and PTTL cost it ~3 us per key), so it is never left
   // idle: the next SCAN is sent as soon as the last one is answered, and up to kDepth
@@ -127,7 +130,7 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
   struct InFlight {
     std::vector<std::string> keys;
     int64_t now_ms = 0;
-    std::string cursor;  // SCAN's cursor after this batch
+    std::string cursor;                // SCAN's cursor after this batch
     int64_t scanned = 0, repeats = 0;  // so far, this batch included
     std::future<internal::BlockingClient::Replies> details;
   };
@@ -135,7 +138,8 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
   // A round trip that misses its deadline is sent again (kAttempts in all): SCAN from a
   // cursor and the read-only batch script give the same answer twice.
   constexpr int kAttempts = 3;
-  const auto retried = [&](std::future<internal::BlockingClient::Replies> first, const auto& resend) {
+  const auto retried = [&](std::future<internal::BlockingClient::Replies> first,
+                           const auto& resend) {
     auto replies = impl_->redis->Checked(first.get());
     for (int attempt = 1; attempt < kAttempts && !replies.ok() &&
                           replies.status().code() == StatusCode::kDeadlineExceeded;
@@ -223,8 +227,8 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
     ScanBatch batch;
     batch.now_ms = f.now_ms;
     batch.cursor = std::move(f.cursor);
-    static constexpr KeyType kTypes[] = {KeyType::kNone, KeyType::kString, KeyType::kList,
-                                         KeyType::kSet,  KeyType::kZset,   KeyType::kHash,
+    static constexpr KeyType kTypes[] = {KeyType::kNone,   KeyType::kString, KeyType::kList,
+                                         KeyType::kSet,    KeyType::kZset,   KeyType::kHash,
                                          KeyType::kStream, KeyType::kOther};
     batch.keys.resize(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -358,7 +362,8 @@ StatusOr<IdState> Admin::Inspect(std::string_view limiter, std::string_view id) 
   state.id = std::string(id);
   state.encoded_id = internal::EncodeId(id);
   std::vector<std::string> keys;
-  const std::string head = internal::KeyHead(impl_->options.prefix, limiter) + state.encoded_id + "}:";
+  const std::string head =
+      internal::KeyHead(impl_->options.prefix, limiter) + state.encoded_id + "}:";
   for (std::string_view suffix : internal::kKeySuffixes) keys.push_back(head + std::string(suffix));
   auto now = NowMs();
   if (!now.ok()) return now.status();
@@ -375,8 +380,9 @@ StatusOr<ExpireResult> Admin::ExpireIfNone(
     std::span<const std::pair<std::string, std::chrono::seconds>> keys) {
   for (const auto& [key, ttl] : keys) {
     if (!ParseKeyName(impl_->options.prefix, key)) {
-      return InvalidArgumentError("refusing to touch \"" + key + "\": not a sluice key under prefix \"" +
-                                  impl_->options.prefix + "\"");
+      return InvalidArgumentError("refusing to touch \"" + key +
+                                  "\": not a sluice key under prefix \"" + impl_->options.prefix +
+                                  "\"");
     }
     if (ttl.count() < 1) {
       return InvalidArgumentError("ttl for \"" + key + "\" must be >= 1 s, got " +
@@ -408,7 +414,8 @@ StatusOr<ExpireResult> Admin::ExpireIfNone(
     while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
            call.attempt < kAttempts) {
       ++call.attempt;
-      replies = impl_->redis->Checked(impl_->redis->EvalAsync(kExpireBatch, call.keys, call.args).get());
+      replies =
+          impl_->redis->Checked(impl_->redis->EvalAsync(kExpireBatch, call.keys, call.args).get());
     }
     if (!replies.ok()) {
       if (failure.ok()) failure = replies.status();

@@ -73,22 +73,22 @@ TEST(ParseKeyName, AcceptsEveryKeySluiceWritesAndDecodesTheId) {
 
 TEST(ParseKeyName, RejectsWhatSluiceNeverWrites) {
   for (const char* key : {
-           "sluice:session:abc",             // no hash tag
-           "other:{signin:a}:fw",            // another prefix
-           "sluicex:{signin:a}:fw",          // a longer prefix
-           "sluice:{signin:a}:fwx",          // unknown suffix
-           "sluice:{signin:a}:",             // no suffix
-           "sluice:{signin:a}",              // no suffix
-           "sluice:{sign in:a}:fw",          // limiter name with a space
-           "sluice:{:a}:fw",                 // empty limiter
-           "sluice:{signin:}:fw",            // empty id
-           "sluice:{signin:a%zz}:fw",        // bad escape
-           "sluice:{signin:a%41}:fw",        // escape of a byte never escaped ('A')
-           "sluice:{signin:a%7b}:fw",        // lower-case hex: not EncodeId's
-           "sluice:{signin:a%2}:fw",         // truncated escape
-           "sluice:{signin:a b}:fw",         // raw space
-           "sluice:{signin:#abc}:fw",        // short hash
-           "sluice:{signin:a}:fw:extra",     // trailing part
+           "sluice:session:abc",          // no hash tag
+           "other:{signin:a}:fw",         // another prefix
+           "sluicex:{signin:a}:fw",       // a longer prefix
+           "sluice:{signin:a}:fwx",       // unknown suffix
+           "sluice:{signin:a}:",          // no suffix
+           "sluice:{signin:a}",           // no suffix
+           "sluice:{sign in:a}:fw",       // limiter name with a space
+           "sluice:{:a}:fw",              // empty limiter
+           "sluice:{signin:}:fw",         // empty id
+           "sluice:{signin:a%zz}:fw",     // bad escape
+           "sluice:{signin:a%41}:fw",     // escape of a byte never escaped ('A')
+           "sluice:{signin:a%7b}:fw",     // lower-case hex: not EncodeId's
+           "sluice:{signin:a%2}:fw",      // truncated escape
+           "sluice:{signin:a b}:fw",      // raw space
+           "sluice:{signin:#abc}:fw",     // short hash
+           "sluice:{signin:a}:fw:extra",  // trailing part
        }) {
     EXPECT_FALSE(ParseKeyName("sluice", key).has_value()) << key;
   }

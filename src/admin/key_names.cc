@@ -11,7 +11,9 @@
 namespace sluice {
 namespace {
 
-bool IsLimiterByte(char c) { return internal::IsNameByte(static_cast<unsigned char>(c)); }
+bool IsLimiterByte(char c) {
+  return internal::IsNameByte(static_cast<unsigned char>(c));
+}
 
 }  // namespace
 
@@ -67,8 +69,7 @@ std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view ke
   if (!std::all_of(name.limiter.begin(), name.limiter.end(), IsLimiterByte)) return std::nullopt;
   rest = rest.substr(colon + 1);
   const size_t close = rest.find('}');
-  if (close == std::string_view::npos || rest.substr(close).size() < 3 ||
-      rest[close + 1] != ':') {
+  if (close == std::string_view::npos || rest.substr(close).size() < 3 || rest[close + 1] != ':') {
     return std::nullopt;
   }
   name.encoded_id = std::string(rest.substr(0, close));

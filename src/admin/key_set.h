@@ -3,9 +3,9 @@
 // once over millions of keys must not cost a copy of every key.
 //
 // It holds 64-bit hashes of keys in one open-addressing table (linear probing, at most
-// three quarters full): 8 bytes a slot, 11–22 bytes a key (16 MiB for a million keys). Two distinct keys share a hash with
-// probability about n²/2⁶⁵ for n keys (under 10⁻⁶ for 6 million): the second would be
-// taken for a repeat.
+// three quarters full): 8 bytes a slot, 11–22 bytes a key (16 MiB for a million keys). Two distinct
+// keys share a hash with probability about n²/2⁶⁵ for n keys (under 10⁻⁶ for 6 million): the second
+// would be taken for a repeat.
 //
 // Thread-safety: none (one scan, one thread).
 #pragma once

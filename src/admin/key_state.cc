@@ -82,8 +82,9 @@ void DescribeTokenBucket(std::string_view v, int64_t now, KeyState& s) {
 void DescribeGcra(std::string_view v, int64_t now, KeyState& s) {
   const auto state = DecodeGcraValue(v);
   if (!state) {
-    s.problem = "value is not 32 bytes (TAT, fraction, refill, window), 16 bytes (TAT, "
-                "fraction) or a decimal TAT";
+    s.problem =
+        "value is not 32 bytes (TAT, fraction, refill, window), 16 bytes (TAT, "
+        "fraction) or a decimal TAT";
     return;
   }
   const int64_t full_at = state->tat_ms + (state->tat_fraction > 0 ? 1 : 0);

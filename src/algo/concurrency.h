@@ -34,10 +34,10 @@ struct LeaseRow {
 };
 
 struct LeaseReply {
-  int code = 0;             // acquire: 1 granted, 0 refused; heartbeat: 1 live, 0 gone
-  int64_t count = 0;        // acquire: live leases (after granting); release all: removed
-  int64_t now_ms = 0;       // the store's clock when it decided
-  int64_t expires_at_ms = 0;  // granted/heartbeat: the lease's expiry; refused: earliest
+  int code = 0;                // acquire: 1 granted, 0 refused; heartbeat: 1 live, 0 gone
+  int64_t count = 0;           // acquire: live leases (after granting); release all: removed
+  int64_t now_ms = 0;          // the store's clock when it decided
+  int64_t expires_at_ms = 0;   // granted/heartbeat: the lease's expiry; refused: earliest
   std::vector<LeaseRow> rows;  // list
   bool operator==(const LeaseReply&) const = default;
 };

@@ -19,7 +19,8 @@ constexpr int64_t kT0 = 1'700'000'000'123;  // an arbitrary, unaligned start tim
 std::string Show(const LeaseReply& r) {
   std::string s = "{" + std::to_string(r.code) + ", " + std::to_string(r.count) + ", " +
                   std::to_string(r.now_ms) + ", " + std::to_string(r.expires_at_ms);
-  for (const LeaseRow& row : r.rows) s += ", " + row.member + "@" + std::to_string(row.expires_at_ms);
+  for (const LeaseRow& row : r.rows)
+    s += ", " + row.member + "@" + std::to_string(row.expires_at_ms);
   return s + "}";
 }
 
@@ -40,9 +41,15 @@ LeaseArgs Acquire(std::string token, int64_t limit, int64_t ttl_ms) {
 LeaseArgs Heartbeat(std::string member, int64_t ttl_ms) {
   return {.op = LeaseOp::kHeartbeat, .token = std::move(member), .ttl_ms = ttl_ms};
 }
-LeaseArgs Release(std::string member) { return {.op = LeaseOp::kRelease, .token = std::move(member)}; }
-LeaseArgs ReleaseAll() { return {.op = LeaseOp::kReleaseAll}; }
-LeaseArgs List() { return {.op = LeaseOp::kList}; }
+LeaseArgs Release(std::string member) {
+  return {.op = LeaseOp::kRelease, .token = std::move(member)};
+}
+LeaseArgs ReleaseAll() {
+  return {.op = LeaseOp::kReleaseAll};
+}
+LeaseArgs List() {
+  return {.op = LeaseOp::kList};
+}
 
 LeaseReply Granted(int64_t count, int64_t now, int64_t expires) {
   return {.code = 1, .count = count, .now_ms = now, .expires_at_ms = expires};
@@ -53,7 +60,9 @@ LeaseReply Refused(int64_t count, int64_t now, int64_t earliest) {
 LeaseReply Live(int64_t now, int64_t expires) {
   return {.code = 1, .count = 0, .now_ms = now, .expires_at_ms = expires};
 }
-LeaseReply Gone(int64_t now) { return {.code = 0, .count = 0, .now_ms = now, .expires_at_ms = 0}; }
+LeaseReply Gone(int64_t now) {
+  return {.code = 0, .count = 0, .now_ms = now, .expires_at_ms = 0};
+}
 LeaseReply Done(int64_t count, int64_t now) {
   return {.code = 1, .count = count, .now_ms = now, .expires_at_ms = 0};
 }
@@ -105,7 +114,8 @@ TEST(LeaseStep, LimitOneTakesOneLease) {
   EXPECT_REPLY(LeaseStep(state, Acquire("b", 1, 10), kT0), Refused(1, kT0, kT0 + 10));
   EXPECT_REPLY(LeaseStep(state, Acquire("c", 1, 1), kT0 + 9), Refused(1, kT0 + 9, kT0 + 10));
   EXPECT_REPLY(LeaseStep(state, Acquire("d", 1, 1), kT0 + 10), Granted(1, kT0 + 10, kT0 + 11));
-  EXPECT_EQ(state.members, (std::map<std::string, int64_t>{{LeaseMember(kT0 + 10, "d"), kT0 + 11}}));
+  EXPECT_EQ(state.members,
+            (std::map<std::string, int64_t>{{LeaseMember(kT0 + 10, "d"), kT0 + 11}}));
 }
 
 TEST(LeaseStep, ALeaseIsLiveUntilOneMsBeforeItsExpiry) {
@@ -151,22 +161,26 @@ TEST(LeaseStep, OnlyAcquirePrunes) {
   // Past a and b: list, release-all's count and a heartbeat of another lease skip them
   // but leave them stored.
   const int64_t t = kT0 + 200;
-  EXPECT_REPLY(LeaseStep(state, List(), t),
-               Listed(t, {{LeaseMember(kT0, "c"), kT0 + 1000}, {LeaseMember(kT0 + 1, "d"), kT0 + 2001}}));
+  EXPECT_REPLY(LeaseStep(state, List(), t), Listed(t, {{LeaseMember(kT0, "c"), kT0 + 1000},
+                                                       {LeaseMember(kT0 + 1, "d"), kT0 + 2001}}));
   EXPECT_REPLY(LeaseStep(state, Heartbeat(LeaseMember(kT0, "c"), 10), t), Live(t, kT0 + 1000));
   EXPECT_REPLY(LeaseStep(state, Release("unknown"), t), Done(0, t));
   EXPECT_EQ(state.members.size(), 4u) << Show(state);
 
   // A refused acquire prunes too: 2 live of limit 2, refused, a and b gone from the set.
   EXPECT_REPLY(LeaseStep(state, Acquire("e", 2, 10), t), Refused(2, t, kT0 + 1000));
-  EXPECT_EQ(state.members, (std::map<std::string, int64_t>{{LeaseMember(kT0, "c"), kT0 + 1000},
-                                                           {LeaseMember(kT0 + 1, "d"), kT0 + 2001}}));
+  EXPECT_EQ(state.members,
+            (std::map<std::string, int64_t>{{LeaseMember(kT0, "c"), kT0 + 1000},
+                                            {LeaseMember(kT0 + 1, "d"), kT0 + 2001}}));
   // A granted one prunes c at its expiry and counts only the live.
-  EXPECT_REPLY(LeaseStep(state, Acquire("f", 2, 10), kT0 + 1000), Granted(2, kT0 + 1000, kT0 + 1010));
-  EXPECT_EQ(state.members, (std::map<std::string, int64_t>{{LeaseMember(kT0 + 1, "d"), kT0 + 2001},
-                                                           {LeaseMember(kT0 + 1000, "f"), kT0 + 1010}}));
+  EXPECT_REPLY(LeaseStep(state, Acquire("f", 2, 10), kT0 + 1000),
+               Granted(2, kT0 + 1000, kT0 + 1010));
+  EXPECT_EQ(state.members,
+            (std::map<std::string, int64_t>{{LeaseMember(kT0 + 1, "d"), kT0 + 2001},
+                                            {LeaseMember(kT0 + 1000, "f"), kT0 + 1010}}));
   // Everything expired: the set empties and the grant counts 1.
-  EXPECT_REPLY(LeaseStep(state, Acquire("g", 1, 5), kT0 + 5000), Granted(1, kT0 + 5000, kT0 + 5005));
+  EXPECT_REPLY(LeaseStep(state, Acquire("g", 1, 5), kT0 + 5000),
+               Granted(1, kT0 + 5000, kT0 + 5005));
   EXPECT_EQ(state.members.size(), 1u);
 }
 
@@ -188,7 +202,8 @@ TEST(LeaseStep, HeartbeatMovesTheExpiryOnlyForward) {
   EXPECT_REPLY(LeaseStep(state, Heartbeat(a, 10), kT0 + 2000), Live(kT0 + 2000, kT0 + 2100));
   EXPECT_EQ(state.members.at(a), kT0 + 2100);
   // The extended lease holds its slot past its first expiry.
-  EXPECT_REPLY(LeaseStep(state, Acquire("b", 1, 10), kT0 + 1500), Refused(1, kT0 + 1500, kT0 + 2100));
+  EXPECT_REPLY(LeaseStep(state, Acquire("b", 1, 10), kT0 + 1500),
+               Refused(1, kT0 + 1500, kT0 + 2100));
   EXPECT_EQ(state.members.size(), 1u);
 }
 
@@ -213,7 +228,8 @@ TEST(LeaseStep, HeartbeatOfAnExpiredUnprunedLeaseIsGoneForGood) {
   // a expired at kT0 + 100 but no acquire has pruned it yet.
   ASSERT_EQ(state.members.count(a), 1u);
   EXPECT_REPLY(LeaseStep(state, Heartbeat(a, 10'000), kT0 + 150), Gone(kT0 + 150));
-  EXPECT_EQ(state.members, (std::map<std::string, int64_t>{{b, kT0 + 500}})) << "removed, not revived";
+  EXPECT_EQ(state.members, (std::map<std::string, int64_t>{{b, kT0 + 500}}))
+      << "removed, not revived";
   EXPECT_REPLY(LeaseStep(state, Heartbeat(a, 10'000), kT0 + 150), Gone(kT0 + 150));
   EXPECT_REPLY(LeaseStep(state, List(), kT0 + 150), Listed(kT0 + 150, {{b, kT0 + 500}}));
   // Its slot is free for the next acquire (limit 2: b and the new one).
@@ -277,20 +293,27 @@ TEST(LeaseStep, ListIsTheLiveLeasesByExpiryThenMember) {
   EXPECT_REPLY(LeaseStep(state, List(), kT0), Listed(kT0, {}));
   // Same expiry: ties ordered by member bytes ("B" < "a" < "\xff..."), whatever the
   // acquisition order. Members that sort one way by string sort the other by expiry.
-  LeaseStep(state, Acquire("z", 9, 300), kT0);               // kT0:z       @ kT0 + 300
-  LeaseStep(state, Acquire("a", 9, 200), kT0 + 100);         // kT0+100:a   @ kT0 + 300
-  LeaseStep(state, Acquire("\xff" "x", 9, 200), kT0 + 100);  // kT0+100:\xffx @ kT0 + 300
-  LeaseStep(state, Acquire("B", 9, 200), kT0 + 100);         // kT0+100:B   @ kT0 + 300
-  LeaseStep(state, Acquire("m", 9, 50), kT0 + 100);          // kT0+100:m   @ kT0 + 150
-  LeaseStep(state, Acquire("q", 9, 9000), kT0);              // kT0:q       @ kT0 + 9000
-  LeaseStep(state, Acquire("old", 9, 20), kT0);              // kT0:old     @ kT0 + 20 (expired)
+  LeaseStep(state, Acquire("z", 9, 300), kT0);        // kT0:z       @ kT0 + 300
+  LeaseStep(state, Acquire("a", 9, 200), kT0 + 100);  // kT0+100:a   @ kT0 + 300
+  LeaseStep(state,
+            Acquire("\xff"
+                    "x",
+                    9, 200),
+            kT0 + 100);                               // kT0+100:\xffx @ kT0 + 300
+  LeaseStep(state, Acquire("B", 9, 200), kT0 + 100);  // kT0+100:B   @ kT0 + 300
+  LeaseStep(state, Acquire("m", 9, 50), kT0 + 100);   // kT0+100:m   @ kT0 + 150
+  LeaseStep(state, Acquire("q", 9, 9000), kT0);       // kT0:q       @ kT0 + 9000
+  LeaseStep(state, Acquire("old", 9, 20), kT0);       // kT0:old     @ kT0 + 20 (expired)
   const int64_t t = kT0 + 149;
   const std::vector<LeaseRow> want = {
       {LeaseMember(kT0 + 100, "m"), kT0 + 150},
       {LeaseMember(kT0, "z"), kT0 + 300},  // "1700000000123:z" < "1700000000223:B"
       {LeaseMember(kT0 + 100, "B"), kT0 + 300},
       {LeaseMember(kT0 + 100, "a"), kT0 + 300},
-      {LeaseMember(kT0 + 100, "\xff" "x"), kT0 + 300},
+      {LeaseMember(kT0 + 100,
+                   "\xff"
+                   "x"),
+       kT0 + 300},
       {LeaseMember(kT0, "q"), kT0 + 9000},
   };
   EXPECT_REPLY(LeaseStep(state, List(), t), Listed(t, want));

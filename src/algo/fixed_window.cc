@@ -4,8 +4,8 @@
 
 namespace sluice::internal {
 
-AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs& a,
-                          int64_t now, int64_t& expires_at_ms) {
+AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs& a, int64_t now,
+                          int64_t& expires_at_ms) {
   // The end of a window opened now. Lua's % is floored modulo: for negative model times
   // it still lands on a multiple.
   const int64_t offset = ((now % a.window_ms) + a.window_ms) % a.window_ms;

@@ -18,8 +18,7 @@ namespace sluice::internal {
 // gtest prints these on a failed EXPECT_EQ.
 void PrintTo(const AlgoReply& r, std::ostream* os) {
   *os << "{code=" << r.code << ", remaining=" << r.remaining
-      << ", reset_after_ms=" << r.reset_after_ms << ", retry_after_ms=" << r.retry_after_ms
-      << "}";
+      << ", reset_after_ms=" << r.reset_after_ms << ", retry_after_ms=" << r.retry_after_ms << "}";
 }
 
 namespace {
@@ -27,7 +26,7 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int64_t kT0 = 1'700'000'000'123;  // an arbitrary, unaligned start time
-constexpr int64_t kUnset = -777'777;         // expires_at_ms before a call
+constexpr int64_t kUnset = -777'777;        // expires_at_ms before a call
 
 using State = std::optional<FixedWindowState>;
 
@@ -44,14 +43,18 @@ Step Call(State& state, const AlgoArgs& args, int64_t now_ms) {
   step.decision = MakeDecision(step.reply, args.limit);
   // Whenever state remains, the store keeps it exactly until its window ends.
   if (state) {
-    EXPECT_EQ(step.expires_at_ms, state->ends_ms) << "op " << static_cast<int>(args.op)
-                                                  << " at " << now_ms;
+    EXPECT_EQ(step.expires_at_ms, state->ends_ms)
+        << "op " << static_cast<int>(args.op) << " at " << now_ms;
   }
   return step;
 }
 
 AlgoArgs Args(Op op, int64_t limit, int64_t window_ms, int64_t cost = 1, bool aligned = false) {
-  return AlgoArgs{.op = op, .cost = cost, .limit = limit, .window_ms = window_ms, .refill = 0,
+  return AlgoArgs{.op = op,
+                  .cost = cost,
+                  .limit = limit,
+                  .window_ms = window_ms,
+                  .refill = 0,
                   .aligned = aligned};
 }
 AlgoArgs Consume(int64_t limit, int64_t window_ms, int64_t cost = 1, bool aligned = false) {
@@ -63,7 +66,9 @@ AlgoArgs Peek(int64_t limit, int64_t window_ms, int64_t cost = 1, bool aligned =
 AlgoArgs Refund(int64_t limit, int64_t window_ms, int64_t amount) {
   return Args(Op::kRefund, limit, window_ms, amount);
 }
-AlgoArgs Reset(int64_t limit, int64_t window_ms) { return Args(Op::kReset, limit, window_ms); }
+AlgoArgs Reset(int64_t limit, int64_t window_ms) {
+  return Args(Op::kReset, limit, window_ms);
+}
 
 void ExpectSameState(const State& a, const State& b) {
   ASSERT_EQ(a.has_value(), b.has_value());
@@ -74,7 +79,9 @@ void ExpectSameState(const State& a, const State& b) {
 }
 
 // A live window holding `count`, ending at `ends_ms`.
-State Window(int64_t count, int64_t ends_ms) { return FixedWindowState{count, ends_ms}; }
+State Window(int64_t count, int64_t ends_ms) {
+  return FixedWindowState{count, ends_ms};
+}
 
 // ---------------------------------------------------------------------------------------
 // Consume
@@ -253,8 +260,8 @@ TEST(FixedWindowStep, AlignedWindowsEndAtMultiplesOfTheWindow) {
 }
 
 TEST(FixedWindowStep, AlignedStartExactlyOnAMultipleRunsAWholeWindow) {
-  for (int64_t start : {int64_t{0}, int64_t{60'000}, int64_t{1'700'000'040'000},
-                        int64_t{-60'000}, int64_t{-120'000}}) {
+  for (int64_t start : {int64_t{0}, int64_t{60'000}, int64_t{1'700'000'040'000}, int64_t{-60'000},
+                        int64_t{-120'000}}) {
     State state;
     Step s = Call(state, Consume(3, 60'000, 1, /*aligned=*/true), start);
     EXPECT_EQ(s.reply, (AlgoReply{1, 2, 60'000, 0})) << start;
@@ -697,16 +704,15 @@ TEST(FixedWindowDecision, AllowedHasZeroRetryAfterAndResetAfterTheTtl) {
   EXPECT_EQ(d.source, DecisionSource::kStore);
 
   // An allowed decision never carries a retry, whatever the reply says.
-  EXPECT_EQ(MakeDecision({.code = 1, .remaining = 7, .reset_after_ms = 4200, .retry_after_ms = 9},
-                         10)
-                .retry_after,
-            milliseconds(0));
+  EXPECT_EQ(
+      MakeDecision({.code = 1, .remaining = 7, .reset_after_ms = 4200, .retry_after_ms = 9}, 10)
+          .retry_after,
+      milliseconds(0));
 }
 
 TEST(FixedWindowDecision, RefusedRetryAfterIsTheReplys) {
   Decision over =
-      MakeDecision({.code = 0, .remaining = 0, .reset_after_ms = 4200, .retry_after_ms = 4200},
-                   10);
+      MakeDecision({.code = 0, .remaining = 0, .reset_after_ms = 4200, .retry_after_ms = 4200}, 10);
   EXPECT_FALSE(over.allowed);
   EXPECT_EQ(over.reason, RefusalReason::kOverLimit);
   EXPECT_EQ(over.reset_after, milliseconds(4200));
@@ -714,9 +720,8 @@ TEST(FixedWindowDecision, RefusedRetryAfterIsTheReplys) {
   EXPECT_EQ(over.RetryAfterSeconds(), 5);
   EXPECT_EQ(over.source, DecisionSource::kStore);
 
-  Decision too_big =
-      MakeDecision({.code = 2, .remaining = 10, .reset_after_ms = 1000, .retry_after_ms = 1000},
-                   10);
+  Decision too_big = MakeDecision(
+      {.code = 2, .remaining = 10, .reset_after_ms = 1000, .retry_after_ms = 1000}, 10);
   EXPECT_FALSE(too_big.allowed);
   EXPECT_EQ(too_big.reason, RefusalReason::kCostExceedsLimit);
   EXPECT_EQ(too_big.retry_after, too_big.reset_after);

@@ -23,7 +23,7 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int64_t kT0 = 1'700'000'000'123;  // an arbitrary, unaligned start time
-constexpr int64_t kUnset = -777'777;         // expires_at_ms before a call
+constexpr int64_t kUnset = -777'777;        // expires_at_ms before a call
 
 using State = std::optional<GcraState>;
 
@@ -52,8 +52,7 @@ Step Call(State& state, const AlgoArgs& args, int64_t now_ms) {
 }
 
 AlgoArgs Args(Op op, int64_t limit, int64_t window_ms, int64_t refill, int64_t cost = 1) {
-  return AlgoArgs{.op = op, .cost = cost, .limit = limit, .window_ms = window_ms,
-                  .refill = refill};
+  return AlgoArgs{.op = op, .cost = cost, .limit = limit, .window_ms = window_ms, .refill = refill};
 }
 AlgoArgs Consume(int64_t limit, int64_t window_ms, int64_t refill, int64_t cost = 1) {
   return Args(Op::kConsume, limit, window_ms, refill, cost);
@@ -232,8 +231,7 @@ TEST(GcraRefund, GivesTokensBackNeverAboveTheBurst) {
   EXPECT_EQ(Call(state, Refund(10, 1000, 0, 4), kT0 + 70).reply, (AlgoReply{1, 10, 0, 0}));
   EXPECT_FALSE(state);
   ASSERT_EQ(Call(state, Consume(10, 1000, 0, 1), kT0 + 80).reply.code, 1);
-  EXPECT_EQ(Call(state, Refund(10, 1000, 0, kMaxLimit), kT0 + 80).reply,
-            (AlgoReply{1, 10, 0, 0}));
+  EXPECT_EQ(Call(state, Refund(10, 1000, 0, kMaxLimit), kT0 + 80).reply, (AlgoReply{1, 10, 0, 0}));
   EXPECT_FALSE(state);
 }
 
@@ -366,8 +364,11 @@ TEST(GcraStep, GivesTheTokenBucketsRepliesUnderAnyFixedRefill) {
       const int64_t r = pick(100);
       const Op op = r < 70 ? Op::kConsume : r < 85 ? Op::kPeek : r < 98 ? Op::kRefund : Op::kReset;
       const int64_t cost = pick(10) == 0 ? limit + 1 : 1 + pick(std::max<int64_t>(1, limit / 2));
-      const AlgoArgs args{.op = op, .cost = std::min(cost, kMaxLimit), .limit = limit,
-                          .window_ms = plan.window_ms, .refill = plan.refill};
+      const AlgoArgs args{.op = op,
+                          .cost = std::min(cost, kMaxLimit),
+                          .limit = limit,
+                          .window_ms = plan.window_ms,
+                          .refill = plan.refill};
       if (g && g_expires <= now) g.reset();
       if (t && t_expires <= now) t.reset();
       const AlgoReply gr = GcraStep(g, args, now, g_expires);

@@ -23,7 +23,9 @@ QuotientRemainder MulDiv(int64_t x, int64_t y, int64_t z) {
   return {static_cast<int64_t>(prod / z), static_cast<int64_t>(prod % z)};
 }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t CeilDiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // The script's zero_at: the first ms at which the estimate of (s, c, p) is 0 for good.
 int64_t ZeroAt(int64_t s, int64_t c, int64_t p, int64_t w) {
@@ -33,7 +35,9 @@ int64_t ZeroAt(int64_t s, int64_t c, int64_t p, int64_t w) {
 }
 
 // Lua's % is floored: model clocks may stand before the epoch.
-int64_t FloorMod(int64_t a, int64_t b) { return ((a % b) + b) % b; }
+int64_t FloorMod(int64_t a, int64_t b) {
+  return ((a % b) + b) % b;
+}
 
 }  // namespace
 
@@ -68,8 +72,8 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
     const int64_t sw = state->window_ms != 0 ? state->window_ms : w;
     // Pruned by the call that reads it: 0 for good, or a window that starts more than a
     // window after now (the clock stepped back that far).
-    bool ok = state->current >= 0 && state->previous >= 0 && sw >= 1 &&
-              sw <= kMaxWindow.count() && state->start_ms - now <= sw;
+    bool ok = state->current >= 0 && state->previous >= 0 && sw >= 1 && sw <= kMaxWindow.count() &&
+              state->start_ms - now <= sw;
     if (ok) zero = SlidingWindowZeroAt(*state, sw);
     if (ok && now < zero && sw != w) {
       // Counted in another window: its estimate now becomes the current count.

@@ -13,9 +13,9 @@
 namespace sluice::internal {
 
 struct SlidingWindowState {
-  int64_t start_ms = 0;  // start of the current window (a multiple of the window when set)
-  int64_t current = 0;   // units counted in [start, start + window)
-  int64_t previous = 0;  // units counted in [start - window, start)
+  int64_t start_ms = 0;   // start of the current window (a multiple of the window when set)
+  int64_t current = 0;    // units counted in [start, start + window)
+  int64_t previous = 0;   // units counted in [start - window, start)
   int64_t window_ms = 0;  // the window they were counted in; 0: the window in force
 };
 

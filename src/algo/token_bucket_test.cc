@@ -21,7 +21,7 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int64_t kT0 = 1'700'000'000'123;  // an arbitrary, unaligned start time
-constexpr int64_t kUnset = -777'777;         // expires_at_ms before a call
+constexpr int64_t kUnset = -777'777;        // expires_at_ms before a call
 
 using State = std::optional<TokenBucketState>;
 
@@ -50,8 +50,7 @@ Step Call(State& state, const AlgoArgs& args, int64_t now_ms) {
 }
 
 AlgoArgs Args(Op op, int64_t limit, int64_t window_ms, int64_t refill, int64_t cost = 1) {
-  return AlgoArgs{.op = op, .cost = cost, .limit = limit, .window_ms = window_ms,
-                  .refill = refill};
+  return AlgoArgs{.op = op, .cost = cost, .limit = limit, .window_ms = window_ms, .refill = refill};
 }
 AlgoArgs Consume(int64_t limit, int64_t window_ms, int64_t refill, int64_t cost = 1) {
   return Args(Op::kConsume, limit, window_ms, refill, cost);

@@ -1,4 +1,4 @@
-#include <utility>
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
 #include <future>
@@ -37,7 +37,9 @@ void ClientCore::StartThreads() {
   }
 }
 
-bool ClientCore::Forked() const { return ForkGeneration() != fork_generation_; }
+bool ClientCore::Forked() const {
+  return ForkGeneration() != fork_generation_;
+}
 
 void ClientCore::Keep(std::shared_ptr<HeartbeatScheduler::Target> target) {
   std::lock_guard lock(kept_mu_);
@@ -102,8 +104,8 @@ namespace {
 Status ValidateOptions(const ClientOptions& o);
 }  // namespace
 
-StatusOr<std::shared_ptr<Client>> internal::ClientFactory::WithStore(
-    ClientOptions options, std::shared_ptr<Store> store) {
+StatusOr<std::shared_ptr<Client>> internal::ClientFactory::WithStore(ClientOptions options,
+                                                                     std::shared_ptr<Store> store) {
   if (Status s = ValidateOptions(options); !s.ok()) return s;
   auto core = ClientCore::Make(std::move(options));
   core->UseStore(std::move(store));
@@ -120,11 +122,11 @@ Status ValidateOptions(const ClientOptions& o) {
                          : InvalidArgumentError(std::string(name) + " must be > 0 ms, got " +
                                                 std::to_string(v.count()));
   };
-  for (auto [name, value] : {std::pair{"deadline", o.deadline},
-                             std::pair{"connect_timeout", o.connect_timeout},
-                             std::pair{"stall_timeout", o.stall_timeout},
-                             std::pair{"reconnect_min_backoff", o.reconnect_min_backoff},
-                             std::pair{"reconnect_max_backoff", o.reconnect_max_backoff}}) {
+  for (auto [name, value] :
+       {std::pair{"deadline", o.deadline}, std::pair{"connect_timeout", o.connect_timeout},
+        std::pair{"stall_timeout", o.stall_timeout},
+        std::pair{"reconnect_min_backoff", o.reconnect_min_backoff},
+        std::pair{"reconnect_max_backoff", o.reconnect_max_backoff}}) {
     if (Status s = positive(name, value); !s.ok()) return s;
   }
   if (o.io_threads < 1 || o.io_threads > 64) {
@@ -136,7 +138,8 @@ Status ValidateOptions(const ClientOptions& o) {
   }
   if (o.servers < 1) return InvalidArgumentError("servers must be >= 1");
   if (o.breaker_failures < 1) return InvalidArgumentError("breaker_failures must be >= 1");
-  if (o.breaker_cool_down.count() < 1) return InvalidArgumentError("breaker_cool_down must be > 0 ms");
+  if (o.breaker_cool_down.count() < 1)
+    return InvalidArgumentError("breaker_cool_down must be > 0 ms");
   return Status::Ok();
 }
 
@@ -171,16 +174,21 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
 
 Client::~Client() = default;
 
-const ClientOptions& Client::options() const { return core_->options; }
+const ClientOptions& Client::options() const {
+  return core_->options;
+}
 
-ClientStats Client::stats() const { return core_->store->stats(); }
+ClientStats Client::stats() const {
+  return core_->store->stats();
+}
 
 StatusOr<std::string> Client::ServerInfo(std::string_view section,
                                          std::chrono::milliseconds deadline) const {
   auto promise = std::make_shared<std::promise<StatusOr<std::string>>>();
   auto result = promise->get_future();
-  core_->store->Info(section, std::chrono::steady_clock::now() + deadline,
-                     [promise](StatusOr<std::string> info) { promise->set_value(std::move(info)); });
+  core_->store->Info(
+      section, std::chrono::steady_clock::now() + deadline,
+      [promise](StatusOr<std::string> info) { promise->set_value(std::move(info)); });
   return result.get();
 }
 
@@ -192,8 +200,8 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
   return Limiter(core_, std::string(name), limit, options);
 }
 
-StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(std::string_view name,
-                                                            const ConcurrencyOptions& options) const {
+StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(
+    std::string_view name, const ConcurrencyOptions& options) const {
   if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
   if (options.limit < 1 || options.limit > kMaxLimit) {
     return InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
@@ -205,9 +213,10 @@ StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(std::string_view nam
                                 std::to_string(options.lease_ttl.count()) + " ms");
   }
   if (options.heartbeat_interval.count() < 0 || options.heartbeat_interval >= options.lease_ttl) {
-    return InvalidArgumentError("heartbeat_interval must be >= 0 (0: lease_ttl / 6) and shorter "
-                                "than lease_ttl, got " +
-                                std::to_string(options.heartbeat_interval.count()) + " ms");
+    return InvalidArgumentError(
+        "heartbeat_interval must be >= 0 (0: lease_ttl / 6) and shorter "
+        "than lease_ttl, got " +
+        std::to_string(options.heartbeat_interval.count()) + " ms");
   }
   if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
   return ConcurrencyLimiter(core_, std::string(name), options);
@@ -216,7 +225,8 @@ StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(std::string_view nam
 StoreHealth Client::Health() const {
   const internal::Breaker& b = core_->policy->breaker();
   return {core_->store->connected(), std::string(internal::BreakerStateName(b.state())),
-          b.consecutive_failures(), b.opens(), b.short_circuited(), b.RetryIn()};
+          b.consecutive_failures(),  b.opens(),
+          b.short_circuited(),       b.RetryIn()};
 }
 
 }  // namespace sluice

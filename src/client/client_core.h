@@ -1,7 +1,7 @@
 // What a Client owns and its Limiters share: the I/O threads and the store.
 #pragma once
 
-#include <utility>
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <functional>
 #include <memory>
@@ -15,11 +15,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
-#include "store/store.h"
 #include "client/gauges.h"
 #include "client/heartbeats.h"
 #include "policy/policy_store.h"
 #include "sluice/client.h"
+#include "store/store.h"
 
 namespace sluice::internal {
 
@@ -84,9 +84,7 @@ class ClientFactory {
  public:
   static StatusOr<std::shared_ptr<Client>> WithStore(ClientOptions options,
                                                      std::shared_ptr<Store> store);
-  static const std::shared_ptr<Store>& StoreOf(const Client& client) {
-    return client.core_->store;
-  }
+  static const std::shared_ptr<Store>& StoreOf(const Client& client) { return client.core_->store; }
 };
 
 }  // namespace sluice::internal

@@ -1,17 +1,17 @@
 // The public API on the embedded store: the three call styles, option and input
 // validation, per-call limits, model clock.
-#include <utility>
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
 #include <functional>
 #include <future>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <gtest/gtest.h>
 
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
@@ -53,8 +53,9 @@ TEST(Client, RejectsBadLimitsAndNames) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(client->MakeLimiter("x", {.limit = 5, .window = milliseconds(-1)}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(client->MakeLimiter("x", {.limit = kMaxLimit + 1, .window = seconds(1)}).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      client->MakeLimiter("x", {.limit = kMaxLimit + 1, .window = seconds(1)}).status().code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(client->MakeLimiter("a:b", {.limit = 5, .window = seconds(1)}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(client->MakeLimiter("", {.limit = 5, .window = seconds(1)}).status().code(),
@@ -207,7 +208,8 @@ TEST(FailurePolicyNames, ParseIsTheInverseOfTheName) {
   auto bad = ParseFailurePolicy("Closed");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("\"Closed\""), std::string::npos) << bad.status().ToString();
+  EXPECT_NE(bad.status().message().find("\"Closed\""), std::string::npos)
+      << bad.status().ToString();
   EXPECT_FALSE(ParseFailurePolicy("").ok());
 }
 

@@ -14,10 +14,11 @@
 namespace sluice {
 
 StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
-                                     const CheckOptions& options) {
+                                           const CheckOptions& options) {
   if (checks.empty()) return InvalidArgumentError("CheckComposite needs at least one limit");
   for (const LimitCheck& c : checks) {
-    if (c.limiter == nullptr) return InvalidArgumentError("CheckComposite: a LimitCheck has no limiter");
+    if (c.limiter == nullptr)
+      return InvalidArgumentError("CheckComposite: a LimitCheck has no limiter");
   }
   CheckOptions each = options;
   each.limit.reset();
@@ -37,7 +38,8 @@ StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
   // whose store decides several keys at once, and none is in shadow mode (a shadow limit
   // must never make the composite refuse; the staged path applies shadow mode per limit).
   const std::shared_ptr<internal::ClientCore>& core = checks[0].limiter->core_;
-  bool one_step = checks.size() <= internal::kMaxCompositeCalls && core->store->ChecksCompositeAtOnce();
+  bool one_step =
+      checks.size() <= internal::kMaxCompositeCalls && core->store->ChecksCompositeAtOnce();
   for (const LimitCheck& c : checks) {
     one_step = one_step && c.limiter->core_ == core && !c.limiter->options_.shadow;
   }
@@ -57,10 +59,11 @@ StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
     }
     // Keeps the store alive until CheckComposite returns (as in Limiter::Execute).
     const std::shared_ptr<internal::ClientCore> keep = core;
-    StatusOr<internal::CompositeOutcome> decided = internal::WaitFor<StatusOr<internal::CompositeOutcome>>(
-        [&](std::function<void(StatusOr<internal::CompositeOutcome>)> done) {
-          keep->store->CheckComposite(std::move(many), std::move(done));
-        });
+    StatusOr<internal::CompositeOutcome> decided =
+        internal::WaitFor<StatusOr<internal::CompositeOutcome>>(
+            [&](std::function<void(StatusOr<internal::CompositeOutcome>)> done) {
+              keep->store->CheckComposite(std::move(many), std::move(done));
+            });
     if (!decided.ok()) return decided.status();
     if (decided->refused_by) {
       result.decision = decided->decisions.at(0);

@@ -23,8 +23,8 @@ class CompositeRefunds : public ::testing::Test {
     // Two clients on one shared store: the staged path (limiters on different clients).
     flaky_ = *internal::ClientFactory::WithStore(
         {.url = "memory://", .breaker_failures = 1000, .model_clock = clock_}, faults_);
-    healthy_ = *internal::ClientFactory::WithStore(
-        {.url = "memory://", .model_clock = clock_}, shared_);
+    healthy_ =
+        *internal::ClientFactory::WithStore({.url = "memory://", .model_clock = clock_}, shared_);
   }
   std::shared_ptr<testing::FakeClock> clock_ = std::make_shared<testing::FakeClock>();
   std::shared_ptr<internal::MemoryStore> shared_;
@@ -67,8 +67,7 @@ TEST_F(CompositeRefunds, APolicyAdmissionIsNotRefundedToTheSharedStore) {
 
 // A shadow limit that would have refused counted nothing: it is not refunded.
 TEST_F(CompositeRefunds, AShadowRefusalIsNotRefunded) {
-  auto dark = *healthy_->MakeLimiter("dark", {.limit = 1, .window = seconds(60)},
-                                     {.shadow = true});
+  auto dark = *healthy_->MakeLimiter("dark", {.limit = 1, .window = seconds(60)}, {.shadow = true});
   auto full = *healthy_->MakeLimiter("full", {.limit = 1, .window = seconds(60)});
   ASSERT_TRUE(dark.Check("u")->allowed);  // counted: 1 of 1
   ASSERT_TRUE(full.Check("u")->allowed);
@@ -84,9 +83,10 @@ TEST_F(CompositeRefunds, AShadowRefusalIsNotRefunded) {
 TEST_F(CompositeRefunds, ARefusalOfARepeatedKeyIsNotCached) {
   for (bool one_step : {true, false}) {
     SCOPED_TRACE(one_step ? "one step" : "staged");
-    auto l = *healthy_->MakeLimiter(one_step ? "dup1" : "dup2", {.limit = 3, .window = seconds(60)});
-    auto shadow = *healthy_->MakeLimiter("wide", {.limit = 100, .window = seconds(60)},
-                                         {.shadow = true});
+    auto l =
+        *healthy_->MakeLimiter(one_step ? "dup1" : "dup2", {.limit = 3, .window = seconds(60)});
+    auto shadow =
+        *healthy_->MakeLimiter("wide", {.limit = 100, .window = seconds(60)}, {.shadow = true});
     std::vector<LimitCheck> checks = {{&l, "x"}, {&l, "x"}};
     if (!one_step) checks.push_back({&shadow, "x"});  // a shadow limiter: staged path
     auto d = CheckComposite(checks, {.cost = 2});

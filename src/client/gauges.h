@@ -17,9 +17,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
-#include <unordered_map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 

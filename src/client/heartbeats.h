@@ -8,7 +8,7 @@
 // the scheduler's lock.
 #pragma once
 
-#include <utility>  // before Boost: Asio 1.74 under g++ 12 needs std::exchange declared
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <chrono>
 #include <cstdint>
@@ -49,9 +49,9 @@ class HeartbeatScheduler {
   void Fire();
 
   mutable std::mutex mu_;
-  boost::asio::steady_timer timer_;        // under mu_
-  std::map<Key, std::weak_ptr<Target>> due_;  // under mu_
-  uint64_t next_ = 0;                       // under mu_
+  boost::asio::steady_timer timer_;                        // under mu_
+  std::map<Key, std::weak_ptr<Target>> due_;               // under mu_
+  uint64_t next_ = 0;                                      // under mu_
   Clock::time_point armed_at_ = Clock::time_point::max();  // under mu_
   bool stopped_ = false;                                   // under mu_
 };

@@ -6,7 +6,7 @@
 // the store answers. Heartbeats are scheduled on the client's HeartbeatScheduler (one
 // timer for all leases). A release that fails is handed to a ReleaseRetry, which the
 // client keeps (not the lease) until it lands or the lease has expired.
-#include <utility>  // before Boost: Asio 1.74 under g++ 12 needs std::exchange declared
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include "sluice/lease.h"
 
@@ -26,12 +26,12 @@
 
 #include <boost/asio/post.hpp>
 
+#include "algo/concurrency.h"
 #include "client/client_core.h"
+#include "client/gauges.h"
 #include "core/keys.h"
 #include "core/process.h"
 #include "core/wait.h"
-#include "algo/concurrency.h"
-#include "client/gauges.h"
 
 namespace sluice {
 namespace internal {
@@ -42,7 +42,8 @@ using std::chrono::steady_clock;
 namespace {
 
 int64_t WallMs() {
-  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -264,7 +265,8 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
         std::max(BootClock::duration::zero(), believable_until - BootClock::now());
     const BootClock::duration wait = std::min<BootClock::duration>(delay, left);
     const auto at = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(wait);
-    next = core->heartbeats.Schedule(at, std::weak_ptr<HeartbeatScheduler::Target>(weak_from_this()));
+    next =
+        core->heartbeats.Schedule(at, std::weak_ptr<HeartbeatScheduler::Target>(weak_from_this()));
   }
 
   void Tick() {
@@ -294,10 +296,11 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     const auto left = std::chrono::duration_cast<milliseconds>(until - sent);
     const milliseconds deadline =
         std::max(milliseconds(1), std::min(left, std::max(interval, core->options.deadline)));
-    core->store->RunLease(Call(LeaseOp::kHeartbeat, deadline),
-                       [self = shared_from_this(), sent, done = std::move(done)](StatusOr<LeaseResult> r) {
-                         self->OnHeartbeat(sent, std::move(r), done);
-                       });
+    core->store->RunLease(
+        Call(LeaseOp::kHeartbeat, deadline),
+        [self = shared_from_this(), sent, done = std::move(done)](StatusOr<LeaseResult> r) {
+          self->OnHeartbeat(sent, std::move(r), done);
+        });
   }
 
   void OnHeartbeat(BootClock::time_point sent, StatusOr<LeaseResult> result,
@@ -432,9 +435,13 @@ const std::string& Lease::id() const {
   return state_ ? state_->member : kEmpty;
 }
 
-DecisionSource Lease::source() const { return state_ ? state_->source : DecisionSource::kStore; }
+DecisionSource Lease::source() const {
+  return state_ ? state_->source : DecisionSource::kStore;
+}
 
-int64_t Lease::acquired_at_ms() const { return state_ ? state_->acquired_at_ms : 0; }
+int64_t Lease::acquired_at_ms() const {
+  return state_ ? state_->acquired_at_ms : 0;
+}
 
 Status Lease::Release() {
   if (!state_) return Status();
@@ -444,9 +451,8 @@ Status Lease::Release() {
     state_->Release(nullptr);
     return Status();
   }
-  return internal::WaitFor<Status>([this](std::function<void(Status)> done) {
-    state_->Release(std::move(done));
-  });
+  return internal::WaitFor<Status>(
+      [this](std::function<void(Status)> done) { state_->Release(std::move(done)); });
 }
 
 void Lease::ReleaseAsync(std::function<void(Status)> done) {
@@ -471,9 +477,8 @@ Status Lease::Heartbeat() {
       return NotFoundError("the lease was lost (" + std::string(LeaseLossName(state_->loss)) + ")");
     }
   }
-  return internal::WaitFor<Status>([this](std::function<void(Status)> done) {
-    state_->SendHeartbeat(std::move(done));
-  });
+  return internal::WaitFor<Status>(
+      [this](std::function<void(Status)> done) { state_->SendHeartbeat(std::move(done)); });
 }
 
 ConcurrencyLimiter::ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> core, std::string name,
@@ -515,7 +520,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
   call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
-                                                                  : options_.on_failure;
+                                                                   : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   const auto sent = internal::BootClock::now();
   auto state = std::make_shared<LeaseState>(core_);
@@ -528,7 +533,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   const std::string token = call.args.token;
   ++internal::g_acquiring;
   core_->store->RunLease(std::move(call), [state, token, limit, sent, done = std::move(done)](
-                                           StatusOr<internal::LeaseResult> result) mutable {
+                                              StatusOr<internal::LeaseResult> result) mutable {
     auto deliver = [&](StatusOr<Acquisition> answer) {
       if (internal::g_acquiring == 0) return done(std::move(answer));
       state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
@@ -548,7 +553,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
         state->core->lease_gauges.Observe(state->gauge_key, reply.count, internal::WallMs());
       }
       a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
-                                                                : RefusalReason::kOverLimit;
+                                                               : RefusalReason::kOverLimit;
       a.retry_after = milliseconds(std::max<int64_t>(0, reply.expires_at_ms - reply.now_ms));
       return deliver(std::move(a));
     }
@@ -574,22 +579,22 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
 
 StatusOr<Acquisition> ConcurrencyLimiter::Acquire(std::string_view id,
                                                   const AcquireOptions& options) const {
-  return internal::WaitFor<StatusOr<Acquisition>>([&](AcquireCallback done) {
-    AcquireAsync(id, options, std::move(done));
-  });
+  return internal::WaitFor<StatusOr<Acquisition>>(
+      [&](AcquireCallback done) { AcquireAsync(id, options, std::move(done)); });
 }
 
 StatusOr<std::vector<LeaseInfo>> ConcurrencyLimiter::List(std::string_view id,
-                                                         milliseconds deadline) const {
+                                                          milliseconds deadline) const {
   if (id.empty()) return InvalidArgumentError("id is empty");
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kList;
   call.key = internal::MakeLeaseKey(key_head_, id);
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
-  auto result = internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
-    core_->store->RunLease(std::move(call), std::move(done));
-  });
+  auto result =
+      internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
+        core_->store->RunLease(std::move(call), std::move(done));
+      });
   if (!result.ok()) return result.status();
   std::vector<LeaseInfo> leases;
   for (const internal::LeaseRow& row : result->reply.rows) {

@@ -2,6 +2,8 @@
 // grants up to the limit, release by destructor and by Release(), heartbeats that keep a
 // lease past its ttl, per-call limits, List, the audited ReleaseAll (and what its holders
 // see), and the lease gauges in Client::Metrics() and the Prometheus text.
+#include "sluice/boost_first.h"  // before any Boost header
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -105,7 +107,9 @@ Gauges Read(const Client& client, const std::string& limiter, const std::string&
           Gauge(samples, "sluice_leases_live", limiter, id),
           Gauge(samples, "sluice_leases_live_max_1m", limiter, id)};
 }
-Gauges Want(double held, double live, double max_1m) { return {held, live, max_1m}; }
+Gauges Want(double held, double live, double max_1m) {
+  return {held, live, max_1m};
+}
 
 std::vector<std::string> Lines(const std::string& path) {
   std::ifstream in(path);
@@ -133,10 +137,14 @@ TEST(ConcurrencyLimiter, RejectsBadOptions) {
   EXPECT_EQ(code("c", {.limit = kMaxLimit + 1}), kBad);
   EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(9)}), kBad);
   EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(0)}), kBad);
-  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(100),
-                       .heartbeat_interval = milliseconds(100)}), kBad);
-  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(100),
-                       .heartbeat_interval = milliseconds(101)}), kBad);
+  EXPECT_EQ(
+      code("c",
+           {.limit = 1, .lease_ttl = milliseconds(100), .heartbeat_interval = milliseconds(100)}),
+      kBad);
+  EXPECT_EQ(
+      code("c",
+           {.limit = 1, .lease_ttl = milliseconds(100), .heartbeat_interval = milliseconds(101)}),
+      kBad);
   EXPECT_EQ(code("c", {.limit = 1, .heartbeat_interval = milliseconds(-1)}), kBad);
   EXPECT_EQ(code("", {.limit = 1}), kBad);
   EXPECT_EQ(code("a:b", {.limit = 1}), kBad);
@@ -144,8 +152,9 @@ TEST(ConcurrencyLimiter, RejectsBadOptions) {
   EXPECT_EQ(code("a b", {.limit = 1}), kBad);
   EXPECT_EQ(code(std::string(65, 'x'), {.limit = 1}), kBad);
   // The edges that are allowed.
-  EXPECT_EQ(code("c", {.limit = 1, .lease_ttl = milliseconds(10),
-                       .heartbeat_interval = milliseconds(9)}), StatusCode::kOk);
+  EXPECT_EQ(
+      code("c", {.limit = 1, .lease_ttl = milliseconds(10), .heartbeat_interval = milliseconds(9)}),
+      StatusCode::kOk);
   EXPECT_EQ(code("c", {.limit = kMaxLimit}), StatusCode::kOk);
   EXPECT_EQ(code("A-z_0.9", {.limit = 1}), StatusCode::kOk);
   EXPECT_EQ(code(std::string(64, 'x'), {.limit = 1}), StatusCode::kOk);
@@ -287,16 +296,18 @@ TEST(ConcurrencyLimiter, ReleaseIsIdempotent) {
 
 TEST(ConcurrencyLimiter, HeartbeatsKeepALeasePastItsTtl) {
   auto client = MemoryClient();  // the system clock: heartbeats and expiry are real
-  auto limiter = MakeLimiter(client, "c", {.limit = 1, .lease_ttl = milliseconds(400),
-                                           .heartbeat_interval = milliseconds(20)});
+  auto limiter = MakeLimiter(
+      client, "c",
+      {.limit = 1, .lease_ttl = milliseconds(400), .heartbeat_interval = milliseconds(20)});
   auto a = limiter.Acquire("x");
   ASSERT_TRUE(a.ok());
   ASSERT_TRUE(a->acquired);
   const auto start = steady_clock::now();
   int refusals = 0;
   while (steady_clock::now() - start < milliseconds(1200)) {
-    ASSERT_TRUE(a->lease.held()) << "after "
-        << std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count() << " ms";
+    ASSERT_TRUE(a->lease.held())
+        << "after " << std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count()
+        << " ms";
     auto other = limiter.Acquire("x");
     ASSERT_TRUE(other.ok());
     ASSERT_FALSE(other->acquired) << "the slot is taken";
@@ -433,19 +444,27 @@ TEST_F(ReleaseAllTest, RefusesWithoutActorReasonOrLog) {
   const std::string log = Path("audit.jsonl");
   const AuditOptions audit{.log_path = log};
   constexpr auto kBad = StatusCode::kInvalidArgument;
-  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "", .reason = "stuck"}, audit).status().code(),
+            kBad);
   EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = ""}, audit).status().code(), kBad);
-  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "stuck"}, {}).status().code(), kBad);
-  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "o\nps", .reason = "stuck"}, audit).status().code(), kBad);
-  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "a\x01"}, audit).status().code(), kBad);
-  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "\xff\xfe"}, audit).status().code(), kBad);
-  EXPECT_EQ(ReleaseAll(limiter, "", {.actor = "ops", .reason = "stuck"}, audit).status().code(), kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "stuck"}, {}).status().code(),
+            kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "o\nps", .reason = "stuck"}, audit).status().code(),
+            kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "a\x01"}, audit).status().code(),
+            kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "\xff\xfe"}, audit).status().code(),
+            kBad);
+  EXPECT_EQ(ReleaseAll(limiter, "", {.actor = "ops", .reason = "stuck"}, audit).status().code(),
+            kBad);
   EXPECT_EQ(ReleaseAll(limiter, "x", {.actor = "ops", .reason = "stuck"}, audit, milliseconds(0))
-                .status().code(), kBad);
+                .status()
+                .code(),
+            kBad);
   EXPECT_FALSE(std::filesystem::exists(log)) << "no record for an action that was not done";
   // A log that cannot be opened stops the action before the store.
   auto unopenable = ReleaseAll(limiter, "x", {.actor = "ops", .reason = "stuck"},
-                                       {.log_path = Path("missing-dir/audit.jsonl")});
+                               {.log_path = Path("missing-dir/audit.jsonl")});
   EXPECT_FALSE(unopenable.ok());
   EXPECT_TRUE(a->lease.held());
   auto listed = limiter.List("x");
@@ -455,14 +474,15 @@ TEST_F(ReleaseAllTest, RefusesWithoutActorReasonOrLog) {
 
 TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
   auto client = MemoryClient();
-  auto limiter = MakeLimiter(client, "streams", {.limit = 3, .lease_ttl = milliseconds(5000),
-                                                 .heartbeat_interval = milliseconds(20)});
+  auto limiter = MakeLimiter(
+      client, "streams",
+      {.limit = 3, .lease_ttl = milliseconds(5000), .heartbeat_interval = milliseconds(20)});
   std::atomic<int> lost_a{0}, lost_b{0}, lost_other{0};
   std::atomic<int> lost_a_why{-1};
   auto a = limiter.Acquire("user 1", {.on_lost = [&](LeaseLoss why) {
-    lost_a_why = static_cast<int>(why);
-    ++lost_a;
-  }});
+                             lost_a_why = static_cast<int>(why);
+                             ++lost_a;
+                           }});
   auto b = limiter.Acquire("user 1", {.on_lost = [&](LeaseLoss) { ++lost_b; }});
   auto other = limiter.Acquire("user 2", {.on_lost = [&](LeaseLoss) { ++lost_other; }});
   ASSERT_TRUE(a.ok() && b.ok() && other.ok());
@@ -495,10 +515,12 @@ TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
   auto c = limiter.Acquire("user 1");
   ASSERT_TRUE(c.ok() && c->acquired);
   EXPECT_EQ(c->live, 1);
-  auto second = ReleaseAll(limiter, "user 1", {.actor = "bob", .reason = "again"}, {.log_path = log});
+  auto second =
+      ReleaseAll(limiter, "user 1", {.actor = "bob", .reason = "again"}, {.log_path = log});
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->released, 1);
-  auto third = ReleaseAll(limiter, "user 1", {.actor = "bob", .reason = "empty"}, {.log_path = log});
+  auto third =
+      ReleaseAll(limiter, "user 1", {.actor = "bob", .reason = "empty"}, {.log_path = log});
   ASSERT_TRUE(third.ok()) << third.status().ToString();
   EXPECT_EQ(third->released, 0);
 
@@ -607,8 +629,9 @@ TEST(ConcurrencyLimiter, MetricsReportLeaseGauges) {
   EXPECT_EQ(Read(*client, "streams", id), Want(1, 1, 3));
 
   // A lost lease leaves `held` too.
-  auto short_lived = MakeLimiter(client, "short", {.limit = 1, .lease_ttl = milliseconds(5000),
-                                                   .heartbeat_interval = milliseconds(10)});
+  auto short_lived = MakeLimiter(
+      client, "short",
+      {.limit = 1, .lease_ttl = milliseconds(5000), .heartbeat_interval = milliseconds(10)});
   auto h = short_lived.Acquire("z");
   ASSERT_TRUE(h.ok() && h->acquired);
   EXPECT_EQ(Read(*client, "short", "z"), Want(1, 1, 1));

@@ -33,10 +33,9 @@ Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOption
     if (Status s = limit.Validate(); !s.ok()) return s;
   }
   if (options.cost < 1 || options.cost > kMaxLimit) {
-    return InvalidArgumentError(
-        std::string(op == internal::Op::kRefund ? "amount" : "cost") +
-        " must be between 1 and " + std::to_string(kMaxLimit) + ", got " +
-        std::to_string(options.cost));
+    return InvalidArgumentError(std::string(op == internal::Op::kRefund ? "amount" : "cost") +
+                                " must be between 1 and " + std::to_string(kMaxLimit) + ", got " +
+                                std::to_string(options.cost));
   }
   const auto deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return InvalidArgumentError("deadline must be > 0 ms");
@@ -47,7 +46,7 @@ Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOption
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + deadline;
   call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
-                                                                  : options_.on_failure;
+                                                                   : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   call.cache_denials = options_.cache_denials;
   call.counted_by = options.counted_by;

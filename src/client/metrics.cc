@@ -52,7 +52,8 @@ std::string FormatPrometheus(const std::vector<MetricSample>& samples) {
   for (const std::string& name : order) {
     const auto& group = by_name[name];
     out += "# HELP " + name + " " + group.front()->help + "\n";
-    out += "# TYPE " + name + (group.front()->type == MetricType::kCounter ? " counter\n" : " gauge\n");
+    out += "# TYPE " + name +
+           (group.front()->type == MetricType::kCounter ? " counter\n" : " gauge\n");
     for (const MetricSample* s : group) {
       out += name;
       if (!s->labels.empty()) {
@@ -80,14 +81,23 @@ std::vector<MetricSample> Client::Metrics() const {
   const ClientStats s = stats();
   constexpr auto kCounter = MetricType::kCounter;
   constexpr auto kGauge = MetricType::kGauge;
-  add("sluice_store_commands_total", kCounter, "Commands written to the store.", double(s.commands));
-  add("sluice_store_writes_total", kCounter, "Batches written to the store (commands/writes = pipelining depth).", double(s.writes));
-  add("sluice_store_deadline_exceeded_total", kCounter, "Store calls completed by their deadline, not by a reply.", double(s.deadline_exceeded));
-  add("sluice_store_reconnects_total", kCounter, "Store connections lost after being up.", double(s.reconnects));
-  add("sluice_store_noscript_retries_total", kCounter, "Calls resent as EVAL after a NOSCRIPT reply.", double(s.noscript_retries));
-  add("sluice_cached_denials_total", kCounter, "Refusals answered from the denial cache without a store call.", double(s.cached_denials));
-  add("sluice_policy_decisions_total", kCounter, "Decisions made by a failure policy because the store could not answer.", double(s.policy_decisions));
-  add("sluice_shadow_refusals_total", kCounter, "Shadow-mode checks that would have been refused.", double(s.shadow_refusals));
+  add("sluice_store_commands_total", kCounter, "Commands written to the store.",
+      double(s.commands));
+  add("sluice_store_writes_total", kCounter,
+      "Batches written to the store (commands/writes = pipelining depth).", double(s.writes));
+  add("sluice_store_deadline_exceeded_total", kCounter,
+      "Store calls completed by their deadline, not by a reply.", double(s.deadline_exceeded));
+  add("sluice_store_reconnects_total", kCounter, "Store connections lost after being up.",
+      double(s.reconnects));
+  add("sluice_store_noscript_retries_total", kCounter,
+      "Calls resent as EVAL after a NOSCRIPT reply.", double(s.noscript_retries));
+  add("sluice_cached_denials_total", kCounter,
+      "Refusals answered from the denial cache without a store call.", double(s.cached_denials));
+  add("sluice_policy_decisions_total", kCounter,
+      "Decisions made by a failure policy because the store could not answer.",
+      double(s.policy_decisions));
+  add("sluice_shadow_refusals_total", kCounter, "Shadow-mode checks that would have been refused.",
+      double(s.shadow_refusals));
   const internal::Breaker& b = core_->policy->breaker();
   const auto state = b.state();
   for (auto st : {internal::Breaker::State::kClosed, internal::Breaker::State::kOpen,
@@ -95,20 +105,30 @@ std::vector<MetricSample> Client::Metrics() const {
     add("sluice_breaker_state", kGauge, "The store circuit breaker's state (1 = current).",
         st == state ? 1 : 0, {{"state", std::string(internal::BreakerStateName(st))}});
   }
-  add("sluice_breaker_opens_total", kCounter, "Times the circuit breaker opened.", double(b.opens()));
-  add("sluice_breaker_short_circuited_total", kCounter, "Calls answered without a store call because the breaker was open.", double(b.short_circuited()));
-  add("sluice_breaker_consecutive_failures", kGauge, "Consecutive store failures.", double(b.consecutive_failures()));
+  add("sluice_breaker_opens_total", kCounter, "Times the circuit breaker opened.",
+      double(b.opens()));
+  add("sluice_breaker_short_circuited_total", kCounter,
+      "Calls answered without a store call because the breaker was open.",
+      double(b.short_circuited()));
+  add("sluice_breaker_consecutive_failures", kGauge, "Consecutive store failures.",
+      double(b.consecutive_failures()));
   const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count();
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
   const auto rows = core_->lease_gauges.Snapshot(now);
   for (const auto& r : rows) {
-    add("sluice_leases_held", kGauge, "Leases this client holds.", double(r.held), {{"limiter", r.limiter}, {"id", r.id}});
+    add("sluice_leases_held", kGauge, "Leases this client holds.", double(r.held),
+        {{"limiter", r.limiter}, {"id", r.id}});
   }
   for (const auto& r : rows) {
-    add("sluice_leases_live", kGauge, "Live leases of the id across the fleet, as counted at this client's latest acquire.", double(r.live), {{"limiter", r.limiter}, {"id", r.id}});
+    add("sluice_leases_live", kGauge,
+        "Live leases of the id across the fleet, as counted at this client's latest acquire.",
+        double(r.live), {{"limiter", r.limiter}, {"id", r.id}});
   }
   for (const auto& r : rows) {
-    add("sluice_leases_live_max_1m", kGauge, "Highest live lease count of the id seen this clock minute.", double(r.max_1m), {{"limiter", r.limiter}, {"id", r.id}});
+    add("sluice_leases_live_max_1m", kGauge,
+        "Highest live lease count of the id seen this clock minute.", double(r.max_1m),
+        {{"limiter", r.limiter}, {"id", r.id}});
   }
   return m;
 }

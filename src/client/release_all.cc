@@ -22,10 +22,10 @@
 #include <cstring>
 #include <ctime>
 
+#include "algo/concurrency.h"
 #include "client/client_core.h"
 #include "core/keys.h"
 #include "core/wait.h"
-#include "algo/concurrency.h"
 
 namespace sluice {
 namespace {
@@ -81,7 +81,8 @@ void AppendJsonString(std::string& out, std::string_view s) {
 }
 
 std::string IsoTime(std::chrono::system_clock::time_point t) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
   const std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
@@ -91,7 +92,6 @@ std::string IsoTime(std::chrono::system_clock::time_point t) {
                 static_cast<int>(ms % 1000));
   return buf;
 }
-
 
 // The end of a record: `fields` then spaces up to kTailBytes, then '}'. The record is
 // first written with the pending tail and the outcome overwrites it in place, so every
@@ -192,7 +192,8 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
   const int flags = ::fcntl(fd, F_GETFL);
   const bool can_update = tail_at > 0 && flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_APPEND) == 0;
   const auto finish = [&](const std::string& tail) -> Status {
-    if (!can_update || ::pwrite(fd, tail.data(), tail.size(), tail_at) != static_cast<ssize_t>(tail.size()) ||
+    if (!can_update ||
+        ::pwrite(fd, tail.data(), tail.size(), tail_at) != static_cast<ssize_t>(tail.size()) ||
         ::fsync(fd) != 0) {
       return InternalError("could not write the outcome into the audit record in " +
                            audit.log_path + " (it says \"pending\"): " + std::strerror(errno) +
@@ -202,9 +203,10 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
   };
 
   call.deadline = std::chrono::steady_clock::now() + deadline;
-  auto released = internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
-    core->store->RunLease(std::move(call), std::move(done));
-  });
+  auto released =
+      internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
+        core->store->RunLease(std::move(call), std::move(done));
+      });
   if (!released.ok()) {
     // No answer in time, or the connection broke: the script may have run, or may still
     // run (a paused Redis runs it when it resumes). An error reply: it did not.
@@ -213,17 +215,17 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
     const std::string tail = Tail(std::string("\"outcome\":\"") + (unknown ? "unknown" : "failed") +
                                   "\",\"error\":\"" + std::string(StatusCodeName(code)) + "\"");
     Status written = finish(tail);
-    return Status(code, released.status().message() +
-                            (unknown ? "; the release may have happened or may still happen: " : "; ") +
-                            (written.ok() ? "recorded in " + audit.log_path
-                                          : written.message()));
+    return Status(code,
+                  released.status().message() +
+                      (unknown ? "; the release may have happened or may still happen: " : "; ") +
+                      (written.ok() ? "recorded in " + audit.log_path : written.message()));
   }
 
   ReleaseAllResult result;
   result.released = released->reply.count;
-  const std::string done = Tail("\"outcome\":\"done\",\"store_ms\":" +
-                                std::to_string(released->reply.now_ms) +
-                                ",\"released\":" + std::to_string(result.released));
+  const std::string done =
+      Tail("\"outcome\":\"done\",\"store_ms\":" + std::to_string(released->reply.now_ms) +
+           ",\"released\":" + std::to_string(result.released));
   if (Status written = finish(done); !written.ok()) {
     return InternalError("released " + std::to_string(result.released) + " leases of " + key +
                          " but " + written.message());
@@ -231,13 +233,18 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
   result.record = head + done;
   if (audit.stream) {
     std::vector<std::pair<std::string, std::string>> fields = {
-        {"ts", ts},           {"action", "release_all"}, {"actor", action.actor},
-        {"reason", action.reason}, {"limiter", name},   {"id", encoded},
-        {"key", key},         {"released", std::to_string(result.released)}};
+        {"ts", ts},
+        {"action", "release_all"},
+        {"actor", action.actor},
+        {"reason", action.reason},
+        {"limiter", name},
+        {"id", encoded},
+        {"key", key},
+        {"released", std::to_string(result.released)}};
     Status appended = internal::WaitFor<Status>([&](std::function<void(Status)> done_cb) {
       core->store->AppendToStream(core->options.prefix + ":audit", std::move(fields),
-                                   audit.stream_max_len, audit.stream_retention.count(),
-                                   std::chrono::steady_clock::now() + deadline, std::move(done_cb));
+                                  audit.stream_max_len, audit.stream_retention.count(),
+                                  std::chrono::steady_clock::now() + deadline, std::move(done_cb));
     });
     if (!appended.ok()) {
       result.stream_error = appended.ToString();

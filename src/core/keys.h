@@ -1,7 +1,7 @@
 // Key layout (docs/design.md §2): `<prefix>:{<limiter>:<id>}:<suffix>`.
 //
-// The suffix names the algorithm (fw, sw, sl, tb, gcra; cc for concurrency leases): a limiter whose algorithm is
-// changed in a config starts on a fresh key instead of reading another algorithm's
+// The suffix names the algorithm (fw, sw, sl, tb, gcra; cc for concurrency leases): a limiter whose
+// algorithm is changed in a config starts on a fresh key instead of reading another algorithm's
 // state (and Redis answering WRONGTYPE); the old key expires on its own.
 // The hash tag holds the limiter name and the id, so every key of one decision sits in
 // one cluster slot. Limiter names and prefixes are restricted to [A-Za-z0-9_.-]; ids may

@@ -149,7 +149,8 @@ TEST(EncodeId, HugeIdsDifferingInOneByteGetDifferentKeys) {
   EXPECT_NE(MakeKey(head, a, Algorithm::kFixedWindow), MakeKey(head, c, Algorithm::kFixedWindow));
   EXPECT_NE(MakeKey(head, b, Algorithm::kFixedWindow), MakeKey(head, c, Algorithm::kFixedWindow));
   // And a prefix of a long id is a different id.
-  EXPECT_NE(MakeKey(head, a, Algorithm::kFixedWindow), MakeKey(head, a.substr(0, a.size() - 1), Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(head, a, Algorithm::kFixedWindow),
+            MakeKey(head, a.substr(0, a.size() - 1), Algorithm::kFixedWindow));
 }
 
 TEST(EncodeId, ExactlyMaxEncodedBytesIsNotHashed) {
@@ -202,7 +203,8 @@ TEST(KeyHead, LayoutIsPrefixColonBraceLimiterColon) {
 }
 
 TEST(MakeKey, LayoutIsPrefixTagLimiterEncodedId) {
-  EXPECT_EQ(MakeKey(KeyHead("sluice", "login"), "alice", Algorithm::kFixedWindow), "sluice:{login:alice}:fw");
+  EXPECT_EQ(MakeKey(KeyHead("sluice", "login"), "alice", Algorithm::kFixedWindow),
+            "sluice:{login:alice}:fw");
   EXPECT_EQ(MakeKey(KeyHead("p", "l"), "a{b}", Algorithm::kFixedWindow), "p:{l:a%7Bb%7D}:fw");
   EXPECT_EQ(MakeKey(KeyHead("p", "l"), "\0"s, Algorithm::kFixedWindow), "p:{l:%00}:fw");
   EXPECT_EQ(MakeKey(KeyHead("p", "l"), "x y#", Algorithm::kFixedWindow), "p:{l:x%20y%23}:fw");
@@ -222,10 +224,14 @@ TEST(MakeKey, DifferentLimitersNeverShareAKey) {
   // The limiter ends at the first ':' after '{' because a valid name cannot hold ':' ...
   ASSERT_FALSE(ValidateName("limiter", "a:b").ok());
   // ... so a limiter whose name is a prefix of another's cannot reach its keys.
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "b:c", Algorithm::kFixedWindow), MakeKey(KeyHead("p", "ab"), ":c", Algorithm::kFixedWindow));
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "bx", Algorithm::kFixedWindow), MakeKey(KeyHead("p", "ab"), "x", Algorithm::kFixedWindow));
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x", Algorithm::kFixedWindow), MakeKey(KeyHead("p", "b"), "x", Algorithm::kFixedWindow));
-  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x", Algorithm::kFixedWindow), MakeKey(KeyHead("q", "a"), "x", Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "b:c", Algorithm::kFixedWindow),
+            MakeKey(KeyHead("p", "ab"), ":c", Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "bx", Algorithm::kFixedWindow),
+            MakeKey(KeyHead("p", "ab"), "x", Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x", Algorithm::kFixedWindow),
+            MakeKey(KeyHead("p", "b"), "x", Algorithm::kFixedWindow));
+  EXPECT_NE(MakeKey(KeyHead("p", "a"), "x", Algorithm::kFixedWindow),
+            MakeKey(KeyHead("q", "a"), "x", Algorithm::kFixedWindow));
 }
 
 TEST(ValidateName, AcceptsLettersDigitsUnderscoreDotDash) {
@@ -299,8 +305,10 @@ TEST(DecodeId, RoundTripsEveryEncodedId) {
 
 TEST(DecodeId, RejectsWhatEncodeIdNeverWrites) {
   std::optional<std::string> id;
-  for (std::string_view bad : {"", "a b", "a{b", "%41", "%7b", "%7", "%", "a%zz", "#abc",
-                               "#" "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"}) {
+  for (std::string_view bad :
+       {"", "a b", "a{b", "%41", "%7b", "%7", "%", "a%zz", "#abc",
+        "#"
+        "0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef"}) {
     EXPECT_FALSE(DecodeId(bad, id)) << "\"" << bad << "\"";
   }
   EXPECT_FALSE(DecodeId(std::string(kMaxEncodedIdBytes + 1, 'a'), id));

@@ -32,7 +32,8 @@ inline std::optional<int64_t> ExactInteger(double d) {
 // Precondition: bytes.size() >= at + 8.
 inline double BigEndianDouble(std::string_view bytes, std::size_t at) {
   uint64_t bits = 0;
-  for (std::size_t i = 0; i < 8; ++i) bits = (bits << 8) | static_cast<unsigned char>(bytes[at + i]);
+  for (std::size_t i = 0; i < 8; ++i)
+    bits = (bits << 8) | static_cast<unsigned char>(bytes[at + i]);
   return std::bit_cast<double>(bits);
 }
 
@@ -40,7 +41,8 @@ inline double BigEndianDouble(std::string_view bytes, std::size_t at) {
 // bytes[at, at + width), sign-extended. Precondition: 1 <= width <= 8, bytes long enough.
 inline int64_t LittleEndianSigned(std::string_view bytes, std::size_t at, std::size_t width) {
   uint64_t bits = 0;
-  for (std::size_t i = width; i-- > 0;) bits = (bits << 8) | static_cast<unsigned char>(bytes[at + i]);
+  for (std::size_t i = width; i-- > 0;)
+    bits = (bits << 8) | static_cast<unsigned char>(bytes[at + i]);
   const unsigned shift = static_cast<unsigned>(64 - 8 * width);
   return static_cast<int64_t>(bits << shift) >> shift;
 }

@@ -15,10 +15,16 @@ thread_local bool t_io_thread = false;
 
 }  // namespace
 
-uint64_t ForkGeneration() { return g_fork_generation.load(std::memory_order_relaxed); }
+uint64_t ForkGeneration() {
+  return g_fork_generation.load(std::memory_order_relaxed);
+}
 
-bool OnIoThread() { return t_io_thread; }
+bool OnIoThread() {
+  return t_io_thread;
+}
 
-void MarkIoThread() { t_io_thread = true; }
+void MarkIoThread() {
+  t_io_thread = true;
+}
 
 }  // namespace sluice::internal

@@ -24,14 +24,26 @@ std::string Status::ToString() const {
   return out;
 }
 
-Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
-Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+Status InvalidArgumentError(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+Status DeadlineExceededError(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
+Status UnavailableError(std::string m) {
+  return {StatusCode::kUnavailable, std::move(m)};
+}
 Status FailedPreconditionError(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
-Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
-Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+Status PermissionDeniedError(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+Status NotFoundError(std::string m) {
+  return {StatusCode::kNotFound, std::move(m)};
+}
+Status InternalError(std::string m) {
+  return {StatusCode::kInternal, std::move(m)};
+}
 
 }  // namespace sluice

@@ -118,8 +118,7 @@ AlgoReply MemoryStore::StepLocked(Shard& shard, const std::string& key, const Al
       return Apply<SlidingLogState>(shard, key, args, now, SlidingLogStep);
     case Algorithm::kTokenBucket:
       return Apply<TokenBucketState>(shard, key, args, now, TokenBucketStep);
-    case Algorithm::kGcra:
-      return Apply<GcraState>(shard, key, args, now, GcraStep);
+    case Algorithm::kGcra: return Apply<GcraState>(shard, key, args, now, GcraStep);
   }
   return AlgoReply{};
 }
@@ -189,7 +188,9 @@ CompositeOutcome MemoryStore::DecideMany(const std::vector<CheckCall>& calls) {
   return out;
 }
 
-void MemoryStore::Check(CheckCall call, DecisionCallback done) { done(CheckNow(call)); }
+void MemoryStore::Check(CheckCall call, DecisionCallback done) {
+  done(CheckNow(call));
+}
 
 LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
   const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
@@ -212,7 +213,9 @@ LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
   return result;
 }
 
-void MemoryStore::RunLease(LeaseCall call, LeaseCallback done) { done(LeaseNow(call)); }
+void MemoryStore::RunLease(LeaseCall call, LeaseCallback done) {
+  done(LeaseNow(call));
+}
 
 std::size_t MemoryStore::KeyCount() {
   const int64_t now = clock_->NowMs();

@@ -33,14 +33,14 @@
 #include <variant>
 #include <vector>
 
+#include "algo/concurrency.h"
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
-#include "store/store.h"
-#include "algo/concurrency.h"
 #include "sluice/clock.h"
+#include "store/store.h"
 
 namespace sluice::internal {
 
@@ -117,8 +117,8 @@ class MemoryStore final : public Store {
                               Algorithm algorithm, int64_t now);
   // Runs one twin on the key's state under the shard's lock.
   template <typename State, typename Step>
-  static AlgoReply Apply(Shard& shard, const std::string& key, const AlgoArgs& args,
-                         int64_t now_ms, Step step);
+  static AlgoReply Apply(Shard& shard, const std::string& key, const AlgoArgs& args, int64_t now_ms,
+                         Step step);
 
   std::shared_ptr<const Clock> clock_;
   std::array<Shard, kShards> shards_;

@@ -228,9 +228,13 @@ TEST_F(MemoryStoreTest, KeyCountCountsOnlyLiveKeysAfterManyExpire) {
 }
 
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-std::size_t HeapInUse() { return mallinfo2().uordblks; }
+std::size_t HeapInUse() {
+  return mallinfo2().uordblks;
+}
 #else
-std::size_t HeapInUse() { return 0; }
+std::size_t HeapInUse() {
+  return 0;
+}
 #endif
 
 // KeyCount filters by expiry, so it cannot show whether expired entries are actually
@@ -326,11 +330,11 @@ TEST_F(MemoryStoreTest, NoCallFreesMoreThanItsBound) {
 // moves later as it is spent and earlier when a refund fills it.
 TEST_F(MemoryStoreTest, ReclaimFollowsExpiriesMovedEitherWay) {
   const auto bucket = [](std::string key, int64_t cost, Op op = Op::kConsume) {
-    CheckCall call{.op = op,
-                   .key = std::move(key),
-                   .limit = Limit{.algorithm = Algorithm::kTokenBucket, .limit = 10,
-                                  .window = seconds(10)},
-                   .cost = cost};
+    CheckCall call{
+        .op = op,
+        .key = std::move(key),
+        .limit = Limit{.algorithm = Algorithm::kTokenBucket, .limit = 10, .window = seconds(10)},
+        .cost = cost};
     return call;
   };
   const auto tick = [&](int calls) {

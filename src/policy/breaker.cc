@@ -2,8 +2,7 @@
 
 namespace sluice::internal {
 
-Breaker::Breaker(BreakerOptions options, Now now)
-    : options_(options), now_(std::move(now)) {}
+Breaker::Breaker(BreakerOptions options, Now now) : options_(options), now_(std::move(now)) {}
 
 bool Breaker::Allow() {
   if (state_.load(std::memory_order_acquire) == State::kClosed) return true;
@@ -28,7 +27,8 @@ void Breaker::OnSuccess() {
 void Breaker::OnFailure() {
   const int64_t failures = failures_.fetch_add(1, std::memory_order_relaxed) + 1;
   const State state = state_.load(std::memory_order_acquire);
-  if (state == State::kHalfOpen || (state == State::kClosed && failures >= options_.failures_to_open)) {
+  if (state == State::kHalfOpen ||
+      (state == State::kClosed && failures >= options_.failures_to_open)) {
     std::lock_guard lock(mu_);
     if (state_.load(std::memory_order_relaxed) != State::kOpen) Open();
   }

@@ -33,7 +33,9 @@ PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clo
   if (denial_cache_size > 0) denials_.emplace(denial_cache_size);
 }
 
-bool PolicyStore::Forked() const { return ForkGeneration() != fork_generation_; }
+bool PolicyStore::Forked() const {
+  return ForkGeneration() != fork_generation_;
+}
 
 Status PolicyStore::ForkedError() {
   return FailedPreconditionError(
@@ -84,8 +86,7 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
       return d;
     }
     case FailurePolicy::kDefault:
-    case FailurePolicy::kOpen:
-      break;
+    case FailurePolicy::kOpen: break;
   }
   d.allowed = true;
   d.remaining = call.limit.limit;
@@ -145,7 +146,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   // The fallback needs the call after the store had it: keep a copy of what it reads.
   CheckCall fallback = call;
   inner_->Check(std::move(call), [this, cache, fallback = std::move(fallback),
-                                   done = std::move(done)](StatusOr<Decision> result) {
+                                  done = std::move(done)](StatusOr<Decision> result) {
     if (result.ok()) {
       breaker_.OnSuccess();
       if (cache) {
@@ -204,8 +205,8 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   }
   // The fallback and the denial cache need the calls after the store had them.
   std::vector<CheckCall> calls = call.calls;
-  inner_->CheckComposite(std::move(call), [this, calls = std::move(calls),
-                                      done = std::move(done)](StatusOr<CompositeOutcome> result) {
+  inner_->CheckComposite(std::move(call), [this, calls = std::move(calls), done = std::move(done)](
+                                              StatusOr<CompositeOutcome> result) {
     if (result.ok()) {
       breaker_.OnSuccess();
       if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
@@ -237,13 +238,13 @@ LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call) {
       result.reply.now_ms = NowMs(call);
       // Until the breaker probes again (at least a second), as for checks.
       result.reply.expires_at_ms =
-          result.reply.now_ms + std::max(breaker_.RetryIn(), std::chrono::milliseconds(1000)).count();
+          result.reply.now_ms +
+          std::max(breaker_.RetryIn(), std::chrono::milliseconds(1000)).count();
       result.source = DecisionSource::kFailClosed;
       return result;
     }
     case FailurePolicy::kDefault:
-    case FailurePolicy::kOpen:
-      break;
+    case FailurePolicy::kOpen: break;
   }
   LeaseResult result;
   result.reply.code = 1;
@@ -289,7 +290,7 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
     fallback.args.token = call.args.token;
   }
   inner_->RunLease(std::move(call), [this, fallback = std::move(fallback),
-                                  done = std::move(done)](StatusOr<LeaseResult> result) {
+                                     done = std::move(done)](StatusOr<LeaseResult> result) {
     if (result.ok()) {
       breaker_.OnSuccess();
     } else if (IsStoreFailure(result.status())) {

@@ -22,10 +22,10 @@
 #include <optional>
 #include <vector>
 
-#include "store/store.h"
 #include "memory/memory_store.h"
 #include "policy/breaker.h"
 #include "policy/denial_cache.h"
+#include "store/store.h"
 
 namespace sluice::internal {
 
@@ -78,7 +78,9 @@ class PolicyStore final : public Store {
   static CheckCall LocalCall(const CheckCall& call);
 
   template <typename Call>
-  int64_t NowMs(const Call& call) const { return call.now_ms ? *call.now_ms : clock_->NowMs(); }
+  int64_t NowMs(const Call& call) const {
+    return call.now_ms ? *call.now_ms : clock_->NowMs();
+  }
   // The denial cache's time: the model clock's, else a monotonic clock — its entries
   // expire after a duration (retry_after), which a step of the wall clock (NTP) must not
   // stretch or cut.

@@ -14,10 +14,10 @@
 namespace sluice {
 namespace {
 
+using internal::Breaker;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
-using internal::Breaker;
 
 TEST(Breaker, OpensAfterConsecutiveFailuresAndProbesOnceAfterTheCoolDown) {
   steady_clock::time_point now{};
@@ -55,8 +55,8 @@ TEST(Breaker, OpensAfterConsecutiveFailuresAndProbesOnceAfterTheCoolDown) {
 class Policies : public ::testing::Test {
  protected:
   void SetUp() override {
-    faults_ = std::make_shared<testing::FaultStore>(
-        std::make_shared<internal::MemoryStore>(clock_), /*seed=*/5);
+    faults_ = std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock_),
+                                                    /*seed=*/5);
     auto client = internal::ClientFactory::WithStore(
         {.url = "memory://", .breaker_failures = 1000, .model_clock = clock_}, faults_);
     ASSERT_TRUE(client.ok());
@@ -120,11 +120,14 @@ TEST(PoliciesLocal, FourServersSpreadGetTheWholeLimitPinnedGetAQuarter) {
   std::vector<Limiter> servers;
   std::vector<std::shared_ptr<Client>> clients;
   for (int i = 0; i < 4; ++i) {
-    auto down = std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
+    auto down =
+        std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
     down->FailRandomly(1.0, UnavailableError("injected: redis down"));
-    clients.push_back(*internal::ClientFactory::WithStore(
-        {.url = "memory://", .on_failure = FailurePolicy::kLocal, .servers = 4, .model_clock = clock},
-        down));
+    clients.push_back(*internal::ClientFactory::WithStore({.url = "memory://",
+                                                           .on_failure = FailurePolicy::kLocal,
+                                                           .servers = 4,
+                                                           .model_clock = clock},
+                                                          down));
     servers.push_back(*clients.back()->MakeLimiter("api", {.limit = 100, .window = seconds(60)}));
   }
   int pinned = 0, spread = 0;
@@ -198,11 +201,14 @@ TEST_F(Policies, CallerErrorsAndRefundsAreNotDecisions) {
 
 TEST(PoliciesBreaker, OpenBreakerAnswersWithoutCallingTheStore) {
   auto clock = std::make_shared<testing::FakeClock>();
-  auto faults = std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
-  auto client = *internal::ClientFactory::WithStore(
-      {.url = "memory://", .on_failure = FailurePolicy::kClosed, .breaker_failures = 3,
-       .breaker_cool_down = seconds(60), .model_clock = clock},
-      faults);
+  auto faults =
+      std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
+  auto client = *internal::ClientFactory::WithStore({.url = "memory://",
+                                                     .on_failure = FailurePolicy::kClosed,
+                                                     .breaker_failures = 3,
+                                                     .breaker_cool_down = seconds(60),
+                                                     .model_clock = clock},
+                                                    faults);
   auto limiter = *client->MakeLimiter("b", {.limit = 10, .window = seconds(60)});
   faults->FailRandomly(1.0, UnavailableError("injected: down"));
   for (int i = 0; i < 3; ++i) EXPECT_EQ(limiter.Check("x")->source, DecisionSource::kFailClosed);
@@ -261,7 +267,8 @@ TEST_F(Policies, DenialCacheStepsAsideForRefundsPlanChangesAndSmallerCosts) {
   EXPECT_EQ(upgrade->source, DecisionSource::kStore);
   EXPECT_TRUE(upgrade->allowed);
   ASSERT_FALSE(limiter.Check("x", {.cost = 8, .limit = upgraded})->allowed);
-  EXPECT_EQ(limiter.Check("x", {.cost = 8, .limit = upgraded})->source, DecisionSource::kCachedDenial);
+  EXPECT_EQ(limiter.Check("x", {.cost = 8, .limit = upgraded})->source,
+            DecisionSource::kCachedDenial);
   ASSERT_TRUE(limiter.Refund("x", 6).ok());  // a refund forgets the cached refusal
   auto after_refund = limiter.Check("x", {.cost = 8, .limit = upgraded});
   EXPECT_EQ(after_refund->source, DecisionSource::kStore);
@@ -283,8 +290,10 @@ TEST_F(Policies, DenialCacheIsBounded) {
 }
 
 TEST_F(Policies, ShadowModeCountsButNeverRefuses) {
-  auto client = *internal::ClientFactory::WithStore({.url = "memory://", .model_clock = clock_}, faults_);
-  auto limiter = *client->MakeLimiter("dark", {.limit = 2, .window = seconds(60)}, {.shadow = true});
+  auto client =
+      *internal::ClientFactory::WithStore({.url = "memory://", .model_clock = clock_}, faults_);
+  auto limiter =
+      *client->MakeLimiter("dark", {.limit = 2, .window = seconds(60)}, {.shadow = true});
   int shadow_refused = 0;
   for (int i = 0; i < 5; ++i) {
     auto d = limiter.Check("x");

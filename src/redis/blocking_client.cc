@@ -30,7 +30,8 @@ StatusOr<std::unique_ptr<BlockingClient>> BlockingClient::Connect(Endpoint endpo
   if (options.command_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
     return InvalidArgumentError("command_timeout and connect_timeout must be > 0 ms");
   }
-  std::unique_ptr<BlockingClient> client(new BlockingClient(std::move(endpoint), std::move(options)));
+  std::unique_ptr<BlockingClient> client(
+      new BlockingClient(std::move(endpoint), std::move(options)));
   auto promise = std::make_shared<std::promise<Status>>();
   auto result = promise->get_future();
   client->connection_->Start([promise](Status status) { promise->set_value(std::move(status)); });

@@ -11,7 +11,7 @@
 // caller could be on: callbacks never leave this class).
 #pragma once
 
-#include <utility>  // before Boost (Asio 1.74 + g++ 12)
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <chrono>
 #include <cstddef>
@@ -81,8 +81,8 @@ class BlockingClient {
 
  private:
   struct Call {
-    int script = -1;     // >= 0: EVALSHA of that script, `bytes` its tail
-    std::string bytes;   // a formatted command, or the script call's tail
+    int script = -1;    // >= 0: EVALSHA of that script, `bytes` its tail
+    std::string bytes;  // a formatted command, or the script call's tail
     int tail_items = 0;
   };
   BlockingClient(Endpoint endpoint, BlockingClientOptions options);

@@ -3,14 +3,14 @@
 #include <algorithm>
 #include <random>
 
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
-#include <hiredis/read.h>
-#include <hiredis/hiredis.h>
 
 #include "core/client_side.h"
 #include "redis/resp.h"
@@ -29,12 +29,12 @@ struct Connection::Session {
   asio::generic::stream_protocol::socket socket;
   asio::ip::tcp::resolver resolver;
   redisReader* reader;
-  std::string writing;                // the batch being written
+  std::string writing;  // the batch being written
   std::vector<char> read_buf = std::vector<char>(64 * 1024);
-  std::vector<redisReply*> replies;   // scratch, reused per read
-  std::vector<Request> batch;         // scratch, reused per read
-  bool connected = false;             // strand only
-  bool closed = false;                // strand only
+  std::vector<redisReply*> replies;  // scratch, reused per read
+  std::vector<Request> batch;        // scratch, reused per read
+  bool connected = false;            // strand only
+  bool closed = false;               // strand only
 };
 
 namespace {
@@ -66,8 +66,7 @@ std::shared_ptr<Connection> Connection::Make(asio::any_io_executor executor, End
       new Connection(std::move(executor), std::move(endpoint), std::move(options)));
 }
 
-Connection::Connection(asio::any_io_executor executor, Endpoint endpoint,
-                       ConnectionOptions options)
+Connection::Connection(asio::any_io_executor executor, Endpoint endpoint, ConnectionOptions options)
     : strand_(asio::make_strand(executor)),
       endpoint_(std::move(endpoint)),
       options_(std::move(options)),
@@ -79,10 +78,11 @@ Connection::Connection(asio::any_io_executor executor, Endpoint endpoint,
 Connection::~Connection() = default;
 
 void Connection::Start(std::function<void(Status)> first_result) {
-  asio::post(strand_, [self = shared_from_this(), first_result = std::move(first_result)]() mutable {
-    self->first_result_ = std::move(first_result);
-    self->Connect();
-  });
+  asio::post(strand_,
+             [self = shared_from_this(), first_result = std::move(first_result)]() mutable {
+               self->first_result_ = std::move(first_result);
+               self->Connect();
+             });
 }
 
 void Connection::Connect() {
@@ -95,41 +95,43 @@ void Connection::Connect() {
   }
   auto self = shared_from_this();
   retry_timer_.expires_after(options_.connect_timeout);
-  retry_timer_.async_wait(asio::bind_executor(strand_, [self, session](boost::system::error_code ec) {
-    if (ec || session->connected || session->closed) return;
-    self->Break(session, DeadlineExceededError("connecting to redis " + self->endpoint_.Describe() +
-                                               " took longer than " +
-                                               std::to_string(self->options_.connect_timeout.count()) +
-                                               " ms"));
-  }));
+  retry_timer_.async_wait(
+      asio::bind_executor(strand_, [self, session](boost::system::error_code ec) {
+        if (ec || session->connected || session->closed) return;
+        self->Break(session,
+                    DeadlineExceededError(
+                        "connecting to redis " + self->endpoint_.Describe() + " took longer than " +
+                        std::to_string(self->options_.connect_timeout.count()) + " ms"));
+      }));
   auto on_connect = [self, session](boost::system::error_code ec) {
     if (session->closed) return;
     if (ec) {
-      self->Break(session, UnavailableError("cannot connect to redis " + self->endpoint_.Describe() +
-                                            ": " + ec.message()));
+      self->Break(session, UnavailableError("cannot connect to redis " +
+                                            self->endpoint_.Describe() + ": " + ec.message()));
       return;
     }
     self->OnConnected(session);
   };
   if (endpoint_.kind == Endpoint::Kind::kUnix) {
-    asio::generic::stream_protocol::endpoint ep{asio::local::stream_protocol::endpoint(endpoint_.path)};
+    asio::generic::stream_protocol::endpoint ep{
+        asio::local::stream_protocol::endpoint(endpoint_.path)};
     session->socket.async_connect(ep, asio::bind_executor(strand_, on_connect));
     return;
   }
   session->resolver.async_resolve(
       endpoint_.host, std::to_string(endpoint_.port),
-      asio::bind_executor(strand_, [self, session, on_connect](
-                                       boost::system::error_code ec,
-                                       asio::ip::tcp::resolver::results_type results) {
-        if (session->closed) return;
-        if (ec || results.empty()) {
-          self->Break(session, UnavailableError("cannot resolve redis host \"" + self->endpoint_.host +
-                                                "\": " + ec.message()));
-          return;
-        }
-        asio::generic::stream_protocol::endpoint ep{results.begin()->endpoint()};
-        session->socket.async_connect(ep, asio::bind_executor(self->strand_, on_connect));
-      }));
+      asio::bind_executor(
+          strand_, [self, session, on_connect](boost::system::error_code ec,
+                                               asio::ip::tcp::resolver::results_type results) {
+            if (session->closed) return;
+            if (ec || results.empty()) {
+              self->Break(session, UnavailableError("cannot resolve redis host \"" +
+                                                    self->endpoint_.host + "\": " + ec.message()));
+              return;
+            }
+            asio::generic::stream_protocol::endpoint ep{results.begin()->endpoint()};
+            session->socket.async_connect(ep, asio::bind_executor(self->strand_, on_connect));
+          }));
 }
 
 void Connection::OnConnected(const std::shared_ptr<Session>& session) {
@@ -169,8 +171,9 @@ void Connection::Handshake(const std::shared_ptr<Session>& session) {
     request.done = [step, check = std::move(check)](const Status& status, const redisReply* reply) {
       step(status.ok() ? check(reply) : status);
     };
-    Enqueue(std::move(request), [&](std::string& out, const Request&) { out += command; },
-            /*handshake=*/true);
+    Enqueue(
+        std::move(request), [&](std::string& out, const Request&) { out += command; },
+        /*handshake=*/true);
   };
   auto any = [](const redisReply*) { return Status::Ok(); };
 
@@ -231,8 +234,9 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
   {
     std::lock_guard lock(mu_);
     if (!(state_ == State::kReady || (handshake && state_ == State::kHandshaking))) {
-      fail = UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
-                              (last_error_.ok() ? std::string() : " (" + last_error_.message() + ")"));
+      fail =
+          UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
+                           (last_error_.ok() ? std::string() : " (" + last_error_.message() + ")"));
     } else if (!handshake && queue_.size() >= options_.max_in_flight) {
       std::string what = "redis " + endpoint_.Describe() + ": " + std::to_string(queue_.size()) +
                          " calls already in flight";
@@ -256,7 +260,8 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
   auto self = shared_from_this();
   if (!fail.ok()) {
     // Never inline: a caller that retries from its callback must not recurse.
-    asio::post(strand_, [done = std::move(request.done), fail = std::move(fail)] { done(fail, nullptr); });
+    asio::post(strand_,
+               [done = std::move(request.done), fail = std::move(fail)] { done(fail, nullptr); });
     return;
   }
   if (post_write) asio::post(strand_, [self, session] { self->StartWrite(session); });
@@ -268,8 +273,9 @@ void Connection::Send(std::string_view command, Deadline deadline, Callback done
   request.done = std::move(done);
   request.deadline = deadline;
   request.issued = steady_clock::now();
-  Enqueue(std::move(request), [command](std::string& out, const Request&) { out.append(command); },
-          false);
+  Enqueue(
+      std::move(request), [command](std::string& out, const Request&) { out.append(command); },
+      false);
 }
 
 void Connection::Eval(int script, std::string tail, int tail_items, Deadline deadline,
@@ -284,12 +290,15 @@ void Connection::Eval(int script, std::string tail, int tail_items, Deadline dea
   request.tail = std::move(tail);
   // shas_ is written by the handshake on the strand before the state becomes ready, and
   // read here only when ready (under mu_, which the handshake's state change also took).
-  Enqueue(std::move(request), [this, script](std::string& out, const Request& r) {
-    AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
-    AppendBulk(out, "EVALSHA");
-    AppendBulk(out, shas_[static_cast<size_t>(script)]);
-    out += r.tail;
-  }, false);
+  Enqueue(
+      std::move(request),
+      [this, script](std::string& out, const Request& r) {
+        AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
+        AppendBulk(out, "EVALSHA");
+        AppendBulk(out, shas_[static_cast<size_t>(script)]);
+        out += r.tail;
+      },
+      false);
 }
 
 void Connection::StartWrite(const std::shared_ptr<Session>& session) {
@@ -304,21 +313,21 @@ void Connection::StartWrite(const std::shared_ptr<Session>& session) {
     ++stats_.writes;
   }
   auto self = shared_from_this();
-  asio::async_write(session->socket, asio::buffer(session->writing),
-                    asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t) {
-                      if (session->closed) return;
-                      {
-                        std::lock_guard lock(self->mu_);
-                        self->write_in_flight_ = false;
-                      }
-                      if (ec) {
-                        self->Break(session, UnavailableError("writing to redis " +
-                                                              self->endpoint_.Describe() +
-                                                              " failed: " + ec.message()));
-                        return;
-                      }
-                      self->StartWrite(session);
-                    }));
+  asio::async_write(
+      session->socket, asio::buffer(session->writing),
+      asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t) {
+        if (session->closed) return;
+        {
+          std::lock_guard lock(self->mu_);
+          self->write_in_flight_ = false;
+        }
+        if (ec) {
+          self->Break(session, UnavailableError("writing to redis " + self->endpoint_.Describe() +
+                                                " failed: " + ec.message()));
+          return;
+        }
+        self->StartWrite(session);
+      }));
 }
 
 void Connection::StartRead(const std::shared_ptr<Session>& session) {
@@ -328,8 +337,9 @@ void Connection::StartRead(const std::shared_ptr<Session>& session) {
       asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t n) {
         if (session->closed) return;
         if (ec) {
-          self->Break(session, UnavailableError("connection to redis " + self->endpoint_.Describe() +
-                                                " lost: " + ec.message()));
+          self->Break(session,
+                      UnavailableError("connection to redis " + self->endpoint_.Describe() +
+                                       " lost: " + ec.message()));
           return;
         }
         redisReaderFeed(session->reader, session->read_buf.data(), n);
@@ -339,9 +349,9 @@ void Connection::StartRead(const std::shared_ptr<Session>& session) {
           if (redisReaderGetReply(session->reader, &reply) != REDIS_OK) {
             for (redisReply* r : session->replies) freeReplyObject(r);
             session->replies.clear();
-            self->Break(session, InternalError("protocol error from redis " +
-                                               self->endpoint_.Describe() + ": " +
-                                               session->reader->errstr));
+            self->Break(session,
+                        InternalError("protocol error from redis " + self->endpoint_.Describe() +
+                                      ": " + session->reader->errstr));
             return;
           }
           if (reply == nullptr) break;
@@ -371,7 +381,8 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
   }
   if (desync) {
     for (redisReply* r : replies) freeReplyObject(r);
-    Break(session, InternalError("redis " + endpoint_.Describe() + " sent a reply nobody asked for"));
+    Break(session,
+          InternalError("redis " + endpoint_.Describe() + " sent a reply nobody asked for"));
     return;
   }
   const std::string where = endpoint_.Describe();
@@ -394,12 +405,15 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
             ++stats_.noscript_retries;
           }
           const Script& script = options_.scripts[static_cast<size_t>(request.script)];
-          Enqueue(std::move(request), [&script](std::string& out, const Request& r) {
-            AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
-            AppendBulk(out, "EVAL");
-            AppendBulk(out, script.source);
-            out += r.tail;
-          }, false);
+          Enqueue(
+              std::move(request),
+              [&script](std::string& out, const Request& r) {
+                AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
+                AppendBulk(out, "EVAL");
+                AppendBulk(out, script.source);
+                out += r.tail;
+              },
+              false);
         } else {
           request.done(ErrorReplyToStatus(error, where), reply);
         }
@@ -466,9 +480,10 @@ void Connection::OnTimer() {
   }
   if (next != Deadline::max()) {
     timer_.expires_at(next);
-    timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
-      if (!ec) self->OnTimer();
-    }));
+    timer_.async_wait(
+        asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
+          if (!ec) self->OnTimer();
+        }));
   }
 }
 
@@ -514,9 +529,10 @@ void Connection::ScheduleReconnect() {
   auto delay = backoff_ * (75 + static_cast<int>(jitter() % 51)) / 100;
   backoff_ = std::min(backoff_ * 2, options_.reconnect_max_backoff);
   retry_timer_.expires_after(delay);
-  retry_timer_.async_wait(asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
-    if (!ec) self->Connect();
-  }));
+  retry_timer_.async_wait(
+      asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
+        if (!ec) self->Connect();
+      }));
 }
 
 void Connection::Shutdown() {
@@ -532,7 +548,8 @@ void Connection::Shutdown() {
     self->retry_timer_.cancel();
     self->timer_.cancel();
     if (self->first_result_) {
-      std::exchange(self->first_result_, nullptr)(UnavailableError("the sluice client was shut down"));
+      std::exchange(self->first_result_,
+                    nullptr)(UnavailableError("the sluice client was shut down"));
     }
   });
 }

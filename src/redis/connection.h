@@ -24,7 +24,7 @@
 // many in flight — is completed by a post). Callbacks must not block.
 #pragma once
 
-#include <utility>  // before Boost (Asio 1.74 + g++ 12)
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
 #include <chrono>
@@ -70,8 +70,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // On error `reply` is null; on success it is valid only during the call.
   using Callback = std::function<void(const Status&, const redisReply*)>;
 
-  static std::shared_ptr<Connection> Make(boost::asio::any_io_executor executor,
-                                          Endpoint endpoint, ConnectionOptions options);
+  static std::shared_ptr<Connection> Make(boost::asio::any_io_executor executor, Endpoint endpoint,
+                                          ConnectionOptions options);
   ~Connection();
 
   // Connects, authenticates, selects the database, checks the server is Redis >= 7.0,
@@ -100,8 +100,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const Endpoint& endpoint() const { return endpoint_; }
 
   struct Stats {
-    uint64_t commands = 0;   // commands written
-    uint64_t writes = 0;     // write system calls' worth of batches
+    uint64_t commands = 0;  // commands written
+    uint64_t writes = 0;    // write system calls' worth of batches
     uint64_t deadline_exceeded = 0;
     uint64_t reconnects = 0;
     uint64_t noscript_retries = 0;
@@ -144,8 +144,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::strand<boost::asio::any_io_executor> strand_;
   const Endpoint endpoint_;
   const ConnectionOptions options_;
-  std::vector<std::string> shas_;  // per script, filled by the handshake (strand only)
-  boost::asio::steady_timer timer_;      // deadlines and stalls
+  std::vector<std::string> shas_;          // per script, filled by the handshake (strand only)
+  boost::asio::steady_timer timer_;        // deadlines and stalls
   boost::asio::steady_timer retry_timer_;  // connect timeout and reconnect backoff
   std::chrono::milliseconds backoff_;
   std::function<void(Status)> first_result_;  // strand only
@@ -153,8 +153,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   mutable std::mutex mu_;  // guards everything below
   State state_ = State::kIdle;
   std::shared_ptr<Session> session_;
-  std::deque<Request> queue_;  // in flight, FIFO = reply order
-  std::string out_;            // bytes not yet handed to a write
+  std::deque<Request> queue_;     // in flight, FIFO = reply order
+  std::string out_;               // bytes not yet handed to a write
   bool write_posted_ = false;     // a StartWrite is posted to the strand
   bool write_in_flight_ = false;  // an async_write is running; its completion flushes out_
   bool timer_armed_ = false;

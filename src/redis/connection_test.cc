@@ -1,7 +1,7 @@
 // The Redis connection layer against a real redis-server: pipelining order, deadlines
 // on a silent server, stall detection, reconnect, NOSCRIPT reload, AUTH/ACL, SELECT,
 // unix sockets, start-up errors, and which deadline misses are a client-side backlog.
-#include <utility>
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
 #include <chrono>
@@ -9,14 +9,14 @@
 #include <iostream>
 #include <thread>
 
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/read.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
-#include <hiredis/read.h>
-#include <gtest/gtest.h>
-#include <hiredis/hiredis.h>
 
 #include "core/client_side.h"
 #include "redis/connection.h"
@@ -52,7 +52,7 @@ class IoThreads {
 };
 
 std::shared_ptr<internal::Connection> StartConnection(boost::asio::io_context& io,
-                                                       const std::string& url) {
+                                                      const std::string& url) {
   auto endpoint = internal::ParseRedisUrl(url);
   EXPECT_TRUE(endpoint.ok());
   auto conn = internal::Connection::Make(io.get_executor(), *endpoint, {});
@@ -74,7 +74,9 @@ std::shared_ptr<Client> MustCreate(ClientOptions options) {
 }
 
 // A decision the store made (not a failure policy's).
-bool FromStore(const StatusOr<Decision>& d) { return d.ok() && d->source == DecisionSource::kStore; }
+bool FromStore(const StatusOr<Decision>& d) {
+  return d.ok() && d->source == DecisionSource::kStore;
+}
 
 using testing::Eventually;
 
@@ -116,8 +118,8 @@ TEST(Connection, PipelinedRepliesReachTheirCallersInOrder) {
 
 TEST(Connection, DeadlineHoldsWhenRedisIsSilentAndCompletesOnce) {
   RedisServer server;
-  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(30),
-                            .on_failure = FailurePolicy::kClosed});
+  auto client = MustCreate(
+      {.url = server.url(), .deadline = milliseconds(30), .on_failure = FailurePolicy::kClosed});
   auto limiter = *client->MakeLimiter("silent", {.limit = 10, .window = seconds(60)});
   const CheckOptions patient{.deadline = seconds(5)};  // for calls that must succeed
   ASSERT_TRUE(FromStore(limiter.Check("a", patient)));
@@ -169,7 +171,8 @@ TEST(Connection, StalledConnectionIsReplacedAndWorksAgain) {
 
 TEST(Connection, ReconnectsAfterRedisRestarts) {
   RedisServer server;
-  auto client = MustCreate({.url = server.url(), .deadline = milliseconds(50),
+  auto client = MustCreate({.url = server.url(),
+                            .deadline = milliseconds(50),
                             .reconnect_max_backoff = milliseconds(100)});
   auto limiter = *client->MakeLimiter("restart", {.limit = 100, .window = seconds(60)});
   const CheckOptions patient{.deadline = milliseconds(900)};
@@ -216,9 +219,9 @@ TEST(Connection, AuthenticatesWithPasswordAndAclUser) {
   auto none = Client::Create({.url = "redis://" + base});
   EXPECT_EQ(none.status().code(), StatusCode::kPermissionDenied) << none.status().ToString();
 
-  ASSERT_EQ(server.Command({"ACL", "SETUSER", "limiter", "on", ">p%w@rd", "~sluice:*",
-                            "+@all"}).str,
-            "OK");
+  ASSERT_EQ(
+      server.Command({"ACL", "SETUSER", "limiter", "on", ">p%w@rd", "~sluice:*", "+@all"}).str,
+      "OK");
   auto acl = MustCreate({.url = "redis://limiter:p%25w%40rd@" + base});
   auto limiter = *acl->MakeLimiter("acl", {.limit = 1, .window = seconds(60)});
   EXPECT_TRUE(limiter.Check("x")->allowed);
@@ -298,8 +301,8 @@ TEST(Connection, ADeadlineMissedBehindABacklogIsClientSideAndASilentOneIsNot) {
   // Redis answering them batch after batch.
   constexpr int kQueued = 20000;
   std::atomic<int> answered{0};
-  const std::string busy =
-      internal::FormatCommand({"EVAL", "local n = 0 for i = 1, 5000 do n = n + i end return 1", "0"});
+  const std::string busy = internal::FormatCommand(
+      {"EVAL", "local n = 0 for i = 1, 5000 do n = n + i end return 1", "0"});
   for (int i = 0; i < kQueued; ++i) {
     conn->Send(busy, steady_clock::now() + seconds(60),
                [&](const Status&, const redisReply*) { ++answered; });
@@ -339,12 +342,13 @@ TEST(Connection, LastReferenceDroppedInsideACallbackTearsDownCleanly) {
     auto held = std::make_shared<std::optional<Limiter>>(
         *client->MakeLimiter("drop", {.limit = 5, .window = seconds(60)}));
     client.reset();
-    (*held)->CheckAsync("x", {}, [held, caller_gone_future, &finished](StatusOr<Decision> d) mutable {
-      caller_gone_future.wait();  // the caller's references are gone: this one is the last
-      held->reset();              // so the client is torn down from its own I/O thread
-      held.reset();
-      finished.set_value(d.ok());
-    });
+    (*held)->CheckAsync(
+        "x", {}, [held, caller_gone_future, &finished](StatusOr<Decision> d) mutable {
+          caller_gone_future.wait();  // the caller's references are gone: this one is the last
+          held->reset();              // so the client is torn down from its own I/O thread
+          held.reset();
+          finished.set_value(d.ok());
+        });
   }
   caller_gone.set_value();
   auto result = finished.get_future();
@@ -391,8 +395,8 @@ class FakeRedis {
                       std::string_view(r->element[0]->str, r->element[0]->len) == "INFO";
           freeReplyObject(r);
           if (mute_) continue;
-          std::string out = info ? "$" + std::to_string(info_.size()) + "\r\n" + info_ + "\r\n"
-                                 : "+OK\r\n";
+          std::string out =
+              info ? "$" + std::to_string(info_.size()) + "\r\n" + info_ + "\r\n" : "+OK\r\n";
           boost::asio::write(socket, boost::asio::buffer(out), ec);
         }
       }

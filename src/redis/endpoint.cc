@@ -57,7 +57,8 @@ StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
       rest = rest.substr(0, q);
     }
     if (rest.empty() || rest[0] != '/') {
-      return InvalidArgumentError("unix URL needs an absolute socket path: unix:///path/to/redis.sock");
+      return InvalidArgumentError(
+          "unix URL needs an absolute socket path: unix:///path/to/redis.sock");
     }
     ep.path = std::string(rest);
     while (!query.empty()) {
@@ -92,8 +93,9 @@ StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
     const auto colon = url.find("://");
     const std::string scheme =
         colon == std::string_view::npos ? std::string() : std::string(url.substr(0, colon));
-    bool plain = !scheme.empty() && scheme.size() <= 16 &&
-                 scheme.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789+.-") == std::string::npos;
+    bool plain =
+        !scheme.empty() && scheme.size() <= 16 &&
+        scheme.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789+.-") == std::string::npos;
     return InvalidArgumentError(
         (plain ? "unknown URL scheme \"" + scheme + "://\"" : std::string("URL has no scheme")) +
         "; use redis://host:port, unix:///path or memory://");

@@ -56,35 +56,34 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
   AppendBulk(tail, args.aligned ? "1" : "0");
   const int64_t limit = call.limit.limit;
   const int script = static_cast<int>(call.limit.algorithm);
-  connection_->Eval(
-      script, std::move(tail), 9, call.deadline,
-      [limit, done = std::move(done)](const Status& status, const redisReply* reply) {
-        if (!status.ok()) {
-          done(status);
-          return;
-        }
-        if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
-          done(InternalError("a sluice script returned an unexpected reply"));
-          return;
-        }
-        for (size_t i = 0; i < 4; ++i) {
-          if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
-            done(InternalError("a sluice script returned a non-integer field"));
-            return;
-          }
-        }
-        AlgoReply r{static_cast<int>(reply->element[0]->integer), reply->element[1]->integer,
-                    reply->element[2]->integer, reply->element[3]->integer};
-        done(MakeDecision(r, limit));
-      });
+  connection_->Eval(script, std::move(tail), 9, call.deadline,
+                    [limit, done = std::move(done)](const Status& status, const redisReply* reply) {
+                      if (!status.ok()) {
+                        done(status);
+                        return;
+                      }
+                      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+                        done(InternalError("a sluice script returned an unexpected reply"));
+                        return;
+                      }
+                      for (size_t i = 0; i < 4; ++i) {
+                        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+                          done(InternalError("a sluice script returned a non-integer field"));
+                          return;
+                        }
+                      }
+                      AlgoReply r{static_cast<int>(reply->element[0]->integer),
+                                  reply->element[1]->integer, reply->element[2]->integer,
+                                  reply->element[3]->integer};
+                      done(MakeDecision(r, limit));
+                    });
 }
 
 void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   std::vector<CheckCall>& calls = call.calls;
   if (calls.empty() || calls.size() > kMaxCompositeCalls) {
-    done(InvalidArgumentError("a composite check takes 1 to " +
-                              std::to_string(kMaxCompositeCalls) + " limits, got " +
-                              std::to_string(calls.size())));
+    done(InvalidArgumentError("a composite check takes 1 to " + std::to_string(kMaxCompositeCalls) +
+                              " limits, got " + std::to_string(calls.size())));
     return;
   }
   // src/algo/composite.lua: KEYS, then now, cost, and per limit algorithm, limit, window,
@@ -153,7 +152,9 @@ namespace {
 // How long the release of a grant that arrived after its caller gave up may take.
 constexpr std::chrono::seconds kLateReleaseDeadline{2};
 
-bool IsInteger(const redisReply* r) { return r->type == REDIS_REPLY_INTEGER; }
+bool IsInteger(const redisReply* r) {
+  return r->type == REDIS_REPLY_INTEGER;
+}
 
 // The reply of concurrency.lua for `op` (see the script's header).
 StatusOr<LeaseReply> ParseLeaseReply(LeaseOp op, const redisReply* reply) {
@@ -177,7 +178,8 @@ StatusOr<LeaseReply> ParseLeaseReply(LeaseOp op, const redisReply* reply) {
     }
     return out;
   }
-  if (reply->elements != 4) return InternalError("the concurrency script returned an unexpected reply");
+  if (reply->elements != 4)
+    return InternalError("the concurrency script returned an unexpected reply");
   for (size_t i = 0; i < 4; ++i) {
     if (!IsInteger(reply->element[i])) {
       return InternalError("the concurrency script returned a non-integer field");
@@ -270,13 +272,14 @@ void RedisStore::AppendToStream(std::string key,
     AppendBulk(tail, value);
   }
   const int items = 6 + 2 * static_cast<int>(fields.size());
-  connection_->Eval(kConcurrencyScript, std::move(tail), items, deadline,
-                    [done = std::move(done)](const Status& status, const redisReply*) {
-                      done(status);
-                    });
+  connection_->Eval(
+      kConcurrencyScript, std::move(tail), items, deadline,
+      [done = std::move(done)](const Status& status, const redisReply*) { done(status); });
 }
 
-void RedisStore::Shutdown() { connection_->Shutdown(); }
+void RedisStore::Shutdown() {
+  connection_->Shutdown();
+}
 
 void RedisStore::Info(std::string_view section, Deadline deadline,
                       std::function<void(StatusOr<std::string>)> done) {

@@ -4,15 +4,15 @@
 // Thread-safety: thread-safe.
 #pragma once
 
-#include <utility>
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <memory>
 
 #include <boost/asio/any_io_executor.hpp>
 
-#include "store/store.h"
 #include "redis/connection.h"
 #include "redis/endpoint.h"
+#include "store/store.h"
 
 namespace sluice::internal {
 
@@ -22,8 +22,7 @@ class RedisStore final : public Store {
   // options.connect_timeout plus a second of grace; or, with `in_background`, returns at
   // once and lets the connection retry (with its reconnect backoff) until it is up.
   static StatusOr<std::shared_ptr<RedisStore>> Connect(boost::asio::any_io_executor executor,
-                                                       Endpoint endpoint,
-                                                       ConnectionOptions options,
+                                                       Endpoint endpoint, ConnectionOptions options,
                                                        bool in_background = false);
 
   void Check(CheckCall call, DecisionCallback done) override;

@@ -31,8 +31,7 @@ Reply CopyReply(const redisReply& r) {
       out.elements.reserve(r.elements);
       for (size_t i = 0; i < r.elements; ++i) out.elements.push_back(CopyReply(*r.element[i]));
       break;
-    default:
-      break;
+    default: break;
   }
   return out;
 }

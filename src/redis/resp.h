@@ -21,7 +21,9 @@ inline void AppendRespHeader(std::string& out, char kind, uint64_t n) {
   out.append(buf, static_cast<size_t>(end - buf));
 }
 
-inline void AppendArray(std::string& out, uint64_t items) { AppendRespHeader(out, '*', items); }
+inline void AppendArray(std::string& out, uint64_t items) {
+  AppendRespHeader(out, '*', items);
+}
 
 inline void AppendBulk(std::string& out, std::string_view value) {
   AppendRespHeader(out, '$', value.size());

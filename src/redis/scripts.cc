@@ -4,9 +4,12 @@ namespace sluice::internal {
 
 std::vector<Script> AllScripts() {
   return {
-      {"fixed_window", kFixedWindowLua},     {"sliding_window", kSlidingWindowLua},
-      {"sliding_log", kSlidingLogLua},       {"token_bucket", kTokenBucketLua},
-      {"gcra", kGcraLua},                    {"concurrency", kConcurrencyLua},
+      {"fixed_window", kFixedWindowLua},
+      {"sliding_window", kSlidingWindowLua},
+      {"sliding_log", kSlidingLogLua},
+      {"token_bucket", kTokenBucketLua},
+      {"gcra", kGcraLua},
+      {"concurrency", kConcurrencyLua},
       {"composite", kCompositeLua},
   };
 }

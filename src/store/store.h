@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -100,10 +100,15 @@ class Store {
   virtual void RunLease(LeaseCall call, LeaseCallback done) = 0;
   // Appends one record (field, value pairs) to the stream `key`, trimmed to about
   // `max_len` entries, expiring `retention_ms` after the last append.
-  virtual void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
+  virtual void AppendToStream(std::string key,
+                              std::vector<std::pair<std::string, std::string>> fields,
                               int64_t max_len, int64_t retention_ms, Deadline deadline,
                               std::function<void(Status)> done) {
-    (void)key; (void)fields; (void)max_len; (void)retention_ms; (void)deadline;
+    (void)key;
+    (void)fields;
+    (void)max_len;
+    (void)retention_ms;
+    (void)deadline;
     done(FailedPreconditionError("the embedded store has no streams"));
   }
   virtual ClientStats stats() const { return {}; }
