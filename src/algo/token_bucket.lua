@@ -26,20 +26,10 @@
 -- value that is not 32 bytes (of any Redis type: GET's WRONGTYPE error is caught), or
 -- whose full time is more than 2^52 ms away, is not sluice's and is deleted.
 --
--- Arithmetic: exact integers in doubles. A deficit is whole tokens plus a fraction in
--- units of 1/window token, time is whole ms, so no intermediate exceeds 2^53 for limit
--- and refill <= 2^40 and window <= 366 days; products that could are taken apart by
--- wide(). A bucket holds at most what refills in 2^52 ms (~142,000 years): when limit
--- tokens take longer than that, the capacity in force is what refills in it. Clocks are
--- below 2^52 ms (the year 142,000). The twin (token_bucket.cc) follows this file step by
--- step.
---
--- Speed: in Redis's Lua every global (redis, math, tonumber, ARGV, ...) is a table
--- lookup and every library call a C call, each costing as much as many arithmetic
--- steps; so globals are read once, x - x % d stands for floor, strings become numbers by
--- arithmetic, the common case of a*b/d is written out where it is used (wide() takes the
--- rest), and the value is packed binary (struct.pack/unpack cost a fraction of
--- formatting and parsing text, and make no garbage strings).
+-- Arithmetic: exact integers in doubles for limit, refill <= 2^40 and window <= 366
+-- days; the twin (token_bucket.cc) follows this file step by step. How the exactness and
+-- the speed are obtained: docs/algorithms.md, "Exactness of the buckets" and "Why the
+-- bucket scripts look as they do".
 -- The locals H, call, argv, key, op, now, grace, cost, limit, window, rate and the
 -- function wide() come from src/algo/bucket_prelude.lua, which the build puts in front
 -- of this file.
