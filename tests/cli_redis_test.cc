@@ -25,7 +25,9 @@
 #include "sluice/admin.h"
 #include "sluice/sluice.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -140,7 +142,7 @@ std::set<std::string> SeedThousandWithThreeLeaks(const RedisServer& server,
   };
   for (const auto& [name, limit] : limiters) {
     auto limiter = client->MakeLimiter(name, limit);
-    EXPECT_TRUE(limiter.ok());
+    EXPECT_THAT(limiter, IsOk());
     for (int account = 1; account <= 200; ++account) {
       auto d = limiter->Check("account:" + std::to_string(account), {.cost = 1 + account % 3});
       EXPECT_TRUE(d.ok() && d->allowed);
@@ -151,11 +153,11 @@ std::set<std::string> SeedThousandWithThreeLeaks(const RedisServer& server,
   // Accounts 402 and 777 are past the 200 seeded per limiter: give them sign-in state too,
   // replacing two of the 1,000 so the total stays exact.
   auto signin = client->MakeLimiter("signin", limiters[0].second);
-  EXPECT_TRUE(signin.ok());
+  EXPECT_THAT(signin, IsOk());
   server.Command({"DEL", prefix + ":{signin:account:199}:fw"});
   server.Command({"DEL", prefix + ":{signin:account:200}:fw"});
   for (const char* account : {"account:402", "account:777"}) {
-    for (int i = 0; i < 3; ++i) EXPECT_TRUE(signin->Check(account).ok());
+    for (int i = 0; i < 3; ++i) EXPECT_THAT(signin->Check(account), IsOk());
   }
   for (const char* account : {"account:101", "account:402", "account:777"}) {
     const std::string key = prefix + ":{signin:" + account + "}:fw";
@@ -250,8 +252,8 @@ TEST(CliAudit, UrlFromEnvironmentAndExplicitTtl) {
   const std::string prefix = "envtest";
   auto client = Connect(server, prefix);
   auto limiter = client->MakeLimiter("signin", {.limit = 5, .window = 600s});
-  ASSERT_TRUE(limiter.ok());
-  ASSERT_TRUE(limiter->Check("account:101").ok());
+  ASSERT_THAT(limiter, IsOk());
+  ASSERT_THAT(limiter->Check("account:101"), IsOk());
   const std::string key = prefix + ":{signin:account:101}:fw";
   server.Command({"PERSIST", key});
   // No --redis: SLUICE_REDIS_URL names the server.
@@ -337,7 +339,7 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
   };
   for (const Limit& limit : limits) {
     auto limiter = client->MakeLimiter("multi", limit);
-    ASSERT_TRUE(limiter.ok());
+    ASSERT_THAT(limiter, IsOk());
     for (int64_t cost : {1, 2}) ASSERT_TRUE(limiter->Check(id, {.cost = cost})->allowed);
   }
   Result run = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter", "multi",
@@ -380,7 +382,7 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
   EXPECT_EQ(none.exit_code, 0);
   EXPECT_NE(none.out.find("no state"), std::string::npos) << none.out;
   auto odd = client->MakeLimiter("multi", limits[0]);
-  ASSERT_TRUE(odd->Check("a {b}%").ok());
+  ASSERT_THAT(odd->Check("a {b}%"), IsOk());
   Result escaped = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
                            "multi", "--id", "a {b}%", "--json"});
   EXPECT_EQ(escaped.exit_code, 0) << escaped.err;
@@ -393,7 +395,7 @@ TEST(CliBadInput, ForeignKeysAreReportedAndNeverTouched) {
   const std::string prefix = "shared";
   auto client = Connect(server, prefix);
   auto limiter = client->MakeLimiter("signin", {.limit = 5, .window = 600s});
-  ASSERT_TRUE(limiter->Check("account:101").ok());
+  ASSERT_THAT(limiter->Check("account:101"), IsOk());
   const std::string sluice_key = prefix + ":{signin:account:101}:fw";
   server.Command({"PERSIST", sluice_key});
   // Another application's keys under the same prefix, none with an expiry.
@@ -502,8 +504,8 @@ TEST(CliTop, ShowsTheHotIdUnderTmuxAndQuitsOnQ) {
   SeedLeases(server, prefix + ":{pool:cold:1}:cc", 1, 0);
   auto client = Connect(server, prefix);
   auto fw = client->MakeLimiter("signin", {.limit = 100, .window = 600s});
-  ASSERT_TRUE(fw->Check("account:hot", {.cost = 77}).ok());
-  ASSERT_TRUE(fw->Check("account:cold", {.cost = 1}).ok());
+  ASSERT_THAT(fw->Check("account:hot", {.cost = 77}), IsOk());
+  ASSERT_THAT(fw->Check("account:cold", {.cost = 1}), IsOk());
 
   const std::string socket = "sluice_cli_test_" + std::to_string(getpid());
   const std::string status_file = TempPath("top_status");
@@ -705,8 +707,8 @@ TEST(CliRelease, ReleaseAllPastItsDeadlineIsNeverUnrecorded) {
   SeedLeases(server, key, 2, 0);
   auto client = Connect(server, prefix);
   auto jobs = client->MakeConcurrencyLimiter("jobs", {.limit = 5});
-  ASSERT_TRUE(jobs.ok());
-  ASSERT_TRUE(jobs->List("w").ok());  // connected
+  ASSERT_THAT(jobs, IsOk());
+  ASSERT_THAT(jobs->List("w"), IsOk());  // connected
   const std::string log = TempPath("paused.jsonl");
   std::filesystem::remove(log);
   server.Command({"CLIENT", "PAUSE", "700", "ALL"});
@@ -996,7 +998,7 @@ int64_t ScanWhileTheTableShrinks(const RedisServer& server, bool distinct, int64
     return 1)lua";
   server.Command({"EVAL", seed, "0", "100000"});
   auto admin = Admin::Connect({.url = server.url(), .prefix = "dup", .scan_count = 100});
-  EXPECT_TRUE(admin.ok());
+  EXPECT_THAT(admin, IsOk());
   std::map<std::string, int> seen;
   bool shrunk = false;
   Status s = (*admin)->Scan({.distinct = distinct}, [&](const ScanBatch& batch) {

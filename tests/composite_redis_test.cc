@@ -15,7 +15,9 @@
 
 #include "sluice/sluice.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -146,7 +148,7 @@ TEST(CompositeRedis, OneScriptIsAllOrNothing) {
   // A cost larger than one limit: refused with that reason, nothing counted.
   const LimitCheck checks[] = {{&c, "big"}, {&a, "big"}};
   auto d = CheckComposite(checks, {.cost = 7});
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_FALSE(d->decision.allowed);
   EXPECT_EQ(d->decided_by, 1u);
   EXPECT_EQ(d->decision.reason, RefusalReason::kCostExceedsLimit);
@@ -172,7 +174,7 @@ TEST(CompositeRedis, OneScriptRefundsWhenAConsumeRefusesAfterItsPeek) {
     EXPECT_EQ(d->decided_by, 0u);  // the last is consumed first: the first finds no room
     EXPECT_EQ(l.Peek("x")->remaining, 3);
     auto once = CheckComposite(std::span(checks, 1), {.cost = 2});
-    ASSERT_TRUE(once.ok());
+    ASSERT_THAT(once, IsOk());
     EXPECT_TRUE(once->decision.allowed);
     EXPECT_EQ(once->decision.remaining, 1);
   }
@@ -251,7 +253,7 @@ TEST(CompositeRedis, AShadowLimitNeverRefusesTheComposite) {
   for (int i = 0; i < 4; ++i) {
     const LimitCheck checks[] = {{&tenant, "t"}, {&global, "all"}};
     auto d = CheckComposite(checks);
-    ASSERT_TRUE(d.ok());
+    ASSERT_THAT(d, IsOk());
     admitted += d->decision.allowed;
     shadow_refused += d->decision.shadow_refused;
   }
@@ -292,7 +294,7 @@ TEST(CompositeRedis, OneScriptStoreFailureTakesEachLimitsPolicy) {
   int admitted = 0;
   for (int i = 0; i < 4; ++i) {
     auto r = timed(local_open);
-    ASSERT_TRUE(r.ok());
+    ASSERT_THAT(r, IsOk());
     admitted += r->decision.allowed;
     if (r->decision.allowed) {
       EXPECT_EQ(r->decision.source, DecisionSource::kLocalFallback);  // the tightest

@@ -18,7 +18,9 @@
 #include "algo/token_bucket.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice::testing {
 namespace {
 
@@ -92,7 +94,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
                                .model_clock = clock});
   auto memory = Client::Create({.url = "memory://", .prefix = prefix, .model_clock = clock});
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
-  ASSERT_TRUE(memory.ok());
+  ASSERT_THAT(memory, IsOk());
   const Limit base{.algorithm = config.algorithm,
                    .limit = 5,
                    .window = milliseconds(config.window_ms),
@@ -173,7 +175,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
       server.Command({"DEL", command[1]});
       server.Command(command);
       server.Command({"PEXPIRE", command[1], "600000"});
-      ASSERT_TRUE(on_memory.Reset(id).ok());
+      ASSERT_THAT(on_memory.Reset(id), IsOk());
       ++foreign;
     }
     CheckOptions options;

@@ -10,7 +10,9 @@
 #include "differential.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -53,7 +55,7 @@ void RunHugeTrace(const testing::RedisServer& server, uint32_t seed, int64_t win
                                .model_clock = clock});
   auto memory = Client::Create({.url = "memory://", .prefix = prefix, .model_clock = clock});
   ASSERT_TRUE(redis.ok()) << redis.status().ToString();
-  ASSERT_TRUE(memory.ok());
+  ASSERT_THAT(memory, IsOk());
   const Limit base{.algorithm = Algorithm::kSlidingWindow,
                    .limit = kMaxLimit,
                    .window = milliseconds(window_ms)};

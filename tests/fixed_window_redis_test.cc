@@ -17,7 +17,9 @@
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -84,7 +86,7 @@ TEST_F(FixedWindowRedis, CostIsAllOrNothing) {
 TEST_F(FixedWindowRedis, KeysAreHashTaggedEscapedAndExpire) {
   auto limiter = *Connect()->MakeLimiter("api", {.limit = 5, .window = seconds(30)});
   const std::string hostile("a}b{c%d\0e#", 10);
-  ASSERT_TRUE(limiter.Check(hostile).ok());
+  ASSERT_THAT(limiter.Check(hostile), IsOk());
   auto keys = server_.Keys("fwtest:*");
   ASSERT_EQ(keys.size(), 1u);
   EXPECT_EQ(keys[0], "fwtest:{api:a%7Db%7Bc%25d%00e%23}:fw");
@@ -92,7 +94,7 @@ TEST_F(FixedWindowRedis, KeysAreHashTaggedEscapedAndExpire) {
   EXPECT_GT(pttl, 29'000);
   EXPECT_LE(pttl, 30'000);
   // A huge id gets a bounded key.
-  ASSERT_TRUE(limiter.Check(std::string(100'000, 'x')).ok());
+  ASSERT_THAT(limiter.Check(std::string(100'000, 'x')), IsOk());
   for (const auto& k : server_.Keys("fwtest:*")) EXPECT_LT(k.size(), 200u);
 }
 
@@ -175,7 +177,7 @@ TEST_F(FixedWindowRedis, CallbackAndCoroutineStyles) {
   std::promise<StatusOr<Decision>> promise;
   limiter.CheckAsync("s", {}, [&](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
   auto first = promise.get_future().get();
-  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->remaining, 1);
 
   boost::asio::io_context io;

@@ -20,7 +20,9 @@
 #include "testing/fake_clock.h"
 #include "testing/processes.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -104,7 +106,7 @@ TEST_F(GcraRedis, AdmitsTheCapacityAndDoesNotCountRefusals) {
   const std::string spent = Get(key);
   for (int i = 0; i < 5; ++i) {
     auto d = limiter.Check("account:101");
-    ASSERT_TRUE(d.ok());
+    ASSERT_THAT(d, IsOk());
     EXPECT_FALSE(d->allowed);
     EXPECT_EQ(d->reason, RefusalReason::kOverLimit);
     EXPECT_EQ(d->remaining, 0);

@@ -20,7 +20,9 @@
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -80,7 +82,7 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     // Held past their ttl by heartbeats: nobody else gets a slot.
     std::this_thread::sleep_for(kTtl * 2);
     auto blocked = cap.Acquire("tenant:1");
-    ASSERT_TRUE(blocked.ok());
+    ASSERT_THAT(blocked, IsOk());
     if (blocked->acquired) {
       auto listed = cap.List("tenant:1");
       if (listed.ok())
@@ -117,7 +119,7 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     // The store frees each slot at its lease's expiry (<= kill + ttl); the slack covers
     // this process noticing it on a loaded machine.
     EXPECT_LE(freed, kTtl + milliseconds(400));
-    for (Lease& l : mine) ASSERT_TRUE(l.Release().ok());
+    for (Lease& l : mine) ASSERT_THAT(l.Release(), IsOk());
   }
   EXPECT_TRUE(server.KeysWithoutTtl("lchaos:*").empty());
 }

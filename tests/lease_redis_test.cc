@@ -24,7 +24,9 @@
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -83,7 +85,7 @@ TEST(LeaseRedis, GrantsUpToTheLimitThenRefusesUntilAReleaseOrAnExpiry) {
     held.push_back(std::move(a->lease));
   }
   auto refused = streams.Acquire("user:42");
-  ASSERT_TRUE(refused.ok());
+  ASSERT_THAT(refused, IsOk());
   EXPECT_FALSE(refused->acquired);
   EXPECT_EQ(refused->reason, RefusalReason::kOverLimit);
   EXPECT_EQ(refused->live, 3);
@@ -93,7 +95,7 @@ TEST(LeaseRedis, GrantsUpToTheLimitThenRefusesUntilAReleaseOrAnExpiry) {
   EXPECT_TRUE(streams.Acquire("user:43")->acquired);
 
   auto listed = streams.List("user:42");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 3u);
   const int64_t now = RedisNowMs(server);
   for (const LeaseInfo& info : *listed) {
@@ -101,8 +103,8 @@ TEST(LeaseRedis, GrantsUpToTheLimitThenRefusesUntilAReleaseOrAnExpiry) {
     EXPECT_EQ(info.expires_at_ms - info.acquired_at_ms, 30000);
   }
 
-  ASSERT_TRUE(held[1].Release().ok());
-  EXPECT_TRUE(held[1].Release().ok());  // idempotent
+  ASSERT_THAT(held[1].Release(), IsOk());
+  EXPECT_THAT(held[1].Release(), IsOk());  // idempotent
   EXPECT_FALSE(held[1].held());
   EXPECT_EQ(held[1].loss(), LeaseLoss::kNone);  // released by its owner, not lost
   auto again = streams.Acquire("user:42");
@@ -379,7 +381,7 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   // A second release finds nothing and says so; a failed one is recorded as such (the
   // record is written before the store is touched, its outcome after).
   auto again = ReleaseAll(cap, "acct:7", {.actor = "ana", .reason = "again"}, {.log_path = log});
-  ASSERT_TRUE(again.ok());
+  ASSERT_THAT(again, IsOk());
   EXPECT_EQ(again->released, 0);
   EXPECT_EQ(Lines(log).size(), 2u);
   server.Kill();
@@ -410,12 +412,12 @@ TEST(LeaseRedis, FailurePoliciesAnswerAcquiresWhileRedisIsSilent) {
       *client->MakeConcurrencyLimiter("l", {.limit = 4, .on_failure = FailurePolicy::kLocal});
   server.Pause();
   auto o = open.Acquire("id");
-  ASSERT_TRUE(o.ok());
+  ASSERT_THAT(o, IsOk());
   EXPECT_TRUE(o->acquired);
   EXPECT_EQ(o->source, DecisionSource::kFailOpen);
   EXPECT_TRUE(o->lease.held());
   auto c = closed.Acquire("id");
-  ASSERT_TRUE(c.ok());
+  ASSERT_THAT(c, IsOk());
   EXPECT_FALSE(c->acquired);
   EXPECT_EQ(c->reason, RefusalReason::kStoreUnavailable);
   EXPECT_EQ(c->source, DecisionSource::kFailClosed);
@@ -423,7 +425,7 @@ TEST(LeaseRedis, FailurePoliciesAnswerAcquiresWhileRedisIsSilent) {
   std::vector<Lease> locals;
   for (int i = 0; i < 3; ++i) {
     auto l = local.Acquire("id");
-    ASSERT_TRUE(l.ok());
+    ASSERT_THAT(l, IsOk());
     if (l->acquired) {
       EXPECT_EQ(l->source, DecisionSource::kLocalFallback);
       locals.push_back(std::move(l->lease));
@@ -467,7 +469,7 @@ TEST(LeaseRedis, AnOpenBreakerStillSendsReleasesAndHeartbeats) {
   auto other = Connect(server);
   auto other_cap = *other->MakeConcurrencyLimiter("brk", {.limit = 1, .lease_ttl = seconds(60)});
   auto c = other_cap.Acquire("job");
-  ASSERT_TRUE(c.ok());
+  ASSERT_THAT(c, IsOk());
   EXPECT_TRUE(c->acquired) << "the released slot is still taken";
   // The store answered: the breaker closes without waiting for its cool-down.
   EXPECT_EQ(client->Health().breaker, "closed");
@@ -524,7 +526,7 @@ TEST(LeaseRedis, AGrantThatArrivesAfterTheCallerGaveUpIsReleased) {
       milliseconds(3000)))
       << "a grant nobody waited for holds the slot";
   auto b = cap.Acquire("job");
-  ASSERT_TRUE(b.ok());
+  ASSERT_THAT(b, IsOk());
   EXPECT_TRUE(b->acquired);
 }
 
@@ -539,7 +541,7 @@ TEST(LeaseRedis, AForkedChildFailsFastWithAnInheritedClientAndExits) {
   auto cap = *client->MakeConcurrencyLimiter("forkc", {.limit = 2, .lease_ttl = seconds(60)});
   auto a = cap.Acquire("job");
   ASSERT_TRUE(a.ok() && a->acquired);
-  ASSERT_TRUE(limiter.Check("x").ok());
+  ASSERT_THAT(limiter.Check("x"), IsOk());
   const pid_t child = ::fork();
   if (child == 0) {
     const auto t0 = steady_clock::now();

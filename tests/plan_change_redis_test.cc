@@ -13,7 +13,9 @@
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -72,7 +74,7 @@ TEST_F(PlanChangeRedis, AnUpgradeGivesItsNewUnitsAtOnce) {
     EXPECT_TRUE(more->allowed) << more->ToString();
     EXPECT_EQ(more->remaining, 0) << more->ToString();
     auto over = limiter.Check("tenant", {.limit = Per(algorithm, 500, minutes(1))});
-    ASSERT_TRUE(over.ok());
+    ASSERT_THAT(over, IsOk());
     EXPECT_FALSE(over->allowed) << over->ToString();
   }
 }

@@ -14,7 +14,9 @@
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -87,7 +89,7 @@ TEST(PolicyRedis, AClientConnectingInTheBackgroundStartsWhileRedisIsDownAndServe
       },
       seconds(10)));
   auto d = plain->Check("up");
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_EQ(d->source, DecisionSource::kStore);
   EXPECT_EQ(server.Keys("sluice:*").size(), 2u);
 }
@@ -196,7 +198,7 @@ TEST(PolicyRedis, ATimedOutCheckMayStillBeCountedOnceWhenRedisRunsItLate) {
   auto limiter = *client->MakeLimiter("late", {.limit = 10, .window = seconds(60)});
   server.Command({"CLIENT", "PAUSE", "500", "ALL"});
   auto d = limiter.Check("x");
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_EQ(d->source, DecisionSource::kFailClosed);
   EXPECT_FALSE(d->allowed);
   StatusOr<Decision> peek = limiter.Peek("x", {.deadline = seconds(2)});

@@ -16,7 +16,9 @@
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -60,7 +62,7 @@ TEST(Client, RejectsBadLimitsAndNames) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(client->MakeLimiter("", {.limit = 5, .window = seconds(1)}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_TRUE(client->MakeLimiter("login.v2-x_y", {.limit = 5, .window = seconds(1)}).ok());
+  EXPECT_THAT(client->MakeLimiter("login.v2-x_y", {.limit = 5, .window = seconds(1)}), IsOk());
 }
 
 TEST(Client, RejectsBadCallsWithoutTouchingState) {
@@ -75,7 +77,7 @@ TEST(Client, RejectsBadCallsWithoutTouchingState) {
             StatusCode::kInvalidArgument);
   // Nothing was spent by the bad calls.
   auto d = limiter.Check("a");
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_EQ(d->remaining, 1);
 }
 
@@ -95,13 +97,13 @@ TEST(Client, SyncCallbackAndCoroutineShareOneBudget) {
   auto limiter = *client->MakeLimiter("api", {.limit = 3, .window = seconds(1)});
 
   auto sync = limiter.Check("k");
-  ASSERT_TRUE(sync.ok());
+  ASSERT_THAT(sync, IsOk());
   EXPECT_EQ(sync->remaining, 2);
 
   std::promise<StatusOr<Decision>> promise;
   limiter.CheckAsync("k", {}, [&](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
   auto callback = promise.get_future().get();
-  ASSERT_TRUE(callback.ok());
+  ASSERT_THAT(callback, IsOk());
   EXPECT_EQ(callback->remaining, 1);
 
   boost::asio::io_context io;
@@ -130,7 +132,7 @@ TEST(Client, PerCallLimitTakesEffectWithoutReset) {
   // Upgrade: the next call passes the new limit; the two already counted still count.
   Limit upgraded{.limit = 5, .window = seconds(60)};
   auto d = limiter.Check("acct", {.limit = upgraded});
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_TRUE(d->allowed);
   EXPECT_EQ(d->limit, 5);
   EXPECT_EQ(d->remaining, 2);

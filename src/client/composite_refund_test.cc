@@ -9,7 +9,9 @@
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/fault_store.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -93,7 +95,7 @@ TEST_F(CompositeRefunds, ARefusalOfARepeatedKeyIsNotCached) {
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     EXPECT_FALSE(d->decision.allowed);
     auto single = l.Check("x", {.cost = 2});
-    ASSERT_TRUE(single.ok());
+    ASSERT_THAT(single, IsOk());
     EXPECT_EQ(single->source, DecisionSource::kStore) << single->ToString();
     EXPECT_TRUE(single->allowed) << single->ToString();
   }

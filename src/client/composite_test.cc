@@ -6,7 +6,9 @@
 
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -48,7 +50,7 @@ TEST(CheckComposite, ARefusalLaterInTheListRefundsTheEarlierLimits) {
   for (int t = 0; t < 5; ++t) ASSERT_EQ(Send(f, "t" + std::to_string(t), 20), 20);
   const LimitCheck checks[] = {{&f.tenant, "late"}, {&f.global, "all"}};
   auto d = CheckComposite(checks, {.cost = 3});
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_FALSE(d->decision.allowed);
   EXPECT_EQ(d->decided_by, 1u);  // the global limit refused
   EXPECT_EQ(f.tenant.Peek("late")->remaining, 40) << "the tenant kept the refused request";
@@ -58,7 +60,7 @@ TEST(CheckComposite, AllowedReportsTheTightestLimit) {
   Fleet f = MakeFleet();
   const LimitCheck checks[] = {{&f.tenant, "a"}, {&f.global, "all"}};
   auto d = CheckComposite(checks, {.cost = 10});
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_TRUE(d->decision.allowed);
   EXPECT_EQ(d->decided_by, 0u);
   EXPECT_EQ(d->decision.remaining, 30);
@@ -71,7 +73,7 @@ TEST(CheckComposite, TheSameKeyTwiceIsRefusedWholeInOneStep) {
   // first's consume finds no room, and the last is given back.
   const LimitCheck checks[] = {{&f.tenant, "dup"}, {&f.tenant, "dup"}};
   auto d = CheckComposite(checks, {.cost = 30});
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_FALSE(d->decision.allowed);
   EXPECT_EQ(d->decided_by, 0u);  // the last is consumed first: the first finds no room
   EXPECT_EQ(f.tenant.Peek("dup")->remaining, 40);
@@ -94,7 +96,7 @@ TEST(CheckComposite, StagedAcrossClientsRefundsTheEarlierLimits) {
   ASSERT_TRUE(global.Check("all", {.cost = 60})->allowed);  // the global limit is full
   const LimitCheck checks[] = {{&tenant, "south"}, {&global, "all"}};
   auto d = CheckComposite(checks);
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_FALSE(d->decision.allowed);
   EXPECT_EQ(d->decided_by, 1u);
   EXPECT_EQ(tenant.Peek("south")->remaining, 40);
@@ -109,7 +111,7 @@ TEST(CheckComposite, AShadowLimitNeverRefuses) {
   const LimitCheck checks[] = {{&tenant, "t"}, {&global, "all"}};
   EXPECT_TRUE(CheckComposite(checks)->decision.allowed);
   auto d = CheckComposite(checks);
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_TRUE(d->decision.allowed);
   EXPECT_TRUE(d->decision.shadow_refused);
   EXPECT_EQ(tenant.Peek("t")->remaining, 38);

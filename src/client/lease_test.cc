@@ -34,7 +34,9 @@
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -159,7 +161,7 @@ TEST(ConcurrencyLimiter, RejectsBadOptions) {
   EXPECT_EQ(code("A-z_0.9", {.limit = 1}), StatusCode::kOk);
   EXPECT_EQ(code(std::string(64, 'x'), {.limit = 1}), StatusCode::kOk);
   auto ok = client->MakeConcurrencyLimiter("streams", {.limit = 7});
-  ASSERT_TRUE(ok.ok());
+  ASSERT_THAT(ok, IsOk());
   EXPECT_EQ(ok->name(), "streams");
   EXPECT_EQ(ok->options().limit, 7);
 }
@@ -175,7 +177,7 @@ TEST(ConcurrencyLimiter, RejectsBadCalls) {
   EXPECT_EQ(limiter.KeyFor("").status().code(), StatusCode::kInvalidArgument);
   // None of them took the slot.
   auto a = limiter.Acquire("x");
-  ASSERT_TRUE(a.ok());
+  ASSERT_THAT(a, IsOk());
   EXPECT_TRUE(a->acquired);
 }
 
@@ -209,7 +211,7 @@ TEST(ConcurrencyLimiter, GrantsExactlyTheLimitThenRefuses) {
   // Now kT0 + 300; the earliest lease expires at kT0 + 60'000.
   for (int i = 0; i < 3; ++i) {
     auto refused = limiter.Acquire("user:1");
-    ASSERT_TRUE(refused.ok());
+    ASSERT_THAT(refused, IsOk());
     EXPECT_FALSE(refused->acquired);
     EXPECT_FALSE(refused->lease.held());
     EXPECT_EQ(refused->reason, RefusalReason::kOverLimit);
@@ -221,13 +223,13 @@ TEST(ConcurrencyLimiter, GrantsExactlyTheLimitThenRefuses) {
   }
   // Another id has its own slots.
   auto other = limiter.Acquire("user:2");
-  ASSERT_TRUE(other.ok());
+  ASSERT_THAT(other, IsOk());
   EXPECT_TRUE(other->acquired);
   EXPECT_EQ(other->live, 1);
   // At the earliest expiry the first slot is free again.
   clock->Set(kT0 + 60'000);
   auto again = limiter.Acquire("user:1");
-  ASSERT_TRUE(again.ok());
+  ASSERT_THAT(again, IsOk());
   EXPECT_TRUE(again->acquired);
   EXPECT_EQ(again->live, 3);
 }
@@ -237,25 +239,25 @@ TEST(ConcurrencyLimiter, DestructorAndReleaseFreeTheSlot) {
   auto limiter = MakeLimiter(client, "c", {.limit = 1});
   {
     auto a = limiter.Acquire("x");
-    ASSERT_TRUE(a.ok());
+    ASSERT_THAT(a, IsOk());
     ASSERT_TRUE(a->acquired);
     auto refused = limiter.Acquire("x");
-    ASSERT_TRUE(refused.ok());
+    ASSERT_THAT(refused, IsOk());
     EXPECT_FALSE(refused->acquired);
   }  // the Acquisition (and its Lease) goes away
   auto b = limiter.Acquire("x");
-  ASSERT_TRUE(b.ok());
+  ASSERT_THAT(b, IsOk());
   ASSERT_TRUE(b->acquired) << "the destructor released the slot";
   EXPECT_EQ(b->live, 1);
 
-  EXPECT_TRUE(b->lease.Release().ok());
+  EXPECT_THAT(b->lease.Release(), IsOk());
   EXPECT_FALSE(b->lease.held());
   EXPECT_EQ(b->lease.loss(), LeaseLoss::kNone) << "a release by the owner is not a loss";
   auto listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   EXPECT_TRUE(listed->empty());
   auto c = limiter.Acquire("x");
-  ASSERT_TRUE(c.ok());
+  ASSERT_THAT(c, IsOk());
   EXPECT_TRUE(c->acquired) << "Release() freed the slot";
 
   // Move-assigning over a held lease releases what it held.
@@ -264,7 +266,7 @@ TEST(ConcurrencyLimiter, DestructorAndReleaseFreeTheSlot) {
   moved = Lease();
   EXPECT_FALSE(moved.held());
   auto d = limiter.Acquire("x");
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_TRUE(d->acquired);
 }
 
@@ -275,21 +277,21 @@ TEST(ConcurrencyLimiter, ReleaseIsIdempotent) {
   auto b = limiter.Acquire("x");
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_TRUE(a->acquired && b->acquired);
-  EXPECT_TRUE(a->lease.Release().ok());
-  EXPECT_TRUE(a->lease.Release().ok());
-  EXPECT_TRUE(a->lease.Release().ok());
+  EXPECT_THAT(a->lease.Release(), IsOk());
+  EXPECT_THAT(a->lease.Release(), IsOk());
+  EXPECT_THAT(a->lease.Release(), IsOk());
   EXPECT_FALSE(a->lease.held());
   EXPECT_EQ(a->lease.Heartbeat().code(), StatusCode::kFailedPrecondition);
   // The other lease was not touched by the repeated releases.
   EXPECT_TRUE(b->lease.held());
   auto listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].id, b->lease.id());
-  EXPECT_TRUE(b->lease.Heartbeat().ok());
+  EXPECT_THAT(b->lease.Heartbeat(), IsOk());
   // An empty Lease releases as a no-op.
   Lease none;
-  EXPECT_TRUE(none.Release().ok());
+  EXPECT_THAT(none.Release(), IsOk());
   EXPECT_FALSE(none.held());
   EXPECT_EQ(none.Heartbeat().code(), StatusCode::kFailedPrecondition);
 }
@@ -300,7 +302,7 @@ TEST(ConcurrencyLimiter, HeartbeatsKeepALeasePastItsTtl) {
       client, "c",
       {.limit = 1, .lease_ttl = milliseconds(400), .heartbeat_interval = milliseconds(20)});
   auto a = limiter.Acquire("x");
-  ASSERT_TRUE(a.ok());
+  ASSERT_THAT(a, IsOk());
   ASSERT_TRUE(a->acquired);
   const auto start = steady_clock::now();
   int refusals = 0;
@@ -309,7 +311,7 @@ TEST(ConcurrencyLimiter, HeartbeatsKeepALeasePastItsTtl) {
         << "after " << std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count()
         << " ms";
     auto other = limiter.Acquire("x");
-    ASSERT_TRUE(other.ok());
+    ASSERT_THAT(other, IsOk());
     ASSERT_FALSE(other->acquired) << "the slot is taken";
     EXPECT_GT(other->retry_after, milliseconds(0));
     EXPECT_LE(other->retry_after, milliseconds(400));
@@ -320,16 +322,16 @@ TEST(ConcurrencyLimiter, HeartbeatsKeepALeasePastItsTtl) {
   EXPECT_EQ(a->lease.loss(), LeaseLoss::kNone);
   // Three ttls later the store still has it, expiring in the future.
   auto listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].id, a->lease.id());
   EXPECT_GT((*listed)[0].expires_at_ms, WallMs());
   EXPECT_LE((*listed)[0].expires_at_ms, WallMs() + 400);
   EXPECT_GE(WallMs() - (*listed)[0].acquired_at_ms, 1200);
 
-  EXPECT_TRUE(a->lease.Release().ok());
+  EXPECT_THAT(a->lease.Release(), IsOk());
   auto b = limiter.Acquire("x");
-  ASSERT_TRUE(b.ok());
+  ASSERT_THAT(b, IsOk());
   EXPECT_TRUE(b->acquired);
 }
 
@@ -339,26 +341,26 @@ TEST(ConcurrencyLimiter, PerCallLimitTakesEffectOnThatCall) {
   auto a = limiter.Acquire("t");
   ASSERT_TRUE(a.ok() && a->acquired);
   auto refused = limiter.Acquire("t");
-  ASSERT_TRUE(refused.ok());
+  ASSERT_THAT(refused, IsOk());
   EXPECT_FALSE(refused->acquired);
   EXPECT_EQ(refused->limit, 1);
 
   auto upgraded = limiter.Acquire("t", {.limit = 2});
-  ASSERT_TRUE(upgraded.ok());
+  ASSERT_THAT(upgraded, IsOk());
   EXPECT_TRUE(upgraded->acquired);
   EXPECT_EQ(upgraded->limit, 2);
   EXPECT_EQ(upgraded->live, 2);
   auto full = limiter.Acquire("t", {.limit = 2});
-  ASSERT_TRUE(full.ok());
+  ASSERT_THAT(full, IsOk());
   EXPECT_FALSE(full->acquired);
   EXPECT_EQ(full->live, 2);
   auto more = limiter.Acquire("t", {.limit = 3});
-  ASSERT_TRUE(more.ok());
+  ASSERT_THAT(more, IsOk());
   EXPECT_TRUE(more->acquired);
   EXPECT_EQ(more->live, 3);
   // Back to the limiter's limit: refused, counting the three live leases.
   auto down = limiter.Acquire("t");
-  ASSERT_TRUE(down.ok());
+  ASSERT_THAT(down, IsOk());
   EXPECT_FALSE(down->acquired);
   EXPECT_EQ(down->live, 3);
   EXPECT_EQ(down->limit, 1);
@@ -370,7 +372,7 @@ TEST(ConcurrencyLimiter, ListShowsTheLiveLeasesSoonestFirst) {
   auto client = MemoryClient(clock);
   auto limiter = MakeLimiter(client, "c", {.limit = 5, .lease_ttl = milliseconds(60'000)});
   auto empty = limiter.List("x");
-  ASSERT_TRUE(empty.ok());
+  ASSERT_THAT(empty, IsOk());
   EXPECT_TRUE(empty->empty());
 
   auto a = limiter.Acquire("x");
@@ -382,7 +384,7 @@ TEST(ConcurrencyLimiter, ListShowsTheLiveLeasesSoonestFirst) {
   ASSERT_TRUE(a->acquired && b->acquired && c->acquired && other->acquired);
 
   auto listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 3u);
   EXPECT_EQ((*listed)[0].id, a->lease.id());
   EXPECT_EQ((*listed)[0].acquired_at_ms, kT0);
@@ -396,24 +398,24 @@ TEST(ConcurrencyLimiter, ListShowsTheLiveLeasesSoonestFirst) {
     EXPECT_EQ((*listed)[i].expires_at_ms, kT0 + 60'007);
   }
 
-  ASSERT_TRUE(b->lease.Release().ok());
+  ASSERT_THAT(b->lease.Release(), IsOk());
   listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 2u);
   EXPECT_EQ((*listed)[0].id, a->lease.id());
   EXPECT_EQ((*listed)[1].id, c->lease.id());
   // At a's expiry it is no longer listed; 1 ms before it still is.
   clock->Set(kT0 + 59'999);
   listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   EXPECT_EQ(listed->size(), 2u);
   clock->Set(kT0 + 60'000);
   listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].id, c->lease.id());
   auto y = limiter.List("y");
-  ASSERT_TRUE(y.ok());
+  ASSERT_THAT(y, IsOk());
   ASSERT_EQ(y->size(), 1u);
   EXPECT_EQ((*y)[0].id, other->lease.id());
 }
@@ -468,7 +470,7 @@ TEST_F(ReleaseAllTest, RefusesWithoutActorReasonOrLog) {
   EXPECT_FALSE(unopenable.ok());
   EXPECT_TRUE(a->lease.held());
   auto listed = limiter.List("x");
-  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed, IsOk());
   EXPECT_EQ(listed->size(), 1u) << "nothing was released";
 }
 
@@ -509,7 +511,7 @@ TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
   EXPECT_TRUE(other->lease.held());
   EXPECT_EQ(lost_other, 0);
   // A lost lease's Release is OK and frees nothing more.
-  EXPECT_TRUE(a->lease.Release().ok());
+  EXPECT_THAT(a->lease.Release(), IsOk());
 
   // The id's slots are free again.
   auto c = limiter.Acquire("user 1");
@@ -534,7 +536,7 @@ TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
   EXPECT_EQ(lines[1], second->record);
   EXPECT_EQ(lines[2], third->record);
   const auto key = limiter.KeyFor("user 1");
-  ASSERT_TRUE(key.ok());
+  ASSERT_THAT(key, IsOk());
   const int64_t released[] = {2, 1, 0};
   const std::string actors[] = {action.actor, "bob", "bob"};
   const std::string reasons[] = {action.reason, "again", "empty"};
@@ -598,17 +600,17 @@ TEST(ConcurrencyLimiter, MetricsReportLeaseGauges) {
   auto b = limiter.Acquire(id);
   ASSERT_TRUE(b.ok() && b->acquired);
   EXPECT_EQ(Read(*client, "streams", id), Want(2, 2, 2));
-  ASSERT_TRUE(a->lease.Release().ok());
+  ASSERT_THAT(a->lease.Release(), IsOk());
   // `live` is what the store counted at the latest acquire: unchanged by a release.
   EXPECT_EQ(Read(*client, "streams", id), Want(1, 2, 2));
-  ASSERT_TRUE(a->lease.Release().ok());
+  ASSERT_THAT(a->lease.Release(), IsOk());
   EXPECT_EQ(Read(*client, "streams", id), Want(1, 2, 2)) << "a second release counts nothing";
   auto c = limiter.Acquire(id);
   auto d = limiter.Acquire(id);
   ASSERT_TRUE(c.ok() && c->acquired && d.ok() && d->acquired);
   EXPECT_EQ(Read(*client, "streams", id), Want(3, 3, 3));
   auto refused = limiter.Acquire(id);
-  ASSERT_TRUE(refused.ok());
+  ASSERT_THAT(refused, IsOk());
   EXPECT_FALSE(refused->acquired);
   EXPECT_EQ(Read(*client, "streams", id), Want(3, 3, 3)) << "a refusal holds nothing";
   b->lease = Lease();
@@ -730,7 +732,7 @@ TEST(ConcurrencyLimiter, OnLostMayReleaseItsOwnLease) {
   auto done = released.get_future();
   ASSERT_EQ(done.wait_for(std::chrono::seconds(10)), std::future_status::ready)
       << "Release() inside on_lost did not return";
-  EXPECT_TRUE(done.get().ok());
+  EXPECT_THAT(done.get(), IsOk());
 }
 
 TEST(ConcurrencyLimiter, OnLostRunsOnAnIoThreadEvenWhenTheHeartbeatAnswersInline) {

@@ -13,7 +13,9 @@
 #include <unordered_map>
 
 #include "core/sha256.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice::internal {
 namespace {
 
@@ -235,11 +237,11 @@ TEST(MakeKey, DifferentLimitersNeverShareAKey) {
 }
 
 TEST(ValidateName, AcceptsLettersDigitsUnderscoreDotDash) {
-  EXPECT_TRUE(ValidateName("limiter", "a").ok());
-  EXPECT_TRUE(ValidateName("limiter", "login.v2-x_Y9").ok());
-  EXPECT_TRUE(ValidateName("limiter", "ABCxyz0189_.-").ok());
-  EXPECT_TRUE(ValidateName("prefix", std::string(kMaxNameBytes, 'n')).ok());
-  EXPECT_TRUE(ValidateName("prefix", "...").ok());
+  EXPECT_THAT(ValidateName("limiter", "a"), IsOk());
+  EXPECT_THAT(ValidateName("limiter", "login.v2-x_Y9"), IsOk());
+  EXPECT_THAT(ValidateName("limiter", "ABCxyz0189_.-"), IsOk());
+  EXPECT_THAT(ValidateName("prefix", std::string(kMaxNameBytes, 'n')), IsOk());
+  EXPECT_THAT(ValidateName("prefix", "..."), IsOk());
 }
 
 TEST(ValidateName, RejectsEmptyAndTooLong) {

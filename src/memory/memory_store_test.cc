@@ -22,7 +22,9 @@
 #endif
 
 #include "testing/fake_clock.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice::internal {
 namespace {
 
@@ -180,16 +182,16 @@ TEST_F(MemoryStoreTest, ExplicitNowOverridesTheStoreClock) {
   CheckCall call = Call("k", 1, seconds(1));
   call.now_ms = 5'000;
   StatusOr<Decision> first = store_.CheckNow(call);
-  ASSERT_TRUE(first.ok());
+  ASSERT_THAT(first, IsOk());
   EXPECT_TRUE(first->allowed);
   call.now_ms = 5'999;
   StatusOr<Decision> refused = store_.CheckNow(call);
-  ASSERT_TRUE(refused.ok());
+  ASSERT_THAT(refused, IsOk());
   EXPECT_FALSE(refused->allowed);
   EXPECT_EQ(refused->retry_after, milliseconds(1));
   call.now_ms = 6'000;
   StatusOr<Decision> again = store_.CheckNow(call);
-  ASSERT_TRUE(again.ok());
+  ASSERT_THAT(again, IsOk());
   EXPECT_TRUE(again->allowed);
 }
 
@@ -198,7 +200,7 @@ TEST_F(MemoryStoreTest, CheckCallsBackOnceWithTheSameDecision) {
   Decision seen;
   store_.Check(Call("k", 2, seconds(1)), [&](StatusOr<Decision> d) {
     ++calls;
-    ASSERT_TRUE(d.ok());
+    ASSERT_THAT(d, IsOk());
     seen = *d;
   });
   EXPECT_EQ(calls, 1);
@@ -392,7 +394,7 @@ TEST(MemoryStore, ConcurrentChecksOnOneKeyAdmitExactlyTheLimit) {
     EXPECT_EQ(*distinct.rbegin(), kLimit - 1);
   }
   StatusOr<Decision> after = store.CheckNow(Call("hot", kLimit, seconds(60)));
-  ASSERT_TRUE(after.ok());
+  ASSERT_THAT(after, IsOk());
   EXPECT_FALSE(after->allowed);
 }
 

@@ -10,7 +10,9 @@
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/fault_store.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -59,7 +61,7 @@ class Policies : public ::testing::Test {
                                                     /*seed=*/5);
     auto client = internal::ClientFactory::WithStore(
         {.url = "memory://", .breaker_failures = 1000, .model_clock = clock_}, faults_);
-    ASSERT_TRUE(client.ok());
+    ASSERT_THAT(client, IsOk());
     client_ = *client;
   }
   Limiter Make(const std::string& name, FailurePolicy policy, int64_t limit = 10,
@@ -91,7 +93,7 @@ TEST_F(Policies, ClosedRefusesWithItsOwnReason) {
   auto limiter = Make("closed", FailurePolicy::kClosed);
   faults_->FailNext(1, DeadlineExceededError("injected: slow store"));
   auto d = limiter.Check("x");
-  ASSERT_TRUE(d.ok());
+  ASSERT_THAT(d, IsOk());
   EXPECT_FALSE(d->allowed);
   EXPECT_EQ(d->source, DecisionSource::kFailClosed);
   EXPECT_EQ(d->reason, RefusalReason::kStoreUnavailable);
@@ -104,7 +106,7 @@ TEST_F(Policies, LocalEnforcesTheLimitDividedAmongServers) {
   int allowed = 0;
   for (int i = 0; i < 40; ++i) {
     auto d = limiter.Check("pinned");
-    ASSERT_TRUE(d.ok());
+    ASSERT_THAT(d, IsOk());
     EXPECT_EQ(d->source, DecisionSource::kLocalFallback);
     EXPECT_EQ(d->limit, 25);
     allowed += d->allowed;
@@ -269,7 +271,7 @@ TEST_F(Policies, DenialCacheStepsAsideForRefundsPlanChangesAndSmallerCosts) {
   ASSERT_FALSE(limiter.Check("x", {.cost = 8, .limit = upgraded})->allowed);
   EXPECT_EQ(limiter.Check("x", {.cost = 8, .limit = upgraded})->source,
             DecisionSource::kCachedDenial);
-  ASSERT_TRUE(limiter.Refund("x", 6).ok());  // a refund forgets the cached refusal
+  ASSERT_THAT(limiter.Refund("x", 6), IsOk());  // a refund forgets the cached refusal
   auto after_refund = limiter.Check("x", {.cost = 8, .limit = upgraded});
   EXPECT_EQ(after_refund->source, DecisionSource::kStore);
   EXPECT_TRUE(after_refund->allowed);
@@ -297,7 +299,7 @@ TEST_F(Policies, ShadowModeCountsButNeverRefuses) {
   int shadow_refused = 0;
   for (int i = 0; i < 5; ++i) {
     auto d = limiter.Check("x");
-    ASSERT_TRUE(d.ok());
+    ASSERT_THAT(d, IsOk());
     EXPECT_TRUE(d->allowed);
     shadow_refused += d->shadow_refused;
     if (d->shadow_refused) {

@@ -24,7 +24,9 @@
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
+#include "testing/status_matchers.h"
 
+using sluice::testing::IsOk;
 namespace sluice {
 namespace {
 
@@ -54,7 +56,7 @@ class IoThreads {
 std::shared_ptr<internal::Connection> StartConnection(boost::asio::io_context& io,
                                                       const std::string& url) {
   auto endpoint = internal::ParseRedisUrl(url);
-  EXPECT_TRUE(endpoint.ok());
+  EXPECT_THAT(endpoint, IsOk());
   auto conn = internal::Connection::Make(io.get_executor(), *endpoint, {});
   std::promise<Status> started;
   conn->Start([&](Status s) { started.set_value(std::move(s)); });
@@ -140,7 +142,7 @@ TEST(Connection, DeadlineHoldsWhenRedisIsSilentAndCompletesOnce) {
   EXPECT_LT(waited, milliseconds(1000)) << "the deadline was not enforced while Redis was silent";
 
   auto sync = limiter.Check("b");
-  ASSERT_TRUE(sync.ok());
+  ASSERT_THAT(sync, IsOk());
   EXPECT_EQ(sync->source, DecisionSource::kFailClosed);
   // A refund is not a decision: the store's error reaches the caller.
   EXPECT_EQ(limiter.Refund("b", 1).status().code(), StatusCode::kDeadlineExceeded);
@@ -161,7 +163,7 @@ TEST(Connection, StalledConnectionIsReplacedAndWorksAgain) {
   ASSERT_TRUE(FromStore(limiter.Check("a", patient)));
   server.Pause();
   auto paused = limiter.Check("a");
-  ASSERT_TRUE(paused.ok());
+  ASSERT_THAT(paused, IsOk());
   EXPECT_EQ(paused->source, DecisionSource::kFailOpen);  // the client's default policy
   std::this_thread::sleep_for(milliseconds(400));
   server.Resume();
@@ -180,7 +182,7 @@ TEST(Connection, ReconnectsAfterRedisRestarts) {
   server.Kill();
   EXPECT_EQ(limiter.Refund("a", 1).status().code(), StatusCode::kUnavailable);
   auto down = limiter.Check("a");
-  ASSERT_TRUE(down.ok());
+  ASSERT_THAT(down, IsOk());
   EXPECT_EQ(down->source, DecisionSource::kFailOpen);
   server.Start();
   ASSERT_TRUE(Eventually([&] { return FromStore(limiter.Check("a", patient)); }))
@@ -232,7 +234,7 @@ TEST(Connection, SelectsTheDatabaseOfTheUrl) {
   RedisServer server;
   auto client = MustCreate({.url = server.url() + "/3"});
   auto limiter = *client->MakeLimiter("db", {.limit = 1, .window = seconds(60)});
-  ASSERT_TRUE(limiter.Check("x").ok());
+  ASSERT_THAT(limiter.Check("x"), IsOk());
   std::string keyspace = server.Command({"INFO", "keyspace"}).str;
   EXPECT_NE(keyspace.find("db3:keys=1"), std::string::npos) << keyspace;
   EXPECT_EQ(keyspace.find("db0:"), std::string::npos) << keyspace;
@@ -261,11 +263,11 @@ TEST(Connection, FailsFastWhenTooManyCallsAreInFlight) {
   RedisServer server;
   IoThreads io(1);
   auto endpoint = internal::ParseRedisUrl(server.url());
-  ASSERT_TRUE(endpoint.ok());
+  ASSERT_THAT(endpoint, IsOk());
   auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint, {.max_in_flight = 4});
   std::promise<Status> started;
   conn->Start([&](Status s) { started.set_value(std::move(s)); });
-  ASSERT_TRUE(started.get_future().get().ok());
+  ASSERT_THAT(started.get_future().get(), IsOk());
   server.Pause();
   std::atomic<int> unavailable{0}, deadline{0}, done{0};
   for (int i = 0; i < 10; ++i) {
@@ -290,13 +292,13 @@ TEST(Connection, ADeadlineMissedBehindABacklogIsClientSideAndASilentOneIsNot) {
   RedisServer server;
   IoThreads io(1);
   auto endpoint = internal::ParseRedisUrl(server.url());
-  ASSERT_TRUE(endpoint.ok());
+  ASSERT_THAT(endpoint, IsOk());
   // A long queue must not count as a stall here.
   auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint,
                                          {.stall_timeout = seconds(30), .max_in_flight = 300000});
   std::promise<Status> started;
   conn->Start([&](Status s) { started.set_value(std::move(s)); });
-  ASSERT_TRUE(started.get_future().get().ok());
+  ASSERT_THAT(started.get_future().get(), IsOk());
   // A backlog: many calls queued (each a script that keeps Redis busy for a while),
   // Redis answering them batch after batch.
   constexpr int kQueued = 20000;
