@@ -13,6 +13,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   procps tmux                         # ps/pkill-free process checks, tmux for CLI tests
   clang-format                        # the style check (tests/format_check.sh)
+  clang-14                            # the thread-safety analysis (tests/thread_safety_check.sh)
 )
 
 missing=()

@@ -16,7 +16,7 @@
 namespace sluice::internal {
 
 // gtest prints these on a failed EXPECT_EQ.
-void PrintTo(const AlgoReply& r, std::ostream* os) {
+inline void PrintTo(const AlgoReply& r, std::ostream* os) {
   *os << "{code=" << r.code << ", remaining=" << r.remaining
       << ", reset_after_ms=" << r.reset_after_ms << ", retry_after_ms=" << r.retry_after_ms << "}";
 }

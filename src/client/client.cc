@@ -42,14 +42,14 @@ bool ClientCore::Forked() const {
 }
 
 void ClientCore::Keep(std::shared_ptr<HeartbeatScheduler::Target> target) {
-  std::lock_guard lock(kept_mu_);
+  MutexLock lock(kept_mu_);
   const HeartbeatScheduler::Target* at = target.get();
   kept_.emplace(at, std::move(target));
 }
 
 void ClientCore::Drop(const HeartbeatScheduler::Target* target) {
   std::shared_ptr<HeartbeatScheduler::Target> dropped;  // destroyed outside the lock
-  std::lock_guard lock(kept_mu_);
+  MutexLock lock(kept_mu_);
   auto it = kept_.find(target);
   if (it == kept_.end()) return;
   dropped = std::move(it->second);
@@ -70,6 +70,13 @@ std::shared_ptr<ClientCore> ClientCore::Make(ClientOptions options) {
       delete core;
     }
   });
+}
+
+int64_t ClientCore::WallMs() const {
+  if (options.model_clock) return options.model_clock->NowMs();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 bool ClientCore::OnIoThread() const {
@@ -94,7 +101,7 @@ ClientCore::~ClientCore() {
   heartbeats.Shutdown();
   work_.reset();
   for (std::thread& t : threads_) t.join();
-  std::lock_guard lock(kept_mu_);
+  MutexLock lock(kept_mu_);
   kept_.clear();
 }
 

@@ -17,6 +17,8 @@
 
 #include "client/gauges.h"
 #include "client/heartbeats.h"
+#include "core/boot_clock.h"
+#include "core/mutex.h"
 #include "policy/policy_store.h"
 #include "sluice/client.h"
 #include "store/store.h"
@@ -57,6 +59,12 @@ class ClientCore {
   void Drop(const HeartbeatScheduler::Target* target);
 
   const ClientOptions options;
+  // The clock of leases' believable ends (held(), heartbeat deadlines): BootClock, or a
+  // test's own (ClientFactory::UseBootClock) so lease tests need not sleep.
+  BootNow boot_now = &BootClock::now;
+  // Wall-clock ms for the lease gauges' clock minute: the model clock when one is set,
+  // else the system clock.
+  int64_t WallMs() const;
   boost::asio::io_context io;
   // The store every call goes through: the policy layer in front of the real store.
   std::shared_ptr<Store> store;
@@ -73,9 +81,9 @@ class ClientCore {
   bool OnIoThread() const;
   std::vector<std::thread> threads_;
   const uint64_t fork_generation_;
-  std::mutex kept_mu_;
+  Mutex kept_mu_;
   std::unordered_map<const HeartbeatScheduler::Target*, std::shared_ptr<HeartbeatScheduler::Target>>
-      kept_;  // under kept_mu_
+      kept_ SLUICE_GUARDED_BY(kept_mu_);
 };
 
 // Builds a Client around a store made elsewhere (the fault-injecting wrapper in tests, a
@@ -84,6 +92,11 @@ class ClientFactory {
  public:
   static StatusOr<std::shared_ptr<Client>> WithStore(ClientOptions options,
                                                      std::shared_ptr<Store> store);
+  // Tests: the client's leases read `now` instead of BootClock. Set before the first
+  // Acquire.
+  static void UseBootClock(const Client& client, BootNow now) {
+    client.core_->boot_now = std::move(now);
+  }
   static const std::shared_ptr<Store>& StoreOf(const Client& client) { return client.core_->store; }
 };
 

@@ -45,14 +45,14 @@ void LeaseGauges::Settle(Entries::iterator it) {
 }
 
 void LeaseGauges::Observe(const std::string& key, int64_t live, int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Entry& e = Touch(key, now_ms)->second;
   e.live = live;
   e.minute_max = std::max(e.minute_max, live);
 }
 
 void LeaseGauges::Granted(const std::string& key, int64_t live, int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = Touch(key, now_ms);
   Entry& e = it->second;
   e.live = live;
@@ -62,14 +62,14 @@ void LeaseGauges::Granted(const std::string& key, int64_t live, int64_t now_ms) 
 }
 
 void LeaseGauges::Held(const std::string& key, int64_t delta, int64_t now_ms) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = Touch(key, now_ms);
   it->second.held = std::max<int64_t>(0, it->second.held + delta);
   Settle(it);
 }
 
 std::vector<LeaseGauges::Row> LeaseGauges::Snapshot(int64_t now_ms) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Row> rows;
   rows.reserve(entries_.size());
   for (const auto& [key, e] : entries_) {

@@ -17,11 +17,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "core/mutex.h"
 
 namespace sluice::internal {
 
@@ -61,15 +62,15 @@ class LeaseGauges {
     std::list<const std::string*>::iterator recency;  // into idle_ when idle
   };
   using Entries = std::unordered_map<std::string, Entry>;
-  Entries::iterator Touch(const std::string& key, int64_t now_ms);
-  // Under mu_: moves the entry in or out of idle_ after its `held` changed.
-  void Settle(Entries::iterator it);
+  Entries::iterator Touch(const std::string& key, int64_t now_ms) SLUICE_REQUIRES(mu_);
+  // Moves the entry in or out of idle_ after its `held` changed.
+  void Settle(Entries::iterator it) SLUICE_REQUIRES(mu_);
 
   const std::size_t max_ids_;
-  mutable std::mutex mu_;
-  Entries entries_;  // node-based: key addresses are stable
+  mutable Mutex mu_;
+  Entries entries_ SLUICE_GUARDED_BY(mu_);  // node-based: key addresses are stable
   // Ids holding no lease, most recently updated first: the only ones ever forgotten.
-  std::list<const std::string*> idle_;
+  std::list<const std::string*> idle_ SLUICE_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::internal

@@ -6,7 +6,7 @@ namespace sluice::internal {
 
 HeartbeatScheduler::Key HeartbeatScheduler::Schedule(Clock::time_point at,
                                                      std::weak_ptr<Target> target) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Key key{at, next_++};
   due_.emplace(key, std::move(target));
   if (at < armed_at_) ArmLocked(at);
@@ -14,19 +14,19 @@ HeartbeatScheduler::Key HeartbeatScheduler::Schedule(Clock::time_point at,
 }
 
 void HeartbeatScheduler::Cancel(const Key& key) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   due_.erase(key);
   // The timer may stay armed for a moment nobody needs: it fires, finds nothing due,
   // and re-arms for what is left. Cheaper than re-arming on every cancel.
 }
 
 std::size_t HeartbeatScheduler::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return due_.size();
 }
 
 void HeartbeatScheduler::Shutdown() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   stopped_ = true;
   due_.clear();
   timer_.cancel();
@@ -45,7 +45,7 @@ void HeartbeatScheduler::ArmLocked(Clock::time_point at) {
 void HeartbeatScheduler::Fire() {
   std::vector<std::shared_ptr<Target>> now_due;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto now = Clock::now();
     auto end = due_.upper_bound(Key{now, UINT64_MAX});
     for (auto it = due_.begin(); it != end; ++it) {

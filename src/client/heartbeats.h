@@ -15,10 +15,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+
+#include "core/mutex.h"
 
 namespace sluice::internal {
 
@@ -45,15 +46,15 @@ class HeartbeatScheduler {
   std::size_t size() const;
 
  private:
-  void ArmLocked(Clock::time_point at);
+  void ArmLocked(Clock::time_point at) SLUICE_REQUIRES(mu_);
   void Fire();
 
-  mutable std::mutex mu_;
-  boost::asio::steady_timer timer_;                        // under mu_
-  std::map<Key, std::weak_ptr<Target>> due_;               // under mu_
-  uint64_t next_ = 0;                                      // under mu_
-  Clock::time_point armed_at_ = Clock::time_point::max();  // under mu_
-  bool stopped_ = false;                                   // under mu_
+  mutable Mutex mu_;
+  boost::asio::steady_timer timer_ SLUICE_GUARDED_BY(mu_);
+  std::map<Key, std::weak_ptr<Target>> due_ SLUICE_GUARDED_BY(mu_);
+  uint64_t next_ SLUICE_GUARDED_BY(mu_) = 0;
+  Clock::time_point armed_at_ SLUICE_GUARDED_BY(mu_) = Clock::time_point::max();
+  bool stopped_ SLUICE_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice::internal

@@ -30,6 +30,7 @@
 #include "client/client_core.h"
 #include "client/gauges.h"
 #include "core/keys.h"
+#include "core/mutex.h"
 #include "core/process.h"
 #include "core/wait.h"
 
@@ -38,33 +39,6 @@ namespace internal {
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
-
-namespace {
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
-// The clock a lease's believable end is kept on: CLOCK_BOOTTIME, which keeps counting
-// while the machine is suspended, as the store's clock does. (steady_clock stops during
-// a suspend: after a laptop or VM slept longer than lease_ttl, held() would still say
-// true although Redis has expired the lease.)
-struct BootClock {
-  using duration = std::chrono::nanoseconds;
-  using rep = duration::rep;
-  using period = duration::period;
-  using time_point = std::chrono::time_point<BootClock>;
-  static constexpr bool is_steady = true;
-  static time_point now() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_BOOTTIME, &ts);
-    return time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-  }
-};
 
 namespace {
 
@@ -148,7 +122,7 @@ struct ReleaseRetry : HeartbeatScheduler::Target, std::enable_shared_from_this<R
   }
   void OnResult(const Status& status) {
     if (!status.ok() && status.code() != StatusCode::kInvalidArgument &&
-        status.code() != StatusCode::kFailedPrecondition && BootClock::now() < until) {
+        status.code() != StatusCode::kFailedPrecondition && core->boot_now() < until) {
       core->heartbeats.Schedule(steady_clock::now() + every,
                                 std::weak_ptr<HeartbeatScheduler::Target>(weak_from_this()));
       return;
@@ -175,17 +149,18 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   milliseconds ttl{0};
   milliseconds interval{0};
 
-  mutable std::mutex mu;
-  std::condition_variable notified;             // a running on_lost returned
-  std::function<void(LeaseLoss)> on_lost;       // under mu
-  std::optional<std::thread::id> notifying;     // under mu: the thread running on_lost
-  std::optional<HeartbeatScheduler::Key> next;  // under mu: the scheduled heartbeat
-  BootClock::time_point believable_until;       // under mu
-  bool released = false;                        // under mu: the owner let go
-  bool release_pending = false;                 // under mu: its release has not landed
-  bool release_retried = false;                 // under mu: a ReleaseRetry was started
-  bool counted = true;                          // under mu: still in the `held` gauge
-  LeaseLoss loss = LeaseLoss::kNone;            // under mu
+  mutable Mutex mu;
+  std::condition_variable_any notified;  // a running on_lost returned
+  std::function<void(LeaseLoss)> on_lost SLUICE_GUARDED_BY(mu);
+  // The thread running on_lost.
+  std::optional<std::thread::id> notifying SLUICE_GUARDED_BY(mu);
+  std::optional<HeartbeatScheduler::Key> next SLUICE_GUARDED_BY(mu);  // the scheduled heartbeat
+  BootClock::time_point believable_until SLUICE_GUARDED_BY(mu);
+  bool released SLUICE_GUARDED_BY(mu) = false;         // the owner let go
+  bool release_pending SLUICE_GUARDED_BY(mu) = false;  // its release has not landed
+  bool release_retried SLUICE_GUARDED_BY(mu) = false;  // a ReleaseRetry was started
+  bool counted SLUICE_GUARDED_BY(mu) = true;           // still in the `held` gauge
+  LeaseLoss loss SLUICE_GUARDED_BY(mu) = LeaseLoss::kNone;
 
   bool Heartbeats() const { return source != DecisionSource::kFailOpen; }
 
@@ -201,15 +176,15 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     return call;
   }
 
-  // Under mu: leaves the `held` gauge once.
-  void Uncount() {
+  // Leaves the `held` gauge once.
+  void Uncount() SLUICE_REQUIRES(mu) {
     if (!counted) return;
     counted = false;
-    core->lease_gauges.Held(gauge_key, -1, WallMs());
+    core->lease_gauges.Held(gauge_key, -1, core->WallMs());
   }
 
-  // Under mu: no heartbeat scheduled any more.
-  void Unschedule() {
+  // No heartbeat scheduled any more.
+  void Unschedule() SLUICE_REQUIRES(mu) {
     if (next) core->heartbeats.Cancel(*next);
     next.reset();
   }
@@ -219,7 +194,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   // inline).
   void Lose(LeaseLoss why) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (released || loss != LeaseLoss::kNone) return;
       loss = why;
       Unschedule();
@@ -239,7 +214,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   void Notify(LeaseLoss why) {
     std::function<void(LeaseLoss)> notify;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (released || !on_lost) return;
       notify = std::move(on_lost);
       on_lost = nullptr;
@@ -250,19 +225,19 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     notify = nullptr;  // what it captured goes before the owner is told it returned
     --t_in_on_lost;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       notifying.reset();
     }
     notified.notify_all();
   }
 
-  // Under mu: the next heartbeat after `delay`, or at the lease's believable end if
-  // that comes first (the tick then finds it expired).
-  void Schedule(milliseconds delay) {
+  // The next heartbeat after `delay`, or at the lease's believable end if that comes
+  // first (the tick then finds it expired).
+  void Schedule(milliseconds delay) SLUICE_REQUIRES(mu) {
     Unschedule();
     // The scheduler's timers run on steady_clock; the believable end is on BootClock.
     const BootClock::duration left =
-        std::max(BootClock::duration::zero(), believable_until - BootClock::now());
+        std::max(BootClock::duration::zero(), believable_until - core->boot_now());
     const BootClock::duration wait = std::min<BootClock::duration>(delay, left);
     const auto at = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(wait);
     next =
@@ -272,10 +247,10 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   void Tick() {
     bool expired;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       next.reset();  // the scheduler dropped it when it called
       if (released || loss != LeaseLoss::kNone) return;
-      expired = BootClock::now() >= believable_until;
+      expired = core->boot_now() >= believable_until;
     }
     if (expired) {
       Lose(LeaseLoss::kExpired);
@@ -289,10 +264,10 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   void SendHeartbeat(std::function<void(Status)> done) {
     BootClock::time_point until;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       until = believable_until;
     }
-    const auto sent = BootClock::now();
+    const auto sent = core->boot_now();
     const auto left = std::chrono::duration_cast<milliseconds>(until - sent);
     const milliseconds deadline =
         std::max(milliseconds(1), std::min(left, std::max(interval, core->options.deadline)));
@@ -307,7 +282,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
                    const std::function<void(Status)>& done) {
     Status status;
     if (result.ok() && result->reply.code == 1) {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (!released && loss == LeaseLoss::kNone) {
         // The store extended it from a moment after `sent`: believable until sent + ttl.
         believable_until = std::max(believable_until, sent + ttl);
@@ -318,7 +293,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
       Lose(LeaseLoss::kGone);
     } else {
       status = result.status();
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (!released && loss == LeaseLoss::kNone) {
         // Try again soon; the tick declares the lease expired if none gets through.
         Schedule(std::max(milliseconds(10), interval / 4));
@@ -340,12 +315,14 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     }
     bool send;
     {
-      std::unique_lock lock(mu);
+      MutexLock lock(mu);
       on_lost = nullptr;
       // Not from inside an on_lost (its own, or another lease's: two on_lost releasing
       // each other's leases on two threads would wait for each other for ever).
       if (notifying && *notifying != std::this_thread::get_id() && t_in_on_lost == 0) {
-        notified.wait(lock, [this] { return !notifying; });
+        // wait() unlocks and relocks `mu` itself (Mutex is BasicLockable); `lock` holds
+        // it again when wait returns.
+        notified.wait(mu, [this]() SLUICE_REQUIRES(mu) { return !notifying; });
       }
       if (!released) {
         released = true;
@@ -371,14 +348,14 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   void OnReleased(const Status& status) {
     BootClock::time_point until;
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (status.ok()) {
         release_pending = false;
         return;
       }
       until = believable_until;
       if (release_retried) return;  // one background retry per lease is enough
-      if (status.code() == StatusCode::kInvalidArgument || BootClock::now() >= until) return;
+      if (status.code() == StatusCode::kInvalidArgument || core->boot_now() >= until) return;
       release_retried = true;
     }
     auto retry = std::make_shared<ReleaseRetry>(
@@ -419,14 +396,14 @@ Lease::~Lease() {
 
 bool Lease::held() const {
   if (!state_) return false;
-  std::lock_guard lock(state_->mu);
+  internal::MutexLock lock(state_->mu);
   if (state_->released || state_->loss != LeaseLoss::kNone) return false;
-  return !state_->Heartbeats() || internal::BootClock::now() < state_->believable_until;
+  return !state_->Heartbeats() || state_->core->boot_now() < state_->believable_until;
 }
 
 LeaseLoss Lease::loss() const {
   if (!state_) return LeaseLoss::kNone;
-  std::lock_guard lock(state_->mu);
+  internal::MutexLock lock(state_->mu);
   return state_->loss;
 }
 
@@ -471,7 +448,7 @@ Status Lease::Heartbeat() {
   }
   if (!state_->Heartbeats()) return Status();
   {
-    std::lock_guard lock(state_->mu);
+    internal::MutexLock lock(state_->mu);
     if (state_->released) return FailedPreconditionError("the lease was released");
     if (state_->loss != LeaseLoss::kNone) {
       return NotFoundError("the lease was lost (" + std::string(LeaseLossName(state_->loss)) + ")");
@@ -522,14 +499,17 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
                                                                    : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
-  const auto sent = internal::BootClock::now();
+  const auto sent = core_->boot_now();
   auto state = std::make_shared<LeaseState>(core_);
   state->gauge_key = internal::LeaseGauges::KeyOf(name_, encoded);
   state->key = call.key;
   state->ttl = options_.lease_ttl;
   state->interval = options_.heartbeat_interval.count() > 0 ? options_.heartbeat_interval
                                                             : options_.lease_ttl / 6;
-  state->on_lost = options.on_lost;
+  {
+    internal::MutexLock lock(state->mu);  // not shared yet; the analysis asks all the same
+    state->on_lost = options.on_lost;
+  }
   const std::string token = call.args.token;
   ++internal::g_acquiring;
   core_->store->RunLease(std::move(call), [state, token, limit, sent, done = std::move(done)](
@@ -550,7 +530,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
     if (from_store) a.live = reply.count;
     if (reply.code != 1) {
       if (from_store) {
-        state->core->lease_gauges.Observe(state->gauge_key, reply.count, internal::WallMs());
+        state->core->lease_gauges.Observe(state->gauge_key, reply.count, state->core->WallMs());
       }
       a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
                                                                : RefusalReason::kOverLimit;
@@ -562,12 +542,12 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
     state->acquired_at_ms = reply.now_ms;
     if (state->Heartbeats()) state->member = internal::LeaseMember(reply.now_ms, token);
     if (from_store) {
-      state->core->lease_gauges.Granted(state->gauge_key, reply.count, internal::WallMs());
+      state->core->lease_gauges.Granted(state->gauge_key, reply.count, state->core->WallMs());
     } else {
-      state->core->lease_gauges.Held(state->gauge_key, +1, internal::WallMs());
+      state->core->lease_gauges.Held(state->gauge_key, +1, state->core->WallMs());
     }
     {
-      std::lock_guard lock(state->mu);
+      internal::MutexLock lock(state->mu);
       state->believable_until = sent + state->ttl;
       if (state->Heartbeats()) state->Schedule(state->interval);
     }

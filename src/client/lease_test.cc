@@ -30,6 +30,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include "client/client_core.h"
 #include "client/gauges.h"
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
@@ -72,13 +73,6 @@ int64_t WallMs() {
   return std::chrono::duration_cast<milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-// The gauges' max_1m restarts at each wall-clock minute: tests that read it start well
-// inside a minute (at most ~10 s of waiting).
-void AwayFromMinuteEdge() {
-  const int64_t into = WallMs() % 60'000;
-  if (into > 50'000) std::this_thread::sleep_for(milliseconds(60'000 - into + 20));
 }
 
 std::optional<double> Gauge(const std::vector<MetricSample>& samples, const std::string& name,
@@ -584,12 +578,39 @@ TEST_F(ReleaseAllTest, CountsOnlyLiveLeases) {
   EXPECT_TRUE(limiter.List("x")->empty());
 }
 
+// A lease believes itself held until lease_ttl after its last heartbeat was sent, on
+// the client's boot clock: with a test's own clock, the end is exact to the nanosecond
+// and nothing sleeps.
+TEST(ConcurrencyLimiter, ALeaseIsHeldUntilTtlAfterItsLastHeartbeatOnTheBootClock) {
+  auto client = MemoryClient();
+  auto boot = std::make_shared<std::atomic<int64_t>>(1'000'000'000);  // ns
+  internal::ClientFactory::UseBootClock(*client, [boot] {
+    return internal::BootClock::time_point(std::chrono::nanoseconds(boot->load()));
+  });
+  auto limiter = MakeLimiter(client, "held", {.limit = 1, .lease_ttl = milliseconds(10'000)});
+  auto a = limiter.Acquire("x");
+  ASSERT_TRUE(a.ok() && a->acquired);
+  const int64_t ttl_ns = 10'000'000'000;
+  boot->fetch_add(ttl_ns - 1);
+  EXPECT_TRUE(a->lease.held()) << "1 ns before its believable end";
+  boot->fetch_add(1);
+  EXPECT_FALSE(a->lease.held()) << "at its believable end, no heartbeat having landed";
+  // A heartbeat sent now extends it to now + ttl.
+  ASSERT_THAT(a->lease.Heartbeat(), IsOk());
+  EXPECT_TRUE(a->lease.held());
+  boot->fetch_add(ttl_ns - 1);
+  EXPECT_TRUE(a->lease.held());
+  boot->fetch_add(1);
+  EXPECT_FALSE(a->lease.held());
+}
+
 // ---------------------------------------------------------------------------------------
 // Gauges
 
 TEST(ConcurrencyLimiter, MetricsReportLeaseGauges) {
-  AwayFromMinuteEdge();
-  auto client = MemoryClient();
+  // A model clock: the gauges' clock minute stays put (20 s into a minute) while the
+  // test runs.
+  auto client = MemoryClient(std::make_shared<testing::FakeClock>(kT0));
   auto limiter = MakeLimiter(client, "streams", {.limit = 3});
   const std::string id = "user:1";
   EXPECT_EQ(Read(*client, "streams", id), Gauges{}) << "no series before any acquire";
@@ -650,8 +671,7 @@ TEST(ConcurrencyLimiter, MetricsReportLeaseGauges) {
 }
 
 TEST(ConcurrencyLimiter, PrometheusTextEscapesLabelValues) {
-  AwayFromMinuteEdge();
-  auto client = MemoryClient();
+  auto client = MemoryClient(std::make_shared<testing::FakeClock>(kT0));
   auto limiter = MakeLimiter(client, "streams", {.limit = 2});
   const std::string id = "we\"ird\\id";  // printable: kept as is in keys and labels
   auto a = limiter.Acquire(id);

@@ -112,10 +112,7 @@ std::vector<MetricSample> Client::Metrics() const {
       double(b.short_circuited()));
   add("sluice_breaker_consecutive_failures", kGauge, "Consecutive store failures.",
       double(b.consecutive_failures()));
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  const auto rows = core_->lease_gauges.Snapshot(now);
+  const auto rows = core_->lease_gauges.Snapshot(core_->WallMs());
   for (const auto& r : rows) {
     add("sluice_leases_held", kGauge, "Leases this client holds.", double(r.held),
         {{"limiter", r.limiter}, {"id", r.id}});

@@ -6,7 +6,7 @@ Breaker::Breaker(BreakerOptions options, Now now) : options_(options), now_(std:
 
 bool Breaker::Allow() {
   if (state_.load(std::memory_order_acquire) == State::kClosed) return true;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const State state = state_.load(std::memory_order_relaxed);
   if (state == State::kClosed) return true;
   if (state == State::kOpen && now_() >= probe_at_) {
@@ -20,7 +20,7 @@ bool Breaker::Allow() {
 void Breaker::OnSuccess() {
   if (failures_.load(std::memory_order_relaxed) != 0) failures_.store(0, std::memory_order_relaxed);
   if (state_.load(std::memory_order_acquire) == State::kClosed) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   state_.store(State::kClosed, std::memory_order_release);
 }
 
@@ -29,7 +29,7 @@ void Breaker::OnFailure() {
   const State state = state_.load(std::memory_order_acquire);
   if (state == State::kHalfOpen ||
       (state == State::kClosed && failures >= options_.failures_to_open)) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (state_.load(std::memory_order_relaxed) != State::kOpen) Open();
   }
 }
@@ -42,7 +42,7 @@ void Breaker::Open() {
 
 std::chrono::milliseconds Breaker::RetryIn() const {
   if (state_.load(std::memory_order_acquire) != State::kOpen) return std::chrono::milliseconds(0);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto left = std::chrono::ceil<std::chrono::milliseconds>(probe_at_ - now_());
   return left.count() > 0 ? left : std::chrono::milliseconds(0);
 }

@@ -11,8 +11,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string_view>
+
+#include "core/mutex.h"
 
 namespace sluice::internal {
 
@@ -43,7 +44,7 @@ class Breaker {
   int64_t short_circuited() const { return short_circuited_.load(std::memory_order_relaxed); }
 
  private:
-  void Open();  // under mu_
+  void Open() SLUICE_REQUIRES(mu_);
 
   const BreakerOptions options_;
   const Now now_;
@@ -51,8 +52,9 @@ class Breaker {
   std::atomic<int64_t> failures_{0};
   std::atomic<int64_t> opens_{0};
   std::atomic<int64_t> short_circuited_{0};
-  mutable std::mutex mu_;
-  std::chrono::steady_clock::time_point probe_at_;  // open: when the probe may go
+  mutable Mutex mu_;
+  // Open: when the probe may go.
+  std::chrono::steady_clock::time_point probe_at_ SLUICE_GUARDED_BY(mu_);
 };
 
 std::string_view BreakerStateName(Breaker::State state);

@@ -24,7 +24,7 @@ DenialCache::Shard& DenialCache::ShardFor(const std::string& key) {
 std::optional<Decision> DenialCache::Lookup(const std::string& key, const Limit& limit,
                                             int64_t cost, int64_t now_ms) {
   Shard& shard = ShardFor(key);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.index.find(key);
   if (it == shard.index.end()) return std::nullopt;
   const Entry& e = *it->second;
@@ -53,7 +53,7 @@ void DenialCache::Record(const std::string& key, const Limit& limit, int64_t cos
   const bool keep = !decision.allowed && decision.reason == RefusalReason::kOverLimit &&
                     decision.source == DecisionSource::kStore && decision.retry_after.count() > 0;
   Shard& shard = ShardFor(key);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.index.find(key);
   if (it != shard.index.end()) {
     shard.lru.erase(it->second);
@@ -72,7 +72,7 @@ void DenialCache::Record(const std::string& key, const Limit& limit, int64_t cos
 
 void DenialCache::Forget(const std::string& key) {
   Shard& shard = ShardFor(key);
-  std::lock_guard lock(shard.mu);
+  MutexLock lock(shard.mu);
   auto it = shard.index.find(key);
   if (it == shard.index.end()) return;
   shard.lru.erase(it->second);
@@ -82,7 +82,7 @@ void DenialCache::Forget(const std::string& key) {
 std::size_t DenialCache::size() {
   std::size_t n = 0;
   for (Shard& shard : shards_) {
-    std::lock_guard lock(shard.mu);
+    MutexLock lock(shard.mu);
     n += shard.lru.size();
   }
   return n;

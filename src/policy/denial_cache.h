@@ -12,13 +12,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "sluice/decision.h"
 #include "sluice/limits.h"
+
+#include "core/mutex.h"
 
 namespace sluice::internal {
 
@@ -46,9 +47,9 @@ class DenialCache {
     int64_t reset_at_ms = 0;
   };
   struct Shard {
-    std::mutex mu;
-    std::list<Entry> lru;  // most recent first
-    std::unordered_map<std::string, std::list<Entry>::iterator> index;
+    Mutex mu;
+    std::list<Entry> lru SLUICE_GUARDED_BY(mu);  // most recent first
+    std::unordered_map<std::string, std::list<Entry>::iterator> index SLUICE_GUARDED_BY(mu);
   };
   static constexpr std::size_t kShards = 16;
   Shard& ShardFor(const std::string& key);
