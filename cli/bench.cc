@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include <nlohmann/json.hpp>
 
 #include "bench.h"
@@ -112,6 +114,13 @@ void IssueOne(const std::shared_ptr<Run>& run) {
 
 }  // namespace
 
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 double InfoNumber(const std::string& info, const std::string& key) {
   auto at = info.find(key);
   if (at == std::string::npos) return 0;
@@ -201,6 +210,7 @@ int RunBench(const BenchOptions& o) {
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
   const ClientStats before = (*client)->stats();
   const ServerSample server_before = SampleServer(**client);
+  const double client_cpu_before = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   run->t0_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
   if (o.phase_length_s > 0) {
@@ -212,6 +222,7 @@ int RunBench(const BenchOptions& o) {
   run->measuring = false;
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double client_cpu_after = ProcessCpuSeconds();
   const ClientStats after = (*client)->stats();
   const ServerSample server_after = SampleServer(**client);
   run->stopping = true;
@@ -232,28 +243,35 @@ int RunBench(const BenchOptions& o) {
              : 0;
   // Redis's own cost: time inside the script per call, and the server's whole CPU
   // (parsing, I/O, scripts) per decision. Negative when unknown (embedded store).
-  double script_us = -1, server_cpu_us = -1;
+  double script_us = -1, server_cpu_us = -1, per_script = -1;
   if (server_before.ok && server_after.ok && total > 0) {
     const double calls = server_after.script_calls - server_before.script_calls;
-    if (calls > 0) script_us = (server_after.script_usec - server_before.script_usec) / calls;
+    if (calls > 0) {
+      script_us = (server_after.script_usec - server_before.script_usec) / calls;
+      per_script = static_cast<double>(total) / calls;
+    }
     server_cpu_us = (server_after.cpu_s - server_before.cpu_s) * 1e6 / static_cast<double>(total);
   }
   if (o.json) {
-    nlohmann::json j = {{"algorithm", o.algorithm},
-                        {"concurrency", o.concurrency},
-                        {"keys", o.keys},
-                        {"duration_s", elapsed},
-                        {"decisions_per_s", rate},
-                        {"allowed", run->allowed},
-                        {"refused", run->refused},
-                        {"errors", run->errors},
-                        {"not_from_store", run->not_from_store},
-                        {"p50_us", run->latency.Quantile(0.50)},
-                        {"p99_us", run->latency.Quantile(0.99)},
-                        {"p999_us", run->latency.Quantile(0.999)},
-                        {"commands_per_write", per_write},
-                        {"redis_script_us_per_call", script_us},
-                        {"redis_cpu_us_per_decision", server_cpu_us}};
+    nlohmann::json j = {
+        {"algorithm", o.algorithm},
+        {"concurrency", o.concurrency},
+        {"keys", o.keys},
+        {"duration_s", elapsed},
+        {"decisions_per_s", rate},
+        {"allowed", run->allowed},
+        {"refused", run->refused},
+        {"errors", run->errors},
+        {"not_from_store", run->not_from_store},
+        {"p50_us", run->latency.Quantile(0.50)},
+        {"p99_us", run->latency.Quantile(0.99)},
+        {"p999_us", run->latency.Quantile(0.999)},
+        {"commands_per_write", per_write},
+        {"redis_script_us_per_call", script_us},
+        {"redis_cpu_us_per_decision", server_cpu_us},
+        {"decisions_per_script_call", per_script},
+        {"client_cpu_us_per_decision",
+         total ? (client_cpu_after - client_cpu_before) * 1e6 / static_cast<double>(total) : -1}};
     if (o.phase_length_s > 0) {
       j["phase_calls"] = run->phase_calls;
       j["phase_not_from_store"] = run->phase_not_from_store;
@@ -289,8 +307,14 @@ int RunBench(const BenchOptions& o) {
     }
     std::printf("  pipelining   %.1f commands per write\n", per_write);
     if (script_us >= 0) {
-      std::printf("  redis cost   %.2f us per script call, %.2f us of server CPU per decision\n",
-                  script_us, server_cpu_us);
+      std::printf(
+          "  redis cost   %.2f us per script call (%.1f decisions each), %.2f us of server CPU "
+          "per decision\n",
+          script_us, per_script, server_cpu_us);
+    }
+    if (total > 0) {
+      std::printf("  client cost  %.2f us of this process's CPU per decision\n",
+                  (client_cpu_after - client_cpu_before) * 1e6 / static_cast<double>(total));
     }
     if (!run->first_error.empty()) std::printf("  first error  %s\n", run->first_error.c_str());
   }

@@ -36,6 +36,8 @@ struct ServerSample {
 };
 ServerSample SampleServer(const Client& client);
 double InfoNumber(const std::string& info, const std::string& key);
+// This process's user + system CPU seconds so far (getrusage).
+double ProcessCpuSeconds();
 
 // --algorithm concurrency: acquire + release cycles, or (--heartbeat-leases) the cost
 // of holding many leases.

@@ -89,11 +89,13 @@ int RunCycles(const BenchOptions& o, Client& client, const ConcurrencyLimiter& l
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
   const ClientStats before = client.stats();
   const ServerSample server_before = SampleServer(client);
+  const double client_cpu_before = ProcessCpuSeconds();
   run->measuring = true;
   const auto t0 = steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
   run->measuring = false;
   const double elapsed = std::chrono::duration<double>(steady_clock::now() - t0).count();
+  const double client_cpu_s = ProcessCpuSeconds() - client_cpu_before;
   const ClientStats after = client.stats();
   const ServerSample server_after = SampleServer(client);
   run->stopping = true;
@@ -102,6 +104,8 @@ int RunCycles(const BenchOptions& o, Client& client, const ConcurrencyLimiter& l
   }
   std::lock_guard lock(run->mu);
   const double rate = static_cast<double>(run->cycles) / elapsed;
+  const double client_cpu_us =
+      run->cycles > 0 ? client_cpu_s * 1e6 / static_cast<double>(run->cycles) : -1;
   const uint64_t writes = after.writes - before.writes;
   const double per_write =
       writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes)
@@ -130,7 +134,8 @@ int RunCycles(const BenchOptions& o, Client& client, const ConcurrencyLimiter& l
                         {"commands_per_write", per_write},
                         {"redis_acquire_us_per_call", acquire_us},
                         {"redis_release_us_per_call", release_us},
-                        {"redis_cpu_us_per_cycle", cpu_us}};
+                        {"redis_cpu_us_per_cycle", cpu_us},
+                        {"client_cpu_us_per_cycle", client_cpu_us}};
     if (!run->first_error.empty()) j["first_error"] = run->first_error;
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -153,6 +158,7 @@ int RunCycles(const BenchOptions& o, Client& client, const ConcurrencyLimiter& l
           "CPU per cycle\n",
           acquire_us, release_us, cpu_us);
     }
+    std::printf("  client cost  %.2f us of this process's CPU per cycle\n", client_cpu_us);
     if (!run->first_error.empty()) std::printf("  first error  %s\n", run->first_error.c_str());
   }
   return kExitOk;

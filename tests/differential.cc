@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "algo/algorithm.h"
@@ -16,6 +20,7 @@
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
+#include "redis/redis_store.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
@@ -129,6 +134,121 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
       {"SET", "", "foreign"}, {"HSET", "", "f", "v"}, {"RPUSH", "", "a"},
       {"SADD", "", "a"},      {"ZADD", "", "1", "a"}, {"XADD", "", "*", "f", "v"},
   };
+  // Batched mode (config.batch_max > 0): the Redis store itself, on a corked connection.
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::thread io_thread([&io] { io.run(); });
+  struct StopIo {
+    boost::asio::io_context& io;
+    std::thread& thread;
+    ~StopIo() {
+      io.stop();
+      thread.join();
+    }
+  } stop_io{io, io_thread};
+  std::shared_ptr<internal::RedisStore> store;
+  if (config.batch_max > 0) {
+    auto endpoint = internal::ParseRedisUrl(server.url());
+    ASSERT_TRUE(endpoint.ok());
+    auto connected = internal::RedisStore::Connect(io.get_executor(), *endpoint, {});
+    ASSERT_TRUE(connected.ok()) << connected.status().ToString();
+    store = *connected;
+    store->connection().Cork();
+  }
+  struct Pending {
+    int step;
+    std::string id;
+    int64_t op;
+    const char* op_name;
+    CheckOptions options;
+    Decision memory;
+    int64_t now_ms;  // the model time of the step
+    StatusOr<Decision> redis = InternalError("no reply");
+  };
+  std::vector<Pending> pending;  // the batch being queued (never reallocated while queued)
+  pending.reserve(static_cast<size_t>(config.batch_max) + 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t answered = 0;
+  int batch_size = config.batch_max > 0 ? 1 + static_cast<int>(pick(config.batch_max)) : 1;
+  int batches = 0;
+
+  // Compares one step's decisions; with `check_state`, also what the step left at its key.
+  const auto verify = [&](const Pending& p, const Decision& r, bool check_state) {
+    const Decision& m = p.memory;
+    const CheckOptions& options = p.options;
+    const std::string where =
+        "seed " + std::to_string(config.seed) + " step " + std::to_string(p.step) + " " +
+        p.op_name + " id " + p.id + " cost " + std::to_string(options.cost) + " limit " +
+        std::to_string(options.limit->limit) + " window " +
+        std::to_string(options.limit->window.count()) + " refill " +
+        std::to_string(options.limit->refill) + " aligned " +
+        std::to_string(options.limit->aligned) + " batch_max " + std::to_string(config.batch_max) +
+        "\n  redis:  " + r.ToString() + "\n  memory: " + m.ToString();
+    ASSERT_EQ(r.allowed, m.allowed) << where;
+    ASSERT_EQ(r.remaining, m.remaining) << where;
+    ASSERT_EQ(r.limit, m.limit) << where;
+    ASSERT_EQ(r.reset_after, m.reset_after) << where;
+    ASSERT_EQ(r.retry_after, m.retry_after) << where;
+    ASSERT_EQ(r.reason, m.reason) << where;
+    if (p.op < 80) (r.allowed ? allowed : refused)++;
+    if (!check_state) return;
+    // The state the script left, read back by the algorithm's decoder, says what the
+    // script's own decision said is left.
+    const std::optional<Decision> decoded =
+        PeekDecoded(server, *on_redis->KeyFor(p.id), *options.limit, p.now_ms);
+    ASSERT_TRUE(decoded.has_value()) << where;
+    ASSERT_EQ(decoded->remaining, r.remaining) << "decoded state: " << decoded->ToString() << "\n"
+                                               << where;
+    ASSERT_EQ(decoded->reset_after, r.reset_after)
+        << "decoded state: " << decoded->ToString() << "\n"
+        << where;
+    ++decoded_checks;
+    if (config.vary_parameters) {
+      // The key's expiry covers the time until its state is full again. Expiries under a
+      // model clock carry 60 s of grace and count real time, which passes while the trace
+      // runs: the TTL written at any earlier step has lost at most the real time since
+      // the trace started.
+      const int64_t pttl = server.Command({"PTTL", *on_redis->KeyFor(p.id)}).integer;
+      ASSERT_NE(pttl, -1) << "a key without an expiry: " << where;
+      if (pttl != -2) {
+        const int64_t real_ms =
+            std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started)
+                .count();
+        ASSERT_GE(pttl, r.reset_after.count() + 60'000 - real_ms - 2)
+            << "the key expires before its state is full again: " << where;
+        ++ttl_checks;
+      }
+    }
+  };
+  // Sends the queued batch (uncork), waits for every reply, compares them in order and
+  // checks the state each id's last step in the batch left.
+  const auto flush = [&]() {
+    if (pending.empty()) return;
+    store->connection().Uncork();
+    {
+      std::unique_lock lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] {
+        return answered == pending.size();
+      })) << "a batch was not answered";
+    }
+    store->connection().Cork();
+    ++batches;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Pending& p = pending[i];
+      ASSERT_TRUE(p.redis.ok()) << "step " << p.step << ": " << p.redis.status().ToString();
+      bool last_touch = true;
+      for (size_t k = i + 1; k < pending.size(); ++k) {
+        if (pending[k].id == p.id) last_touch = false;
+      }
+      verify(p, *p.redis, last_touch);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    pending.clear();
+    answered = 0;
+    batch_size = 1 + static_cast<int>(pick(config.batch_max));
+  };
+
   for (int step = 0; step < config.steps; ++step) {
     const std::string id = "id" + std::to_string(pick(config.ids));
     // Time: stay, 1 ms, a little, exactly to (or 1 ms before) this id's reset or retry
@@ -168,6 +288,10 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
       ++changes;
     }
     if (config.vary_parameters && pick(100) == 0) {
+      if (store) {
+        flush();  // the write goes between two batches
+        if (::testing::Test::HasFatalFailure()) return;
+      }
       // A value of another Redis type replaces the id's state on Redis; the twin, which
       // cannot hold one, forgets the id (what the script must do with such a value).
       std::vector<std::string> command = writers[pick(static_cast<int64_t>(writers.size()))];
@@ -187,63 +311,72 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
                           .aligned = aligned};
     const int64_t op = pick(100);
     const char* op_name = op < 80 ? "check" : op < 90 ? "peek" : op < 97 ? "refund" : "reset";
-    StatusOr<Decision> r = InternalError("unset"), m = InternalError("unset");
+    StatusOr<Decision> m = InternalError("unset");
+    internal::Op store_op = internal::Op::kConsume;
     if (op < 80) {
-      r = on_redis->Check(id, options);
       m = on_memory.Check(id, options);
     } else if (op < 90) {
-      r = on_redis->Peek(id, options);
+      store_op = internal::Op::kPeek;
       m = on_memory.Peek(id, options);
     } else if (op < 97) {
-      const int64_t amount = 1 + pick(3);
-      r = on_redis->Refund(id, amount, options);
-      m = on_memory.Refund(id, amount, options);
+      options.cost = 1 + pick(3);
+      store_op = internal::Op::kRefund;
+      m = on_memory.Refund(id, options.cost, options);
     } else {
-      r = on_redis->Reset(id, options);
+      options.cost = 1;
+      store_op = internal::Op::kReset;
       m = on_memory.Reset(id, options);
     }
-    ASSERT_TRUE(r.ok()) << "step " << step << ": " << r.status().ToString();
     ASSERT_TRUE(m.ok()) << "step " << step << ": " << m.status().ToString();
-    const std::string where =
-        "seed " + std::to_string(config.seed) + " step " + std::to_string(step) + " " + op_name +
-        " id " + id + " cost " + std::to_string(options.cost) + " limit " + std::to_string(limit) +
-        " window " + std::to_string(window_ms) + " refill " + std::to_string(refill) + " aligned " +
-        std::to_string(aligned) + "\n  redis:  " + r->ToString() + "\n  memory: " + m->ToString();
-    ASSERT_EQ(r->allowed, m->allowed) << where;
-    ASSERT_EQ(r->remaining, m->remaining) << where;
-    ASSERT_EQ(r->limit, m->limit) << where;
-    ASSERT_EQ(r->reset_after, m->reset_after) << where;
-    ASSERT_EQ(r->retry_after, m->retry_after) << where;
-    ASSERT_EQ(r->reason, m->reason) << where;
-    last[id] = *r;
-    if (op < 80) (r->allowed ? allowed : refused)++;
-    // The state the script left, read back by the algorithm's decoder, says what the
-    // script's own decision said is left.
-    const std::optional<Decision> decoded =
-        PeekDecoded(server, *on_redis->KeyFor(id), *options.limit, clock->NowMs());
-    ASSERT_TRUE(decoded.has_value()) << where;
-    ASSERT_EQ(decoded->remaining, r->remaining) << "decoded state: " << decoded->ToString() << "\n"
-                                                << where;
-    ASSERT_EQ(decoded->reset_after, r->reset_after)
-        << "decoded state: " << decoded->ToString() << "\n"
-        << where;
-    ++decoded_checks;
-    if (config.vary_parameters) {
-      // The key's expiry covers the time until its state is full again. Expiries under a
-      // model clock carry 60 s of grace and count real time, which passes while the trace
-      // runs: the TTL written at any earlier step has lost at most the real time since
-      // the trace started.
-      const int64_t pttl = server.Command({"PTTL", *on_redis->KeyFor(id)}).integer;
-      ASSERT_NE(pttl, -1) << "a key without an expiry: " << where;
-      if (pttl != -2) {
-        const int64_t real_ms =
-            std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started)
-                .count();
-        ASSERT_GE(pttl, r->reset_after.count() + 60'000 - real_ms - 2)
-            << "the key expires before its state is full again: " << where;
-        ++ttl_checks;
+    if (!store) {
+      StatusOr<Decision> r = InternalError("unset");
+      if (op < 80) {
+        r = on_redis->Check(id, options);
+      } else if (op < 90) {
+        r = on_redis->Peek(id, options);
+      } else if (op < 97) {
+        r = on_redis->Refund(id, options.cost, options);
+      } else {
+        r = on_redis->Reset(id, options);
       }
+      ASSERT_TRUE(r.ok()) << "step " << step << ": " << r.status().ToString();
+      last[id] = *r;
+      verify({step, id, op, op_name, options, *m, clock->NowMs()}, *r, true);
+      if (::testing::Test::HasFatalFailure()) return;
+      continue;
     }
+    // Batched: queue the step on the corked connection; the twin has decided already (the
+    // next steps' times follow its decision, which the batch's must equal).
+    last[id] = *m;
+    pending.push_back({step, id, op, op_name, options, *m, clock->NowMs()});
+    internal::CheckCall call;
+    call.op = store_op;
+    call.key = *on_redis->KeyFor(id);
+    call.limit = *options.limit;
+    call.cost = options.cost;
+    call.now_ms = clock->NowMs();
+    call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const size_t index = pending.size() - 1;
+    store->Check(std::move(call), [&, index](StatusOr<Decision> result) {
+      std::lock_guard lock(mu);
+      pending[index].redis = std::move(result);
+      ++answered;
+      cv.notify_all();
+    });
+    if (static_cast<int>(pending.size()) >= batch_size) {
+      flush();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  if (store) {
+    flush();
+    if (::testing::Test::HasFatalFailure()) return;
+    const internal::Connection::Stats stats = store->connection().stats();
+    store->Shutdown();
+    std::cout << "  batches=" << batches << " batch_script_calls=" << stats.batches
+              << " calls_in_them=" << stats.batched_calls << "\n";
+    // Most steps went through the batch script (a batch of one is sent alone).
+    EXPECT_GT(stats.batched_calls, static_cast<uint64_t>(config.steps) / 2);
   }
   std::cout << "  allowed=" << allowed << " refused=" << refused
             << " boundary_steps=" << boundary_steps << " parameter_changes=" << changes
@@ -252,9 +385,13 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   if (config.vary_parameters) {
     EXPECT_GT(changes, config.steps / 50);
     EXPECT_GT(foreign, config.steps / 200);
-    EXPECT_GT(ttl_checks, config.steps / 4);
+    EXPECT_GT(ttl_checks, config.batch_max > 0 ? batches / 2 : config.steps / 4);
   }
-  EXPECT_EQ(decoded_checks, config.steps);
+  if (config.batch_max > 0) {
+    EXPECT_GE(decoded_checks, batches);  // each batch's last step at least
+  } else {
+    EXPECT_EQ(decoded_checks, config.steps);
+  }
   EXPECT_GT(allowed, config.steps / 10);
   EXPECT_GT(refused, config.steps / 20);
   EXPECT_GT(boundary_steps, config.steps / 10);
@@ -276,6 +413,22 @@ void RunParameterChangeTraces(const RedisServer& server, Algorithm algorithm, bo
                                 .aligned = true,
                                 .vary_parameters = true,
                                 .vary_window = vary_window});
+}
+
+void RunBatchedTraces(const RedisServer& server, Algorithm algorithm, bool vary_window) {
+  // Batches up to 8 (several calls of one id in most), and up to 150 (more than the
+  // connection's max_batch: split into several script calls).
+  RunDifferentialTrace(server,
+                       {.algorithm = algorithm, .seed = 41, .window_ms = 10'000, .batch_max = 8});
+  RunDifferentialTrace(
+      server,
+      {.algorithm = algorithm, .seed = 42, .window_ms = 1'000, .aligned = true, .batch_max = 150});
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 43,
+                                .window_ms = 10'000,
+                                .vary_parameters = true,
+                                .vary_window = vary_window,
+                                .batch_max = 20});
 }
 
 }  // namespace sluice::testing

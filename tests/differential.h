@@ -32,6 +32,12 @@ struct TraceConfig {
   // difference of the test's clock, not of the algorithms (tests/plan_change_redis_test.cc
   // shortens a sliding_log's window on Redis's own clock).
   bool vary_window = true;
+  // 0: every step is one call through the Client. N > 0: the Redis side runs the steps in
+  // batches of random sizes 1..N (the connection is corked while a batch is queued, so
+  // each is one batch script call, or several when N exceeds the connection's
+  // max_batch), straight on the Redis store with the model time of each step; decisions
+  // are compared after each batch and the state checks run for each id's last step in it.
+  int batch_max = 0;
 };
 
 // Runs the trace; fails the current test at the first differing decision (printing the
@@ -43,5 +49,9 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& config);
 // one on a 1 s window with an explicit refill and aligned windows.
 void RunParameterChangeTraces(const RedisServer& server, Algorithm algorithm,
                               bool vary_window = true);
+
+// The same traces run through batches of random sizes (TraceConfig::batch_max), with and
+// without parameter changes.
+void RunBatchedTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
 
 }  // namespace sluice::testing

@@ -5,7 +5,9 @@
 //   KEYS[1]  the id's key: `<prefix>:{<limiter>:<id>}`; an algorithm that needs more
 //            than one key derives them from KEYS[1] + a suffix (same hash tag, same slot)
 //   ARGV[1]  op: "0" consume, "1" peek, "2" refund, "3" reset   (Op below)
-//   ARGV[2]  model clock ms, or "" to read Redis TIME (the default; models are tests)
+//   ARGV[2]  model clock ms, or "" to read Redis TIME (the default; models are tests);
+//            the batch driver (src/algo/batch.lua) passes a Lua number there instead:
+//            Redis TIME it read once for the batch (no model-clock grace)
 //   ARGV[3]  cost (consume, peek) or amount (refund); integer >= 1
 //   ARGV[4]  limit    (Limit::limit)
 //   ARGV[5]  window   (Limit::window in ms)

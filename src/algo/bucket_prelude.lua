@@ -44,6 +44,8 @@ if now == '' then
   local us = t[2] % 1000
   now = t[1] * 1000 + (t[2] - us) / 1000
   grace = 0
+elseif type(now) == 'number' then
+  grace = 0 -- Redis TIME, read once for a whole batch (src/algo/batch.lua)
 else
   now = now + 0
 end

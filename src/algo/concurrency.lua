@@ -46,6 +46,8 @@ if ARGV[2] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   grace = 0
+elseif type(ARGV[2]) == 'number' then
+  now, grace = ARGV[2], 0 -- Redis TIME, read once for a whole batch (src/algo/batch.lua)
 else
   now = tonumber(ARGV[2])
   grace = 60000

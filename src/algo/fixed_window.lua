@@ -14,6 +14,8 @@
 -- would (now + window, or the aligned end when aligned), so a shortened window applies
 -- at once. A call that finds a later end moves it there and writes it back, even when it
 -- refuses or peeks (the count carries over; nothing is counted or given back).
+-- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
+-- argument with a costly '%.17g').
 -- Refused requests change nothing. Under a model clock (tests only) expiries get 60 s of
 -- grace: model time does not pass in step with Redis's clock, and a key must not vanish
 -- while its model window is open; the stored window end keeps decisions exact.
@@ -23,6 +25,8 @@ if ARGV[2] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   grace = 0
+elseif type(ARGV[2]) == 'number' then
+  now, grace = ARGV[2], 0 -- Redis TIME, read once for a whole batch (src/algo/batch.lua)
 else
   now = tonumber(ARGV[2])
   grace = 60000
@@ -74,7 +78,7 @@ if not live then
   if op ~= '0' then
     return {1, limit, 0, 0}
   end
-  redis.call('SET', key, string.format('%d:%d', cost, latest), 'PX', latest - now + grace)
+  redis.call('SET', key, string.format('%d:%d', cost, latest), 'PX', string.format('%d', latest - now + grace))
   return {1, limit - cost, latest - now, 0}
 end
 
@@ -89,7 +93,7 @@ if op == '2' then
     redis.call('DEL', key)
     return {1, limit, 0, 0}
   end
-  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', ttl + grace)
+  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', string.format('%d', ttl + grace))
   return {1, limit - count, ttl, 0}
 end
 
@@ -101,13 +105,13 @@ elseif count + cost > limit then
 end
 if code == 1 and op == '0' then
   count = count + cost
-  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', ttl + grace)
+  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', string.format('%d', ttl + grace))
   return {1, limit - count, ttl, 0}
 end
 if moved then
-  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', ttl + grace)
+  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', string.format('%d', ttl + grace))
 else
-  redis.call('PEXPIRE', key, ttl + grace, 'NX')
+  redis.call('PEXPIRE', key, string.format('%d', ttl + grace), 'NX')
 end
 if code == 1 then
   return {1, limit - count, ttl, 0}

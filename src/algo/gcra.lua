@@ -93,7 +93,7 @@ local function store(m, f)
   if f > 0 then
     ttl = m + 1
   end
-  call('SET', key, struct.pack('>dddd', now + m, f, rate, window), 'PX', ttl + grace)
+  call('SET', key, struct.pack('>dddd', now + m, f, rate, window), 'PX', string.format('%d', ttl + grace))
   return ttl
 end
 
@@ -226,6 +226,6 @@ end
 if moved then
   store(xm, xf)
 else
-  call('PEXPIRE', key, stored_ttl + grace, 'NX')
+  call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
 end
 return reply

@@ -59,6 +59,8 @@ if ARGV[2] == '' then
   local t = redis.call('TIME')
   now = t[1] * 1000 + floor(t[2] / 1000)
   grace = 0
+elseif type(ARGV[2]) == 'number' then
+  now, grace = ARGV[2], 0 -- Redis TIME, read once for a whole batch (src/algo/batch.lua)
 else
   now = tonumber(ARGV[2])
   grace = 60000
@@ -154,7 +156,7 @@ if not s then
   end
   s = now - now % w
   zero = zero_at(s, cost, 0, w)
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, cost, 0, w), 'PX', zero - now + grace)
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, cost, 0, w), 'PX', string.format('%d', zero - now + grace))
   return {1, limit - cost, zero - now, 0}
 end
 
@@ -189,7 +191,7 @@ if op == '2' then
     redis.call('DEL', key)
     return {1, limit, 0, 0}
   end
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', zero - now + grace)
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))
   used = c
   if p > 0 then
     used = used + muldiv(p, w - e, w)
@@ -206,13 +208,13 @@ end
 if code == 1 and op == '0' then
   c = c + cost
   zero = zero_at(s, c, p, w)
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', zero - now + grace)
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))
   return {1, limit - used - cost, zero - now, 0}
 end
 if moved then
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', zero - now + grace)
+  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))
 else
-  redis.call('PEXPIRE', key, zero - now + grace, 'NX')
+  redis.call('PEXPIRE', key, string.format('%d', zero - now + grace), 'NX')
 end
 if code == 1 then
   return {1, limit - used, zero - now, 0}

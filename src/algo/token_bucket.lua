@@ -54,7 +54,7 @@ end
 
 -- Stores a deficit of k tokens + c/window token, full in `ttl` ms; returns ttl.
 local function store(k, c, ttl)
-  call('SET', key, struct.pack('>dddd', k, c, now, ttl), 'PX', ttl + grace)
+  call('SET', key, struct.pack('>dddd', k, c, now, ttl), 'PX', string.format('%d', ttl + grace))
   return ttl
 end
 
@@ -188,6 +188,6 @@ end
 if cut then
   store(xt, xc, reset)
 else
-  call('PEXPIRE', key, stored_ttl + grace, 'NX')
+  call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
 end
 return reply

@@ -33,6 +33,7 @@ struct Connection::Session {
   std::vector<char> read_buf = std::vector<char>(64 * 1024);
   std::vector<redisReply*> replies;  // scratch, reused per read
   std::vector<Request> batch;        // scratch, reused per read
+  std::vector<size_t> groups;        // scratch: per reply, how many requests it answers
   bool connected = false;            // strand only
   bool closed = false;               // strand only
 };
@@ -41,6 +42,9 @@ namespace {
 
 // Callbacks run between flushes of what they issued (see OnReplies).
 constexpr size_t kFlushEvery = 16;
+// The most calls one batch takes, whatever ConnectionOptions::max_batch says (the batch
+// script's own bound).
+constexpr size_t kMaxBatchCalls = 256;
 
 int64_t Ms(steady_clock::duration d) {
   return std::chrono::duration_cast<milliseconds>(d).count();
@@ -163,30 +167,55 @@ void Connection::Handshake(const std::shared_ptr<Session>& session) {
     if (!status.ok() && progress->status.ok()) progress->status = std::move(status);
     if (--progress->pending == 0) self->HandshakeDone(session, progress->status);
   };
-  auto send = [&](std::string command, std::function<Status(const redisReply*)> check) {
+  using Check = std::function<Status(const redisReply*)>;
+  auto send = std::make_shared<std::function<void(std::string, Check)>>(
+      [self, step, deadline](std::string command, Check check) {
+        Request request;
+        request.deadline = deadline;
+        request.issued = steady_clock::now();
+        request.done = [step, check = std::move(check)](const Status& status,
+                                                        const redisReply* reply) {
+          step(status.ok() ? check(reply) : status);
+        };
+        self->Enqueue(
+            std::move(request), [&](std::string& out, const Request&) { out += command; },
+            /*handshake=*/true);
+      });
+  // Counted before the command is queued: a reply cannot finish the handshake early.
+  const auto issue = [progress, send](std::string command, Check check) {
     ++progress->pending;
-    Request request;
-    request.deadline = deadline;
-    request.issued = steady_clock::now();
-    request.done = [step, check = std::move(check)](const Status& status, const redisReply* reply) {
-      step(status.ok() ? check(reply) : status);
-    };
-    Enqueue(
-        std::move(request), [&](std::string& out, const Request&) { out += command; },
-        /*handshake=*/true);
+    (*send)(std::move(command), std::move(check));
   };
   auto any = [](const redisReply*) { return Status::Ok(); };
+  const std::string where = endpoint_.Describe();
+  // The scripts are loaded once INFO answered (so the client is authenticated): Redis
+  // disconnects an unauthenticated client that sends a large bulk (the batch script)
+  // before it could read the NOAUTH or WRONGPASS error.
+  auto load_scripts = [self, issue, where] {
+    for (size_t i = 0; i < self->options_.scripts.size(); ++i) {
+      issue(FormatCommand({"SCRIPT", "LOAD", self->options_.scripts[i].source}),
+            [self, i, where](const redisReply* reply) {
+              if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+                return InternalError("redis " + where + ": unexpected reply to SCRIPT LOAD of " +
+                                     std::string(self->options_.scripts[i].name));
+              }
+              self->shas_[i].assign(reply->str, reply->len);
+              return Status::Ok();
+            });
+    }
+  };
 
   if (!endpoint_.password.empty()) {
-    send(endpoint_.user.empty() ? FormatCommand({"AUTH", endpoint_.password})
-                                : FormatCommand({"AUTH", endpoint_.user, endpoint_.password}),
-         any);
+    issue(endpoint_.user.empty() ? FormatCommand({"AUTH", endpoint_.password})
+                                 : FormatCommand({"AUTH", endpoint_.user, endpoint_.password}),
+          any);
   }
   if (endpoint_.db != 0) {
-    send(FormatCommand({"SELECT", std::to_string(endpoint_.db)}), any);
+    issue(FormatCommand({"SELECT", std::to_string(endpoint_.db)}), any);
   }
-  const std::string where = endpoint_.Describe();
-  send(FormatCommand({"INFO", "server"}), [where](const redisReply* reply) {
+  // INFO's own step is still pending while its check issues the loads: they are counted
+  // before the handshake can finish.
+  issue(FormatCommand({"INFO", "server"}), [where, load_scripts](const redisReply* reply) {
     if (reply->type != REDIS_REPLY_STRING) {
       return InternalError("redis " + where + ": unexpected reply to INFO server");
     }
@@ -195,19 +224,9 @@ void Connection::Handshake(const std::shared_ptr<Session>& session) {
       return FailedPreconditionError("redis " + where + " is version " + std::to_string(major) +
                                      ".x; sluice needs Redis >= 7.0 (EXPIRE ... NX)");
     }
+    load_scripts();
     return Status::Ok();
   });
-  for (size_t i = 0; i < options_.scripts.size(); ++i) {
-    send(FormatCommand({"SCRIPT", "LOAD", options_.scripts[i].source}),
-         [self, i, where](const redisReply* reply) {
-           if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
-             return InternalError("redis " + where + ": unexpected reply to SCRIPT LOAD of " +
-                                  std::string(self->options_.scripts[i].name));
-           }
-           self->shas_[i].assign(reply->str, reply->len);
-           return Status::Ok();
-         });
-  }
 }
 
 void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status status) {
@@ -242,6 +261,7 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
                          " calls already in flight";
       fail = ClientSideError(StatusCode::kUnavailable, std::move(what));
     } else {
+      CloseBatchLocked();
       write(out_, request);
       if (!timer_armed_ || request.deadline < armed_at_) {
         timer_armed_ = true;
@@ -301,12 +321,182 @@ void Connection::Eval(int script, std::string tail, int tail_items, Deadline dea
       false);
 }
 
+void Connection::Call(BatchableCall call, Deadline deadline, Callback done, Callback late) {
+  Request request;
+  request.done = std::move(done);
+  request.late = std::move(late);
+  request.deadline = deadline;
+  request.issued = steady_clock::now();
+  request.script = call.script;
+  request.command = call.command;
+  request.function = call.function;
+  request.key = std::move(call.key);
+  request.tail = std::move(call.args);
+  request.tail_items = call.arg_items;
+  if (options_.batch_script < 0 || options_.max_batch <= 1) {
+    Enqueue(
+        std::move(request),
+        [this](std::string& out, const Request& r) { WriteAlone(out, r, /*eval=*/false); }, false);
+    return;
+  }
+  EnqueueBatchable(std::move(request));
+}
+
+void Connection::EnqueueBatchable(Request request) {
+  bool post_write = false, post_timer = false;
+  Status fail;
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::kReady) {
+      fail =
+          UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
+                           (last_error_.ok() ? std::string() : " (" + last_error_.message() + ")"));
+    } else if (queue_.size() >= options_.max_in_flight) {
+      std::string what = "redis " + endpoint_.Describe() + ": " + std::to_string(queue_.size()) +
+                         " calls already in flight";
+      fail = ClientSideError(StatusCode::kUnavailable, std::move(what));
+    } else {
+      if (open_count_ >= std::min(options_.max_batch, kMaxBatchCalls)) CloseBatchLocked();
+      if (!timer_armed_ || request.deadline < armed_at_) {
+        timer_armed_ = true;
+        armed_at_ = request.deadline;
+        post_timer = true;
+      }
+      queue_.push_back(std::move(request));
+      ++open_count_;
+      ++stats_.commands;
+      if (!write_in_flight_ && !write_posted_) {
+        write_posted_ = true;
+        post_write = true;
+        session = session_;
+      }
+    }
+  }
+  auto self = shared_from_this();
+  if (!fail.ok()) {
+    asio::post(strand_,
+               [done = std::move(request.done), fail = std::move(fail)] { done(fail, nullptr); });
+    return;
+  }
+  if (post_write) asio::post(strand_, [self, session] { self->StartWrite(session); });
+  if (post_timer) asio::post(strand_, [self] { self->OnTimer(); });
+}
+
+void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
+  Status fail;
+  bool post_write = false, post_timer = false;
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::kReady) {
+      fail = UnavailableError("redis " + endpoint_.Describe() + " is not connected");
+    } else {
+      CloseBatchLocked();
+      std::vector<Request*> pointers;
+      pointers.reserve(calls.size());
+      for (Request& r : calls) {
+        r.retried = true;
+        pointers.push_back(&r);
+      }
+      WriteBatch(out_, pointers.data(), pointers.size(), /*eval=*/true);
+      calls.front().batch = calls.size();
+      for (Request& r : calls) {
+        if (!timer_armed_ || r.deadline < armed_at_) {
+          timer_armed_ = true;
+          armed_at_ = r.deadline;
+          post_timer = true;
+        }
+        queue_.push_back(std::move(r));
+      }
+      ++stats_.commands;
+      if (!write_in_flight_ && !write_posted_) {
+        write_posted_ = true;
+        post_write = true;
+        session = session_;
+      }
+    }
+  }
+  if (!fail.ok()) {
+    for (Request& r : calls) {
+      if (r.done) r.done(fail, nullptr);
+    }
+    return;
+  }
+  if (post_write) {
+    asio::post(strand_, [self = shared_from_this(), session] { self->StartWrite(session); });
+  }
+  if (post_timer) asio::post(strand_, [self = shared_from_this()] { self->OnTimer(); });
+}
+
+void Connection::CloseBatchLocked() {
+  if (open_count_ == 0) return;
+  const size_t first = queue_.size() - open_count_;
+  if (open_count_ == 1) {
+    WriteAlone(out_, queue_[first], /*eval=*/false);
+  } else {
+    Request* pointers[kMaxBatchCalls];
+    const size_t n = open_count_;
+    for (size_t i = 0; i < n; ++i) pointers[i] = &queue_[first + i];
+    WriteBatch(out_, pointers, n, /*eval=*/false);
+    queue_[first].batch = n;
+    ++stats_.batches;
+    stats_.batched_calls += n;
+  }
+  open_count_ = 0;
+}
+
+void Connection::WriteAlone(std::string& out, const Request& r, bool eval) const {
+  if (r.script < 0) {
+    AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
+    AppendBulk(out, r.command);
+    AppendBulk(out, r.key);
+    out += r.tail;
+    return;
+  }
+  AppendArray(out, 4 + static_cast<uint64_t>(r.tail_items));
+  const size_t script = static_cast<size_t>(r.script);
+  if (eval) {
+    AppendBulk(out, "EVAL");
+    AppendBulk(out, options_.scripts[script].source);
+  } else {
+    AppendBulk(out, "EVALSHA");
+    AppendBulk(out, shas_[script]);
+  }
+  AppendBulk(out, "1");
+  AppendBulk(out, r.key);
+  out += r.tail;
+}
+
+void Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, bool eval) const {
+  // EVALSHA <batch> n key_1 .. key_n, then per call its function and its arguments.
+  uint64_t items = 3 + n;
+  for (size_t i = 0; i < n; ++i) items += 1 + static_cast<uint64_t>(calls[i]->tail_items);
+  AppendArray(out, items);
+  const size_t script = static_cast<size_t>(options_.batch_script);
+  if (eval) {
+    AppendBulk(out, "EVAL");
+    AppendBulk(out, options_.scripts[script].source);
+  } else {
+    AppendBulk(out, "EVALSHA");
+    AppendBulk(out, shas_[script]);
+  }
+  AppendBulk(out, static_cast<int64_t>(n));
+  for (size_t i = 0; i < n; ++i) AppendBulk(out, calls[i]->key);
+  for (size_t i = 0; i < n; ++i) {
+    AppendBulk(out, static_cast<int64_t>(calls[i]->function));
+    out += calls[i]->tail;
+  }
+}
+
 void Connection::StartWrite(const std::shared_ptr<Session>& session) {
   {
     std::lock_guard lock(mu_);
     if (!session || session->closed || session_ != session) return;
     write_posted_ = false;
-    if (write_in_flight_ || out_.empty()) return;
+    if (write_in_flight_ || corked_) return;
+    CloseBatchLocked();
+    if (out_.empty()) return;
     write_in_flight_ = true;
     session->writing.clear();
     std::swap(session->writing, out_);
@@ -365,67 +555,158 @@ void Connection::StartRead(const std::shared_ptr<Session>& session) {
 void Connection::OnReplies(const std::shared_ptr<Session>& session,
                            std::vector<redisReply*>& replies) {
   std::vector<Request>& batch = session->batch;
+  std::vector<size_t>& groups = session->groups;
   batch.clear();
+  groups.clear();
   bool desync = false;
   {
     std::lock_guard lock(mu_);
     last_reply_at_ = steady_clock::now();
-    if (replies.size() > queue_.size()) {
-      desync = true;
-    } else {
-      for (size_t i = 0; i < replies.size(); ++i) {
+    // Written requests only: the open batch at the back has not been sent.
+    size_t written = queue_.size() - open_count_;
+    for (size_t i = 0; i < replies.size() && !desync; ++i) {
+      const size_t n = written == 0 ? 0 : queue_.front().batch;
+      if (n == 0 || n > written) {
+        desync = true;
+        break;
+      }
+      for (size_t k = 0; k < n; ++k) {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
+      written -= n;
+      groups.push_back(n);
     }
   }
   if (desync) {
     for (redisReply* r : replies) freeReplyObject(r);
+    // What was taken off the queue is failed by Break with the rest.
+    for (Request& r : batch) {
+      if (r.done)
+        r.done(UnavailableError("redis " + endpoint_.Describe() + " desynchronised"), nullptr);
+    }
+    batch.clear();
     Break(session,
           InternalError("redis " + endpoint_.Describe() + " sent a reply nobody asked for"));
     return;
   }
-  const std::string where = endpoint_.Describe();
+  size_t at = 0, callbacks = 0;
   for (size_t i = 0; i < replies.size(); ++i) {
     // Hand what the callbacks issued so far to the socket now instead of after the whole
     // batch: Redis works on it while this thread runs the remaining callbacks, instead of
     // both sides taking turns.
-    if (i > 0 && i % kFlushEvery == 0) StartWrite(session);
-    Request& request = batch[i];
-    redisReply* reply = replies[i];
-    if (request.done) {
-      if (reply->type == REDIS_REPLY_ERROR) {
-        std::string_view error(reply->str, reply->len);
-        if (request.script >= 0 && !request.retried && error.starts_with("NOSCRIPT")) {
-          // The script cache was flushed: send the same call with the source, which runs
-          // it and caches it again. Same deadline, same callback.
-          request.retried = true;
-          {
-            std::lock_guard lock(mu_);
-            ++stats_.noscript_retries;
-          }
-          const Script& script = options_.scripts[static_cast<size_t>(request.script)];
-          Enqueue(
-              std::move(request),
-              [&script](std::string& out, const Request& r) {
-                AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
-                AppendBulk(out, "EVAL");
-                AppendBulk(out, script.source);
-                out += r.tail;
-              },
-              false);
-        } else {
-          request.done(ErrorReplyToStatus(error, where), reply);
-        }
-      } else {
-        request.done(Status::Ok(), reply);
-      }
-    } else if (request.late && reply->type != REDIS_REPLY_ERROR) {
-      request.late(Status::Ok(), reply);
+    const size_t n = groups[i];
+    if (callbacks >= kFlushEvery) {
+      StartWrite(session);
+      callbacks = 0;
     }
-    freeReplyObject(reply);
+    callbacks += n;
+    if (n == 1) {
+      Dispatch(batch[at], replies[i]);
+    } else {
+      DispatchBatch(&batch[at], n, replies[i]);
+    }
+    freeReplyObject(replies[i]);
+    at += n;
   }
   batch.clear();
+}
+
+void Connection::Dispatch(Request& request, redisReply* reply) {
+  if (request.done) {
+    if (reply->type == REDIS_REPLY_ERROR) {
+      std::string_view error(reply->str, reply->len);
+      if (request.script >= 0 && !request.retried && error.starts_with("NOSCRIPT")) {
+        // The script cache was flushed: send the same call with the source, which runs
+        // it and caches it again. Same deadline, same callback.
+        request.retried = true;
+        {
+          std::lock_guard lock(mu_);
+          ++stats_.noscript_retries;
+        }
+        if (request.function >= 0) {
+          Enqueue(
+              std::move(request),
+              [this](std::string& out, const Request& r) { WriteAlone(out, r, /*eval=*/true); },
+              false);
+          return;
+        }
+        const Script& script = options_.scripts[static_cast<size_t>(request.script)];
+        Enqueue(
+            std::move(request),
+            [&script](std::string& out, const Request& r) {
+              AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
+              AppendBulk(out, "EVAL");
+              AppendBulk(out, script.source);
+              out += r.tail;
+            },
+            false);
+      } else {
+        request.done(ErrorReplyToStatus(error, endpoint_.Describe()), reply);
+      }
+    } else {
+      request.done(Status::Ok(), reply);
+    }
+  } else if (request.late && reply->type != REDIS_REPLY_ERROR) {
+    request.late(Status::Ok(), reply);
+  }
+}
+
+void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
+  if (reply->type == REDIS_REPLY_ERROR) {
+    std::string_view error(reply->str, reply->len);
+    if (!calls[0].retried && error.starts_with("NOSCRIPT")) {
+      // As for a call alone: resend the batch with the script's source (which caches it
+      // again), the calls whose callers still wait only.
+      std::vector<Request> again;
+      for (size_t i = 0; i < n; ++i) {
+        if (calls[i].done) again.push_back(std::move(calls[i]));
+      }
+      {
+        std::lock_guard lock(mu_);
+        ++stats_.noscript_retries;
+      }
+      for (Request& r : again) r.batch = 1;
+      if (again.size() == 1) {
+        again[0].retried = true;
+        Enqueue(
+            std::move(again[0]),
+            [this](std::string& out, const Request& r) { WriteAlone(out, r, /*eval=*/true); },
+            false);
+      } else if (!again.empty()) {
+        EnqueueBatchAgain(std::move(again));
+      }
+      return;
+    }
+    // The whole script failed (e.g. OOM, a script error): every call gets the error.
+    const Status status = ErrorReplyToStatus(error, endpoint_.Describe());
+    for (size_t i = 0; i < n; ++i) {
+      if (calls[i].done) calls[i].done(status, reply);
+    }
+    return;
+  }
+  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
+    const Status bad = InternalError("redis " + endpoint_.Describe() +
+                                     ": the batch script returned an unexpected reply");
+    for (size_t i = 0; i < n; ++i) {
+      if (calls[i].done) calls[i].done(bad, nullptr);
+    }
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Request& call = calls[i];
+    redisReply* own = reply->element[i];
+    if (call.done) {
+      if (own->type == REDIS_REPLY_ERROR) {
+        call.done(ErrorReplyToStatus(std::string_view(own->str, own->len), endpoint_.Describe()),
+                  own);
+      } else {
+        call.done(Status::Ok(), own);
+      }
+    } else if (call.late && own->type != REDIS_REPLY_ERROR) {
+      call.late(Status::Ok(), own);
+    }
+  }
 }
 
 void Connection::OnTimer() {
@@ -495,6 +776,7 @@ void Connection::Break(const std::shared_ptr<Session>& session, Status why) {
     if (session_ != session || session->closed) return;
     session->closed = true;
     failed.swap(queue_);
+    open_count_ = 0;
     out_.clear();
     write_posted_ = false;
     write_in_flight_ = false;
@@ -533,6 +815,21 @@ void Connection::ScheduleReconnect() {
       asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
         if (!ec) self->Connect();
       }));
+}
+
+void Connection::Cork() {
+  std::lock_guard lock(mu_);
+  corked_ = true;
+}
+
+void Connection::Uncork() {
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(mu_);
+    corked_ = false;
+    session = session_;
+  }
+  asio::post(strand_, [self = shared_from_this(), session] { self->StartWrite(session); });
 }
 
 void Connection::Shutdown() {

@@ -12,6 +12,17 @@
 // (SCRIPT FLUSH) is answered by resending the same call as EVAL, which also reloads the
 // script, once and invisibly to the caller.
 //
+// Batching: calls made with Call (the decisions and lease operations) that queue up while
+// a write is in flight, or before the queued write starts, are sent as ONE script call
+// (options.batch_script, src/algo/batch.lua) that decides each in order, as if sent one
+// by one, with a reply per call. Nothing waits to fill a batch: a batch is what queued
+// anyway; a call alone is sent as its own command. A batch holds at most
+// options.max_batch calls; any other command (Send, Eval) closes the open batch, so the
+// order on the wire is the order of the calls. Each call keeps its own deadline and
+// callback (an error for one call fails only that call); a NOSCRIPT reply to a batch
+// resends it as EVAL of the batch script. A cluster router keeps one Connection per
+// master: only keys of that master's slots meet in its batches.
+//
 // Routing: a command is sent to the Connection its caller chose; a cluster router will
 // pick the connection per key slot and own one Connection per master.
 //
@@ -61,6 +72,10 @@ struct ConnectionOptions {
   std::chrono::milliseconds reconnect_min_backoff{10};
   std::chrono::milliseconds reconnect_max_backoff{1000};
   std::size_t max_in_flight = 100000;
+  // The script Call batches into (an index into `scripts`); -1: every call is sent alone.
+  int batch_script = -1;
+  // The most calls one batch holds (1: no batching).
+  std::size_t max_batch = 64;
   // Loaded at every (re)connect; Eval's script index points into this list.
   std::vector<Script> scripts;
 };
@@ -93,6 +108,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Eval(int script, std::string tail, int tail_items, Deadline deadline, Callback done,
             Callback late = nullptr);
 
+  // One call that may share a script call with others (see Batching above). Alone it is
+  // EVALSHA of scripts[script] with the one key `key` and `args` (RESP bulks written with
+  // AppendBulk, arg_items of them), or, when `script` < 0, the plain command
+  // `command key args`. In a batch it is function `function` of the batch script, which
+  // takes the same key and arguments. `done` and `late` as for Eval, with the call's own
+  // reply.
+  struct BatchableCall {
+    int script = -1;
+    std::string_view command;  // script < 0: the command's name (static storage)
+    int function = 0;
+    std::string key;
+    std::string args;
+    int arg_items = 0;
+  };
+  void Call(BatchableCall call, Deadline deadline, Callback done, Callback late = nullptr);
+
+  // While corked, nothing is written: calls queue up (and batch) until Uncork. For tests
+  // that need batches of a chosen size; deadlines keep running.
+  void Cork();
+  void Uncork();
+
   // Closes the connection for good: queued calls complete with Unavailable.
   void Shutdown();
 
@@ -105,6 +141,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     uint64_t deadline_exceeded = 0;
     uint64_t reconnects = 0;
     uint64_t noscript_retries = 0;
+    uint64_t batches = 0;        // batch script calls written
+    uint64_t batched_calls = 0;  // calls sent inside them
   };
   Stats stats() const;
 
@@ -117,8 +155,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::chrono::steady_clock::time_point issued;
     int script = -1;  // for the NOSCRIPT retry
     int tail_items = 0;
-    std::string tail;
+    std::string tail;  // Eval: numkeys, keys, args; Call: args
     bool retried = false;
+    // Call only (function >= 0): the key, the plain command, the batch function.
+    int function = -1;
+    std::string_view command;
+    std::string key;
+    // Set when written: the number of calls (this one and the ones after it in the
+    // queue) that one reply answers; 1 for a command alone.
+    std::size_t batch = 1;
   };
   enum class State { kIdle, kConnecting, kHandshaking, kReady, kDown, kShutdown };
 
@@ -128,6 +173,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (inline callback) unless the connection is ready or `handshake` is set.
   template <typename WriteFn>
   void Enqueue(Request request, WriteFn&& write, bool handshake);
+  // Queues a Call's request into the open batch (written by CloseBatchLocked).
+  void EnqueueBatchable(Request request);
+  // Queues the calls of a batch that got NOSCRIPT again, as EVAL of the batch script.
+  void EnqueueBatchAgain(std::vector<Request> calls);
+  // Writes the open batch (the last open_count_ requests of queue_) into out_.
+  void CloseBatchLocked();
+  // A Call's request alone: EVALSHA (or EVAL with the source) or its plain command.
+  void WriteAlone(std::string& out, const Request& r, bool eval) const;
+  // Several Calls' requests as one batch script call.
+  void WriteBatch(std::string& out, Request* const* calls, std::size_t n, bool eval) const;
+  // Runs the callbacks of one reply: a request alone, or the `n` calls of a batch.
+  void Dispatch(Request& request, redisReply* reply);
+  void DispatchBatch(Request* calls, std::size_t n, redisReply* reply);
 
   void Connect();
   void OnConnected(const std::shared_ptr<Session>& session);
@@ -157,6 +215,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string out_;               // bytes not yet handed to a write
   bool write_posted_ = false;     // a StartWrite is posted to the strand
   bool write_in_flight_ = false;  // an async_write is running; its completion flushes out_
+  bool corked_ = false;
+  std::size_t open_count_ = 0;  // the open batch: the last open_count_ requests of queue_
   bool timer_armed_ = false;
   Deadline armed_at_ = Deadline::max();
   // When the latest reply was read: a deadline missed although replies kept coming after

@@ -1,6 +1,7 @@
 // The Redis connection layer against a real redis-server: pipelining order, deadlines
 // on a silent server, stall detection, reconnect, NOSCRIPT reload, AUTH/ACL, SELECT,
-// unix sockets, start-up errors, and which deadline misses are a client-side backlog.
+// unix sockets, start-up errors, which deadline misses are a client-side backlog, and
+// batches: one reply per call, NOSCRIPT on a batch.
 #include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "core/client_side.h"
 #include "redis/connection.h"
 #include "redis/resp.h"
+#include "redis/scripts.h"
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
@@ -206,6 +208,95 @@ TEST(Connection, ScriptFlushIsInvisibleToCallers) {
   // Reloaded by the EVAL: the next call is a plain EVALSHA again.
   EXPECT_EQ(limiter.Check("a")->remaining, 0);
   EXPECT_EQ(client->stats().noscript_retries, 1u);
+}
+
+// A connection with sluice's scripts and batching, as RedisStore makes it.
+std::shared_ptr<internal::Connection> StartBatchingConnection(boost::asio::io_context& io,
+                                                              const std::string& url) {
+  auto endpoint = internal::ParseRedisUrl(url);
+  EXPECT_TRUE(endpoint.ok());
+  internal::ConnectionOptions options;
+  options.scripts = internal::AllScripts();
+  options.batch_script = internal::kBatchScript;
+  auto conn = internal::Connection::Make(io.get_executor(), *endpoint, std::move(options));
+  std::promise<Status> started;
+  conn->Start([&](Status s) { started.set_value(std::move(s)); });
+  Status s = started.get_future().get();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return conn;
+}
+
+// One fixed-window consume of `cost` (a string, to send a bad one) under limit 10 per
+// minute; the future gets "<code>:<remaining>" or the error.
+std::future<std::string> Consume(internal::Connection& conn, const std::string& key,
+                                 std::string_view cost) {
+  std::string args;
+  for (std::string_view a :
+       {std::string_view("0"), std::string_view(""), cost, std::string_view("10"),
+        std::string_view("60000"), std::string_view("0"), std::string_view("0")}) {
+    internal::AppendBulk(args, a);
+  }
+  auto promise = std::make_shared<std::promise<std::string>>();
+  conn.Call({.script = 0, .function = 0, .key = key, .args = std::move(args), .arg_items = 7},
+            steady_clock::now() + seconds(10), [promise](const Status& s, const redisReply* r) {
+              if (!s.ok()) {
+                promise->set_value("error: " + s.ToString());
+              } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 4) {
+                promise->set_value("unexpected reply");
+              } else {
+                promise->set_value(std::to_string(r->element[0]->integer) + ":" +
+                                   std::to_string(r->element[1]->integer));
+              }
+            });
+  return promise->get_future();
+}
+
+TEST(Connection, CallsQueuedTogetherAreOneBatchWithAReplyEach) {
+  RedisServer server;
+  IoThreads threads(1);
+  auto conn = StartBatchingConnection(threads.io(), server.url());
+  conn->Cork();
+  auto first = Consume(*conn, "b:{x}:fw", "1");
+  auto bad = Consume(*conn, "b:{y}:fw", "not a number");
+  auto second = Consume(*conn, "b:{x}:fw", "2");
+  conn->Uncork();
+  EXPECT_EQ(first.get(), "1:9");
+  const std::string error = bad.get();
+  EXPECT_EQ(error.rfind("error: ", 0), 0u) << error;  // that call alone fails
+  EXPECT_EQ(second.get(), "1:7");                     // and decides after the first
+  const internal::Connection::Stats stats = conn->stats();
+  EXPECT_EQ(stats.batches, 1u);
+  EXPECT_EQ(stats.batched_calls, 3u);
+  EXPECT_GT(server.Command({"PTTL", "b:{x}:fw"}).integer, 0);
+  // A call alone (nothing else queued) is its own EVALSHA.
+  EXPECT_EQ(Consume(*conn, "b:{x}:fw", "1").get(), "1:6");
+  EXPECT_EQ(conn->stats().batches, 1u);
+  conn->Shutdown();
+}
+
+TEST(Connection, ABatchThatMeetsNoscriptIsSentAgainWithTheSource) {
+  RedisServer server;
+  IoThreads threads(1);
+  auto conn = StartBatchingConnection(threads.io(), server.url());
+  conn->Cork();
+  std::vector<std::future<std::string>> replies;
+  for (int i = 0; i < 5; ++i)
+    replies.push_back(Consume(*conn, "n:{" + std::to_string(i) + "}:fw", "1"));
+  ASSERT_EQ(server.Command({"SCRIPT", "FLUSH"}).str, "OK");
+  conn->Uncork();
+  for (auto& r : replies) EXPECT_EQ(r.get(), "1:9");
+  EXPECT_GE(conn->stats().noscript_retries, 1u);
+  // The batch script is cached again: the next batch goes by EVALSHA.
+  const uint64_t retries = conn->stats().noscript_retries;
+  conn->Cork();
+  auto a = Consume(*conn, "n:{0}:fw", "1");
+  auto b = Consume(*conn, "n:{1}:fw", "1");
+  conn->Uncork();
+  EXPECT_EQ(a.get(), "1:8");
+  EXPECT_EQ(b.get(), "1:8");
+  EXPECT_EQ(conn->stats().noscript_retries, retries);
+  EXPECT_EQ(server.KeysWithoutTtl("n:*"), std::vector<std::string>{});
+  conn->Shutdown();
 }
 
 TEST(Connection, AuthenticatesWithPasswordAndAclUser) {

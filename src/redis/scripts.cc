@@ -11,6 +11,7 @@ std::vector<Script> AllScripts() {
       {"gcra", kGcraLua},
       {"concurrency", kConcurrencyLua},
       {"composite", kCompositeLua},
+      {"batch", kBatchLua},
   };
 }
 

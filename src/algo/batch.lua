@@ -1,0 +1,78 @@
+-- sluice batch: several independent calls, queued on one connection while a write was in
+-- flight, decided in one script call, in order, each exactly as its own script decides
+-- it alone (docs/design.md §7). This file is the driver only and does not run alone: the
+-- build (CMakeLists.txt) puts in front of it every algorithm's script and the
+-- concurrency script, each wrapped as `local function <name>(KEYS, ARGV) <file> end`,
+-- the release of one lease (a plain ZREM), and the tables FUNCTIONS and ARITY (ARGV items
+-- each takes), keyed by the index as sent: '0' fixed_window, '1' sliding_window,
+-- '2' sliding_log, '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release
+-- (1), so no algorithm's code is copied.
+-- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
+-- ARGV     per call, in KEYS order: the index of its function (0-based, the order
+--          above), then its ARITY arguments (exactly what its own script takes as ARGV)
+-- Returns  one entry per call, in order: what its script returns alone, or an error reply
+--          for that call only (a bad argument or value of one call fails only that call)
+-- TTL rule: each function keeps its own (it is its script); the driver writes no key.
+-- Calls are independent: each decides on what the calls before it left, as if sent one
+-- by one in this order (which is the order the connection would have sent them in).
+local n = #KEYS
+if n < 1 or n > 256 then
+  return redis.error_reply('ERR sluice batch: want 1-256 keys, got ' .. n)
+end
+local out = {}
+local j = 1
+local count = #ARGV
+-- Redis TIME, read once for the calls that ask for it (ARGV "now" = ""): every call of a
+-- batch is decided at the same instant. Passed as a number, which no argument from the
+-- client can be: each script takes a number there as "Redis TIME, already read" (no
+-- model-clock grace).
+local now
+-- One key table and one argument table, refilled for each call (the functions only read
+-- them): no garbage per call.
+local keys, args = {}, {}
+local filled = 0
+for i = 1, n do
+  local f = ARGV[j]
+  local fn = FUNCTIONS[f]
+  if not fn then
+    -- The rest of ARGV cannot be parsed: fail this call and every one after it.
+    for k = i, n do
+      out[k] = {err = 'ERR sluice batch: unknown function "' .. tostring(ARGV[j]) ..
+                      '" at call ' .. i}
+    end
+    return out
+  end
+  local m = ARITY[f]
+  if j + m > count then
+    for k = i, n do
+      out[k] = {err = 'ERR sluice batch: too few arguments at call ' .. i}
+    end
+    return out
+  end
+  keys[1] = KEYS[i]
+  for x = 1, m do
+    args[x] = ARGV[j + x]
+  end
+  for x = m + 1, filled do
+    args[x] = nil
+  end
+  filled = m
+  if m > 1 and args[2] == '' then
+    if not now then
+      local t = redis.call('TIME')
+      local us = t[2] % 1000
+      now = t[1] * 1000 + (t[2] - us) / 1000
+    end
+    args[2] = now
+  end
+  local ok, r = pcall(fn, keys, args)
+  if ok then
+    out[i] = r
+  elseif type(r) == 'table' and r.err then
+    out[i] = r
+  else
+    out[i] = {err = 'ERR sluice batch: call ' .. i .. ': ' .. tostring(r)}
+  end
+  j = j + 1 + m
+end
+return out
