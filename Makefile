@@ -1,5 +1,7 @@
 # Two commands for a fresh Debian 12 machine (as root):
-#   make run    install what is missing, build, run the demo
+#   make run    install what is missing, build, run sluiced's worked example (examples/run.sh:
+#               a private redis-server, sluiced on examples/config, 200/429/503 with Redis
+#               up, stopped and back; everything it starts is stopped by pid)
 #   make test   install what is missing, build, run every test (unit, differential,
 #               integration, chaos) against private redis-servers on free loopback ports
 PRESET ?= release
@@ -14,8 +16,10 @@ build: setup
 	cmake --preset $(PRESET)
 	cmake --build --preset $(PRESET) -j $(JOBS)
 
-run: build
-	./build/bin/sluice demo
+run: setup
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS) --target sluiced sluice_cli
+	./examples/run.sh
 
 test: build
 	ctest --preset $(PRESET) -j $(JOBS) --timeout 600

@@ -14,6 +14,15 @@ PACKAGES=(
   procps tmux                         # ps/pkill-free process checks, tmux for CLI tests
   clang-format                        # the style check (tests/format_check.sh)
   clang-14                            # the thread-safety analysis (tests/thread_safety_check.sh)
+  # sluiced (service/):
+  libyaml-cpp-dev                     # the rate limit config (envoy-ratelimit's YAML)
+  libspdlog-dev                       # sluiced's logs
+  libgrpc++-dev libprotobuf-dev       # Envoy RLS v3 gRPC server (+ health, reflection)
+  protobuf-compiler protobuf-compiler-grpc  # protoc and grpc_cpp_plugin for service/proto
+  python3-grpcio python3-grpc-tools   # the Python RLS client of sluiced's tests
+  prometheus                          # promtool: tests check /metrics with it
+  curl                                # make run's worked example
+  wrk                                 # bench/service.sh (HTTP; gRPC load is our own client)
 )
 
 missing=()

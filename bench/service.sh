@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# sluiced's throughput: wrk (keep-alive, POST /v1/check via a Lua script) and
+# sluiced_grpc_load (ShouldRateLimit, closed loop) against one sluiced and one private
+# redis-server on this box. Prints checks/s, p50, p99 and the CPU that sluiced and Redis
+# spent per check (from /proc/<pid>/stat). Stops what it started, by pid.
+#
+#   bench/service.sh [seconds]        (default 10 s per run)
+# Env: HTTP_CONNECTIONS (64), WRK_THREADS (1), GRPC_CONCURRENCY (64), GRPC_CONNECTIONS (4),
+#      HTTP_THREADS (sluiced --http-threads, 2), IO_THREADS (1), IDS (10000),
+#      DEADLINE_MS (sluiced --deadline-ms, 5).
+# A check that misses its deadline is answered by its failure policy (here: open) and a
+# run of them opens the breaker: the "store" column says which share of the checks Redis
+# actually decided. Figures with a low share measure the fallback, not the service.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_RUN=${1:-10}
+BIN=${BIN:-./build/bin}
+WORK=$(mktemp -d /tmp/sluiced_bench.XXXXXX)
+REDIS_PID="" SLUICED_PID=""
+stop() {
+  [ -n "$SLUICED_PID" ] && kill "$SLUICED_PID" 2>/dev/null && wait "$SLUICED_PID" 2>/dev/null || true
+  [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null && wait "$REDIS_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap stop EXIT
+for tool in wrk redis-server "$BIN/sluiced" "$BIN/sluiced_grpc_load"; do
+  command -v "$tool" >/dev/null || { echo "missing $tool (make build; scripts/setup.sh)" >&2; exit 1; }
+done
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+HZ=$(getconf CLK_TCK)
+
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" --logfile "$WORK/redis.log" &
+REDIS_PID=$!
+for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
+"$BIN/sluiced" --config examples/bench --redis "redis://127.0.0.1:$REDIS_PORT" \
+  --http-listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+  --http-threads "${HTTP_THREADS:-2}" --io-threads "${IO_THREADS:-1}" --log-level warn \
+  --deadline-ms "${DEADLINE_MS:-5}" \
+  >"$WORK/sluiced.log" 2>&1 &
+SLUICED_PID=$!
+# --log-level warn hides the serving line; find the ports from the listening sockets.
+for _ in $(seq 100); do
+  ports=$(ss -ltnpH 2>/dev/null | grep "pid=$SLUICED_PID," | awk '{print $4}' | sed 's/.*://' | sort -n || true)
+  [ "$(wc -w <<<"$ports")" -ge 3 ] && break; sleep 0.05
+done
+HTTP_PORT="" GRPC_PORT=""
+for p in $ports; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/healthz" || true)
+  if [ "$code" = 200 ]; then HTTP_PORT=$p; elif [ "$code" = 401 ]; then :; else GRPC_PORT=$p; fi
+done
+[ -n "$HTTP_PORT" ] && [ -n "$GRPC_PORT" ] || { echo "could not find sluiced's ports: $ports" >&2; cat "$WORK/sluiced.log"; exit 1; }
+
+cat >"$WORK/check.lua" <<LUA
+local ids = ${IDS:-10000}
+local n = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+request = function()
+  n = n + 1
+  local body = '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"u' .. (n % ids) .. '"}]}]}'
+  return wrk.format(nil, "/v1/check", nil, body)
+end
+LUA
+
+echo "machine: $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+# warm-up (connections, scripts loaded)
+wrk -t1 -c8 -d1s -s "$WORK/check.lua" "http://127.0.0.1:$HTTP_PORT" >/dev/null
+
+# Decisions so far: "<by the store> <all>".
+decisions() {
+  curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | awk '/^sluiced_decisions_total/ { all += $2; if ($0 ~ /source="store"/) store += $2 } END { printf "%d %d\n", store, all }'
+}
+run() {  # run NAME COMMAND...: the tool's output, the CPU per check, the store's share
+  local name=$1; shift
+  local s0 r0 s1 r1 d0 d1
+  d0=$(decisions); s0=$(cpu_ticks "$SLUICED_PID"); r0=$(cpu_ticks "$REDIS_PID")
+  "$@" >"$WORK/$name.out" 2>&1 || true
+  s1=$(cpu_ticks "$SLUICED_PID"); r1=$(cpu_ticks "$REDIS_PID"); d1=$(decisions)
+  echo "$((s1 - s0)) $((r1 - r0))" >"$WORK/$name.cpu"
+  awk -v a="$d0" -v b="$d1" 'BEGIN { split(a, x, " "); split(b, y, " "); n = y[2] - x[2]; if (n > 0) printf "%.1f%%\n", 100 * (y[1] - x[1]) / n; else print "-" }' >"$WORK/$name.store"
+}
+
+run http wrk -t"${WRK_THREADS:-1}" -c"${HTTP_CONNECTIONS:-64}" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/check.lua" "http://127.0.0.1:$HTTP_PORT"
+http_rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/http.out")
+http_p50=$(awk '$1=="50%" {print $2}' "$WORK/http.out")
+http_p99=$(awk '$1=="99%" {print $2}' "$WORK/http.out")
+http_total=$(awk '/requests in/ {print $1}' "$WORK/http.out")
+http_non2xx=$(awk '/Non-2xx/ {print $4}' "$WORK/http.out")
+read -r hs hr <"$WORK/http.cpu"
+
+run grpc "$BIN/sluiced_grpc_load" --target "127.0.0.1:$GRPC_PORT" --seconds "$SECONDS_PER_RUN" \
+  --concurrency "${GRPC_CONCURRENCY:-64}" --connections "${GRPC_CONNECTIONS:-4}" --ids "${IDS:-10000}"
+grpc_line=$(grep '^grpc ' "$WORK/grpc.out" || true)
+[ -n "$grpc_line" ] || { cat "$WORK/grpc.out"; exit 1; }
+kv() { sed -E "s/.*$1=([^ ]+).*/\1/" <<<"$grpc_line"; }
+read -r gs gr <"$WORK/grpc.cpu"
+
+per_check() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN { if (n > 0) printf "%.1f", t / hz / n * 1e6; else print "-" }'; }
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+printf '| %-28s | %10s | %8s | %8s | %6s | %18s | %16s |\n' "run (${SECONDS_PER_RUN} s)" "checks/s" "p50" "p99" "store" "sluiced CPU/check" "Redis CPU/check"
+printf '|%s|%s|%s|%s|%s|%s|%s|\n' "------------------------------" "------------" "----------" "----------" "--------" "--------------------" "------------------"
+printf '| %-28s | %10s | %8s | %8s | %6s | %15s us | %13s us |\n' "HTTP /v1/check (wrk, c=${HTTP_CONNECTIONS:-64})" "$http_rps" "$http_p50" "$http_p99" "$(cat "$WORK/http.store")" \
+  "$(per_check "$hs" "$http_total")" "$(per_check "$hr" "$http_total")"
+printf '| %-28s | %10s | %6sms | %6sms | %6s | %15s us | %13s us |\n' "gRPC ShouldRateLimit (c=${GRPC_CONCURRENCY:-64})" "$(kv checks_per_s)" "$(kv p50_ms)" "$(kv p99_ms)" "$(cat "$WORK/grpc.store")" \
+  "$(per_check "$gs" "$(kv checks)")" "$(per_check "$gr" "$(kv checks)")"
+[ -z "$http_non2xx" ] || echo "HTTP non-2xx answers: $http_non2xx"
+echo "gRPC: $grpc_line"

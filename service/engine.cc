@@ -1,0 +1,488 @@
+#include "service/engine.h"
+
+#include <algorithm>
+#include <random>
+
+#include <boost/asio/post.hpp>
+
+namespace sluiced {
+namespace {
+
+using sluice::Decision;
+using sluice::DecisionSource;
+using sluice::RefusalReason;
+using sluice::Status;
+using sluice::StatusOr;
+using Clock = std::chrono::steady_clock;
+
+Code CodeOf(const Decision& d) {
+  if (d.allowed) return Code::kOk;
+  return d.reason == RefusalReason::kStoreUnavailable ? Code::kUnavailable : Code::kOverLimit;
+}
+
+int OutcomeOf(const Decision& d) {
+  if (d.shadow_refused) return 3;
+  if (d.allowed) return 0;
+  return d.reason == RefusalReason::kStoreUnavailable ? 2 : 1;
+}
+
+std::string RandomHandle() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32)};
+  std::lock_guard lock(mu);
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+// The shared state of one check while its store calls are out.
+struct Pending {
+  CheckResult result;
+  CheckDone done;
+  Clock::time_point start = Clock::now();
+  std::atomic<int> outstanding{0};
+};
+
+}  // namespace
+
+StatusOr<sluice::CompositeDecision> CompositeCheck(std::span<const sluice::LimitCheck> checks,
+                                                   const sluice::CheckOptions& options) {
+  return sluice::CheckComposite(checks, options);
+}
+
+std::string_view CodeName(Code code) {
+  switch (code) {
+    case Code::kOk: return "OK";
+    case Code::kOverLimit: return "OVER_LIMIT";
+    case Code::kUnavailable: return "UNAVAILABLE";
+  }
+  return "OK";
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options,
+                                                 std::shared_ptr<const Config> config) {
+  // Start and serve while Redis is down: every limit answers by its failure policy
+  // until the connection is up (issue 14, item 6).
+  options.client.connect_in_background = true;
+  auto client = sluice::Client::Create(options.client);
+  if (!client.ok()) return client.status();
+  std::unique_ptr<Engine> engine(new Engine(std::move(options), std::move(*client)));
+  auto probe = engine->client_->MakeLimiter(
+      "sluiced-readyz", {.limit = 1000000, .window = std::chrono::seconds(1)},
+      {.on_failure = sluice::FailurePolicy::kOpen, .cache_denials = false});
+  if (!probe.ok()) return probe.status();
+  engine->probe_ = std::move(*probe);
+  if (Status s = engine->Reload(std::move(config)); !s.ok()) return s;
+  return engine;
+}
+
+Engine::Engine(EngineOptions options, std::shared_ptr<sluice::Client> client)
+    : options_(std::move(options)), client_(std::move(client)), pool_(options_.blocking_threads) {}
+
+Engine::~Engine() {
+  {
+    std::lock_guard lock(leases_mu_);
+    leases_.clear();
+  }
+  pool_.join();
+}
+
+StatusOr<std::shared_ptr<const Engine::Generation>> Engine::Build(
+    std::shared_ptr<const Config> config) {
+  auto gen = std::make_shared<Generation>();
+  for (const auto& rule : config->rules) {
+    BuiltRule built;
+    built.rule = rule;
+    built.counters = metrics_.ForRule(rule->domain, rule->DisplayName());
+    if (rule->kind == RuleKind::kConcurrency) {
+      sluice::ConcurrencyOptions co{.limit = std::max<int64_t>(1, rule->requests_per_unit),
+                                    .lease_ttl = rule->lease_ttl,
+                                    .on_failure = rule->failure_mode,
+                                    .servers = rule->local_servers};
+      auto cl = client_->MakeConcurrencyLimiter(rule->limiter_name, co);
+      if (!cl.ok())
+        return sluice::InvalidArgumentError(rule->position.ToString() + ": " +
+                                            cl.status().message());
+      built.concurrency = std::move(*cl);
+    } else if (!rule->unlimited && rule->requests_per_unit > 0) {
+      auto limiter = client_->MakeLimiter(rule->limiter_name, rule->ToLimit(),
+                                          {.on_failure = rule->failure_mode,
+                                           .servers = rule->local_servers,
+                                           .shadow = rule->shadow_mode});
+      if (!limiter.ok())
+        return sluice::InvalidArgumentError(rule->position.ToString() + ": " +
+                                            limiter.status().message());
+      built.limiter = std::move(*limiter);
+    }
+    gen->rules.emplace(rule.get(), std::move(built));
+  }
+  gen->config = std::move(config);
+  return std::shared_ptr<const Generation>(std::move(gen));
+}
+
+Status Engine::Reload(std::shared_ptr<const Config> config) {
+  auto gen = Build(std::move(config));
+  metrics_.ConfigLoad(gen.ok());
+  if (!gen.ok()) return gen.status();
+  std::lock_guard lock(mu_);
+  generation_ = std::move(*gen);
+  return Status::Ok();
+}
+
+std::shared_ptr<const Engine::Generation> Engine::current() const {
+  std::lock_guard lock(mu_);
+  return generation_;
+}
+
+std::shared_ptr<const Config> Engine::config() const {
+  return current()->config;
+}
+
+void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Clock::duration took) {
+  if (!result.decision) {
+    if (!result.error.empty()) metrics_.StoreError();
+    return;
+  }
+  const Decision& d = *result.decision;
+  built.counters->decisions[OutcomeOf(d)][static_cast<int>(d.source)].fetch_add(
+      1, std::memory_order_relaxed);
+  switch (d.source) {
+    case DecisionSource::kStore: metrics_.ObserveStoreLatency(took); break;
+    case DecisionSource::kFailOpen:
+    case DecisionSource::kFailClosed:
+    case DecisionSource::kLocalFallback: metrics_.StoreError(); break;
+    case DecisionSource::kCachedDenial: break;
+  }
+}
+
+void Engine::Check(CheckRequest request, CheckDone done) {
+  auto gen = current();
+  auto pending = std::make_shared<Pending>();
+  pending->done = std::move(done);
+  CheckResult& result = pending->result;
+  result.statuses.resize(request.descriptors.size());
+  const DomainConfig* domain = gen->config->FindDomain(request.domain);
+  if (!domain) {
+    result.unknown_domain = true;
+    pending->done(std::move(result));
+    return;
+  }
+  std::vector<Match> matches;
+  matches.reserve(request.descriptors.size());
+  for (const auto& d : request.descriptors) matches.push_back(MatchDescriptor(*domain, d.entries));
+  ApplyReplaces(matches);
+
+  struct Item {
+    std::size_t index;
+    const BuiltRule* built;
+    int64_t cost;
+    std::optional<sluice::Limit> limit;  // an override
+  };
+  std::vector<Item> items;
+  bool zero_refusal = false;
+  const uint64_t request_hits = request.hits == 0 ? 1 : request.hits;
+  for (std::size_t i = 0; i < matches.size(); ++i) {
+    DescriptorResult& status = result.statuses[i];
+    if (!matches[i].rule) continue;
+    const BuiltRule& built = gen->rules.at(matches[i].rule.get());
+    const Rule& rule = *built.rule;
+    status.rule = built.rule;
+    status.id = std::move(matches[i].id);
+    status.limit = rule.requests_per_unit;
+    status.unit = rule.unit;
+    if (rule.unlimited || rule.kind == RuleKind::kConcurrency) continue;
+    const auto& desc = request.descriptors[i];
+    const uint64_t hits = desc.hits.value_or(request_hits);
+    const int64_t cost = static_cast<int64_t>(std::min<uint64_t>(hits, sluice::kMaxLimit));
+    std::optional<sluice::Limit> limit;
+    if (desc.limit) {
+      status.limit = desc.limit->requests_per_unit;
+      status.unit = desc.limit->unit;
+      if (status.limit > 0) {
+        sluice::Limit l = rule.ToLimit();
+        Rule copy = rule;
+        copy.requests_per_unit = std::min<int64_t>(status.limit, sluice::kMaxLimit);
+        copy.unit = desc.limit->unit;
+        copy.burst = 0;
+        l = copy.ToLimit();
+        limit = l;
+      }
+    }
+    if (status.limit == 0) {
+      // requests_per_unit: 0 refuses every request (envoy-ratelimit's way to ban a key).
+      Decision d;
+      d.allowed = rule.shadow_mode;
+      d.shadow_refused = rule.shadow_mode;
+      d.reason = RefusalReason::kOverLimit;
+      d.reset_after = d.retry_after =
+          rule.shadow_mode ? std::chrono::milliseconds(0) : UnitWindow(status.unit);
+      if (rule.shadow_mode) d.retry_after = std::chrono::milliseconds(0);
+      status.decision = d;
+      status.code = CodeOf(d);
+      if (!d.allowed) zero_refusal = true;
+      Record(built, status, {});
+      continue;
+    }
+    items.push_back({i, &built, cost, limit});
+  }
+
+  auto finish = [](const std::shared_ptr<Pending>& p) {
+    CheckResult& r = p->result;
+    int64_t least = INT64_MAX;
+    for (std::size_t i = 0; i < r.statuses.size(); ++i) {
+      const auto& s = r.statuses[i];
+      if (s.code == Code::kOverLimit && r.overall != Code::kOverLimit) {
+        r.overall = Code::kOverLimit;
+        r.headline = static_cast<int>(i);
+      } else if (s.code == Code::kUnavailable && r.overall == Code::kOk) {
+        r.overall = Code::kUnavailable;
+        r.headline = static_cast<int>(i);
+      }
+    }
+    if (r.overall == Code::kOk) {
+      for (std::size_t i = 0; i < r.statuses.size(); ++i) {
+        const auto& s = r.statuses[i];
+        if (s.decision && s.decision->remaining < least) {
+          least = s.decision->remaining;
+          r.headline = static_cast<int>(i);
+        }
+      }
+    }
+    p->done(std::move(r));
+  };
+
+  if (zero_refusal || items.empty()) {
+    finish(pending);
+    return;
+  }
+
+  auto set = [this](const std::shared_ptr<Pending>& p, const Item& item, StatusOr<Decision> d) {
+    DescriptorResult& s = p->result.statuses[item.index];
+    if (d.ok()) {
+      s.decision = *d;
+      s.code = CodeOf(*d);
+    } else {
+      s.code = Code::kUnavailable;
+      s.error = d.status().ToString();
+    }
+    Record(*item.built, s, Clock::now() - p->start);
+  };
+
+  const bool same_cost = std::all_of(items.begin(), items.end(), [&](const Item& it) {
+    return it.cost == items.front().cost && !it.limit;
+  });
+  if (items.size() > 1 && same_cost && items.front().cost > 0) {
+    // One composite check: a request refused by any limit spends none of them. The
+    // library offers it blocking only, so it runs on the blocking pool.
+    boost::asio::post(pool_, [this, pending, items = std::move(items), set, finish]() {
+      std::vector<std::string> ids;
+      std::vector<sluice::LimitCheck> checks;
+      ids.reserve(items.size());
+      for (const auto& it : items) ids.push_back(pending->result.statuses[it.index].id);
+      for (std::size_t k = 0; k < items.size(); ++k)
+        checks.push_back({&*items[k].built->limiter, ids[k]});
+      auto composite = CompositeCheck(checks, {.cost = items.front().cost});
+      if (!composite.ok()) {
+        for (const auto& it : items) set(pending, it, composite.status());
+      } else {
+        const Item& decider = items[composite->decided_by];
+        set(pending, decider, composite->decision);
+        if (composite->decision.allowed) {
+          for (const auto& it : items) {
+            if (&it == &decider) continue;
+            // Counted, but the composite reports only its tightest limit.
+            it.built->counters->decisions[0][static_cast<int>(composite->decision.source)]
+                .fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      }
+      finish(pending);
+    });
+    return;
+  }
+
+  pending->outstanding.store(static_cast<int>(items.size()));
+  for (const auto& item : items) {
+    auto complete = [pending, item, set, finish](StatusOr<Decision> d) {
+      set(pending, item, std::move(d));
+      if (pending->outstanding.fetch_sub(1) == 1) finish(pending);
+    };
+    sluice::CheckOptions options{.cost = std::max<int64_t>(item.cost, 1), .limit = item.limit};
+    if (item.cost == 0) {
+      // hits_addend 0: report without spending (Peek has no asynchronous form).
+      boost::asio::post(pool_,
+                        [item, options, complete, id = pending->result.statuses[item.index].id]() {
+                          complete(item.built->limiter->Peek(id, options));
+                        });
+    } else {
+      item.built->limiter->CheckAsync(pending->result.statuses[item.index].id, options, complete);
+    }
+  }
+}
+
+StatusOr<Match> Engine::Resolve(const std::string& domain, const Entries& entries) const {
+  auto gen = current();
+  const DomainConfig* d = gen->config->FindDomain(domain);
+  if (!d) return sluice::NotFoundError("unknown domain '" + domain + "'");
+  Match m = MatchDescriptor(*d, entries);
+  if (!m.rule)
+    return sluice::NotFoundError("no rate limit of domain '" + domain +
+                                 "' matches this descriptor");
+  return m;
+}
+
+void Engine::Acquire(std::string domain, Entries entries, std::function<void(LeaseGrant)> done) {
+  LeaseGrant grant;
+  auto gen = current();
+  const DomainConfig* d = gen->config->FindDomain(domain);
+  if (!d) {
+    grant.unknown_domain = true;
+    grant.error = "unknown domain '" + domain + "'";
+    done(std::move(grant));
+    return;
+  }
+  Match m = MatchDescriptor(*d, entries);
+  if (!m.rule || m.rule->kind != RuleKind::kConcurrency) {
+    grant.error = "no concurrency limit (algorithm: concurrency) of domain '" + domain +
+                  "' matches this descriptor";
+    done(std::move(grant));
+    return;
+  }
+  const BuiltRule& built = gen->rules.at(m.rule.get());
+  grant.rule = built.rule;
+  grant.id = m.id;
+  grant.limit = built.rule->requests_per_unit;
+  grant.ttl = built.rule->lease_ttl;
+  if (grant.limit == 0) {
+    grant.reason = RefusalReason::kOverLimit;
+    grant.retry_after = grant.ttl;
+    done(std::move(grant));
+    return;
+  }
+  built.concurrency->AcquireAsync(
+      m.id, {},
+      [this, grant = std::move(grant), done = std::move(done),
+       counters = built.counters](StatusOr<sluice::Acquisition> a) mutable {
+        if (!a.ok()) {
+          grant.error = a.status().ToString();
+          metrics_.StoreError();
+          done(std::move(grant));
+          return;
+        }
+        grant.granted = a->acquired;
+        grant.live = a->live;
+        grant.limit = a->limit;
+        grant.retry_after = a->retry_after;
+        grant.source = a->source;
+        grant.reason = a->reason;
+        const int outcome = a->acquired ? 0 : a->reason == RefusalReason::kStoreUnavailable ? 2 : 1;
+        counters->decisions[outcome][static_cast<int>(a->source)].fetch_add(
+            1, std::memory_order_relaxed);
+        if (a->source != DecisionSource::kStore) metrics_.StoreError();
+        if (a->acquired) {
+          grant.handle = RandomHandle();
+          std::lock_guard lock(leases_mu_);
+          leases_.emplace(grant.handle,
+                          HeldLease{std::move(a->lease), Clock::now() + grant.ttl, grant.ttl});
+        }
+        done(std::move(grant));
+      });
+}
+
+Status Engine::Heartbeat(const std::string& handle) {
+  sluice::Lease dropped;
+  std::lock_guard lock(leases_mu_);
+  auto it = leases_.find(handle);
+  if (it == leases_.end() || it->second.expires <= Clock::now()) {
+    if (it != leases_.end()) {
+      dropped = std::move(it->second.lease);
+      leases_.erase(it);
+    }
+    return sluice::NotFoundError("no live lease " + handle +
+                                 " (released, or not heartbeaten within its lease_ttl)");
+  }
+  if (it->second.lease.source() != DecisionSource::kFailOpen && !it->second.lease.held()) {
+    const std::string loss(sluice::LeaseLossName(it->second.lease.loss()));
+    dropped = std::move(it->second.lease);
+    leases_.erase(it);
+    return sluice::FailedPreconditionError("lease " + handle + " was lost (" + loss + ")");
+  }
+  it->second.expires = Clock::now() + it->second.ttl;
+  return Status::Ok();
+}
+
+Status Engine::Release(const std::string& handle) {
+  sluice::Lease dropped;
+  std::lock_guard lock(leases_mu_);
+  auto it = leases_.find(handle);
+  if (it == leases_.end()) return sluice::NotFoundError("no lease " + handle);
+  dropped = std::move(it->second.lease);
+  leases_.erase(it);
+  dropped.ReleaseAsync();
+  return Status::Ok();
+}
+
+void Engine::ReapExpiredLeases() {
+  std::vector<sluice::Lease> dropped;
+  std::lock_guard lock(leases_mu_);
+  const auto now = Clock::now();
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    if (it->second.expires <= now) {
+      dropped.push_back(std::move(it->second.lease));
+      it = leases_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::size_t Engine::held_leases() const {
+  std::lock_guard lock(leases_mu_);
+  return leases_.size();
+}
+
+StatusOr<sluice::ReleaseAllResult> Engine::ReleaseAll(const Match& match,
+                                                      const sluice::AdminAction& action) {
+  if (match.rule->kind != RuleKind::kConcurrency)
+    return sluice::InvalidArgumentError("the matched limit is not a concurrency limit");
+  auto cl = client_->MakeConcurrencyLimiter(
+      match.rule->limiter_name, {.limit = std::max<int64_t>(1, match.rule->requests_per_unit),
+                                 .lease_ttl = match.rule->lease_ttl});
+  if (!cl.ok()) return cl.status();
+  return sluice::ReleaseAll(*cl, match.id, action, {.log_path = options_.audit_log});
+}
+
+StatusOr<std::vector<sluice::LeaseInfo>> Engine::ListLeases(const Match& match) {
+  if (match.rule->kind != RuleKind::kConcurrency)
+    return sluice::InvalidArgumentError("the matched limit is not a concurrency limit");
+  auto cl = client_->MakeConcurrencyLimiter(
+      match.rule->limiter_name, {.limit = std::max<int64_t>(1, match.rule->requests_per_unit),
+                                 .lease_ttl = match.rule->lease_ttl});
+  if (!cl.ok()) return cl.status();
+  return cl->List(match.id);
+}
+
+StatusOr<sluice::IdState> Engine::Inspect(const Match& match) {
+  auto admin = sluice::Admin::Connect({.url = options_.client.url,
+                                       .prefix = options_.client.prefix,
+                                       .connect_timeout = std::chrono::milliseconds(500),
+                                       .command_timeout = std::chrono::milliseconds(1000)});
+  if (!admin.ok()) return admin.status();
+  return (*admin)->Inspect(match.rule->limiter_name, match.id);
+}
+
+void Engine::ProbeStore(std::function<void(bool)> done) {
+  boost::asio::post(pool_, [this, done = std::move(done)]() {
+    auto d = probe_->Peek("probe", {.deadline = std::chrono::milliseconds(250)});
+    done(d.ok() && d->source == DecisionSource::kStore);
+  });
+}
+
+std::string Engine::MetricsText() {
+  std::string out = metrics_.Format(held_leases());
+  out += sluice::FormatPrometheus(client_->Metrics());
+  return out;
+}
+
+}  // namespace sluiced

@@ -1,0 +1,172 @@
+// service/engine.h — the part of sluiced that speaks neither HTTP nor gRPC: the loaded
+// configuration and its limiters, checks (one composite check per request), leases held
+// for remote callers, and the service's own metrics.
+//
+// Thread-safety: every member function may be called from any thread. Callbacks run on
+// the client's I/O threads or on the engine's blocking pool; they must not block.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <utility>  // before Boost (asio 1.74 under g++ 12)
+
+#include <boost/asio/thread_pool.hpp>
+
+#include "service/config.h"
+#include "service/matcher.h"
+#include "service/metrics.h"
+#include "sluice/sluice.h"
+
+namespace sluiced {
+
+// The single place the composite check is called.
+sluice::StatusOr<sluice::CompositeDecision> CompositeCheck(
+    std::span<const sluice::LimitCheck> checks, const sluice::CheckOptions& options);
+
+struct LimitOverride {
+  int64_t requests_per_unit = 0;
+  Unit unit = Unit::kSecond;
+};
+
+struct RequestDescriptor {
+  Entries entries;
+  std::optional<uint64_t> hits;  // per descriptor; explicit 0 checks without spending
+  std::optional<LimitOverride> limit;
+};
+
+struct CheckRequest {
+  std::string domain;
+  std::vector<RequestDescriptor> descriptors;
+  uint64_t hits = 1;  // 0 means 1 (Envoy's hits_addend)
+};
+
+enum class Code { kOk, kOverLimit, kUnavailable };
+std::string_view CodeName(Code code);  // "OK", "OVER_LIMIT", "UNAVAILABLE"
+
+struct DescriptorResult {
+  Code code = Code::kOk;
+  std::shared_ptr<const Rule> rule;  // null: no limit applied
+  std::string id;
+  int64_t limit = 0;  // the limit in force (override included)
+  Unit unit = Unit::kSecond;
+  // Set when a decision about this descriptor alone is known (a single check, the
+  // deciding limit of a composite, a peek). Other limits of an admitted composite were
+  // counted, but the composite reports only its tightest one.
+  std::optional<sluice::Decision> decision;
+  std::string error;  // a store error the policy could not answer
+};
+
+struct CheckResult {
+  Code overall = Code::kOk;
+  bool unknown_domain = false;
+  std::vector<DescriptorResult> statuses;
+  // The descriptor whose decision the response headers show; -1 when none.
+  int headline = -1;
+};
+
+using CheckDone = std::function<void(CheckResult)>;
+
+struct LeaseGrant {
+  bool granted = false;
+  bool unknown_domain = false;
+  std::string error;   // not a concurrency descriptor, store error, ...
+  std::string handle;  // sluiced's lease handle (what heartbeat/release take)
+  std::shared_ptr<const Rule> rule;
+  std::string id;
+  int64_t limit = 0;
+  int64_t live = 0;
+  std::chrono::milliseconds ttl{0};
+  std::chrono::milliseconds retry_after{0};
+  sluice::DecisionSource source = sluice::DecisionSource::kStore;
+  sluice::RefusalReason reason = sluice::RefusalReason::kNone;
+};
+
+struct EngineOptions {
+  sluice::ClientOptions client;
+  int blocking_threads = 4;  // composite checks and peeks (the library has no async form)
+  std::string audit_log = "sluiced-audit.log";
+};
+
+class Engine {
+ public:
+  static sluice::StatusOr<std::unique_ptr<Engine>> Create(EngineOptions options,
+                                                          std::shared_ptr<const Config> config);
+  ~Engine();
+
+  // Swaps in a new configuration: new limiters with the same names (counters survive).
+  sluice::Status Reload(std::shared_ptr<const Config> config);
+  std::shared_ptr<const Config> config() const;
+
+  void Check(CheckRequest request, CheckDone done);
+
+  // Leases for remote holders: sluiced holds the library Lease (which heartbeats to the
+  // store) while the remote holder heartbeats sluiced within the rule's lease_ttl; a
+  // holder that stops is dropped (and its lease released) at most a second after that.
+  void Acquire(std::string domain, Entries entries, std::function<void(LeaseGrant)> done);
+  // OK, NotFound (unknown or expired handle) or FailedPrecondition (the store lost it).
+  sluice::Status Heartbeat(const std::string& handle);
+  sluice::Status Release(const std::string& handle);
+  void ReapExpiredLeases();
+  std::size_t held_leases() const;
+
+  // Admin: resolve a descriptor to its rule and id (NotFound when nothing matches).
+  sluice::StatusOr<Match> Resolve(const std::string& domain, const Entries& entries) const;
+  // Blocking admin calls (run them on the blocking pool).
+  sluice::StatusOr<sluice::ReleaseAllResult> ReleaseAll(const Match& match,
+                                                        const sluice::AdminAction& action);
+  sluice::StatusOr<std::vector<sluice::LeaseInfo>> ListLeases(const Match& match);
+  sluice::StatusOr<sluice::IdState> Inspect(const Match& match);
+
+  // Readiness: a peek on the store; calls done(reachable) from the blocking pool.
+  void ProbeStore(std::function<void(bool)> done);
+
+  sluice::Client& client() { return *client_; }
+  Metrics& metrics() { return metrics_; }
+  std::string MetricsText();
+  boost::asio::thread_pool& blocking_pool() { return pool_; }
+
+ private:
+  struct BuiltRule {
+    std::shared_ptr<const Rule> rule;
+    std::optional<sluice::Limiter> limiter;
+    std::optional<sluice::ConcurrencyLimiter> concurrency;
+    RuleCounters* counters = nullptr;
+  };
+  struct Generation {
+    std::shared_ptr<const Config> config;
+    std::unordered_map<const Rule*, BuiltRule> rules;
+  };
+  struct HeldLease {
+    sluice::Lease lease;
+    std::chrono::steady_clock::time_point expires;
+    std::chrono::milliseconds ttl;
+  };
+
+  Engine(EngineOptions options, std::shared_ptr<sluice::Client> client);
+  sluice::StatusOr<std::shared_ptr<const Generation>> Build(std::shared_ptr<const Config> config);
+  std::shared_ptr<const Generation> current() const;
+  void Record(const BuiltRule& built, const DescriptorResult& result,
+              std::chrono::steady_clock::duration took);
+
+  EngineOptions options_;
+  std::shared_ptr<sluice::Client> client_;
+  Metrics metrics_;
+  boost::asio::thread_pool pool_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Generation> generation_;
+  std::optional<sluice::Limiter> probe_;
+  mutable std::mutex leases_mu_;
+  std::unordered_map<std::string, HeldLease> leases_;
+};
+
+}  // namespace sluiced

@@ -1,0 +1,182 @@
+#include "service/http_server.h"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+
+#include "service/json_api.h"
+
+namespace sluiced {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, const HttpServerOptions& options,
+          std::shared_ptr<const HttpHandler> handler)
+      : stream_(std::move(socket)), options_(options), handler_(std::move(handler)) {}
+
+  void Run() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+  }
+
+ private:
+  void Read() {
+    parser_.emplace();
+    parser_->body_limit(options_.body_limit);
+    parser_->header_limit(static_cast<std::uint32_t>(options_.header_limit));
+    stream_.expires_after(options_.read_timeout);
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
+        ec == asio::error::eof) {
+      return Close();
+    }
+    if (ec == http::error::body_limit) {
+      return Fail(http::status::payload_too_large,
+                  "request body larger than " + std::to_string(options_.body_limit) + " bytes");
+    }
+    if (ec == http::error::header_limit) {
+      return Fail(http::status::request_header_fields_too_large,
+                  "request header larger than " + std::to_string(options_.header_limit) + " bytes");
+    }
+    if (ec) return Fail(http::status::bad_request, "malformed HTTP request: " + ec.message());
+    HttpRequest request = parser_->release();
+    keep_alive_ = request.keep_alive();
+    version_ = request.version();
+    stream_.expires_never();
+    auto self = shared_from_this();
+    (*handler_)(std::move(request), [self](HttpResponse response) {
+      asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+        self->Write(std::move(response));
+      });
+    });
+  }
+
+  void Fail(http::status status, const std::string& message) {
+    keep_alive_ = false;
+    Write(MakeResponse(status, ErrorJson(message)));
+  }
+
+  void Write(HttpResponse response) {
+    response.version(version_);
+    response.keep_alive(keep_alive_);
+    response.prepare_payload();
+    response_ = std::make_shared<HttpResponse>(std::move(response));
+    stream_.expires_after(options_.write_timeout);
+    http::async_write(stream_, *response_,
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->response_.reset();
+                        if (ec || !self->keep_alive_) return self->Close();
+                        self->Read();
+                      });
+  }
+
+  void Close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  const HttpServerOptions& options_;
+  std::shared_ptr<const HttpHandler> handler_;
+  beast::flat_buffer buffer_{8192};
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<HttpResponse> response_;
+  bool keep_alive_ = false;
+  unsigned version_ = 11;
+};
+
+}  // namespace
+
+HttpResponse MakeResponse(http::status status, std::string body, std::string_view content_type) {
+  HttpResponse response{status, 11};
+  response.set(http::field::server, "sluiced");
+  response.set(http::field::content_type, std::string(content_type));
+  response.body() = std::move(body);
+  return response;
+}
+
+namespace {
+std::vector<std::unique_ptr<asio::io_context>> MakeContexts(int threads) {
+  std::vector<std::unique_ptr<asio::io_context>> ios;
+  for (int i = 0; i < std::max(1, threads); ++i)
+    ios.push_back(std::make_unique<asio::io_context>(1));
+  return ios;
+}
+}  // namespace
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : options_(std::move(options)),
+      handler_(std::make_shared<const HttpHandler>(std::move(handler))),
+      ios_(MakeContexts(options_.threads)),
+      acceptor_(*ios_[0]) {
+  for (auto& io : ios_) work_.push_back(asio::make_work_guard(*io));
+}
+
+sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
+                                                                HttpHandler handler) {
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(options.host, ec);
+  if (ec)
+    return sluice::InvalidArgumentError("bad listen address '" + options.host +
+                                        "': " + ec.message());
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(options), std::move(handler)));
+  const tcp::endpoint endpoint(address, server->options_.port);
+  auto& acceptor = server->acceptor_;
+  if (acceptor.open(endpoint.protocol(), ec); !ec)
+    acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return sluice::UnavailableError("cannot listen on " + server->options_.host + ":" +
+                                    std::to_string(server->options_.port) + ": " + ec.message());
+  }
+  server->port_ = acceptor.local_endpoint().port();
+  server->Accept();
+  for (auto& io : server->ios_) {
+    server->threads_.emplace_back([io = io.get()] { io->run(); });
+  }
+  return server;
+}
+
+void HttpServer::Accept() {
+  asio::io_context& io = *ios_[next_++ % ios_.size()];
+  acceptor_.async_accept(io, [this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<Session>(std::move(socket), options_, handler_)->Run();
+    }
+    Accept();
+  });
+}
+
+void HttpServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  asio::post(acceptor_.get_executor(), [this] {
+    beast::error_code ignored;
+    acceptor_.close(ignored);
+  });
+  work_.clear();
+  for (auto& io : ios_) io->stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+HttpServer::~HttpServer() {
+  Stop();
+}
+
+}  // namespace sluiced

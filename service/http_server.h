@@ -1,0 +1,76 @@
+// service/http_server.h — a small HTTP/1.1 server on Boost.Beast: keep-alive, bounded
+// header and body sizes, a deadline on reading each request (a slow or idle client is
+// disconnected), and asynchronous handlers (a handler answers later, from any thread).
+//
+// Thread-safety: Start/Stop from one thread; handlers run on the server's threads.
+#pragma once
+
+#include <utility>  // before Boost (asio 1.74 under g++ 12)
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/http.hpp>
+
+#include "sluice/status.h"
+
+namespace sluiced {
+
+namespace http = boost::beast::http;
+using HttpRequest = http::request<http::string_body>;
+using HttpResponse = http::response<http::string_body>;
+using Respond = std::function<void(HttpResponse)>;
+using HttpHandler = std::function<void(HttpRequest&&, Respond)>;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port (see HttpServer::port)
+  int threads = 2;
+  std::size_t body_limit = 64 * 1024;
+  std::size_t header_limit = 8 * 1024;
+  // Reading one request (from the first byte, or from the end of the previous response
+  // on a kept-alive connection) must finish within this. Default: 10 s.
+  std::chrono::milliseconds read_timeout{10000};
+  // Writing one response. Default: 10 s.
+  std::chrono::milliseconds write_timeout{10000};
+};
+
+class HttpServer {
+ public:
+  // Binds and starts serving; InvalidArgument for a bad host, Unavailable when the
+  // address cannot be bound.
+  static sluice::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options,
+                                                             HttpHandler handler);
+  ~HttpServer();
+  uint16_t port() const { return port_; }
+  void Stop();
+
+ private:
+  HttpServer(HttpServerOptions options, HttpHandler handler);
+  void Accept();
+
+  HttpServerOptions options_;
+  std::shared_ptr<const HttpHandler> handler_;
+  // One io_context per thread: a connection lives on one thread (no strand needed).
+  std::vector<std::unique_ptr<boost::asio::io_context>> ios_;
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::size_t next_ = 0;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::vector<std::thread> threads_;
+  uint16_t port_ = 0;
+  bool stopped_ = false;
+};
+
+// A response with a JSON (or other) body.
+HttpResponse MakeResponse(http::status status, std::string body,
+                          std::string_view content_type = "application/json");
+
+}  // namespace sluiced

@@ -1,0 +1,283 @@
+// sluiced — the rate limit service (issue 14): Envoy RLS v3 over gRPC, HTTP/JSON, an
+// admin listener, on libsluice's public API.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include "service/config.h"
+#include "service/engine.h"
+#include "service/grpc_service.h"
+#include "service/http_server.h"
+#include "service/routes.h"
+
+namespace {
+
+using namespace sluiced;
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+bool SplitHostPort(const std::string& s, HostPort& out) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  out.host = s.substr(0, colon);
+  if (out.host.size() > 2 && out.host.front() == '[' && out.host.back() == ']')
+    out.host = out.host.substr(1, out.host.size() - 2);
+  const std::string port = s.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  const int p = std::stoi(port);
+  if (p > 65535) return false;
+  out.port = static_cast<uint16_t>(p);
+  return true;
+}
+
+// A fingerprint of the config files (names, sizes, mtimes) for change detection.
+std::string Fingerprint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string out;
+  std::error_code ec;
+  auto add = [&out](const fs::path& p) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) {
+      out += p.string() + ":" + std::to_string(st.st_size) + ":" +
+             std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
+    }
+  };
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) add(e.path());
+  } else {
+    add(path);
+  }
+  return out;
+}
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) {
+  g_signal.store(sig);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluiced: distributed rate limits over HTTP/JSON and Envoy's RLS v3 gRPC"};
+  std::string config_path = "/etc/sluiced";
+  std::string redis = "redis://127.0.0.1:6379";
+  std::string http_listen = "127.0.0.1:8080", grpc_listen = "127.0.0.1:8081",
+              admin_listen = "127.0.0.1:8082";
+  std::string admin_token, audit_log = "sluiced-audit.log", prefix = "sluice",
+                           default_policy = "open", log_level = "info";
+  int http_threads = 2, io_threads = 1, blocking_threads = 4;
+  int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
+  app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
+      ->envname("SLUICED_CONFIG")
+      ->required();
+  app.add_option("--redis", redis, "Store URL: redis://, unix:// or memory://")
+      ->envname("SLUICED_REDIS")
+      ->capture_default_str();
+  app.add_option("--http-listen", http_listen, "HTTP/JSON listener")
+      ->envname("SLUICED_HTTP_LISTEN")
+      ->capture_default_str();
+  app.add_option("--grpc-listen", grpc_listen, "Envoy RLS v3 gRPC listener")
+      ->envname("SLUICED_GRPC_LISTEN")
+      ->capture_default_str();
+  app.add_option("--admin-listen", admin_listen, "Admin listener (bearer token)")
+      ->envname("SLUICED_ADMIN_LISTEN")
+      ->capture_default_str();
+  app.add_option("--admin-token", admin_token,
+                 "Admin bearer token (empty: admin calls all answer 401)")
+      ->envname("SLUICED_ADMIN_TOKEN");
+  app.add_option("--audit-log", audit_log, "Audit log of admin releases (JSON lines)")
+      ->envname("SLUICED_AUDIT_LOG")
+      ->capture_default_str();
+  app.add_option("--prefix", prefix, "Key prefix in Redis")
+      ->envname("SLUICED_PREFIX")
+      ->capture_default_str();
+  app.add_option("--default-failure-mode", default_policy,
+                 "Policy of limits naming none: open, closed, local")
+      ->envname("SLUICED_DEFAULT_FAILURE_MODE")
+      ->capture_default_str();
+  app.add_option("--deadline-ms", deadline_ms, "Deadline of each store call")
+      ->envname("SLUICED_DEADLINE_MS")
+      ->capture_default_str();
+  app.add_option("--http-threads", http_threads, "HTTP threads")
+      ->envname("SLUICED_HTTP_THREADS")
+      ->capture_default_str();
+  app.add_option("--io-threads", io_threads, "Store client I/O threads")
+      ->envname("SLUICED_IO_THREADS")
+      ->capture_default_str();
+  app.add_option("--blocking-threads", blocking_threads,
+                 "Threads for composite checks and admin calls")
+      ->envname("SLUICED_BLOCKING_THREADS")
+      ->capture_default_str();
+  app.add_option("--read-timeout-ms", read_timeout_ms,
+                 "Time to read one HTTP request (slow clients are cut off)")
+      ->envname("SLUICED_READ_TIMEOUT_MS")
+      ->capture_default_str();
+  app.add_option("--watch-ms", watch_ms,
+                 "How often config files are checked for changes (0: only SIGHUP)")
+      ->envname("SLUICED_WATCH_MS")
+      ->capture_default_str();
+  app.add_option("--connect-wait-ms", connect_wait_ms,
+                 "At start, wait this long for the store before serving anyway")
+      ->envname("SLUICED_CONNECT_WAIT_MS")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->envname("SLUICED_LOG_LEVEL")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+
+  auto policy = sluice::ParseFailurePolicy(default_policy);
+  if (!policy.ok() || *policy == sluice::FailurePolicy::kDefault) {
+    spdlog::error("--default-failure-mode: expected open, closed or local, not '{}'",
+                  default_policy);
+    return 2;
+  }
+  HostPort http_at, grpc_at, admin_at;
+  for (auto [flag, value, out] : {std::tuple{"--http-listen", &http_listen, &http_at},
+                                  std::tuple{"--grpc-listen", &grpc_listen, &grpc_at},
+                                  std::tuple{"--admin-listen", &admin_listen, &admin_at}}) {
+    if (!SplitHostPort(*value, *out)) {
+      spdlog::error("{}: expected HOST:PORT, not '{}'", flag, *value);
+      return 2;
+    }
+  }
+
+  auto config = LoadConfig(config_path);
+  if (!config.ok()) {
+    spdlog::error("config refused, not starting: {}", config.status().message());
+    return 1;
+  }
+  spdlog::info("config loaded: {} file(s), {} domain(s), {} limit(s) from {}",
+               (*config)->files.size(), (*config)->domains.size(), (*config)->rules.size(),
+               config_path);
+
+  EngineOptions options;
+  options.client.url = redis;
+  options.client.prefix = prefix;
+  options.client.deadline = std::chrono::milliseconds(deadline_ms);
+  options.client.io_threads = io_threads;
+  options.client.on_failure = *policy;
+  options.blocking_threads = blocking_threads;
+  options.audit_log = audit_log;
+  auto engine = Engine::Create(options, *config);
+  if (!engine.ok()) {
+    spdlog::error("cannot start: {}", engine.status().ToString());
+    return 1;
+  }
+
+  // The connection is made in the background; give it a moment so the first requests
+  // are decided by the store, then serve either way (by the failure policies until it is up).
+  const auto wait_until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(connect_wait_ms);
+  while (!(*engine)->client().Health().connected && std::chrono::steady_clock::now() < wait_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!(*engine)->client().Health().connected) {
+    spdlog::warn(
+        "store {} not reachable yet: serving, every limit answering by its failure policy until it "
+        "is",
+        redis);
+  }
+
+  auto http = HttpServer::Start({.host = http_at.host,
+                                 .port = http_at.port,
+                                 .threads = http_threads,
+                                 .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
+                                PublicRoutes(**engine));
+  if (!http.ok()) {
+    spdlog::error("{}", http.status().message());
+    return 1;
+  }
+  if (admin_token.empty())
+    spdlog::warn("no --admin-token (SLUICED_ADMIN_TOKEN): every admin call answers 401");
+  auto admin = HttpServer::Start({.host = admin_at.host,
+                                  .port = admin_at.port,
+                                  .threads = 1,
+                                  .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
+                                 AdminRoutes(**engine, admin_token));
+  if (!admin.ok()) {
+    spdlog::error("{}", admin.status().message());
+    return 1;
+  }
+  auto grpc = GrpcServer::Start(**engine, grpc_listen);
+  if (!grpc.ok()) {
+    spdlog::error("{}", grpc.status().message());
+    return 1;
+  }
+  // One line tests and scripts wait for: every listener is up.
+  spdlog::info("serving http={}:{} grpc={}:{} admin={}:{} store={}", http_at.host, (*http)->port(),
+               grpc_at.host, (*grpc)->port(), admin_at.host, (*admin)->port(), redis);
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGHUP, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::string fingerprint = Fingerprint(config_path);
+  std::string last_breaker = (*engine)->client().Health().breaker;
+  auto reload = [&](const char* why) {
+    auto next = LoadConfig(config_path);
+    sluice::Status s = next.ok() ? (*engine)->Reload(*next) : next.status();
+    if (!s.ok()) {
+      if (!next.ok()) (*engine)->metrics().ConfigLoad(false);
+      spdlog::error("config reload ({}) refused, keeping the previous config: {}", why,
+                    s.message());
+      return;
+    }
+    spdlog::info("config reloaded ({}): {} file(s), {} domain(s), {} limit(s)", why,
+                 (*next)->files.size(), (*next)->domains.size(), (*next)->rules.size());
+  };
+  auto last_watch = std::chrono::steady_clock::now();
+  while (true) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const int sig = g_signal.exchange(0);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("stopping on signal {}", sig);
+      break;
+    }
+    if (sig == SIGHUP) {
+      fingerprint = Fingerprint(config_path);
+      reload("SIGHUP");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (watch_ms > 0 && now - last_watch >= std::chrono::milliseconds(watch_ms)) {
+      last_watch = now;
+      std::string f = Fingerprint(config_path);
+      if (f != fingerprint) {
+        fingerprint = std::move(f);
+        reload("file change");
+      }
+    }
+    (*engine)->ReapExpiredLeases();
+    const std::string breaker = (*engine)->client().Health().breaker;
+    if (breaker != last_breaker) {
+      spdlog::warn("store breaker {} -> {}", last_breaker, breaker);
+      last_breaker = breaker;
+    }
+  }
+  (*http)->Stop();
+  (*admin)->Stop();
+  (*grpc)->Stop();
+  engine->reset();  // callbacks still out land on stopped servers, which are destroyed after
+  return 0;
+}

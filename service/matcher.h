@@ -1,0 +1,35 @@
+// service/matcher.h — which rule of a domain limits a request descriptor, as
+// envoyproxy/ratelimit decides it: entry by entry down the tree, at each level the
+// exact `key_value` first, then the wildcard values (`foo*`, config order), then the
+// bare `key` (any value); the rule applies only when the tree's depth matches the
+// descriptor's (a rule at depth 1 does not limit a descriptor of 2 entries).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "service/config.h"
+
+namespace sluiced {
+
+using Entries = std::vector<std::pair<std::string, std::string>>;
+
+struct Match {
+  std::shared_ptr<const Rule> rule;  // null: no limit applies
+  std::string id;                    // the counter of this descriptor: "k=v,k2=v2" (escaped)
+};
+
+Match MatchDescriptor(const DomainConfig& domain, const Entries& entries);
+
+// The counter id for `entries`: `key=value` pairs joined by ',', with '\\', ',' and '='
+// escaped by a backslash so that two descriptors never share an id.
+std::string DescriptorId(const Entries& entries);
+
+// Drops (sets rule to null in) every match whose rule is named by another matched
+// rule's `replaces`.
+void ApplyReplaces(std::vector<Match>& matches);
+
+}  // namespace sluiced

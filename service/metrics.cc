@@ -1,0 +1,108 @@
+#include "service/metrics.h"
+
+#include <cstdio>
+
+#include "sluice/decision.h"
+
+namespace sluiced {
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string Number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+constexpr const char* kOutcomeNames[kOutcomes] = {"allowed", "over_limit", "unavailable",
+                                                  "shadow_refused"};
+
+}  // namespace
+
+RuleCounters* Metrics::ForRule(const std::string& domain, const std::string& limit) {
+  std::lock_guard lock(mu_);
+  auto& slot = rules_[domain + '\0' + limit];
+  if (!slot) {
+    slot = std::make_unique<RuleCounters>();
+    slot->domain = domain;
+    slot->limit = limit;
+  }
+  return slot.get();
+}
+
+void Metrics::ObserveStoreLatency(std::chrono::steady_clock::duration took) {
+  const double ms = std::chrono::duration<double, std::milli>(took).count();
+  std::size_t i = 0;
+  while (i < kBucketsMs.size() && ms > kBucketsMs[i]) ++i;
+  latency_buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  latency_sum_us_.fetch_add(static_cast<uint64_t>(ms * 1000), std::memory_order_relaxed);
+  latency_count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string Metrics::Format(std::size_t held_leases) const {
+  std::string out;
+  out += "# HELP sluiced_decisions_total Decisions by domain, limit, outcome and source.\n";
+  out += "# TYPE sluiced_decisions_total counter\n";
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, r] : rules_) {
+      for (int o = 0; o < kOutcomes; ++o) {
+        for (int s = 0; s < kSources; ++s) {
+          const uint64_t v = r->decisions[o][s].load(std::memory_order_relaxed);
+          if (v == 0 && !(o == 0 && s == 0)) continue;
+          out += "sluiced_decisions_total{domain=\"" + Escape(r->domain) + "\",limit=\"" +
+                 Escape(r->limit) + "\",outcome=\"" + kOutcomeNames[o] + "\",source=\"" +
+                 std::string(sluice::DecisionSourceName(static_cast<sluice::DecisionSource>(s))) +
+                 "\"} " + std::to_string(v) + "\n";
+        }
+      }
+    }
+  }
+  out += "# HELP sluiced_store_latency_seconds Time from a check's call to its store decision.\n";
+  out += "# TYPE sluiced_store_latency_seconds histogram\n";
+  uint64_t cumulative = 0;
+  for (std::size_t i = 0; i <= kBucketsMs.size(); ++i) {
+    cumulative += latency_buckets_[i].load(std::memory_order_relaxed);
+    const std::string le = i < kBucketsMs.size() ? Number(kBucketsMs[i] / 1000) : "+Inf";
+    out += "sluiced_store_latency_seconds_bucket{le=\"" + le + "\"} " + std::to_string(cumulative) +
+           "\n";
+  }
+  out += "sluiced_store_latency_seconds_sum " +
+         Number(static_cast<double>(latency_sum_us_.load(std::memory_order_relaxed)) / 1e6) + "\n";
+  out += "sluiced_store_latency_seconds_count " + std::to_string(cumulative) + "\n";
+  auto counter = [&out](const char* name, const char* help, uint64_t v) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name +
+           " " + std::to_string(v) + "\n";
+  };
+  counter("sluiced_store_errors_total",
+          "Checks the store did not answer (answered by their failure policy, or an error).",
+          store_errors_.load());
+  counter("sluiced_config_reloads_total", "Configurations loaded (start-up included).",
+          reloads_.load());
+  counter("sluiced_config_reload_failures_total", "Configurations refused (the old one was kept).",
+          reload_failures_.load());
+  counter("sluiced_http_requests_total", "HTTP requests served.", http_requests_.load());
+  counter("sluiced_grpc_requests_total", "ShouldRateLimit calls served.", grpc_requests_.load());
+  counter("sluiced_bad_requests_total", "Requests refused as malformed (4xx, INVALID_ARGUMENT).",
+          bad_requests_.load());
+  out += "# HELP sluiced_leases_held Leases sluiced holds for remote callers.\n";
+  out += "# TYPE sluiced_leases_held gauge\n";
+  out += "sluiced_leases_held " + std::to_string(held_leases) + "\n";
+  return out;
+}
+
+}  // namespace sluiced

@@ -1,0 +1,62 @@
+// service/metrics.h — sluiced's own counters (the library's come from Client::Metrics):
+// decisions by domain, limit, outcome and source; store latency; store errors; config
+// reloads. Counters live as long as the process, so a reload never resets them.
+//
+// Thread-safety: all members are thread-safe; a decision costs two relaxed atomic adds.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace sluiced {
+
+inline constexpr int kOutcomes = 4;  // allowed, over_limit, unavailable, shadow_refused
+inline constexpr int kSources = 5;   // sluice::DecisionSource
+
+struct RuleCounters {
+  std::string domain;
+  std::string limit;
+  std::array<std::array<std::atomic<uint64_t>, kSources>, kOutcomes> decisions{};
+};
+
+class Metrics {
+ public:
+  // The counters of one limit (created on first use, kept forever).
+  RuleCounters* ForRule(const std::string& domain, const std::string& limit);
+  void ObserveStoreLatency(std::chrono::steady_clock::duration took);
+  void StoreError() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
+  void ConfigLoad(bool ok) {
+    (ok ? reloads_ : reload_failures_).fetch_add(1, std::memory_order_relaxed);
+  }
+  void Request(bool grpc) {
+    (grpc ? grpc_requests_ : http_requests_).fetch_add(1, std::memory_order_relaxed);
+  }
+  void BadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
+  // Prometheus text of these metrics; `held_leases` is the gauge of leases held for
+  // remote callers.
+  std::string Format(std::size_t held_leases) const;
+
+  static constexpr std::array<double, 12> kBucketsMs = {0.1, 0.25, 0.5, 1,  2,   3,
+                                                        5,   10,   25,  50, 100, 250};
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<RuleCounters>> rules_;
+  std::array<std::atomic<uint64_t>, kBucketsMs.size() + 1> latency_buckets_{};
+  std::atomic<uint64_t> latency_sum_us_{0};
+  std::atomic<uint64_t> latency_count_{0};
+  std::atomic<uint64_t> store_errors_{0};
+  std::atomic<uint64_t> reloads_{0};
+  std::atomic<uint64_t> reload_failures_{0};
+  std::atomic<uint64_t> http_requests_{0};
+  std::atomic<uint64_t> grpc_requests_{0};
+  std::atomic<uint64_t> bad_requests_{0};
+};
+
+}  // namespace sluiced

@@ -1,0 +1,286 @@
+#include "service/routes.h"
+
+#include <spdlog/spdlog.h>
+#include <boost/asio/post.hpp>
+#include <nlohmann/json.hpp>
+
+#include "service/json_api.h"
+
+namespace sluiced {
+namespace {
+
+using nlohmann::json;
+
+std::string_view PathOf(const HttpRequest& r) {
+  const auto raw = r.target();
+  std::string_view target(raw.data(), raw.size());
+  return target.substr(0, target.find('?'));
+}
+
+std::string_view QueryOf(const HttpRequest& r) {
+  const auto raw = r.target();
+  std::string_view target(raw.data(), raw.size());
+  const auto q = target.find('?');
+  return q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+}
+
+void Error(const Respond& respond, http::status status, std::string_view message) {
+  respond(MakeResponse(status, ErrorJson(message)));
+}
+
+http::status StatusFor(const sluice::Status& s) {
+  switch (s.code()) {
+    case sluice::StatusCode::kInvalidArgument: return http::status::bad_request;
+    case sluice::StatusCode::kNotFound: return http::status::not_found;
+    case sluice::StatusCode::kFailedPrecondition: return http::status::gone;
+    case sluice::StatusCode::kPermissionDenied: return http::status::forbidden;
+    default: return http::status::service_unavailable;
+  }
+}
+
+void HandleCheck(Engine& engine, const HttpRequest& request, Respond respond, bool envoy) {
+  auto parsed = envoy ? ParseEnvoyJsonRequest(request.body()) : ParseCheckRequest(request.body());
+  if (!parsed.ok()) {
+    engine.metrics().BadRequest();
+    return Error(respond, http::status::bad_request, parsed.status().message());
+  }
+  const std::string domain = parsed->domain;
+  engine.Check(
+      std::move(*parsed), [respond = std::move(respond), envoy, domain](CheckResult result) {
+        if (result.unknown_domain && !envoy) {
+          return Error(respond, http::status::bad_request, "unknown domain '" + domain + "'");
+        }
+        http::status status = http::status::ok;
+        if (result.overall == Code::kOverLimit) status = http::status::too_many_requests;
+        if (result.overall == Code::kUnavailable) {
+          // envoy-ratelimit's /json knows only OK and OVER_LIMIT.
+          status = envoy ? http::status::too_many_requests : http::status::service_unavailable;
+        }
+        HttpResponse response = MakeResponse(
+            status, envoy ? FormatEnvoyJsonResponse(result) : FormatCheckResponse(result));
+        for (auto& [k, v] : RateLimitHeaders(result)) response.set(k, v);
+        respond(std::move(response));
+      });
+}
+
+void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) {
+  auto parsed = ParseDescriptorRequest(request.body());
+  if (!parsed.ok()) {
+    engine.metrics().BadRequest();
+    return Error(respond, http::status::bad_request, parsed.status().message());
+  }
+  engine.Acquire(
+      parsed->first, std::move(parsed->second), [respond = std::move(respond)](LeaseGrant grant) {
+        if (!grant.error.empty() && !grant.rule)
+          return Error(respond, http::status::bad_request, grant.error);
+        http::status status = http::status::created;
+        if (!grant.error.empty())
+          status = http::status::service_unavailable;
+        else if (!grant.granted)
+          status = grant.reason == sluice::RefusalReason::kStoreUnavailable
+                       ? http::status::service_unavailable
+                       : http::status::too_many_requests;
+        HttpResponse response = MakeResponse(status, FormatLeaseGrant(grant));
+        if (grant.granted)
+          response.set(http::field::location, "/v1/leases/" + grant.handle);
+        else
+          response.set(http::field::retry_after, std::to_string(std::max<int64_t>(
+                                                     1, (grant.retry_after.count() + 999) / 1000)));
+        respond(std::move(response));
+      });
+}
+
+}  // namespace
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  const std::size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+HttpHandler PublicRoutes(Engine& engine) {
+  return [&engine](HttpRequest&& request, Respond respond) {
+    engine.metrics().Request(false);
+    const std::string_view path = PathOf(request);
+    const auto method = request.method();
+    if (path == "/v1/check" || path == "/json") {
+      if (method != http::verb::post)
+        return Error(respond, http::status::method_not_allowed, "use POST");
+      return HandleCheck(engine, request, std::move(respond), path == "/json");
+    }
+    if (path == "/v1/leases") {
+      if (method != http::verb::post)
+        return Error(respond, http::status::method_not_allowed, "use POST");
+      return HandleAcquire(engine, request, std::move(respond));
+    }
+    constexpr std::string_view kLeases = "/v1/leases/";
+    if (path.substr(0, kLeases.size()) == kLeases) {
+      std::string_view rest = path.substr(kLeases.size());
+      const bool heartbeat = rest.size() > 10 && rest.substr(rest.size() - 10) == "/heartbeat";
+      if (heartbeat) rest.remove_suffix(10);
+      if (rest.empty() || rest.find('/') != std::string_view::npos)
+        return Error(respond, http::status::not_found, "no such path");
+      const std::string handle(rest);
+      if (heartbeat && method == http::verb::post) {
+        sluice::Status s = engine.Heartbeat(handle);
+        if (!s.ok()) return Error(respond, StatusFor(s), s.message());
+        return respond(MakeResponse(http::status::ok, R"({"held":true})"));
+      }
+      if (!heartbeat && method == http::verb::delete_) {
+        sluice::Status s = engine.Release(handle);
+        if (!s.ok()) return Error(respond, StatusFor(s), s.message());
+        return respond(MakeResponse(http::status::no_content, ""));
+      }
+      return Error(respond, http::status::method_not_allowed, "use POST .../heartbeat or DELETE");
+    }
+    if (method != http::verb::get) {
+      if (path == "/metrics" || path == "/healthz" || path == "/readyz")
+        return Error(respond, http::status::method_not_allowed, "use GET");
+      return Error(respond, http::status::not_found, "no such path: " + std::string(path));
+    }
+    if (path == "/metrics") {
+      return respond(MakeResponse(http::status::ok, engine.MetricsText(),
+                                  "text/plain; version=0.0.4; charset=utf-8"));
+    }
+    if (path == "/healthz") return respond(MakeResponse(http::status::ok, R"({"status":"alive"})"));
+    if (path == "/readyz") {
+      const bool strict = QueryOf(request).find("strict") != std::string_view::npos;
+      return engine.ProbeStore([respond = std::move(respond), strict](bool reachable) {
+        if (reachable)
+          return respond(
+              MakeResponse(http::status::ok, R"({"status":"ready","store":"reachable"})"));
+        // Every limit answers by its failure policy: the service still serves.
+        respond(MakeResponse(
+            strict ? http::status::service_unavailable : http::status::ok,
+            R"({"status":"degraded","store":"unreachable","answering":"failure policies"})"));
+      });
+    }
+    return Error(respond, http::status::not_found, "no such path: " + std::string(path));
+  };
+}
+
+HttpHandler AdminRoutes(Engine& engine, std::string token) {
+  return [&engine, token = std::move(token)](HttpRequest&& request, Respond respond) {
+    const auto raw_auth = request[http::field::authorization];
+    const std::string_view auth(raw_auth.data(), raw_auth.size());
+    constexpr std::string_view kBearer = "Bearer ";
+    if (token.empty() || auth.substr(0, kBearer.size()) != kBearer ||
+        !ConstantTimeEquals(auth.substr(kBearer.size()), token)) {
+      HttpResponse r = MakeResponse(http::status::unauthorized,
+                                    ErrorJson("admin calls need Authorization: Bearer <token>"));
+      r.set(http::field::www_authenticate, "Bearer");
+      return respond(std::move(r));
+    }
+    const std::string path(PathOf(request));
+    const auto method = request.method();
+    if (path == "/admin/config" && method == http::verb::get) {
+      json rules = json::array();
+      auto config = engine.config();
+      for (const auto& r : config->rules) {
+        rules.push_back({{"domain", r->domain},
+                         {"path", r->path},
+                         {"name", r->name},
+                         {"limiter", r->limiter_name},
+                         {"algorithm", RuleKindName(r->kind)},
+                         {"unit", UnitName(r->unit)},
+                         {"requests_per_unit", r->requests_per_unit},
+                         {"unlimited", r->unlimited},
+                         {"shadow_mode", r->shadow_mode},
+                         {"burst", r->burst},
+                         {"lease_ttl_ms", r->lease_ttl.count()},
+                         {"failure_mode", sluice::FailurePolicyName(r->failure_mode)},
+                         {"local_servers", r->local_servers},
+                         {"replaces", r->replaces},
+                         {"at", r->position.ToString()}});
+      }
+      json j = {{"files", config->files}, {"rules", rules}};
+      return respond(
+          MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
+    }
+    if (path == "/admin/breaker" && method == http::verb::get) {
+      const sluice::StoreHealth h = engine.client().Health();
+      json j = {{"breaker", h.breaker},
+                {"connected", h.connected},
+                {"consecutive_failures", h.consecutive_failures},
+                {"breaker_opens", h.breaker_opens},
+                {"short_circuited", h.short_circuited},
+                {"probe_in_ms", h.probe_in.count()}};
+      return respond(MakeResponse(http::status::ok, j.dump()));
+    }
+    if ((path == "/admin/leases/release" || path == "/admin/leases/list" ||
+         path == "/admin/inspect") &&
+        method == http::verb::post) {
+      auto parsed = ParseDescriptorRequest(request.body());
+      if (!parsed.ok()) return Error(respond, http::status::bad_request, parsed.status().message());
+      auto match = engine.Resolve(parsed->first, parsed->second);
+      if (!match.ok()) return Error(respond, http::status::not_found, match.status().message());
+      sluice::AdminAction action;
+      if (path == "/admin/leases/release") {
+        json body = json::parse(request.body(), nullptr, false);
+        if (body.is_object() && body.contains("actor") && body["actor"].is_string())
+          action.actor = body["actor"];
+        if (body.is_object() && body.contains("reason") && body["reason"].is_string())
+          action.reason = body["reason"];
+        if (action.actor.empty() || action.reason.empty())
+          return Error(respond, http::status::bad_request,
+                       "release needs an actor and a reason (they go to the audit log)");
+      }
+      // Blocking library calls: on the engine's blocking pool, never on a server thread.
+      return boost::asio::post(engine.blocking_pool(), [&engine, path, match = std::move(*match),
+                                                        action, respond = std::move(respond)]() {
+        if (path == "/admin/leases/release") {
+          auto r = engine.ReleaseAll(match, action);
+          if (!r.ok()) {
+            spdlog::warn("admin release_all limiter={} id={} actor={} failed: {}",
+                         match.rule->limiter_name, match.id, action.actor, r.status().ToString());
+            return Error(respond, StatusFor(r.status()), r.status().message());
+          }
+          spdlog::info("admin release_all limiter={} id={} actor={} reason={} released={}",
+                       match.rule->limiter_name, match.id, action.actor, action.reason,
+                       r->released);
+          json j = {{"released", r->released}, {"record", json::parse(r->record, nullptr, false)}};
+          return respond(MakeResponse(http::status::ok,
+                                      j.dump(-1, ' ', false, json::error_handler_t::replace)));
+        }
+        if (path == "/admin/leases/list") {
+          auto r = engine.ListLeases(match);
+          if (!r.ok()) return Error(respond, StatusFor(r.status()), r.status().message());
+          json leases = json::array();
+          for (const auto& l : *r)
+            leases.push_back({{"id", l.id},
+                              {"acquired_at_ms", l.acquired_at_ms},
+                              {"expires_at_ms", l.expires_at_ms}});
+          json j = {{"limiter", match.rule->limiter_name}, {"id", match.id}, {"leases", leases}};
+          return respond(MakeResponse(http::status::ok,
+                                      j.dump(-1, ' ', false, json::error_handler_t::replace)));
+        }
+        auto r = engine.Inspect(match);
+        if (!r.ok()) return Error(respond, StatusFor(r.status()), r.status().message());
+        json keys = json::array();
+        for (const auto& k : r->keys) {
+          json fields = json::object();
+          for (const auto& f : k.fields) fields[f.name] = f.value;
+          keys.push_back({{"key", k.key},
+                          {"type", sluice::KeyTypeName(k.type)},
+                          {"ttl_ms", k.ttl_ms},
+                          {"fields", fields},
+                          {"used", k.used},
+                          {"used_unit", k.used_unit},
+                          {"problem", k.problem}});
+        }
+        json j = {{"limiter", r->limiter}, {"id", r->id}, {"now_ms", r->now_ms}, {"keys", keys}};
+        respond(
+            MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
+      });
+    }
+    return Error(respond, http::status::not_found,
+                 "no such admin call: " + std::string(request.method_string()) + " " + path);
+  };
+}
+
+}  // namespace sluiced

@@ -1,0 +1,480 @@
+// sluiced end to end: the built binary against a private redis-server, over HTTP.
+#include <nlohmann/json.hpp>
+
+#include "service/tests/sluiced_process.h"
+#include "sluice/client.h"
+#include "testing/redis_server.h"
+
+namespace sluiced {
+namespace {
+
+using nlohmann::json;
+using testing::Call;
+using testing::Connection;
+using testing::HttpReply;
+using testing::Request;
+using testing::Sluiced;
+using testing::TempDir;
+
+std::string ExampleConfig() {
+  return testing::ReadAll(std::string(SLUICED_SOURCE_DIR) + "/examples/config/shop.yaml");
+}
+
+std::string Check(const std::vector<std::vector<std::pair<std::string, std::string>>>& descriptors,
+                  int hits = 0, const std::string& domain = "shop") {
+  json j;
+  j["domain"] = domain;
+  if (hits) j["hits"] = hits;
+  j["descriptors"] = json::array();
+  for (const auto& d : descriptors) {
+    json entries = json::array();
+    for (const auto& [k, v] : d) entries.push_back({{"key", k}, {"value", v}});
+    j["descriptors"].push_back({{"entries", entries}});
+  }
+  return j.dump();
+}
+
+std::string SignIn(const std::string& account) {
+  return Check({{{"route", "sign_in"}, {"account", account}}});
+}
+
+class E2e : public ::testing::Test {
+ protected:
+  void SetUp() override { config_.Write("shop.yaml", ExampleConfig()); }
+  // Every key sluiced wrote carries an expiry (design.md §1, rule 1).
+  void TearDown() override {
+    if (redis_.running()) {
+      EXPECT_EQ(redis_.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
+    }
+  }
+  std::vector<std::string> Flags() {
+    return {"--deadline-ms", "200", "--admin-token", "s3cret", "--read-timeout-ms", "700"};
+  }
+  sluice::testing::RedisServer redis_;
+  TempDir config_;
+};
+
+TEST_F(E2e, CheckAnswers200Then429WithRateLimitHeaders) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  for (int i = 0; i < 3; ++i) {
+    HttpReply r = Call(s.http_port(), "POST", "/v1/check", SignIn("alice"));
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("ratelimit-policy"), "\"sign_in\";q=3;w=60");
+    EXPECT_EQ(r.header("ratelimit").rfind("\"sign_in\";r=" + std::to_string(2 - i) + ";t=", 0), 0u)
+        << r.header("ratelimit");
+    EXPECT_EQ(json::parse(r.body)["descriptors"][0]["source"], "store");
+  }
+  HttpReply refused = Call(s.http_port(), "POST", "/v1/check", SignIn("alice"));
+  ASSERT_EQ(refused.status, 429);
+  const int retry_after = std::stoi(refused.header("retry-after"));
+  EXPECT_GE(retry_after, 1);
+  EXPECT_LE(retry_after, 60);
+  EXPECT_EQ(refused.header("ratelimit").rfind("\"sign_in\";r=0;t=", 0), 0u);
+  json body = json::parse(refused.body);
+  EXPECT_EQ(body["allowed"], false);
+  EXPECT_EQ(body["code"], "OVER_LIMIT");
+  EXPECT_EQ(body["descriptors"][0]["reason"], "over_limit");
+  // Another account has its own counter.
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("bob")).status, 200);
+  // hits: a request of 4 can never pass a limit of 3.
+  HttpReply big = Call(s.http_port(), "POST", "/v1/check",
+                       Check({{{"route", "sign_in"}, {"account", "carol"}}}, 4));
+  EXPECT_EQ(big.status, 429);
+  EXPECT_EQ(json::parse(big.body)["descriptors"][0]["reason"], "cost_exceeds_limit");
+  // A descriptor no rule matches is not limited.
+  HttpReply none = Call(s.http_port(), "POST", "/v1/check", Check({{{"nothing", "here"}}}));
+  EXPECT_EQ(none.status, 200);
+  EXPECT_TRUE(json::parse(none.body)["descriptors"][0]["limit"].is_null());
+  // Unlimited by wildcard, limited otherwise.
+  EXPECT_EQ(json::parse(Call(s.http_port(), "POST", "/v1/check", Check({{{"api_key", "beta-7"}}}))
+                            .body)["descriptors"][0]["limit"]["unlimited"],
+            true);
+  EXPECT_EQ(json::parse(Call(s.http_port(), "POST", "/v1/check", Check({{{"api_key", "k1"}}}))
+                            .body)["descriptors"][0]["remaining"],
+            99);
+}
+
+TEST_F(E2e, CompositeRefusalSpendsNothing) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const std::string acme = Check({{{"tenant", "acme"}}, {{"api", "search"}}});
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", acme).status, 200);
+  HttpReply refused = Call(s.http_port(), "POST", "/v1/check", acme);
+  ASSERT_EQ(refused.status, 429);
+  EXPECT_EQ(refused.header("ratelimit-policy"), "\"per_tenant\";q=4;w=60");
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", acme).status, 429);
+  // The global limit (6/min) spent 4, not 10: another tenant still gets 2.
+  const std::string zed = Check({{{"tenant", "zed"}}, {{"api", "search"}}});
+  HttpReply ok = Call(s.http_port(), "POST", "/v1/check", zed);
+  ASSERT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.header("ratelimit").rfind("\"search_global\";r=1;", 0), 0u)
+      << ok.header("ratelimit");
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", zed).status, 200);
+  HttpReply global = Call(s.http_port(), "POST", "/v1/check", zed);
+  EXPECT_EQ(global.status, 429);
+  EXPECT_EQ(global.header("ratelimit-policy"), "\"search_global\";q=6;w=60");
+}
+
+TEST_F(E2e, EnvoyJsonEndpoint) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const std::string body =
+      R"({"domain":"shop","hitsAddend":9,"descriptors":[{"entries":[{"key":"route","value":"checkout"},{"key":"account","value":"a"}]}]})";
+  HttpReply r = Call(s.http_port(), "POST", "/json", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(
+      json::parse(r.body),
+      json::parse(
+          R"({"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"name":"checkout","requestsPerUnit":10,"unit":"MINUTE"},"durationUntilReset":")" +
+          json::parse(r.body)["statuses"][0]["durationUntilReset"].get<std::string>() +
+          R"(","limitRemaining":1}]})"));
+  HttpReply over = Call(s.http_port(), "POST", "/json", body);
+  EXPECT_EQ(over.status, 429);
+  EXPECT_EQ(json::parse(over.body)["overallCode"], "OVER_LIMIT");
+  // Unknown domains limit nothing on envoy-ratelimit's endpoint.
+  HttpReply unknown =
+      Call(s.http_port(), "POST", "/json",
+           R"({"domain":"nope","descriptors":[{"entries":[{"key":"a","value":"b"}]}]})");
+  EXPECT_EQ(unknown.status, 200);
+  EXPECT_EQ(json::parse(unknown.body)["overallCode"], "OK");
+}
+
+TEST_F(E2e, BadRequestsGetClearErrorsAndNeverStickAWorker) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  HttpReply malformed = Call(port, "POST", "/v1/check", "{\"domain\":");
+  EXPECT_EQ(malformed.status, 400);
+  EXPECT_EQ(json::parse(malformed.body)["error"].get<std::string>().rfind("malformed JSON", 0), 0u);
+  HttpReply unknown = Call(port, "POST", "/v1/check", Check({{{"a", "b"}}}, 0, "nope"));
+  EXPECT_EQ(unknown.status, 400);
+  EXPECT_EQ(json::parse(unknown.body)["error"], "unknown domain 'nope'");
+  HttpReply huge_value = Call(port, "POST", "/v1/check",
+                              Check({{{"route", "sign_in"}, {"account", std::string(5000, 'x')}}}));
+  EXPECT_EQ(huge_value.status, 400);
+  EXPECT_EQ(json::parse(huge_value.body)["error"], "an entry's value is longer than 1024 bytes");
+  HttpReply oversized = Call(port, "POST", "/v1/check", std::string(100 * 1024, ' '));
+  EXPECT_EQ(oversized.status, 413);
+  HttpReply big_header =
+      Call(port, "POST", "/v1/check", SignIn("x"), "X-Junk: " + std::string(20000, 'j') + "\r\n");
+  EXPECT_EQ(big_header.status, 431);
+  Connection garbage(port);
+  ASSERT_TRUE(garbage.Send("THIS IS NOT HTTP\r\n\r\n"));
+  EXPECT_EQ(garbage.Read().status, 400);
+  EXPECT_EQ(Call(port, "GET", "/v1/check").status, 405);
+  EXPECT_EQ(Call(port, "GET", "/nowhere").status, 404);
+  // Slowloris: a request that trickles in is cut off at --read-timeout-ms (700 ms).
+  Connection slow(port, std::chrono::seconds(5));
+  ASSERT_TRUE(slow.Send("POST /v1/check HTTP/1.1\r\nHost: x\r\n"));
+  const auto start = std::chrono::steady_clock::now();
+  bool closed = false;
+  for (int i = 0; i < 40 && !closed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    closed = !slow.Send("X-Slow: 1\r\n");
+  }
+  if (!closed) closed = slow.ClosedByPeer();
+  EXPECT_TRUE(closed) << "a slow client was not disconnected";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  // An idle kept-alive connection is closed as well.
+  Connection idle(port, std::chrono::seconds(3));
+  EXPECT_TRUE(idle.ClosedByPeer());
+  // Keep-alive: several requests on one connection; the service still answers.
+  Connection keep(port);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(keep.Send(Request("GET", "/healthz")));
+    EXPECT_EQ(keep.Read().status, 200);
+  }
+  EXPECT_EQ(Call(port, "POST", "/v1/check", SignIn("after")).status, 200);
+}
+
+TEST_F(E2e, LeasesAcquireHeartbeatRelease) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const std::string body =
+      R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"dana"}]})";
+  std::vector<std::string> handles;
+  for (int i = 0; i < 3; ++i) {
+    HttpReply r = Call(s.http_port(), "POST", "/v1/leases", body);
+    ASSERT_EQ(r.status, 201) << r.body;
+    handles.push_back(json::parse(r.body)["lease"]);
+    EXPECT_EQ(r.header("location"), "/v1/leases/" + handles.back());
+    EXPECT_EQ(json::parse(r.body)["live"], i + 1);
+  }
+  HttpReply full = Call(s.http_port(), "POST", "/v1/leases", body);
+  EXPECT_EQ(full.status, 429);
+  EXPECT_FALSE(full.header("retry-after").empty());
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/leases/" + handles[0] + "/heartbeat").status, 200);
+  EXPECT_EQ(Call(s.http_port(), "DELETE", "/v1/leases/" + handles[0]).status, 204);
+  EXPECT_EQ(Call(s.http_port(), "DELETE", "/v1/leases/" + handles[0]).status, 404);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/leases/" + handles[0] + "/heartbeat").status, 404);
+  // The released slot is free again (the release reached Redis before this acquire).
+  HttpReply again;
+  for (int i = 0; i < 50 && again.status != 201; ++i) {
+    again = Call(s.http_port(), "POST", "/v1/leases", body);
+    if (again.status != 201) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(again.status, 201) << again.body;
+  // A descriptor of a rate limit is not a concurrency limit.
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/leases",
+                 R"({"domain":"shop","entries":[{"key":"tenant","value":"a"}]})")
+                .status,
+            400);
+
+  // Admin: list and release every lease of the id (audited).
+  const std::string auth = "Authorization: Bearer s3cret\r\n";
+  HttpReply list = Call(s.admin_port(), "POST", "/admin/leases/list", body, auth);
+  ASSERT_EQ(list.status, 200) << list.body;
+  EXPECT_EQ(json::parse(list.body)["leases"].size(), 3u);
+  HttpReply no_reason = Call(s.admin_port(), "POST", "/admin/leases/release", body, auth);
+  EXPECT_EQ(no_reason.status, 400);
+  const std::string release =
+      R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"dana"}],"actor":"ops@example","reason":"stuck player"})";
+  HttpReply released = Call(s.admin_port(), "POST", "/admin/leases/release", release, auth);
+  ASSERT_EQ(released.status, 200) << released.body;
+  EXPECT_EQ(json::parse(released.body)["released"], 3);
+  EXPECT_NE(s.audit_log().find("\"actor\":\"ops@example\""), std::string::npos) << s.audit_log();
+  EXPECT_NE(s.log().find("admin release_all"), std::string::npos);
+  HttpReply inspect = Call(
+      s.admin_port(), "POST", "/admin/inspect",
+      R"({"domain":"shop","entries":[{"key":"route","value":"sign_in"},{"key":"account","value":"zoe"}]})",
+      auth);
+  EXPECT_EQ(inspect.status, 200) << inspect.body;
+}
+
+TEST_F(E2e, AdminNeedsTheBearerToken) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  EXPECT_EQ(Call(s.admin_port(), "GET", "/admin/config").status, 401);
+  EXPECT_EQ(
+      Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: Bearer wrong\r\n").status,
+      401);
+  EXPECT_EQ(
+      Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: Bearer s3cre\r\n").status,
+      401);
+  EXPECT_EQ(
+      Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: Basic s3cret\r\n").status,
+      401);
+  EXPECT_EQ(Call(s.admin_port(), "POST", "/admin/leases/release", "{}").status, 401);
+  HttpReply config =
+      Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: Bearer s3cret\r\n");
+  ASSERT_EQ(config.status, 200);
+  EXPECT_EQ(json::parse(config.body)["rules"].size(), 8u)
+      << "examples/config/shop.yaml has 8 limits";
+  HttpReply breaker =
+      Call(s.admin_port(), "GET", "/admin/breaker", "", "Authorization: Bearer s3cret\r\n");
+  ASSERT_EQ(breaker.status, 200);
+  EXPECT_EQ(json::parse(breaker.body)["breaker"], "closed");
+  // Admin calls are not on the public listener.
+  EXPECT_EQ(
+      Call(s.http_port(), "GET", "/admin/config", "", "Authorization: Bearer s3cret\r\n").status,
+      404);
+}
+
+TEST_F(E2e, MetricsPassPromtoolAndCountDecisions) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  for (int i = 0; i < 4; ++i) Call(s.http_port(), "POST", "/v1/check", SignIn("m"));
+  HttpReply m = Call(s.http_port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(
+      m.body.find(
+          R"(sluiced_decisions_total{domain="shop",limit="sign_in",outcome="allowed",source="store"} 3)"),
+      std::string::npos)
+      << m.body;
+  EXPECT_NE(
+      m.body.find(
+          R"(sluiced_decisions_total{domain="shop",limit="sign_in",outcome="over_limit",source="store"} 1)"),
+      std::string::npos);
+  EXPECT_NE(m.body.find("sluiced_store_latency_seconds_bucket"), std::string::npos);
+  EXPECT_NE(m.body.find("sluice_breaker_state"), std::string::npos);
+  EXPECT_NE(m.body.find("sluiced_config_reloads_total 1"), std::string::npos);
+  TempDir dir;
+  dir.Write("metrics.txt", m.body);
+  const std::string cmd =
+      "promtool check metrics < " + dir.path() + "/metrics.txt > " + dir.path() + "/out.txt 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << testing::ReadAll(dir.path() + "/out.txt");
+  EXPECT_EQ(Call(s.http_port(), "GET", "/healthz").status, 200);
+  HttpReply ready = Call(s.http_port(), "GET", "/readyz");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(json::parse(ready.body)["status"], "ready");
+}
+
+TEST_F(E2e, ReloadKeepsOldConfigOnErrorAndNeverResetsCounters) {
+  const std::string v1 =
+      "domain: r\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: minute, "
+      "requests_per_unit: 3}\n";
+  config_.Write("r.yaml", v1);
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const std::string u = Check({{{"user", "u1"}}}, 0, "r");
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 200);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 200);
+  // A broken file: refused, the old config (and its limits) stay.
+  config_.Write("r.yaml",
+                "domain: r\ndescriptors:\n  - key: user\n    rate_limit: {unit: eon, "
+                "requests_per_unit: 5}\n");
+  s.Signal(SIGHUP);
+  bool logged = false;
+  for (int i = 0; i < 100 && !logged; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    logged = s.log().find("refused, keeping the previous config: " + config_.path() +
+                          "/r.yaml:4:24: unknown unit 'eon'") != std::string::npos;
+  }
+  EXPECT_TRUE(logged) << s.log();
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 200);  // third of 3
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 429);
+  // Raised to 5 by a file change (no signal): 3 spent stay spent, 2 more pass.
+  config_.Write("r.yaml",
+                "domain: r\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: "
+                "minute, requests_per_unit: 5}\n");
+  bool reloaded = false;
+  for (int i = 0; i < 150 && !reloaded; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    reloaded = s.log().find("config reloaded (file change)") != std::string::npos;
+  }
+  ASSERT_TRUE(reloaded) << s.log();
+  HttpReply r = Call(s.http_port(), "POST", "/v1/check", u);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("ratelimit-policy"), "\"per_user\";q=5;w=60");
+  EXPECT_EQ(r.header("ratelimit").rfind("\"per_user\";r=1;", 0), 0u) << r.header("ratelimit");
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 200);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 429);
+  HttpReply m = Call(s.http_port(), "GET", "/metrics");
+  EXPECT_NE(m.body.find("sluiced_config_reload_failures_total 1"), std::string::npos);
+  EXPECT_NE(m.body.find("sluiced_config_reloads_total 2"), std::string::npos);
+}
+
+TEST_F(E2e, ShadowModeReplacesOverridesAndLeaseExpiry) {
+  config_.Write("x.yaml", R"(domain: x
+descriptors:
+  - key: dark
+    shadow_mode: true
+    rate_limit: {name: dark, unit: minute, requests_per_unit: 1}
+  - key: banned
+    rate_limit: {name: banned, unit: minute, requests_per_unit: 0}
+  - key: vip
+    rate_limit: {name: vip, unit: minute, requests_per_unit: 100, replaces: [{name: banned}]}
+  - key: bucket
+    algorithm: token_bucket
+    burst: 2
+    rate_limit: {name: bucket, unit: hour, requests_per_unit: 1}
+  - key: short
+    algorithm: concurrency
+    lease_ttl: 600ms
+    rate_limit: {name: short, requests_per_unit: 1}
+)");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  // Shadow mode: over the limit, still allowed, and counted as shadow_refused.
+  EXPECT_EQ(Call(port, "POST", "/v1/check", Check({{{"dark", "a"}}}, 0, "x")).status, 200);
+  HttpReply shadow = Call(port, "POST", "/v1/check", Check({{{"dark", "a"}}}, 0, "x"));
+  EXPECT_EQ(shadow.status, 200);
+  EXPECT_EQ(json::parse(shadow.body)["descriptors"][0]["shadow_refused"], true);
+  EXPECT_NE(Call(port, "GET", "/metrics")
+                .body.find(R"(limit="dark",outcome="shadow_refused",source="store"} 1)"),
+            std::string::npos);
+  // requests_per_unit 0 refuses; a matching `replaces` lifts it.
+  EXPECT_EQ(Call(port, "POST", "/v1/check", Check({{{"banned", "b"}}}, 0, "x")).status, 429);
+  EXPECT_EQ(
+      Call(port, "POST", "/v1/check", Check({{{"banned", "b"}}, {{"vip", "b"}}}, 0, "x")).status,
+      200);
+  // token_bucket with a burst of 2.
+  EXPECT_EQ(Call(port, "POST", "/v1/check", Check({{{"bucket", "c"}}}, 0, "x")).status, 200);
+  EXPECT_EQ(Call(port, "POST", "/v1/check", Check({{{"bucket", "c"}}}, 0, "x")).status, 200);
+  EXPECT_EQ(Call(port, "POST", "/v1/check", Check({{{"bucket", "c"}}}, 0, "x")).status, 429);
+  // A limit override (Envoy's RateLimitOverride) through /json: 1 per minute.
+  const std::string o =
+      R"({"domain":"x","descriptors":[{"entries":[{"key":"vip","value":"o"}],"limit":{"requestsPerUnit":1,"unit":"MINUTE"}}]})";
+  EXPECT_EQ(Call(port, "POST", "/json", o).status, 200);
+  HttpReply overridden = Call(port, "POST", "/json", o);
+  EXPECT_EQ(overridden.status, 429);
+  EXPECT_EQ(json::parse(overridden.body)["statuses"][0]["currentLimit"]["requestsPerUnit"], 1);
+  // A lease whose holder stops heartbeating is dropped after lease_ttl and its slot freed.
+  const std::string lease = R"({"domain":"x","entries":[{"key":"short","value":"d"}]})";
+  HttpReply first = Call(port, "POST", "/v1/leases", lease);
+  ASSERT_EQ(first.status, 201) << first.body;
+  EXPECT_EQ(Call(port, "POST", "/v1/leases", lease).status, 429);
+  int status = 0;
+  for (int i = 0; i < 60 && status != 201; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = Call(port, "POST", "/v1/leases", lease).status;
+  }
+  EXPECT_EQ(status, 201);
+  EXPECT_EQ(Call(port, "POST",
+                 "/v1/leases/" + json::parse(first.body)["lease"].get<std::string>() + "/heartbeat")
+                .status,
+            404);
+}
+
+TEST_F(E2e, RefusesToStartOnABadConfig) {
+  config_.Write("bad.yaml",
+                "domain: b\ndescriptors:\n  - key: k\n    algorithm: nope\n    rate_limit: {unit: "
+                "second, requests_per_unit: 1}\n");
+  Sluiced s(config_.path(), redis_.url(), Flags(), /*expect_start=*/false);
+  EXPECT_EQ(s.WaitExit(std::chrono::seconds(10)), 1);
+  EXPECT_NE(s.log().find("config refused, not starting: " + config_.path() +
+                         "/bad.yaml:4:16: unknown algorithm 'nope'"),
+            std::string::npos)
+      << s.log();
+}
+
+TEST_F(E2e, RedisStoppedAndRestarted) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  const std::string seat = Check({{{"route", "seat_map"}, {"session", "s1"}}});
+  const std::string checkout = Check({{{"route", "checkout"}, {"account", "c1"}}});
+  ASSERT_EQ(Call(port, "POST", "/v1/check", SignIn("e")).status, 200);
+  redis_.Kill();
+  // sign-in is closed: 503 with Retry-After; seat map open: 200 fail_open; checkout: the
+  // default policy (open).
+  HttpReply closed = Call(port, "POST", "/v1/check", SignIn("e"));
+  EXPECT_EQ(closed.status, 503) << closed.body;
+  EXPECT_GE(std::stoi(closed.header("retry-after").empty() ? "0" : closed.header("retry-after")),
+            1);
+  EXPECT_EQ(json::parse(closed.body)["descriptors"][0]["reason"], "store_unavailable");
+  HttpReply open = Call(port, "POST", "/v1/check", seat);
+  EXPECT_EQ(open.status, 200);
+  EXPECT_EQ(json::parse(open.body)["descriptors"][0]["source"], "fail_open");
+  HttpReply dflt = Call(port, "POST", "/v1/check", checkout);
+  EXPECT_EQ(dflt.status, 200);
+  EXPECT_EQ(json::parse(dflt.body)["descriptors"][0]["source"], "fail_open");
+  HttpReply ready = Call(port, "GET", "/readyz");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(json::parse(ready.body)["status"], "degraded");
+  EXPECT_EQ(Call(port, "GET", "/readyz?strict=1").status, 503);
+  redis_.Start();
+  // Recovery without restarting sluiced: the store decides again.
+  std::string source;
+  for (int i = 0; i < 100 && source != "store"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    HttpReply r = Call(port, "POST", "/v1/check", SignIn("f"));
+    if (r.status == 200) source = json::parse(r.body)["descriptors"][0]["source"];
+  }
+  EXPECT_EQ(source, "store");
+  EXPECT_EQ(json::parse(Call(port, "GET", "/readyz").body)["status"], "ready");
+  HttpReply m = Call(port, "GET", "/metrics");
+  EXPECT_NE(m.body.find(R"(outcome="unavailable",source="fail_closed")"), std::string::npos);
+}
+
+TEST_F(E2e, StartsAndServesWhenRedisIsDown) {
+  {
+    redis_.Kill();
+    Sluiced s(config_.path(), redis_.url(), Flags());
+    ASSERT_TRUE(s.running());
+    EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("g")).status, 503);
+    EXPECT_EQ(json::parse(Call(s.http_port(), "GET", "/readyz").body)["status"], "degraded");
+    redis_.Start();
+    int status = 0;
+    for (int i = 0; i < 100 && status != 200; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      status = Call(s.http_port(), "POST", "/v1/check", SignIn("g")).status;
+    }
+    EXPECT_EQ(status, 200);
+  }
+}
+
+TEST_F(E2e, MemoryStoreAndEnvironmentVariables) {
+  ::setenv("SLUICED_ADMIN_TOKEN", "from-env", 1);
+  Sluiced s(config_.path(), "memory://", {"--deadline-ms", "200"});
+  ::unsetenv("SLUICED_ADMIN_TOKEN");
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("h")).status, 200);
+  EXPECT_EQ(Call(s.admin_port(), "GET", "/admin/breaker", "", "Authorization: Bearer from-env\r\n")
+                .status,
+            200);
+}
+
+}  // namespace
+}  // namespace sluiced

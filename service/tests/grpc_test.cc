@@ -1,0 +1,191 @@
+// Envoy RLS v3 over gRPC against a running sluiced: a C++ client generated from
+// service/proto, and a Python client (Debian's grpcio, stubs generated at test time).
+#include <grpcpp/grpcpp.h>
+
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "service/tests/sluiced_process.h"
+#include "testing/redis_server.h"
+
+namespace sluiced {
+namespace {
+
+namespace rls = envoy::service::ratelimit::v3;
+using testing::Sluiced;
+using testing::TempDir;
+
+class Grpc : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.Write("shop.yaml",
+                  testing::ReadAll(std::string(SLUICED_SOURCE_DIR) + "/examples/config/shop.yaml"));
+    sluiced_ = std::make_unique<Sluiced>(config_.path(), redis_.url(),
+                                         std::vector<std::string>{"--deadline-ms", "200"});
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(sluiced_->grpc_port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = rls::RateLimitService::NewStub(channel_);
+  }
+
+  rls::RateLimitResponse Call(const rls::RateLimitRequest& request,
+                              grpc::Status* status_out = nullptr) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    rls::RateLimitResponse response;
+    grpc::Status status = stub_->ShouldRateLimit(&context, request, &response);
+    if (status_out)
+      *status_out = status;
+    else
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    return response;
+  }
+
+  static rls::RateLimitRequest SignIn(const std::string& account, uint32_t hits = 0) {
+    rls::RateLimitRequest r;
+    r.set_domain("shop");
+    r.set_hits_addend(hits);
+    auto* d = r.add_descriptors();
+    auto* e = d->add_entries();
+    e->set_key("route");
+    e->set_value("sign_in");
+    e = d->add_entries();
+    e->set_key("account");
+    e->set_value(account);
+    return r;
+  }
+
+  sluice::testing::RedisServer redis_;
+  TempDir config_;
+  std::unique_ptr<Sluiced> sluiced_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<rls::RateLimitService::Stub> stub_;
+};
+
+TEST_F(Grpc, ShouldRateLimitFromCpp) {
+  for (int i = 0; i < 3; ++i) {
+    rls::RateLimitResponse r = Call(SignIn("alice"));
+    ASSERT_EQ(r.overall_code(), rls::RateLimitResponse::OK);
+    ASSERT_EQ(r.statuses_size(), 1);
+    EXPECT_EQ(r.statuses(0).current_limit().requests_per_unit(), 3u);
+    EXPECT_EQ(r.statuses(0).current_limit().unit(), rls::RateLimitResponse::RateLimit::MINUTE);
+    EXPECT_EQ(r.statuses(0).current_limit().name(), "sign_in");
+    EXPECT_EQ(r.statuses(0).limit_remaining(), static_cast<uint32_t>(2 - i));
+    EXPECT_GT(r.statuses(0).duration_until_reset().seconds(), 0);
+  }
+  rls::RateLimitResponse over = Call(SignIn("alice"));
+  EXPECT_EQ(over.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(over.statuses(0).code(), rls::RateLimitResponse::OVER_LIMIT);
+  std::map<std::string, std::string> headers;
+  for (const auto& h : over.response_headers_to_add()) headers[h.key()] = h.value();
+  EXPECT_EQ(headers["RateLimit-Policy"], "\"sign_in\";q=3;w=60");
+  EXPECT_EQ(headers["RateLimit"].rfind("\"sign_in\";r=0;t=", 0), 0u);
+  EXPECT_FALSE(headers["Retry-After"].empty());
+}
+
+TEST_F(Grpc, HitsAddendPerRequestAndPerDescriptor) {
+  // Per request: 2 of 3.
+  rls::RateLimitResponse two = Call(SignIn("bob", 2));
+  EXPECT_EQ(two.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(two.statuses(0).limit_remaining(), 1u);
+  // Per descriptor: an explicit 0 reports without spending.
+  rls::RateLimitRequest peek = SignIn("bob", 5);
+  peek.mutable_descriptors(0)->mutable_hits_addend()->set_value(0);
+  rls::RateLimitResponse peeked = Call(peek);
+  EXPECT_EQ(peeked.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(peeked.statuses(0).limit_remaining(), 1u);
+  // Per descriptor 1 overrides the request's 5.
+  rls::RateLimitRequest one = SignIn("bob", 5);
+  one.mutable_descriptors(0)->mutable_hits_addend()->set_value(1);
+  rls::RateLimitResponse last = Call(one);
+  EXPECT_EQ(last.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(last.statuses(0).limit_remaining(), 0u);
+  EXPECT_EQ(Call(SignIn("bob")).overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+}
+
+TEST_F(Grpc, LimitOverrideAndComposite) {
+  // Envoy's RateLimitOverride: 1 per hour instead of the configured 10 per minute.
+  rls::RateLimitRequest r;
+  r.set_domain("shop");
+  auto* d = r.add_descriptors();
+  auto* e = d->add_entries();
+  e->set_key("route");
+  e->set_value("checkout");
+  e = d->add_entries();
+  e->set_key("account");
+  e->set_value("ovr");
+  d->mutable_limit()->set_requests_per_unit(1);
+  d->mutable_limit()->set_unit(envoy::type::v3::HOUR);
+  rls::RateLimitResponse first = Call(r);
+  EXPECT_EQ(first.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(first.statuses(0).current_limit().requests_per_unit(), 1u);
+  EXPECT_EQ(first.statuses(0).current_limit().unit(), rls::RateLimitResponse::RateLimit::HOUR);
+  EXPECT_EQ(Call(r).overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  // Two descriptors, one composite: the tenant's refusal spends nothing globally.
+  auto two = [](const std::string& tenant) {
+    rls::RateLimitRequest q;
+    q.set_domain("shop");
+    auto* t = q.add_descriptors()->add_entries();
+    t->set_key("tenant");
+    t->set_value(tenant);
+    auto* g = q.add_descriptors()->add_entries();
+    g->set_key("api");
+    g->set_value("search");
+    return q;
+  };
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(Call(two("t1")).overall_code(), rls::RateLimitResponse::OK);
+  rls::RateLimitResponse refused = Call(two("t1"));
+  EXPECT_EQ(refused.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(refused.statuses(0).code(), rls::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(refused.statuses(1).code(), rls::RateLimitResponse::OK);
+  rls::RateLimitResponse other = Call(two("t2"));
+  EXPECT_EQ(other.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(other.statuses(1).limit_remaining(), 1u);  // 6 - 4 - 1: the refusal spent nothing
+}
+
+TEST_F(Grpc, UnknownDomainEmptyDescriptorsAndBadInput) {
+  rls::RateLimitRequest unknown = SignIn("x");
+  unknown.set_domain("nope");
+  rls::RateLimitResponse r = Call(unknown);
+  EXPECT_EQ(r.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(r.statuses_size(), 1);
+  rls::RateLimitRequest empty;
+  empty.set_domain("shop");
+  rls::RateLimitResponse e = Call(empty);
+  EXPECT_EQ(e.overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(e.statuses_size(), 0);
+  grpc::Status status;
+  rls::RateLimitRequest no_domain = SignIn("x");
+  no_domain.set_domain("");
+  Call(no_domain, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "domain must not be empty");
+  rls::RateLimitRequest huge = SignIn(std::string(5000, 'v'));
+  Call(huge, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // The service still answers.
+  EXPECT_EQ(Call(SignIn("y")).overall_code(), rls::RateLimitResponse::OK);
+}
+
+TEST_F(Grpc, ClosedPolicyWhenRedisIsDown) {
+  redis_.Kill();
+  rls::RateLimitResponse r = Call(SignIn("z"));
+  EXPECT_EQ(r.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  bool reason = false;
+  for (const auto& h : r.response_headers_to_add())
+    reason |= h.key() == "x-sluice-reason" && h.value() == "store_unavailable";
+  EXPECT_TRUE(reason);
+  redis_.Start();
+}
+
+TEST_F(Grpc, PythonClientFromDebianGrpcio) {
+  TempDir out;
+  const std::string cmd = "/usr/bin/python3 " + std::string(SLUICED_SOURCE_DIR) +
+                          "/service/tests/rls_client.py " + std::to_string(sluiced_->grpc_port()) +
+                          " " + SLUICED_SOURCE_DIR + "/service/proto " + out.path() + " > " +
+                          out.path() + "/log.txt 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string log = testing::ReadAll(out.path() + "/log.txt");
+  EXPECT_EQ(rc, 0) << log;
+  EXPECT_NE(log.find("python rls client: all checks passed"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace sluiced

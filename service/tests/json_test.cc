@@ -1,0 +1,100 @@
+#include "service/json_api.h"
+
+#include <gtest/gtest.h>
+
+namespace sluiced {
+namespace {
+
+TEST(Json, CheckRequest) {
+  auto r = ParseCheckRequest(R"({"domain":"shop","hits":3,"descriptors":[
+      {"entries":[{"key":"route","value":"sign_in"},{"key":"account","value":"a"}]},
+      {"entries":[{"key":"k"}],"hits":0}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->domain, "shop");
+  EXPECT_EQ(r->hits, 3u);
+  ASSERT_EQ(r->descriptors.size(), 2u);
+  EXPECT_EQ(r->descriptors[0].entries[1], (std::pair<std::string, std::string>{"account", "a"}));
+  EXPECT_FALSE(r->descriptors[0].hits.has_value());
+  EXPECT_EQ(r->descriptors[1].hits, 0u);
+  EXPECT_EQ(r->descriptors[1].entries[0].second, "");
+}
+
+TEST(Json, EnvoyJsonRequestUsesProto3Names) {
+  auto r = ParseEnvoyJsonRequest(R"({"domain":"d","hitsAddend":2,"descriptors":[
+      {"entries":[{"key":"k","value":"v"}],"hitsAddend":"7","limit":{"requestsPerUnit":9,"unit":"HOUR"}}]})");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->hits, 2u);
+  EXPECT_EQ(r->descriptors[0].hits, 7u);
+  ASSERT_TRUE(r->descriptors[0].limit.has_value());
+  EXPECT_EQ(r->descriptors[0].limit->requests_per_unit, 9);
+  EXPECT_EQ(r->descriptors[0].limit->unit, Unit::kHour);
+}
+
+std::string ErrorOf(std::string_view body) {
+  auto r = ParseCheckRequest(body);
+  EXPECT_FALSE(r.ok()) << body;
+  return r.ok() ? "" : r.status().message();
+}
+
+TEST(Json, ClearErrors) {
+  EXPECT_EQ(
+      ErrorOf("{"),
+      "malformed JSON: [json.exception.parse_error.101] parse error at line 1, column 2: "
+      "syntax error while parsing object key - unexpected end of input; expected string literal");
+  EXPECT_EQ(ErrorOf("[]"), "the body must be a JSON object");
+  EXPECT_EQ(ErrorOf(R"({"descriptors":[]})"), "missing domain");
+  EXPECT_EQ(ErrorOf(R"({"domain":7,"descriptors":[]})"), "domain must be a string");
+  EXPECT_EQ(ErrorOf(R"({"domain":"d"})"), "missing descriptors");
+  EXPECT_EQ(ErrorOf(R"({"domain":"d","descriptors":[{}]})"), "a descriptor has no entries");
+  EXPECT_EQ(ErrorOf(R"({"domain":"d","descriptors":[{"entries":[]}]})"),
+            "a descriptor needs at least one entry");
+  EXPECT_EQ(ErrorOf(R"({"domain":"d","descriptors":[{"entries":[{"value":"v"}]}]})"),
+            "an entry has no key");
+  EXPECT_EQ(ErrorOf(R"({"domain":"d","hits":-1,"descriptors":[]})"), "hits must not be negative");
+  EXPECT_EQ(ErrorOf(R"({"domain":"d","hits":1e99,"descriptors":[]})"),
+            "hits must be a whole number");
+  EXPECT_EQ(ErrorOf(R"({"domain":"d","hits":4294967296,"descriptors":[]})"),
+            "hits must be at most 4294967295");
+  const std::string huge(2000, 'x');
+  EXPECT_EQ(ErrorOf(R"({"domain":"d","descriptors":[{"entries":[{"key":"k","value":")" + huge +
+                    R"("}]}]})"),
+            "an entry's value is longer than 1024 bytes");
+  std::string many = R"({"domain":"d","descriptors":[)";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + R"({"entries":[{"key":"k"}]})";
+  EXPECT_EQ(ErrorOf(many + "]}"), "at most 64 descriptors per request");
+}
+
+TEST(Json, RateLimitHeadersFollowTheDraft) {
+  auto rule = std::make_shared<Rule>();
+  rule->name = "login";
+  rule->unit = Unit::kMinute;
+  rule->requests_per_unit = 5;
+  CheckResult result;
+  result.overall = Code::kOverLimit;
+  result.headline = 0;
+  DescriptorResult s;
+  s.code = Code::kOverLimit;
+  s.rule = rule;
+  s.limit = 5;
+  s.unit = Unit::kMinute;
+  sluice::Decision d;
+  d.allowed = false;
+  d.limit = 5;
+  d.remaining = 0;
+  d.reset_after = std::chrono::milliseconds(16001);
+  d.retry_after = std::chrono::milliseconds(16001);
+  s.decision = d;
+  result.statuses.push_back(s);
+  auto headers = RateLimitHeaders(result);
+  ASSERT_EQ(headers.size(), 3u);
+  EXPECT_EQ(headers[0],
+            (std::pair<std::string, std::string>{"RateLimit-Policy", "\"login\";q=5;w=60"}));
+  EXPECT_EQ(headers[1], (std::pair<std::string, std::string>{"RateLimit", "\"login\";r=0;t=17"}));
+  EXPECT_EQ(headers[2], (std::pair<std::string, std::string>{"Retry-After", "17"}));
+  EXPECT_EQ(
+      FormatEnvoyJsonResponse(result),
+      R"({"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","currentLimit":{"name":"login","requestsPerUnit":5,"unit":"MINUTE"},"durationUntilReset":"17s","limitRemaining":0}]})");
+}
+
+}  // namespace
+}  // namespace sluiced
