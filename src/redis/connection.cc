@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <type_traits>
 
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>
@@ -247,6 +248,7 @@ void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status s
 
 template <typename WriteFn>
 void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
+  constexpr bool kJoin = std::is_same_v<std::decay_t<WriteFn>, JoinBatch>;
   bool post_write = false, post_timer = false;
   Status fail;
   std::shared_ptr<Session> session;
@@ -261,14 +263,20 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
                          " calls already in flight";
       fail = ClientSideError(StatusCode::kUnavailable, std::move(what));
     } else {
-      CloseBatchLocked();
-      write(out_, request);
+      if constexpr (kJoin) {
+        (void)write;
+        if (open_count_ >= std::min(options_.max_batch, kMaxBatchCalls)) CloseBatchLocked();
+      } else {
+        CloseBatchLocked();
+        write(out_, request);
+      }
       if (!timer_armed_ || request.deadline < armed_at_) {
         timer_armed_ = true;
         armed_at_ = request.deadline;
         post_timer = true;
       }
       queue_.push_back(std::move(request));
+      if constexpr (kJoin) ++open_count_;
       ++stats_.commands;
       if (!write_in_flight_ && !write_posted_) {
         write_posted_ = true;
@@ -339,48 +347,7 @@ void Connection::Call(BatchableCall call, Deadline deadline, Callback done, Call
         [this](std::string& out, const Request& r) { WriteAlone(out, r, /*eval=*/false); }, false);
     return;
   }
-  EnqueueBatchable(std::move(request));
-}
-
-void Connection::EnqueueBatchable(Request request) {
-  bool post_write = false, post_timer = false;
-  Status fail;
-  std::shared_ptr<Session> session;
-  {
-    std::lock_guard lock(mu_);
-    if (state_ != State::kReady) {
-      fail =
-          UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
-                           (last_error_.ok() ? std::string() : " (" + last_error_.message() + ")"));
-    } else if (queue_.size() >= options_.max_in_flight) {
-      std::string what = "redis " + endpoint_.Describe() + ": " + std::to_string(queue_.size()) +
-                         " calls already in flight";
-      fail = ClientSideError(StatusCode::kUnavailable, std::move(what));
-    } else {
-      if (open_count_ >= std::min(options_.max_batch, kMaxBatchCalls)) CloseBatchLocked();
-      if (!timer_armed_ || request.deadline < armed_at_) {
-        timer_armed_ = true;
-        armed_at_ = request.deadline;
-        post_timer = true;
-      }
-      queue_.push_back(std::move(request));
-      ++open_count_;
-      ++stats_.commands;
-      if (!write_in_flight_ && !write_posted_) {
-        write_posted_ = true;
-        post_write = true;
-        session = session_;
-      }
-    }
-  }
-  auto self = shared_from_this();
-  if (!fail.ok()) {
-    asio::post(strand_,
-               [done = std::move(request.done), fail = std::move(fail)] { done(fail, nullptr); });
-    return;
-  }
-  if (post_write) asio::post(strand_, [self, session] { self->StartWrite(session); });
-  if (post_timer) asio::post(strand_, [self] { self->OnTimer(); });
+  Enqueue(std::move(request), JoinBatch{}, false);
 }
 
 void Connection::EnqueueBatchAgain(std::vector<Request> calls) {

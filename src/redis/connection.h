@@ -169,12 +169,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Connection(boost::asio::any_io_executor executor, Endpoint endpoint, ConnectionOptions options);
 
-  // Queues a request whose bytes are already in `out_`-ready form via `write`. Fails fast
+  // Queues a request whose bytes are already in `out_`-ready form via `write` (or, with
+  // JoinBatch, adds it to the open batch). Fails fast
   // (inline callback) unless the connection is ready or `handshake` is set.
   template <typename WriteFn>
   void Enqueue(Request request, WriteFn&& write, bool handshake);
-  // Queues a Call's request into the open batch (written by CloseBatchLocked).
-  void EnqueueBatchable(Request request);
+  // Enqueue's `write` for a Call's request that joins the open batch instead of being
+  // written now (CloseBatchLocked writes the batch); any other `write` closes it first.
+  struct JoinBatch {};
   // Queues the calls of a batch that got NOSCRIPT again, as EVAL of the batch script.
   void EnqueueBatchAgain(std::vector<Request> calls);
   // Writes the open batch (the last open_count_ requests of queue_) into out_.
