@@ -4,6 +4,8 @@
 //   local   every server enforces the whole limit in its own memory (the naive mistake)
 //   split   every server enforces limit / servers (rounded down) in its own memory
 //   shared  one store for all servers: what sluice does; the reference ("ideal")
+//   prefetch  one store, and each server takes slices of the hot id's budget
+//           (LimiterOptions::local_budget: fixed_window only)
 // Requests: per window, server i receives c_i of them (--per-server, or --demand spread
 // by --shape), placed evenly over the window (--shape bursts: over its first tenth), and
 // all servers' requests are decided in time order. Windows line up with the store's
@@ -152,7 +154,8 @@ std::vector<Request> Schedule(const SimulateOptions& o, const std::vector<int64_
 std::string RunMode(const SimulateOptions& o, Algorithm algorithm, const std::string& mode,
                     const std::vector<Request>& requests, int64_t start_ms, ModeResult& r) {
   r.mode = mode;
-  const bool shared = mode == "shared";
+  const bool prefetch = mode == "prefetch";
+  const bool shared = mode == "shared" || prefetch;
   r.per_server_limit = mode == "split" ? o.limit / o.servers : o.limit;
   if (r.per_server_limit < 1) {
     return "mode split: limit " + std::to_string(o.limit) + " over " + std::to_string(o.servers) +
@@ -167,13 +170,19 @@ std::string RunMode(const SimulateOptions& o, Algorithm algorithm, const std::st
   // One store for all servers (shared), or one per server (local, split).
   std::vector<std::shared_ptr<Client>> clients;
   std::vector<Limiter> limiters;
+  // Prefetch: one store, and a limiter per server (each holds its own slices).
   const int stores = shared ? 1 : o.servers;
   for (int i = 0; i < stores; ++i) {
     auto client = Client::Create({.url = "memory://", .model_clock = clock});
     if (!client.ok()) return client.status().ToString();
-    auto limiter = (*client)->MakeLimiter("simulate", limit);
-    if (!limiter.ok()) return limiter.status().ToString();
     clients.push_back(*client);
+  }
+  LimiterOptions options;
+  options.local_budget.enabled = prefetch;
+  for (int i = 0; i < (prefetch ? o.servers : stores); ++i) {
+    auto limiter =
+        clients[prefetch ? 0 : static_cast<size_t>(i)]->MakeLimiter("simulate", limit, options);
+    if (!limiter.ok()) return "mode " + mode + ": " + limiter.status().ToString();
     limiters.push_back(*limiter);
   }
   r.admitted_per_window.assign(static_cast<size_t>(o.windows), 0);
@@ -181,10 +190,10 @@ std::string RunMode(const SimulateOptions& o, Algorithm algorithm, const std::st
   r.cumulative.assign(static_cast<size_t>(o.windows) * 10, 0);
   for (const Request& q : requests) {
     clock->Set(q.at_ms);
-    Limiter& limiter = limiters[shared ? 0 : static_cast<size_t>(q.server)];
+    Limiter& limiter = limiters[shared && !prefetch ? 0 : static_cast<size_t>(q.server)];
     StatusOr<Decision> d = limiter.Check("hot");
     if (!d.ok()) return d.status().ToString();
-    if (shared) ++r.store_calls;
+    if (shared && d->source == DecisionSource::kStore) ++r.store_calls;
     if (!d->allowed) continue;
     ++r.admitted;
     const int64_t since = q.at_ms - start_ms;
@@ -277,13 +286,13 @@ int Run(SimulateOptions o) {
     }
   }
   for (const std::string& m : o.modes) {
-    if (m == "prefetch" || m == "sync") {
-      return fail("mode " + m +
-                  " (local budgets / periodic sync for hot ids) is not built yet; "
-                  "built modes: local, split, shared");
+    if (m == "sync") {
+      return fail(
+          "mode sync (periodic sync for hot ids) is not built yet; built modes: local, "
+          "split, shared, prefetch");
     }
-    if (m != "local" && m != "split" && m != "shared") {
-      return fail("--mode: \"" + m + "\" is not one of local, split, shared");
+    if (m != "local" && m != "split" && m != "shared" && m != "prefetch") {
+      return fail("--mode: \"" + m + "\" is not one of local, split, shared, prefetch");
     }
   }
   // Aligned windows start at multiples of the window on the model clock.
@@ -388,8 +397,8 @@ void AddSimulate(CLI::App& app, int& exit_code) {
                   "Requests each server receives per window, c1,c2,... (instead of "
                   "--demand/--shape; sets --servers)");
   cmd->add_option("--mode", o->modes,
-                  "local, split, shared (repeatable; default all three); prefetch and sync "
-                  "are not built yet");
+                  "local, split, shared, prefetch (repeatable; default local, split, "
+                  "shared); sync is not built yet");
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->add_option("--svg", o->svg, "Write a chart of admitted requests over time per mode");
   cmd->callback([o, servers, &exit_code] {

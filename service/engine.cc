@@ -152,7 +152,8 @@ void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Cloc
     case DecisionSource::kFailOpen:
     case DecisionSource::kFailClosed:
     case DecisionSource::kLocalFallback: metrics_.StoreError(); break;
-    case DecisionSource::kCachedDenial: break;
+    case DecisionSource::kCachedDenial:
+    case DecisionSource::kLocalBudget: break;
   }
 }
 

@@ -17,7 +17,7 @@
 namespace sluiced {
 
 inline constexpr int kOutcomes = 4;  // allowed, over_limit, unavailable, shadow_refused
-inline constexpr int kSources = 5;   // sluice::DecisionSource
+inline constexpr int kSources = 6;   // sluice::DecisionSource
 
 struct RuleCounters {
   std::string domain;

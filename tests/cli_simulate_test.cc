@@ -61,7 +61,9 @@ TEST(CliSimulate, EightServersWithTheirOwnLimitOfFiveLetFortyThrough) {
   EXPECT_EQ(Mode(j, "local")["admitted"], 400);
   EXPECT_EQ(Mode(j, "local")["overshoot"], 350);
   EXPECT_EQ(Mode(j, "shared")["admitted"], 50);
-  EXPECT_EQ(Mode(j, "shared")["store_calls"], 400);
+  // Store calls: the 5 admitted and the first refusal of each window; the denial cache
+  // answers the rest of the window's refusals.
+  EXPECT_EQ(Mode(j, "shared")["store_calls"], 60);
   EXPECT_EQ(Mode(j, "local")["store_calls"], 0);
   // Split is not possible (5 over 8 servers): left out, and said why.
   EXPECT_NE(j["note"].get<std::string>().find("less than 1 per server"), std::string::npos);
@@ -120,6 +122,26 @@ TEST(CliSimulate, SharedNeverExceedsTheLimitAndRunsAreDeterministic) {
   }
 }
 
+// Prefetch (local budgets): never above the shared limit in any window, far fewer store
+// calls than the shared mode, and the under-admission within servers x slice.
+TEST(CliSimulate, PrefetchNeverOvershootsAndSavesStoreCalls) {
+  for (const char* shape : {"even", "skewed", "bursts"}) {
+    const nlohmann::json j =
+        Json(std::string("--servers 8 --limit 1000 --window-ms 1000 --windows 5 --mode prefetch "
+                         "--mode shared --shape ") +
+             shape);
+    ASSERT_TRUE(j.is_object()) << shape;
+    const nlohmann::json& p = Mode(j, "prefetch");
+    EXPECT_EQ(p["overshoot"], 0) << shape;
+    for (int64_t n : p["admitted_per_window"]) {
+      EXPECT_LE(n, 1000) << shape;
+      EXPECT_GE(n, 1000 - 8 * 100) << shape;
+    }
+    EXPECT_LT(p["store_calls"].get<int64_t>() * 4, Mode(j, "shared")["store_calls"].get<int64_t>())
+        << shape;
+  }
+}
+
 TEST(CliSimulate, WritesAnSvgChart) {
   const std::string path = ::testing::TempDir() + "/simulate.svg";
   std::remove(path.c_str());
@@ -139,8 +161,9 @@ TEST(CliSimulate, BadInputIsAClearError) {
     const char* args;
     const char* says;
   } cases[] = {
-      {"--mode prefetch", "not built yet"},
-      {"--mode nonsense", "not one of local, split, shared"},
+      {"--mode sync", "not built yet"},
+      {"--mode nonsense", "not one of local, split, shared, prefetch"},
+      {"--mode prefetch --algorithm gcra", "fixed_window only"},
       {"--shape lumpy", "not one of even, skewed, pinned, bursts"},
       {"--per-server 3,x,4", "\"x\" is not a count"},
       {"--servers 3 --per-server 1,2", "lists 2 servers but --servers is 3"},

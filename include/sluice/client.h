@@ -59,6 +59,7 @@ namespace sluice {
 namespace internal {
 class ClientCore;
 class ClientFactory;
+class LocalBudgets;
 struct CheckCall;
 enum class Op : int;  // algo/algorithm.h: consume, peek, refund, reset
 }  // namespace internal
@@ -149,6 +150,24 @@ struct LimiterOptions {
   // Shadow mode, for dark-launching a limit: checks are evaluated and counted, but a
   // refusal is returned as allowed with Decision::shadow_refused set. Default: false.
   bool shadow = false;
+  // Local budgets for ids hotter than one store key should carry (fixed_window only;
+  // docs/design.md §7). When this process sees an id called at least
+  // `hot_checks_per_second`, a check that goes to the store asks for cost + a slice
+  // (about `slice_period` of the id's rate, at most `max_slice`) in the same atomic
+  // step; later checks are admitted from the slice without a store call (source
+  // kLocalBudget) until it is spent or its window ends. Never over the limit: every unit
+  // of a slice was counted by the store, and is spent only inside the window that
+  // counted it. The price: units left in a slice when its window ends are not spent by
+  // anyone (at most servers x max_slice per window). Cold ids, Peek, Reset, per-call
+  // limits and shadow mode take the plain path. A refund of a kLocalBudget decision goes
+  // back to the slice while its window lasts. Off by default.
+  struct LocalBudget {
+    bool enabled = false;
+    int64_t hot_checks_per_second = 200;
+    std::chrono::milliseconds slice_period{50};
+    int64_t max_slice = 0;  // 0: limit / 10 (at least 1)
+  };
+  LocalBudget local_budget;
 };
 
 // The client's view of its store, for status pages and health checks.
@@ -238,6 +257,10 @@ class Limiter {
                   internal::CheckCall& call) const;
   StatusOr<Decision> ExecuteSync(internal::Op op, std::string_view id,
                                  const CheckOptions& options) const;
+  // A consume through the local budget: from the id's slice, or a store call that asks
+  // for cost + a slice when the id is hot.
+  void ExecuteBudgeted(internal::CheckCall call, std::string id, DecisionCallback done) const;
+  int64_t BudgetNowMs() const;
 
   friend class Client;
   friend StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
@@ -250,6 +273,8 @@ class Limiter {
   Limit limit_;
   LimiterOptions options_;
   std::string key_head_;  // "<prefix>:{<name>:"
+  // Slices of hot ids' budgets, shared by copies of this limiter (options_.local_budget).
+  std::shared_ptr<internal::LocalBudgets> budgets_;
 };
 
 // One check against several limits (docs/design.md §6), most specific first: e.g. user,

@@ -23,6 +23,8 @@ enum class DecisionSource {
   kFailOpen,       // the store could not answer; the limit's policy admitted
   kFailClosed,     // the store could not answer; the limit's policy refused
   kCachedDenial,   // an earlier refusal of this id was still in force; no store call
+  kLocalBudget,    // a slice of the id's budget this process took earlier; no store call
+                   // (LimiterOptions::local_budget)
 };
 
 std::string_view DecisionSourceName(DecisionSource source);

@@ -204,6 +204,19 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
   if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
   if (Status s = limit.Validate(); !s.ok()) return s;
   if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
+  if (options.local_budget.enabled) {
+    const LimiterOptions::LocalBudget& b = options.local_budget;
+    if (limit.algorithm != Algorithm::kFixedWindow) {
+      return InvalidArgumentError(
+          "local_budget is built for fixed_window only (a slice must end with the window "
+          "that counted it), not " +
+          std::string(AlgorithmName(limit.algorithm)));
+    }
+    if (b.hot_checks_per_second < 1 || b.slice_period.count() < 1 || b.max_slice < 0) {
+      return InvalidArgumentError(
+          "local_budget: hot_checks_per_second and slice_period must be >= 1, max_slice >= 0");
+    }
+  }
   return Limiter(core_, std::string(name), limit, options);
 }
 

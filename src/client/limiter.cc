@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "client/client_core.h"
+#include "client/local_budget.h"
 #include "core/keys.h"
 #include "core/wait.h"
 #include "sluice/client.h"
@@ -18,7 +19,64 @@ Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, L
       name_(std::move(name)),
       limit_(limit),
       options_(options),
-      key_head_(internal::KeyHead(core_->options.prefix, name_)) {}
+      key_head_(internal::KeyHead(core_->options.prefix, name_)) {
+  if (options_.local_budget.enabled) {
+    budgets_ = std::make_shared<internal::LocalBudgets>(options_.local_budget, limit_.limit);
+  }
+}
+
+int64_t Limiter::BudgetNowMs() const {
+  // The model clock when there is one (tests, `sluice simulate`): the scripts decide on
+  // its time, so slices must end on it too. Otherwise a monotonic clock.
+  if (core_->options.model_clock) return core_->options.model_clock->NowMs();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Limiter::ExecuteBudgeted(internal::CheckCall call, std::string id,
+                              DecisionCallback done) const {
+  const int64_t cost = call.cost;
+  const int64_t sent = BudgetNowMs();
+  if (std::optional<Decision> local = budgets_->TrySpend(id, cost, sent)) {
+    done(*local);
+    return;
+  }
+  const int64_t want = budgets_->Want(id, cost, sent);
+  if (want <= cost) {
+    ExecuteCall(std::move(call), std::move(done));
+    return;
+  }
+  // One atomic step takes the request's cost and the slice; refused (what is left is
+  // less than both), the request is asked for alone.
+  internal::CheckCall alone = call;
+  call.cost = want;
+  call.cache_denials = false;  // a refusal of cost + slice says nothing about cost alone
+  const std::shared_ptr<internal::LocalBudgets> budgets = budgets_;
+  const Limiter self = *this;
+  ExecuteCall(
+      std::move(call), [self, budgets, alone = std::move(alone), id = std::move(id), cost, want,
+                        sent, done = std::move(done)](StatusOr<Decision> result) mutable {
+        if (result.ok() && result->source == DecisionSource::kStore && result->allowed) {
+          budgets->Fill(id, want - cost, sent, result->reset_after.count());
+          result->remaining += want - cost;  // the slice is this id's to spend, here
+          done(std::move(result));
+          return;
+        }
+        if (result.ok() && result->source == DecisionSource::kStore) {
+          if (result->remaining >= cost) {
+            // Less left than cost + slice, enough for the cost: asked for alone.
+            self.ExecuteCall(std::move(alone), std::move(done));
+            return;
+          }
+          // Not even the cost is left: this refusal is the answer the cost alone would
+          // get (fixed_window refuses any cost over what is left until the window ends),
+          // and until then this id takes the plain path, where the denial cache answers.
+          budgets->Exhausted(id, sent + result->retry_after.count());
+        }
+        done(std::move(result));  // a failure policy decided, or an error: as without slices
+      });
+}
 
 StatusOr<std::string> Limiter::KeyFor(std::string_view id) const {
   if (id.empty()) return InvalidArgumentError("id is empty");
@@ -58,6 +116,10 @@ void Limiter::Execute(internal::Op op, std::string_view id, const CheckOptions& 
   internal::CheckCall call;
   if (Status s = MakeCall(op, id, options, call); !s.ok()) {
     done(std::move(s));
+    return;
+  }
+  if (budgets_ && op == internal::Op::kConsume && !options.limit && !options_.shadow) {
+    ExecuteBudgeted(std::move(call), std::string(id), std::move(done));
     return;
   }
   ExecuteCall(std::move(call), std::move(done));
@@ -117,6 +179,21 @@ StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
                                    const CheckOptions& options) const {
   CheckOptions with = options;
   with.cost = amount;
+  if (options.counted_by == DecisionSource::kLocalBudget) {
+    // Units from a slice go back to it while its window lasts; after, the window that
+    // counted them is over and there is nothing to give back to.
+    if (id.empty()) return InvalidArgumentError("id is empty");
+    if (amount < 1 || amount > kMaxLimit) {
+      return InvalidArgumentError("amount must be between 1 and " + std::to_string(kMaxLimit) +
+                                  ", got " + std::to_string(amount));
+    }
+    if (budgets_) budgets_->GiveBack(id, amount, BudgetNowMs());
+    Decision d;
+    d.allowed = true;
+    d.limit = limit_.limit;
+    d.source = DecisionSource::kLocalBudget;
+    return d;
+  }
   return ExecuteSync(internal::Op::kRefund, id, with);
 }
 

@@ -11,6 +11,7 @@ std::string_view DecisionSourceName(DecisionSource source) {
     case DecisionSource::kFailOpen: return "fail_open";
     case DecisionSource::kFailClosed: return "fail_closed";
     case DecisionSource::kCachedDenial: return "cached_denial";
+    case DecisionSource::kLocalBudget: return "local_budget";
   }
   return "unknown";
 }
