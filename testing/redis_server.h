@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/mutex.h"
 #include "redis/blocking_client.h"
 #include "redis/reply.h"
 
@@ -67,8 +67,8 @@ class RedisServer {
   uint16_t port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;
-  mutable std::mutex client_mu_;
-  mutable std::shared_ptr<internal::BlockingClient> client_;  // under client_mu_
+  mutable internal::Mutex client_mu_;
+  mutable std::shared_ptr<internal::BlockingClient> client_ SLUICE_GUARDED_BY(client_mu_);
 };
 
 // A free TCP port on 127.0.0.1, below the kernel's ephemeral range (see redis_server.cc).
