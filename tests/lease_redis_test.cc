@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "client/client_core.h"
 #include "redis/scripts.h"
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
@@ -310,16 +311,24 @@ TEST(LeaseRedis, ARedisRestartWithoutItsDataTakesTheLeasesAndTheHoldersLearnIt) 
 TEST(LeaseRedis, AHolderCutOffFromRedisStopsBelievingItsLeaseAfterTheTtl) {
   testing::RedisServer server;
   auto client = Connect(server, {.reconnect_max_backoff = milliseconds(50)});
+  // The leases' boot clock is the test's: it stands still until the test moves it, so
+  // the lease's believable end is exact and nothing waits for it.
+  auto boot = std::make_shared<std::atomic<int64_t>>(1'000'000'000);  // ns
+  internal::ClientFactory::UseBootClock(*client, [boot] {
+    return internal::BootClock::time_point(std::chrono::nanoseconds(boot->load()));
+  });
   auto cap = *client->MakeConcurrencyLimiter(
       "cut", {.limit = 2, .lease_ttl = milliseconds(500), .heartbeat_interval = milliseconds(50)});
   auto a = cap.Acquire("job");
   ASSERT_TRUE(a->acquired);
   ASSERT_TRUE(a->lease.held());
   server.Kill();
-  const auto killed = steady_clock::now();
   // Every heartbeat confirmed was sent before the kill, so the lease can be believed
   // until kill + ttl at the latest, however the threads are scheduled.
-  std::this_thread::sleep_until(killed + milliseconds(500));
+  boot->fetch_add(499'999'999);
+  EXPECT_TRUE(a->lease.held()) << "1 ns before the ttl ran out";
+  EXPECT_EQ(a->lease.loss(), LeaseLoss::kNone);
+  boot->fetch_add(1);
   EXPECT_FALSE(a->lease.held());
   EXPECT_TRUE(Eventually([&] { return a->lease.loss() == LeaseLoss::kExpired; }));
   server.Start();
