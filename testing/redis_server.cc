@@ -213,6 +213,11 @@ std::unique_ptr<internal::BlockingClient> RedisServer::Connect() const {
   return std::move(*client);
 }
 
+int64_t RedisServer::NowMs() const {
+  const RedisValue t = Command({"TIME"});
+  return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
+}
+
 RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<internal::BlockingClient> client;

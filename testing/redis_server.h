@@ -53,6 +53,8 @@ class RedisServer {
   // again when the server was restarted or the connection lost. Aborts the test when
   // the server cannot be reached or does not answer within 10 s.
   RedisValue Command(const std::vector<std::string>& args) const;
+  // The server's clock (TIME), in ms.
+  int64_t NowMs() const;
   // A connection of the caller's own (for a test that must not share the fixture's);
   // aborts the test when it cannot connect.
   std::unique_ptr<internal::BlockingClient> Connect() const;

@@ -24,6 +24,7 @@
 #include "redis/scripts.h"
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -38,17 +39,9 @@ using std::chrono::steady_clock;
 using testing::Eventually;
 
 std::shared_ptr<Client> Connect(const testing::RedisServer& server, ClientOptions o = {}) {
-  o.url = server.url();
   o.prefix = "lt";
   if (o.deadline == milliseconds(5)) o.deadline = milliseconds(200);
-  auto client = Client::Create(o);
-  if (!client.ok()) ADD_FAILURE() << client.status().ToString();
-  return client.ok() ? *client : nullptr;
-}
-
-int64_t RedisNowMs(const testing::RedisServer& server) {
-  auto t = server.Command({"TIME"});
-  return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
+  return testing::ConnectClient(server, std::move(o));
 }
 
 class TempDir {
@@ -98,7 +91,7 @@ TEST(LeaseRedis, GrantsUpToTheLimitThenRefusesUntilAReleaseOrAnExpiry) {
   auto listed = streams.List("user:42");
   ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 3u);
-  const int64_t now = RedisNowMs(server);
+  const int64_t now = server.NowMs();
   for (const LeaseInfo& info : *listed) {
     EXPECT_NEAR(static_cast<double>(info.acquired_at_ms), static_cast<double>(now), 5000.0);
     EXPECT_EQ(info.expires_at_ms - info.acquired_at_ms, 30000);
@@ -225,7 +218,7 @@ TEST(LeaseRedis, AReleasedLeaseNeverComesBackAndALateHeartbeatNeverMovesTimeBack
 
   // A lease that expired but was not pruned yet is not revived by a heartbeat.
   const std::string member = a->lease.id();
-  server.Command({"ZADD", late_key, "XX", std::to_string(RedisNowMs(server) - 1), member});
+  server.Command({"ZADD", late_key, "XX", std::to_string(server.NowMs() - 1), member});
   reply = Script(server, late_key, {"1", "", member, "0", "60000"});
   EXPECT_EQ(reply.elements[0].integer, 0);
   EXPECT_EQ(server.Command({"ZSCORE", late_key, member}).type, testing::RedisValue::Type::kNil);
@@ -350,8 +343,7 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   auto other = cap.Acquire("acct:8");
   ASSERT_TRUE(other->acquired);
   // A stale member (holder died, not pruned yet) is removed but not counted.
-  server.Command(
-      {"ZADD", *cap.KeyFor("acct:7"), std::to_string(RedisNowMs(server) - 10), "1:stale"});
+  server.Command({"ZADD", *cap.KeyFor("acct:7"), std::to_string(server.NowMs() - 10), "1:stale"});
 
   const std::string log = dir.File("audit.jsonl");
   EXPECT_EQ(
