@@ -3,11 +3,15 @@
 #               a private redis-server, sluiced on examples/config, 200/429/503 with Redis
 #               up, stopped and back; everything it starts is stopped by pid)
 #   make test   install what is missing, build, run every test (unit, differential,
-#               integration, chaos) against private redis-servers on free loopback ports
+#               integration, chaos) against private redis-servers on free loopback ports;
+#               first the unit and integration tests under AddressSanitizer+UBSan
+#   make test-sanitizers
+#               every test under AddressSanitizer+UBSan (build/asan), then under
+#               ThreadSanitizer (build/tsan): too long for `make test` (README: Testing)
 PRESET ?= release
 JOBS ?= 2
 
-.PHONY: setup build run test bench clean
+.PHONY: setup build run test test-asan test-sanitizers bench clean
 
 setup:
 	./scripts/setup.sh
@@ -21,8 +25,29 @@ run: setup
 	cmake --build --preset $(PRESET) -j $(JOBS) --target sluiced sluice_cli
 	./examples/run.sh
 
-test: build
+# The release suite runs last, so that its CTest summary is the last line.
+test: build test-asan
 	ctest --preset $(PRESET) -j $(JOBS) --timeout 600
+
+# Under a sanitizer: every test but the style checks (they do not depend on the build),
+# the package check (it builds a consumer project) and CompositeFigure (it measures speed,
+# which means nothing under a sanitizer). A finding fails the test that hit it.
+SANITIZED_TESTS = -E '^(Style|PackageConfig|CompositeFigure)\.'
+
+# AddressSanitizer+UBSan over the unit and integration tests: the part of the sanitizer
+# runs that fits in `make test` (README: Testing).
+test-asan: setup
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS) --target unit_tests integration_tests layering_tests
+	ctest --preset asan -j $(JOBS) --timeout 1200 -L 'unit|integration' $(SANITIZED_TESTS)
+
+SANITIZERS ?= asan tsan
+test-sanitizers: setup
+	set -e; for p in $(SANITIZERS); do \
+	  cmake --preset $$p; \
+	  cmake --build --preset $$p -j $(JOBS); \
+	  ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
+	done
 
 # The fixed-window figures in README.md: ceiling vs sluice bench in one run.
 bench: build

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <random>
 
+#include "core/mutex.h"
 #include "store/store.h"
 
 namespace sluice::testing {
@@ -21,22 +21,22 @@ class FaultStore final : public internal::Store {
 
   // The next `n` calls fail with `status` without reaching the inner store.
   void FailNext(int n, Status status) {
-    std::lock_guard lock(mu_);
+    internal::MutexLock lock(mu_);
     fail_next_ = n;
     fail_status_ = std::move(status);
   }
   // Each call fails with `status` with probability `p` (0..1), after the forced ones.
   void FailRandomly(double p, Status status) {
-    std::lock_guard lock(mu_);
+    internal::MutexLock lock(mu_);
     fail_probability_ = p;
     random_status_ = std::move(status);
   }
   int64_t calls() const {
-    std::lock_guard lock(mu_);
+    internal::MutexLock lock(mu_);
     return calls_;
   }
   int64_t injected() const {
-    std::lock_guard lock(mu_);
+    internal::MutexLock lock(mu_);
     return injected_;
   }
 
@@ -69,7 +69,7 @@ class FaultStore final : public internal::Store {
   Status NextFault() {
     Status fault;
     {
-      std::lock_guard lock(mu_);
+      internal::MutexLock lock(mu_);
       ++calls_;
       if (fail_next_ > 0) {
         --fail_next_;
@@ -84,14 +84,14 @@ class FaultStore final : public internal::Store {
   }
 
   std::shared_ptr<internal::Store> inner_;
-  mutable std::mutex mu_;
-  std::mt19937 rng_;
-  int fail_next_ = 0;
-  Status fail_status_;
-  double fail_probability_ = 0;
-  Status random_status_;
-  int64_t calls_ = 0;
-  int64_t injected_ = 0;
+  mutable internal::Mutex mu_;
+  std::mt19937 rng_ SLUICE_GUARDED_BY(mu_);
+  int fail_next_ SLUICE_GUARDED_BY(mu_) = 0;
+  Status fail_status_ SLUICE_GUARDED_BY(mu_);
+  double fail_probability_ SLUICE_GUARDED_BY(mu_) = 0;
+  Status random_status_ SLUICE_GUARDED_BY(mu_);
+  int64_t calls_ SLUICE_GUARDED_BY(mu_) = 0;
+  int64_t injected_ SLUICE_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sluice::testing

@@ -9,12 +9,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "sluice/sluice.h"
 
 namespace sluice::testing {
 
@@ -45,6 +51,32 @@ inline int64_t SumOverChildren(int processes, const std::function<int64_t()>& ch
     total += n;
   }
   return total;
+}
+
+// A child's hammering: `threads` threads each make `calls` checks of one id on `limiter`,
+// each of cost 1, or of 1 to 3 when `mixed_costs`. Returns the admitted cost, or -1 when
+// any call failed or was decided by a source not in `counted` (empty: any source).
+inline int64_t HammerOneId(const Limiter& limiter, int threads, int calls, bool mixed_costs,
+                           std::initializer_list<DecisionSource> counted) {
+  const std::vector<DecisionSource> sources(counted);
+  std::atomic<int64_t> admitted{0}, errors{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < calls; ++i) {
+        const int64_t cost = mixed_costs ? 1 + (t * 7 + i) % 3 : 1;
+        auto d = limiter.Check("the-one-key", {.cost = cost});
+        if (!d.ok() || (!sources.empty() &&
+                        std::find(sources.begin(), sources.end(), d->source) == sources.end())) {
+          ++errors;
+        } else if (d->allowed) {
+          admitted += cost;
+        }
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  return errors.load() > 0 ? -1 : admitted.load();
 }
 
 }  // namespace sluice::testing

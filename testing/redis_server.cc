@@ -13,7 +13,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -60,11 +59,11 @@ uint16_t FreeLoopbackPort() {
   const int high = EphemeralLow() - 1;
   const int low = 10000;
   if (high - low >= 1000) {
-    static std::mutex mu;
-    static std::mt19937 rng(
+    static internal::Mutex mu;
+    static std::mt19937 rng SLUICE_GUARDED_BY(mu)(
         static_cast<uint32_t>(::getpid()) * 2654435761u ^
         static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
-    std::lock_guard lock(mu);
+    internal::MutexLock lock(mu);
     for (int attempt = 0; attempt < 200; ++attempt) {
       const auto port = static_cast<uint16_t>(
           low + static_cast<int>(rng() % static_cast<uint32_t>(high - low + 1)));
@@ -164,7 +163,7 @@ void RedisServer::Start() {
         std::move(*endpoint), {.connect_timeout = std::chrono::milliseconds(200),
                                .command_timeout = std::chrono::seconds(10)});
     if (client.ok()) {
-      std::lock_guard lock(client_mu_);
+      internal::MutexLock lock(client_mu_);
       client_ = std::move(*client);
       return;
     }
@@ -191,7 +190,7 @@ void RedisServer::Resume() {
 void RedisServer::Kill() {
   if (pid_ <= 0) return;
   {
-    std::lock_guard lock(client_mu_);
+    internal::MutexLock lock(client_mu_);
     client_.reset();
   }
   ::kill(pid_, SIGKILL);
@@ -214,11 +213,16 @@ std::unique_ptr<internal::BlockingClient> RedisServer::Connect() const {
   return std::move(*client);
 }
 
+int64_t RedisServer::NowMs() const {
+  const RedisValue t = Command({"TIME"});
+  return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
+}
+
 RedisValue RedisServer::Command(const std::vector<std::string>& args) const {
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<internal::BlockingClient> client;
     {
-      std::lock_guard lock(client_mu_);
+      internal::MutexLock lock(client_mu_);
       if (!client_ || (attempt > 0)) client_ = Connect();
       client = client_;
     }

@@ -8,11 +8,11 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/mutex.h"
 #include "redis/blocking_client.h"
 #include "redis/reply.h"
 
@@ -53,6 +53,8 @@ class RedisServer {
   // again when the server was restarted or the connection lost. Aborts the test when
   // the server cannot be reached or does not answer within 10 s.
   RedisValue Command(const std::vector<std::string>& args) const;
+  // The server's clock (TIME), in ms.
+  int64_t NowMs() const;
   // A connection of the caller's own (for a test that must not share the fixture's);
   // aborts the test when it cannot connect.
   std::unique_ptr<internal::BlockingClient> Connect() const;
@@ -67,8 +69,8 @@ class RedisServer {
   uint16_t port_ = 0;
   pid_t pid_ = -1;
   bool paused_ = false;
-  mutable std::mutex client_mu_;
-  mutable std::shared_ptr<internal::BlockingClient> client_;  // under client_mu_
+  mutable internal::Mutex client_mu_;
+  mutable std::shared_ptr<internal::BlockingClient> client_ SLUICE_GUARDED_BY(client_mu_);
 };
 
 // A free TCP port on 127.0.0.1, below the kernel's ephemeral range (see redis_server.cc).

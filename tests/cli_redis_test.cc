@@ -24,6 +24,7 @@
 
 #include "sluice/admin.h"
 #include "sluice/sluice.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -106,9 +107,7 @@ Result Sluice(const std::vector<std::string>& args, const std::string& env_url =
 }
 
 std::shared_ptr<Client> Connect(const RedisServer& server, const std::string& prefix) {
-  auto client = Client::Create({.url = server.url(), .prefix = prefix, .deadline = 2000ms});
-  EXPECT_TRUE(client.ok()) << client.status().ToString();
-  return *client;
+  return testing::ConnectClient(server, {.prefix = prefix, .deadline = 2000ms});
 }
 
 // Every key under `prefix` with its serialized value (DUMP) and absolute expiry

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -45,13 +46,10 @@ CommandStat StatOf(const testing::RedisServer& server, const std::string& comman
 
 std::shared_ptr<Client> Connect(const testing::RedisServer& server, std::size_t denial_cache_size,
                                 milliseconds deadline = seconds(1)) {
-  auto client = Client::Create({.url = server.url(),
-                                .prefix = "cmp",
-                                .deadline = deadline,
-                                .breaker_cool_down = milliseconds(100),
-                                .denial_cache_size = denial_cache_size});
-  EXPECT_TRUE(client.ok()) << client.status().ToString();
-  return *client;
+  return testing::ConnectClient(server, {.prefix = "cmp",
+                                         .deadline = deadline,
+                                         .breaker_cool_down = milliseconds(100),
+                                         .denial_cache_size = denial_cache_size});
 }
 
 int SendAll(const Limiter& tenant, const Limiter& global, const std::string& who, int n,

@@ -27,24 +27,8 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
                                 .on_failure = FailurePolicy::kClosed});
   if (!client.ok()) return -1;
   auto limiter = *(*client)->MakeLimiter("hot", {.limit = limit, .window = seconds(300)});
-  std::atomic<int64_t> admitted{0}, errors{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int i = 0; i < calls; ++i) {
-        int64_t cost = random_cost ? 1 + (t * 7 + i) % 3 : 1;
-        auto d = limiter.Check("the-one-key", {.cost = cost});
-        if (!d.ok() ||
-            (d->source != DecisionSource::kStore && d->source != DecisionSource::kCachedDenial)) {
-          ++errors;
-        } else if (d->allowed) {
-          admitted += cost;
-        }
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
-  return errors.load() > 0 ? -1 : admitted.load();
+  return testing::HammerOneId(limiter, threads, calls, random_cost,
+                              {DecisionSource::kStore, DecisionSource::kCachedDenial});
 }
 
 int64_t RunProcesses(const testing::RedisServer& server, int processes, int threads, int calls,

@@ -16,6 +16,7 @@
 #include "sluice/asio.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -27,21 +28,9 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using testing::RedisServer;
 
-class FixedWindowRedis : public ::testing::Test {
+class FixedWindowRedis : public testing::RedisAlgorithmTest {
  protected:
-  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
-    auto client = Client::Create({.url = server_.url(),
-                                  .prefix = "fwtest",
-                                  .deadline = milliseconds(500),
-                                  .model_clock = std::move(clock)});
-    EXPECT_TRUE(client.ok()) << client.status().ToString();
-    return *client;
-  }
-  // Every integration test ends with no key of its prefix left without an expiry.
-  void TearDown() override {
-    EXPECT_EQ(server_.KeysWithoutTtl("fwtest:*"), std::vector<std::string>{});
-  }
-  RedisServer server_;
+  FixedWindowRedis() : RedisAlgorithmTest("fwtest", {.deadline = milliseconds(500)}) {}
 };
 
 TEST_F(FixedWindowRedis, AdmitsTheLimitAndDoesNotCountRefusals) {

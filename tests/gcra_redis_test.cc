@@ -19,6 +19,7 @@
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/processes.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -63,32 +64,11 @@ Limit Bucket(int64_t burst, int64_t refill, milliseconds window) {
   return {.algorithm = Algorithm::kGcra, .limit = burst, .window = window, .refill = refill};
 }
 
-class GcraRedis : public ::testing::Test {
+class GcraRedis : public testing::RedisAlgorithmTest {
  protected:
   // Every call here must reach the script: no denial cache, and a store failure is a
   // refusal that says so, never an admission.
-  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
-    auto client = Client::Create({.url = server_.url(),
-                                  .prefix = kPrefix,
-                                  .deadline = milliseconds(2000),
-                                  .on_failure = FailurePolicy::kClosed,
-                                  .denial_cache_size = 0,
-                                  .model_clock = std::move(clock)});
-    EXPECT_TRUE(client.ok()) << client.status().ToString();
-    return *client;
-  }
-  int64_t Pttl(const std::string& key) { return server_.Command({"PTTL", key}).integer; }
-  // Redis's clock, in ms.
-  int64_t RedisNowMs() {
-    testing::RedisValue t = server_.Command({"TIME"});
-    return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
-  }
-  std::string Get(const std::string& key) { return server_.Command({"GET", key}).str; }
-  // Every integration test ends with no key of its prefix left without an expiry.
-  void TearDown() override {
-    EXPECT_EQ(server_.KeysWithoutTtl(std::string(kPrefix) + ":*"), std::vector<std::string>{});
-  }
-  RedisServer server_;
+  GcraRedis() : RedisAlgorithmTest(kPrefix, testing::ScriptOptions()) {}
 };
 
 TEST_F(GcraRedis, AdmitsTheCapacityAndDoesNotCountRefusals) {
@@ -258,10 +238,7 @@ TEST_F(GcraRedis, KeyThatLostItsExpiryGetsItBackOnTouch) {
 TEST_F(GcraRedis, SeededWithoutTtlTheNextCallGivesItOne) {
   auto limiter = *Connect()->MakeLimiter("seeded", Bucket(5, 5, seconds(10)));
   const std::string key = *limiter.KeyFor("s");
-  const int64_t now = [&] {
-    testing::RedisValue t = server_.Command({"TIME"});
-    return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
-  }();
+  const int64_t now = RedisNowMs();
   // A TAT 10 s ahead (5 tokens missing) — written without any expiry.
   ASSERT_EQ(server_.Command({"SET", key, std::to_string(now + 10'000)}).str, "OK");
   ASSERT_EQ(Pttl(key), -1);
@@ -311,23 +288,7 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t capacity,
   if (!client.ok()) return -1;
   // One token back per 366 days: nothing refills while the test runs.
   auto limiter = *(*client)->MakeLimiter("hot", Bucket(capacity, 1, kMaxWindow));
-  std::atomic<int64_t> admitted{0}, errors{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int i = 0; i < calls; ++i) {
-        const int64_t cost = mixed_costs ? 1 + (t * 7 + i) % 3 : 1;
-        auto d = limiter.Check("the-one-key", {.cost = cost});
-        if (!d.ok() || d->source != DecisionSource::kStore) {
-          ++errors;
-        } else if (d->allowed) {
-          admitted += cost;
-        }
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
-  return errors.load() > 0 ? -1 : admitted.load();
+  return testing::HammerOneId(limiter, threads, calls, mixed_costs, {DecisionSource::kStore});
 }
 
 int64_t RunProcesses(const RedisServer& server, int processes, int threads, int calls,

@@ -20,9 +20,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "client/client_core.h"
 #include "redis/scripts.h"
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -37,17 +39,9 @@ using std::chrono::steady_clock;
 using testing::Eventually;
 
 std::shared_ptr<Client> Connect(const testing::RedisServer& server, ClientOptions o = {}) {
-  o.url = server.url();
   o.prefix = "lt";
   if (o.deadline == milliseconds(5)) o.deadline = milliseconds(200);
-  auto client = Client::Create(o);
-  if (!client.ok()) ADD_FAILURE() << client.status().ToString();
-  return client.ok() ? *client : nullptr;
-}
-
-int64_t RedisNowMs(const testing::RedisServer& server) {
-  auto t = server.Command({"TIME"});
-  return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
+  return testing::ConnectClient(server, std::move(o));
 }
 
 class TempDir {
@@ -97,7 +91,7 @@ TEST(LeaseRedis, GrantsUpToTheLimitThenRefusesUntilAReleaseOrAnExpiry) {
   auto listed = streams.List("user:42");
   ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 3u);
-  const int64_t now = RedisNowMs(server);
+  const int64_t now = server.NowMs();
   for (const LeaseInfo& info : *listed) {
     EXPECT_NEAR(static_cast<double>(info.acquired_at_ms), static_cast<double>(now), 5000.0);
     EXPECT_EQ(info.expires_at_ms - info.acquired_at_ms, 30000);
@@ -224,7 +218,7 @@ TEST(LeaseRedis, AReleasedLeaseNeverComesBackAndALateHeartbeatNeverMovesTimeBack
 
   // A lease that expired but was not pruned yet is not revived by a heartbeat.
   const std::string member = a->lease.id();
-  server.Command({"ZADD", late_key, "XX", std::to_string(RedisNowMs(server) - 1), member});
+  server.Command({"ZADD", late_key, "XX", std::to_string(server.NowMs() - 1), member});
   reply = Script(server, late_key, {"1", "", member, "0", "60000"});
   EXPECT_EQ(reply.elements[0].integer, 0);
   EXPECT_EQ(server.Command({"ZSCORE", late_key, member}).type, testing::RedisValue::Type::kNil);
@@ -310,16 +304,24 @@ TEST(LeaseRedis, ARedisRestartWithoutItsDataTakesTheLeasesAndTheHoldersLearnIt) 
 TEST(LeaseRedis, AHolderCutOffFromRedisStopsBelievingItsLeaseAfterTheTtl) {
   testing::RedisServer server;
   auto client = Connect(server, {.reconnect_max_backoff = milliseconds(50)});
+  // The leases' boot clock is the test's: it stands still until the test moves it, so
+  // the lease's believable end is exact and nothing waits for it.
+  auto boot = std::make_shared<std::atomic<int64_t>>(1'000'000'000);  // ns
+  internal::ClientFactory::UseBootClock(*client, [boot] {
+    return internal::BootClock::time_point(std::chrono::nanoseconds(boot->load()));
+  });
   auto cap = *client->MakeConcurrencyLimiter(
       "cut", {.limit = 2, .lease_ttl = milliseconds(500), .heartbeat_interval = milliseconds(50)});
   auto a = cap.Acquire("job");
   ASSERT_TRUE(a->acquired);
   ASSERT_TRUE(a->lease.held());
   server.Kill();
-  const auto killed = steady_clock::now();
   // Every heartbeat confirmed was sent before the kill, so the lease can be believed
   // until kill + ttl at the latest, however the threads are scheduled.
-  std::this_thread::sleep_until(killed + milliseconds(500));
+  boot->fetch_add(499'999'999);
+  EXPECT_TRUE(a->lease.held()) << "1 ns before the ttl ran out";
+  EXPECT_EQ(a->lease.loss(), LeaseLoss::kNone);
+  boot->fetch_add(1);
   EXPECT_FALSE(a->lease.held());
   EXPECT_TRUE(Eventually([&] { return a->lease.loss() == LeaseLoss::kExpired; }));
   server.Start();
@@ -341,8 +343,7 @@ TEST(LeaseRedis, AdminReleaseAllRemovesEveryLeaseOfOneIdAndWritesOneAuditRecord)
   auto other = cap.Acquire("acct:8");
   ASSERT_TRUE(other->acquired);
   // A stale member (holder died, not pruned yet) is removed but not counted.
-  server.Command(
-      {"ZADD", *cap.KeyFor("acct:7"), std::to_string(RedisNowMs(server) - 10), "1:stale"});
+  server.Command({"ZADD", *cap.KeyFor("acct:7"), std::to_string(server.NowMs() - 10), "1:stale"});
 
   const std::string log = dir.File("audit.jsonl");
   EXPECT_EQ(

@@ -12,6 +12,7 @@
 
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -31,24 +32,11 @@ constexpr int64_t kT0 = 1'700'000'000'040;  // not on a minute: aligned windows 
 constexpr Algorithm kAll[] = {Algorithm::kFixedWindow, Algorithm::kSlidingWindow,
                               Algorithm::kSlidingLog, Algorithm::kTokenBucket, Algorithm::kGcra};
 
-class PlanChangeRedis : public ::testing::Test {
+class PlanChangeRedis : public testing::RedisAlgorithmTest {
  protected:
   // Every call must reach the script (no denial cache) and a script error must show as
   // an error, not as a policy decision.
-  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
-    auto client = Client::Create({.url = server_.url(),
-                                  .prefix = kPrefix,
-                                  .deadline = milliseconds(2000),
-                                  .on_failure = FailurePolicy::kClosed,
-                                  .denial_cache_size = 0,
-                                  .model_clock = std::move(clock)});
-    EXPECT_TRUE(client.ok()) << client.status().ToString();
-    return *client;
-  }
-  void TearDown() override {
-    EXPECT_EQ(server_.KeysWithoutTtl(std::string(kPrefix) + ":*"), std::vector<std::string>{});
-  }
-  RedisServer server_;
+  PlanChangeRedis() : RedisAlgorithmTest(kPrefix, testing::ScriptOptions()) {}
 };
 
 Limit Per(Algorithm algorithm, int64_t limit, milliseconds window, bool aligned = false) {

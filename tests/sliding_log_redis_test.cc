@@ -17,6 +17,7 @@
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/processes.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
@@ -43,19 +44,12 @@ int64_t MemberStart(const std::string& member) {
   return std::stoll(member.substr(1, member.find(':') - 1));
 }
 
-class SlidingLogRedis : public ::testing::Test {
+class SlidingLogRedis : public testing::RedisAlgorithmTest {
  protected:
   // No denial cache: these tests hold the script's own replies (every retry_after, every
   // TTL repair) to the contract, so every call must reach Redis.
-  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
-    auto client = Client::Create({.url = server_.url(),
-                                  .prefix = kPrefix,
-                                  .deadline = milliseconds(2000),
-                                  .denial_cache_size = 0,
-                                  .model_clock = std::move(clock)});
-    EXPECT_TRUE(client.ok()) << client.status().ToString();
-    return *client;
-  }
+  SlidingLogRedis()
+      : RedisAlgorithmTest(kPrefix, {.deadline = milliseconds(2000), .denial_cache_size = 0}) {}
   // The log's members, oldest first.
   std::vector<std::string> Members(const std::string& key) const {
     std::vector<std::string> members;
@@ -69,11 +63,6 @@ class SlidingLogRedis : public ::testing::Test {
     for (const auto& m : Members(key)) units += MemberCost(m);
     return units;
   }
-  // Every integration test ends with no key of its prefix left without an expiry.
-  void TearDown() override {
-    EXPECT_EQ(server_.KeysWithoutTtl(std::string(kPrefix) + ":*"), std::vector<std::string>{});
-  }
-  RedisServer server_;
 };
 
 TEST_F(SlidingLogRedis, AdmitsTheLimitAndDoesNotCountRefusals) {
@@ -414,23 +403,7 @@ int64_t Hammer(const std::string& url, int threads, int calls, int64_t limit, bo
   auto client = Client::Create({.url = url, .prefix = kPrefix, .deadline = milliseconds(2000)});
   if (!client.ok()) return -1;
   auto limiter = *(*client)->MakeLimiter("hot", SlidingLog(limit, seconds(300)));
-  std::atomic<int64_t> admitted{0}, errors{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int i = 0; i < calls; ++i) {
-        const int64_t cost = random_cost ? 1 + (t * 7 + i) % 3 : 1;
-        auto d = limiter.Check("the-one-key", {.cost = cost});
-        if (!d.ok()) {
-          ++errors;
-        } else if (d->allowed) {
-          admitted += cost;
-        }
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
-  return errors.load() > 0 ? -1 : admitted.load();
+  return testing::HammerOneId(limiter, threads, calls, random_cost, {});
 }
 
 int64_t RunProcesses(const RedisServer& server, int processes, int threads, int calls,

@@ -17,6 +17,7 @@
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/processes.h"
+#include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -80,27 +81,11 @@ Limit Sliding(int64_t limit, milliseconds window) {
   return {.algorithm = Algorithm::kSlidingWindow, .limit = limit, .window = window};
 }
 
-class SlidingWindowRedis : public ::testing::Test {
+class SlidingWindowRedis : public testing::RedisAlgorithmTest {
  protected:
   // Every call here must reach the script: no denial cache, and a store failure is a
   // refusal that says so, never an admission.
-  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
-    auto client = Client::Create({.url = server_.url(),
-                                  .prefix = kPrefix,
-                                  .deadline = milliseconds(2000),
-                                  .on_failure = FailurePolicy::kClosed,
-                                  .denial_cache_size = 0,
-                                  .model_clock = std::move(clock)});
-    EXPECT_TRUE(client.ok()) << client.status().ToString();
-    return *client;
-  }
-  int64_t Pttl(const std::string& key) { return server_.Command({"PTTL", key}).integer; }
-  std::string Get(const std::string& key) { return server_.Command({"GET", key}).str; }
-  // Redis's clock, in ms.
-  int64_t RedisNowMs() {
-    testing::RedisValue t = server_.Command({"TIME"});
-    return std::stoll(t.elements[0].str) * 1000 + std::stoll(t.elements[1].str) / 1000;
-  }
+  SlidingWindowRedis() : RedisAlgorithmTest(kPrefix, testing::ScriptOptions()) {}
   // A window of at least `from` whose boundaries on Redis's clock are more than `margin`
   // away (both sides): a test on Redis TIME that must not see a rollover uses it.
   milliseconds WindowAwayFromBoundaries(milliseconds from, milliseconds margin) {
@@ -112,11 +97,6 @@ class SlidingWindowRedis : public ::testing::Test {
     ADD_FAILURE() << "no window away from a boundary";
     return from;
   }
-  // Every integration test ends with no key of its prefix left without an expiry.
-  void TearDown() override {
-    EXPECT_EQ(server_.KeysWithoutTtl(std::string(kPrefix) + ":*"), std::vector<std::string>{});
-  }
-  RedisServer server_;
 };
 
 TEST_F(SlidingWindowRedis, AdmitsTheLimitAndDoesNotCountRefusals) {
@@ -336,24 +316,8 @@ int64_t Hammer(const std::string& url, milliseconds window, int threads, int cal
                                 .on_failure = FailurePolicy::kClosed});
   if (!client.ok()) return -1;
   auto limiter = *(*client)->MakeLimiter("hot", Sliding(limit, window));
-  std::atomic<int64_t> admitted{0}, errors{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int i = 0; i < calls; ++i) {
-        const int64_t cost = random_cost ? 1 + (t * 7 + i) % 3 : 1;
-        auto d = limiter.Check("the-one-key", {.cost = cost});
-        if (!d.ok() ||
-            (d->source != DecisionSource::kStore && d->source != DecisionSource::kCachedDenial)) {
-          ++errors;
-        } else if (d->allowed) {
-          admitted += cost;
-        }
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
-  return errors.load() > 0 ? -1 : admitted.load();
+  return testing::HammerOneId(limiter, threads, calls, random_cost,
+                              {DecisionSource::kStore, DecisionSource::kCachedDenial});
 }
 
 int64_t RunProcesses(const RedisServer& server, milliseconds window, int processes, int threads,

@@ -290,27 +290,41 @@ TEST(ConcurrencyLimiter, ReleaseIsIdempotent) {
   EXPECT_EQ(none.Heartbeat().code(), StatusCode::kFailedPrecondition);
 }
 
+// The test's own clocks (the store's model clock and the leases' boot clock) move in
+// steps of a quarter ttl, and the test waits for the heartbeat that follows each step,
+// not for time to pass: three ttls go by in a few heartbeat intervals, and a slow
+// machine cannot expire the lease between two heartbeats.
 TEST(ConcurrencyLimiter, HeartbeatsKeepALeasePastItsTtl) {
-  auto client = MemoryClient();  // the system clock: heartbeats and expiry are real
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto client = MemoryClient(clock);
+  auto boot = std::make_shared<std::atomic<int64_t>>(1'000'000'000);  // ns
+  internal::ClientFactory::UseBootClock(*client, [boot] {
+    return internal::BootClock::time_point(std::chrono::nanoseconds(boot->load()));
+  });
   auto limiter = MakeLimiter(
       client, "c",
       {.limit = 1, .lease_ttl = milliseconds(400), .heartbeat_interval = milliseconds(20)});
   auto a = limiter.Acquire("x");
   ASSERT_THAT(a, IsOk());
   ASSERT_TRUE(a->acquired);
-  const auto start = steady_clock::now();
+  // The lease's expiry in the store once a heartbeat has landed at the current time.
+  const auto heartbeat_landed = [&] {
+    auto listed = limiter.List("x");
+    return listed.ok() && listed->size() == 1 && (*listed)[0].expires_at_ms == clock->NowMs() + 400;
+  };
   int refusals = 0;
-  while (steady_clock::now() - start < milliseconds(1200)) {
-    ASSERT_TRUE(a->lease.held())
-        << "after " << std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count()
-        << " ms";
+  for (int step = 1; step <= 12; ++step) {
+    clock->Advance(milliseconds(100));
+    boot->fetch_add(100'000'000);
+    ASSERT_TRUE(WaitUntil(heartbeat_landed, milliseconds(10'000)))
+        << "no heartbeat moved the lease's expiry after " << step * 100 << " ms";
+    ASSERT_TRUE(a->lease.held()) << "after " << step * 100 << " ms";
     auto other = limiter.Acquire("x");
     ASSERT_THAT(other, IsOk());
     ASSERT_FALSE(other->acquired) << "the slot is taken";
     EXPECT_GT(other->retry_after, milliseconds(0));
     EXPECT_LE(other->retry_after, milliseconds(400));
     ++refusals;
-    std::this_thread::sleep_for(milliseconds(25));
   }
   EXPECT_GE(refusals, 10);
   EXPECT_EQ(a->lease.loss(), LeaseLoss::kNone);
@@ -319,9 +333,9 @@ TEST(ConcurrencyLimiter, HeartbeatsKeepALeasePastItsTtl) {
   ASSERT_THAT(listed, IsOk());
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ((*listed)[0].id, a->lease.id());
-  EXPECT_GT((*listed)[0].expires_at_ms, WallMs());
-  EXPECT_LE((*listed)[0].expires_at_ms, WallMs() + 400);
-  EXPECT_GE(WallMs() - (*listed)[0].acquired_at_ms, 1200);
+  EXPECT_GT((*listed)[0].expires_at_ms, clock->NowMs());
+  EXPECT_LE((*listed)[0].expires_at_ms, clock->NowMs() + 400);
+  EXPECT_GE(clock->NowMs() - (*listed)[0].acquired_at_ms, 1200);
 
   EXPECT_THAT(a->lease.Release(), IsOk());
   auto b = limiter.Acquire("x");
@@ -469,7 +483,10 @@ TEST_F(ReleaseAllTest, RefusesWithoutActorReasonOrLog) {
 }
 
 TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
-  auto client = MemoryClient();
+  // A model clock that starts at the wall clock (the records' store_ms is compared with
+  // it) and moves only when the test moves it, so that the test can see a heartbeat land.
+  auto clock = std::make_shared<testing::FakeClock>(WallMs());
+  auto client = MemoryClient(clock);
   auto limiter = MakeLimiter(
       client, "streams",
       {.limit = 3, .lease_ttl = milliseconds(5000), .heartbeat_interval = milliseconds(20)});
@@ -496,7 +513,18 @@ TEST_F(ReleaseAllTest, WritesOneRecordPerCallAndHoldersLoseTheirLeases) {
   EXPECT_EQ(a->lease.loss(), LeaseLoss::kGone);
   EXPECT_EQ(b->lease.loss(), LeaseLoss::kGone);
   ASSERT_TRUE(WaitUntil([&] { return lost_a == 1 && lost_b == 1; }, milliseconds(1000)));
-  std::this_thread::sleep_for(milliseconds(100));  // several more heartbeat intervals
+  // Several more heartbeat intervals: the other id's holder, which beats on the same
+  // timer, lands three more heartbeats (each seen by the expiry it moved).
+  for (int beat = 0; beat < 3; ++beat) {
+    clock->Advance(milliseconds(1));
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          auto listed = limiter.List("user 2");
+          return listed.ok() && listed->size() == 1 &&
+                 (*listed)[0].expires_at_ms == clock->NowMs() + 5000;
+        },
+        milliseconds(10'000)));
+  }
   EXPECT_EQ(lost_a, 1);
   EXPECT_EQ(lost_b, 1);
   EXPECT_EQ(lost_a_why, static_cast<int>(LeaseLoss::kGone));

@@ -6,7 +6,7 @@
 // std::mutex and std::lock_guard carry no annotations in libstdc++, so the analysis
 // cannot see them: guarded state is locked through Mutex and MutexLock below (a
 // std::mutex inside; MutexLock is a lock_guard the analysis understands). Mutex is also
-// BasicLockable, for std::condition_variable_any.
+// Lockable, for std::condition_variable_any and std::unique_lock.
 #pragma once
 
 #include <mutex>
@@ -25,6 +25,7 @@
 #define SLUICE_EXCLUDES(...) SLUICE_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 #define SLUICE_ACQUIRE(...) SLUICE_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define SLUICE_RELEASE(...) SLUICE_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define SLUICE_TRY_ACQUIRE(...) SLUICE_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define SLUICE_RETURN_CAPABILITY(x) SLUICE_THREAD_ANNOTATION(lock_returned(x))
 // For the few functions whose locking the analysis cannot follow (a set of locks taken
 // in a loop); each use says why.
@@ -40,6 +41,8 @@ class SLUICE_CAPABILITY("mutex") Mutex {
 
   void lock() SLUICE_ACQUIRE() { mu_.lock(); }
   void unlock() SLUICE_RELEASE() { mu_.unlock(); }
+  // True when it took the mutex (which the caller then unlocks).
+  bool try_lock() SLUICE_TRY_ACQUIRE(true) { return mu_.try_lock(); }
 
  private:
   std::mutex mu_;

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -39,6 +38,7 @@
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
+#include "core/mutex.h"
 #include "sluice/clock.h"
 #include "store/store.h"
 
@@ -90,35 +90,35 @@ class MemoryStore final : public Store {
   };
   using Map = std::unordered_map<std::string, Entry>;
   struct Shard {
-    std::mutex mu;
-    Map entries;
+    Mutex mu;
+    Map entries SLUICE_GUARDED_BY(mu);
     // Expiry index: slot (expiry / kSlotMs) -> the first entry of that slot's list.
-    std::map<int64_t, Entry*> slots;
+    std::map<int64_t, Entry*> slots SLUICE_GUARDED_BY(mu);
   };
 
   Shard& ShardFor(const std::string& key);
   static int64_t SlotOf(int64_t ms);
-  static void File(Shard& shard, Entry& entry);
-  static void Unfile(Shard& shard, Entry& entry);
+  static void File(Shard& shard, Entry& entry) SLUICE_REQUIRES(shard.mu);
+  static void Unfile(Shard& shard, Entry& entry) SLUICE_REQUIRES(shard.mu);
   // Stores the state a step left (`it`: the key's entry, or end()), filed by its expiry;
   // erases the entry when the step left none.
   template <typename State>
   static void Keep(Shard& shard, Map::iterator it, const std::string& key,
-                   std::optional<State>& state, int64_t expires_at_ms);
+                   std::optional<State>& state, int64_t expires_at_ms) SLUICE_REQUIRES(shard.mu);
   // Frees up to kReclaimPerCall entries of the shard whose slot is over; the caller
   // holds the shard's lock.
-  static void Reclaim(Shard& shard, int64_t now_ms);
+  static void Reclaim(Shard& shard, int64_t now_ms) SLUICE_REQUIRES(shard.mu);
   // Reclaim in the next shard of this thread's rotation, unless its lock is taken. Called
   // with no lock held.
   void ReclaimElsewhere(int64_t now_ms);
   CompositeOutcome DecideMany(const std::vector<CheckCall>& calls);
   // Runs `algorithm`'s twin on the key's state; the caller holds the shard's lock.
   static AlgoReply StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
-                              Algorithm algorithm, int64_t now);
+                              Algorithm algorithm, int64_t now) SLUICE_REQUIRES(shard.mu);
   // Runs one twin on the key's state under the shard's lock.
   template <typename State, typename Step>
   static AlgoReply Apply(Shard& shard, const std::string& key, const AlgoArgs& args, int64_t now_ms,
-                         Step step);
+                         Step step) SLUICE_REQUIRES(shard.mu);
 
   std::shared_ptr<const Clock> clock_;
   std::array<Shard, kShards> shards_;

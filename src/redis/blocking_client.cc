@@ -1,9 +1,8 @@
 #include "redis/blocking_client.h"
 
-#include <mutex>
-
 #include <hiredis/hiredis.h>
 
+#include "core/mutex.h"
 #include "redis/resp.h"
 
 namespace sluice::internal {
@@ -65,16 +64,16 @@ std::future<BlockingClient::Replies> BlockingClient::EvalAsync(int script,
 }
 
 std::future<BlockingClient::Replies> BlockingClient::Submit(std::vector<Call> calls) {
+  // The calls' callbacks run on the connection's strand, the last one fulfils `promise`.
   struct Pending {
-    std::mutex mu;
-    std::vector<Reply> replies;
-    size_t left = 0;
-    Status failure;
-    std::promise<Replies> promise;
+    explicit Pending(size_t n) : replies(n), left(n) {}
+    Mutex mu;
+    std::vector<Reply> replies SLUICE_GUARDED_BY(mu);
+    size_t left SLUICE_GUARDED_BY(mu);
+    Status failure SLUICE_GUARDED_BY(mu);
+    std::promise<Replies> promise;  // set once: by the last callback, under mu
   };
-  auto pending = std::make_shared<Pending>();
-  pending->replies.resize(calls.size());
-  pending->left = calls.size();
+  auto pending = std::make_shared<Pending>(calls.size());
   auto result = pending->promise.get_future();
   if (calls.empty()) {
     pending->promise.set_value(std::vector<Reply>{});
@@ -85,7 +84,7 @@ std::future<BlockingClient::Replies> BlockingClient::Submit(std::vector<Call> ca
     auto done = [pending, i](const Status& status, const redisReply* reply) {
       Reply copy;
       if (reply != nullptr) copy = CopyReply(*reply);
-      std::lock_guard lock(pending->mu);
+      MutexLock lock(pending->mu);
       if (reply != nullptr) {
         pending->replies[i] = std::move(copy);
       } else if (pending->failure.ok()) {

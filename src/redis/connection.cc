@@ -93,7 +93,7 @@ void Connection::Start(std::function<void(Status)> first_result) {
 void Connection::Connect() {
   auto session = std::make_shared<Session>(strand_);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (state_ == State::kShutdown) return;
     state_ = State::kConnecting;
     session_ = session;
@@ -147,7 +147,7 @@ void Connection::OnConnected(const std::shared_ptr<Session>& session) {
     session->socket.set_option(asio::ip::tcp::no_delay(true), ignored);
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (session_ != session) return;
     state_ = State::kHandshaking;
   }
@@ -236,7 +236,7 @@ void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status s
     return;
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (session_ != session || state_ != State::kHandshaking) return;
     state_ = State::kReady;
     last_error_ = Status::Ok();
@@ -253,7 +253,7 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
   Status fail;
   std::shared_ptr<Session> session;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!(state_ == State::kReady || (handshake && state_ == State::kHandshaking))) {
       fail =
           UnavailableError("redis " + endpoint_.Describe() + " is not connected" +
@@ -355,7 +355,7 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
   bool post_write = false, post_timer = false;
   std::shared_ptr<Session> session;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (state_ != State::kReady) {
       fail = UnavailableError("redis " + endpoint_.Describe() + " is not connected");
     } else {
@@ -473,7 +473,7 @@ size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n,
 
 void Connection::StartWrite(const std::shared_ptr<Session>& session) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!session || session->closed || session_ != session) return;
     write_posted_ = false;
     if (write_in_flight_ || corked_) return;
@@ -490,7 +490,7 @@ void Connection::StartWrite(const std::shared_ptr<Session>& session) {
       asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t) {
         if (session->closed) return;
         {
-          std::lock_guard lock(self->mu_);
+          MutexLock lock(self->mu_);
           self->write_in_flight_ = false;
         }
         if (ec) {
@@ -542,7 +542,7 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
   groups.clear();
   bool desync = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     last_reply_at_ = steady_clock::now();
     // Written requests only: the open batch at the back has not been sent.
     size_t written = queue_.size() - open_count_;
@@ -603,7 +603,7 @@ void Connection::Dispatch(Request& request, redisReply* reply) {
         // it and caches it again. Same deadline, same callback.
         request.retried = true;
         {
-          std::lock_guard lock(mu_);
+          MutexLock lock(mu_);
           ++stats_.noscript_retries;
         }
         if (request.function >= 0) {
@@ -645,7 +645,7 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
         if (calls[i].done) again.push_back(std::move(calls[i]));
       }
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         ++stats_.noscript_retries;
       }
       for (Request& r : again) r.batch = 1;
@@ -703,7 +703,7 @@ void Connection::OnTimer() {
   std::shared_ptr<Session> stalled;
   int64_t stalled_ms = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (Request& r : queue_) {
       if (!r.done) continue;
       if (r.deadline <= now) {
@@ -754,7 +754,7 @@ void Connection::Break(const std::shared_ptr<Session>& session, Status why) {
   std::deque<Request> failed;
   bool shutdown = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (session_ != session || session->closed) return;
     session->closed = true;
     failed.swap(queue_);
@@ -800,14 +800,14 @@ void Connection::ScheduleReconnect() {
 }
 
 void Connection::Cork() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   corked_ = true;
 }
 
 void Connection::Uncork() {
   std::shared_ptr<Session> session;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     corked_ = false;
     session = session_;
   }
@@ -817,7 +817,7 @@ void Connection::Uncork() {
 void Connection::Shutdown() {
   std::shared_ptr<Session> session;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (state_ == State::kShutdown) return;
     state_ = State::kShutdown;
     session = session_;
@@ -834,7 +834,7 @@ void Connection::Shutdown() {
 }
 
 Connection::Stats Connection::stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return stats_;
 }
 

@@ -43,7 +43,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +51,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
+#include "core/mutex.h"
 #include "redis/endpoint.h"
 #include "sluice/status.h"
 
@@ -182,7 +182,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Queues the calls of a batch that got NOSCRIPT again, as EVAL of the batch script.
   void EnqueueBatchAgain(std::vector<Request> calls);
   // Writes the open batch (the last open_count_ requests of queue_) into out_.
-  void CloseBatchLocked();
+  void CloseBatchLocked() SLUICE_REQUIRES(mu_);
   // A Call's request alone: EVALSHA (or EVAL with the source) or its plain command.
   void WriteAlone(std::string& out, const Request& r, bool eval) const;
   // Several Calls' requests as one batch script call. Returns how many of them share
@@ -213,22 +213,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::milliseconds backoff_;
   std::function<void(Status)> first_result_;  // strand only
 
-  mutable std::mutex mu_;  // guards everything below
-  State state_ = State::kIdle;
-  std::shared_ptr<Session> session_;
-  std::deque<Request> queue_;     // in flight, FIFO = reply order
-  std::string out_;               // bytes not yet handed to a write
-  bool write_posted_ = false;     // a StartWrite is posted to the strand
-  bool write_in_flight_ = false;  // an async_write is running; its completion flushes out_
-  bool corked_ = false;
-  std::size_t open_count_ = 0;  // the open batch: the last open_count_ requests of queue_
-  bool timer_armed_ = false;
-  Deadline armed_at_ = Deadline::max();
+  mutable Mutex mu_;
+  State state_ SLUICE_GUARDED_BY(mu_) = State::kIdle;
+  std::shared_ptr<Session> session_ SLUICE_GUARDED_BY(mu_);
+  std::deque<Request> queue_ SLUICE_GUARDED_BY(mu_);  // in flight, FIFO = reply order
+  std::string out_ SLUICE_GUARDED_BY(mu_);            // bytes not yet handed to a write
+  bool write_posted_ SLUICE_GUARDED_BY(mu_) = false;  // a StartWrite is posted to the strand
+  // An async_write is running; its completion flushes out_.
+  bool write_in_flight_ SLUICE_GUARDED_BY(mu_) = false;
+  bool corked_ SLUICE_GUARDED_BY(mu_) = false;
+  // The open batch: the last open_count_ requests of queue_.
+  std::size_t open_count_ SLUICE_GUARDED_BY(mu_) = 0;
+  bool timer_armed_ SLUICE_GUARDED_BY(mu_) = false;
+  Deadline armed_at_ SLUICE_GUARDED_BY(mu_) = Deadline::max();
   // When the latest reply was read: a deadline missed although replies kept coming after
   // the call was issued is a backlog in this client, not a silent store.
-  std::chrono::steady_clock::time_point last_reply_at_{};
-  Status last_error_;
-  Stats stats_;
+  std::chrono::steady_clock::time_point last_reply_at_ SLUICE_GUARDED_BY(mu_){};
+  Status last_error_ SLUICE_GUARDED_BY(mu_);
+  Stats stats_ SLUICE_GUARDED_BY(mu_);
 
   std::atomic<bool> ready_{false};
 };
