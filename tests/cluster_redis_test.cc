@@ -5,6 +5,8 @@
 #include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <set>
@@ -17,6 +19,7 @@
 #include "core/keys.h"
 #include "redis/cluster_store.h"
 #include "redis/crc16.h"
+#include "sluice/admin.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
 #include "testing/redis_cluster.h"
@@ -170,6 +173,32 @@ TEST_F(ClusterRedis, LeasesHoldTheirLimitPerId) {
     ++per_primary[cluster_->PrimaryPortOf(cluster_->KeySlot(*leases.KeyFor(id)))];
   }
   EXPECT_EQ(per_primary.size(), 3u);
+}
+
+TEST_F(ClusterRedis, ReleaseAllFreesAnIdsLeasesAndAuditsToTheStream) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto leases = *client->MakeConcurrencyLimiter("exports", {.limit = 4});
+  std::vector<Lease> held;
+  for (int i = 0; i < 4; ++i) {
+    auto a = leases.Acquire("tenant:9");
+    ASSERT_TRUE(a.ok() && a->acquired);
+    held.push_back(std::move(a->lease));
+  }
+  EXPECT_FALSE(leases.Acquire("tenant:9")->acquired);
+  char dir[] = "/tmp/sluice-cluster-audit-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/audit.jsonl";
+  auto released = ReleaseAll(leases, "tenant:9", {.actor = "test", .reason = "cluster"},
+                             {.log_path = log, .stream = true});
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->released, 4);
+  EXPECT_EQ(released->stream_error, "");
+  EXPECT_TRUE(leases.Acquire("tenant:9")->acquired);
+  // The audit stream lives on the primary of its own slot.
+  const std::string stream = Prefix() + ":audit";
+  EXPECT_EQ(cluster_->CommandForKey(stream, {"XLEN", stream}).integer, 1);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(ClusterRedis, CompositesAcrossSlotsCountExactly) {
@@ -363,6 +392,114 @@ TEST_F(ClusterRedis, ReshardingUnderLoadKeepsExactCounts) {
   }
   for (const auto& [slot, port] : moved_to) EXPECT_EQ(cluster_->PrimaryPortOf(slot), port);
   std::printf("resharding: %zu slots moved under %d rounds of load\n", slots.size(), rounds.load());
+}
+
+TEST_F(ClusterRedis, BatchesOfAMigratingSlotAreRetriedUntilTheyFit) {
+  // Many calls on keys of one slot (one tag) batch together; while that slot migrates
+  // key by key a batch meets keys on both sides (TRYAGAIN) or none on the source (ASK).
+  Router router(cluster_->url());
+  constexpr int kKeys = 16, kThreads = 4, kPerThread = 60, kLimit = 100;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back(Prefix() + ":{one}:k" + std::to_string(i));
+  const uint16_t slot = internal::KeySlot(keys[0]);
+  for (const auto& key : keys) ASSERT_TRUE(router.Consume(key, kLimit).ok());
+  const uint16_t from = cluster_->PrimaryPortOf(slot);
+  const uint16_t to = OtherPrimary(*cluster_, from);
+  std::atomic<int> failed{0};
+  std::vector<std::atomic<int>> admitted(kKeys);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (int n = 0; n < kPerThread; ++n) {
+        // Several calls in flight at once, so that they batch.
+        std::vector<std::future<StatusOr<Decision>>> pending;
+        for (int k = 0; k < 4; ++k) {
+          const int i = (n * 4 + k + t) % kKeys;
+          pending.push_back(std::async(std::launch::async, [&router, &keys, i] {
+            return router.Consume(keys[static_cast<size_t>(i)], kLimit);
+          }));
+        }
+        for (int k = 0; k < 4; ++k) {
+          const int i = (n * 4 + k + t) % kKeys;
+          auto d = pending[static_cast<size_t>(k)].get();
+          if (!d.ok()) {
+            if (failed++ == 0) ADD_FAILURE() << d.status().ToString();
+          } else if (d->allowed) {
+            ++admitted[static_cast<size_t>(i)];
+          }
+        }
+      }
+    });
+  }
+  cluster_->BeginMigration(slot, from, to);
+  go = true;
+  while (cluster_->MigrateKeys(slot, from, to, 1) > 0) {
+    std::this_thread::sleep_for(milliseconds(3));
+  }
+  cluster_->FinishMigration(slot, from, to);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  // Every call counted once: each key holds 1 + its admissions.
+  int total = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string value =
+        cluster_->NodeOnPort(to).Command({"GET", keys[static_cast<size_t>(i)]}).str;
+    EXPECT_EQ(value.substr(0, value.find(':')),
+              std::to_string(1 + admitted[static_cast<size_t>(i)].load()))
+        << keys[static_cast<size_t>(i)];
+    total += admitted[static_cast<size_t>(i)].load();
+  }
+  EXPECT_EQ(total, kThreads * kPerThread * 4);
+  const auto stats = router.store().router_stats();
+  std::printf("migrating slot under batched load: %llu ASK, %llu MOVED, %llu retried\n",
+              static_cast<unsigned long long>(stats.asked),
+              static_cast<unsigned long long>(stats.moved),
+              static_cast<unsigned long long>(stats.retried));
+  EXPECT_GT(stats.asked + stats.moved, 0u);
+}
+
+// A primary killed (SIGKILL, by its pid): its replica is promoted (cluster-node-timeout
+// 1 s) and the same client's decisions resume without a restart.
+TEST(ClusterFailover, DecisionsResumeAfterAPrimaryDies) {
+  RedisCluster cluster({.primaries = 3, .replicas = 1, .node_timeout_ms = 1000});
+  auto client = Client::Create({.url = cluster.url(),
+                                .prefix = "clfo",
+                                .deadline = milliseconds(200),
+                                .on_failure = FailurePolicy::kClosed});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto limiter = *(*client)->MakeLimiter("fo", {.limit = 1'000'000, .window = seconds(60)});
+  const std::string key = *limiter.KeyFor("victim");
+  const uint16_t slot = cluster.KeySlot(key);
+  const uint16_t dead = cluster.PrimaryPortOf(slot);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(limiter.Check("victim")->allowed);
+  cluster.NodeOnPort(dead).Kill();
+  const auto killed_at = std::chrono::steady_clock::now();
+  int failed = 0;
+  bool recovered = false;
+  while (std::chrono::steady_clock::now() - killed_at < seconds(30)) {
+    auto d = limiter.Check("victim");
+    if (!Failed(d) && d->allowed) {
+      recovered = true;
+      break;
+    }
+    ++failed;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed_at);
+  ASSERT_TRUE(recovered) << "no decision within 30 s of the kill";
+  std::printf("failover: %d failed decisions, recovered %lld ms after the kill\n", failed,
+              static_cast<long long>(took.count()));
+  const uint16_t promoted = cluster.PrimaryPortOf(slot);
+  EXPECT_NE(promoted, dead);
+  // Every primary serves again, through the same client.
+  for (int i = 0; i < 30; ++i) {
+    auto d = limiter.Check("after:" + std::to_string(i));
+    EXPECT_FALSE(Failed(d)) << i;
+  }
+  EXPECT_EQ(cluster.KeysWithoutTtl("clfo:*"), std::vector<std::string>{});
 }
 
 }  // namespace

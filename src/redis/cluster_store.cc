@@ -183,14 +183,14 @@ void ClusterStore::Run(const std::shared_ptr<Attempt<Result>>& attempt,
   }
   // `target` (captured below) keeps the store alive while the call runs.
   std::shared_ptr<RedisStore> store = asking ? AskingStore(target) : target->store;
-  attempt->run(*store, [self = shared_from_this(), attempt, target](Result result) {
-    self->OnResult(attempt, target, std::move(result));
+  attempt->run(*store, [self = shared_from_this(), attempt, target, asking](Result result) {
+    self->OnResult(attempt, target, asking, std::move(result));
   });
 }
 
 template <typename Result>
 void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
-                            const std::shared_ptr<Node>& node, Result result) {
+                            const std::shared_ptr<Node>& node, bool asking, Result result) {
   const Status& status = StatusOf(result);
   if (status.ok() || shutdown_.load(std::memory_order_relaxed)) {
     attempt->done(std::move(result));
@@ -199,6 +199,11 @@ void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
   std::optional<ClusterError> error = ClusterErrorOf(status, node->endpoint.host);
   if (!error) {
     if (NeverSent(status)) {
+      if (asking) {
+        // The connection kept for ASK is still being made: ask the same node again.
+        RetryLater(attempt, std::move(result), node, /*asking=*/true);
+        return;
+      }
       // A node down (a failover?): the map may name its successor soon.
       RequestRefresh();
       RetryLater(attempt, std::move(result));
@@ -241,7 +246,8 @@ void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
 }
 
 template <typename Result>
-void ClusterStore::RetryLater(const std::shared_ptr<Attempt<Result>>& attempt, Result result) {
+void ClusterStore::RetryLater(const std::shared_ptr<Attempt<Result>>& attempt, Result result,
+                              std::shared_ptr<Node> target, bool asking) {
   const milliseconds backoff =
       std::min<milliseconds>(kMinBackoff * (1 << std::min(attempt->waits, 10)), kMaxBackoff);
   if (shutdown_.load(std::memory_order_relaxed) ||
@@ -255,9 +261,8 @@ void ClusterStore::RetryLater(const std::shared_ptr<Attempt<Result>>& attempt, R
     ++router_stats_.retried;
   }
   auto timer = std::make_shared<asio::steady_timer>(executor_, backoff);
-  timer->async_wait([self = shared_from_this(), attempt, timer](boost::system::error_code) {
-    self->Run(attempt, nullptr, false);
-  });
+  timer->async_wait([self = shared_from_this(), attempt, timer, target = std::move(target),
+                     asking](boost::system::error_code) { self->Run(attempt, target, asking); });
 }
 
 void ClusterStore::Check(CheckCall call, DecisionCallback done) {

@@ -117,9 +117,12 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
            bool asking);
   template <typename Result>
   void OnResult(const std::shared_ptr<Attempt<Result>>& attempt, const std::shared_ptr<Node>& node,
-                Result result);
+                bool asking, Result result);
+  // Runs the attempt again after a backoff, on `target` (null: the slot's node in the map
+  // then), or answers `result` when the deadline leaves no room.
   template <typename Result>
-  void RetryLater(const std::shared_ptr<Attempt<Result>>& attempt, Result result);
+  void RetryLater(const std::shared_ptr<Attempt<Result>>& attempt, Result result,
+                  std::shared_ptr<Node> target = nullptr, bool asking = false);
 
   // Starts a refresh unless one runs (then another follows it).
   void RequestRefresh() SLUICE_EXCLUDES(mu_);
