@@ -9,7 +9,7 @@
 # split per slot), not how a cluster scales: see README.md (Redis Cluster).
 # Usage: bench/cluster.sh [seconds per measurement, default 3] [runs, default 3]
 # Env: SLUICE (default ./build/release/bin/sluice, else ./build/bin/sluice), ALGORITHMS
-# (default "fixed_window gcra"), CONCURRENCY (default "1 50 500"), KEYS (default 10000).
+# (default "fixed_window"), CONCURRENCY (default "1 50 500"), KEYS (default 10000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-3}
@@ -18,7 +18,7 @@ if [ -z "${SLUICE:-}" ]; then
   SLUICE=./build/release/bin/sluice
   [ -x "$SLUICE" ] || SLUICE=./build/bin/sluice
 fi
-ALGORITHMS=(${ALGORITHMS:-fixed_window gcra})
+ALGORITHMS=(${ALGORITHMS:-fixed_window})
 LEVELS=(${CONCURRENCY:-1 50 500})
 KEYS=${KEYS:-10000}
 [ -x "$SLUICE" ] || { echo "build first: make build" >&2; exit 2; }
@@ -74,22 +74,44 @@ for p in "${cluster_ports[@]}"; do
   done
 done
 cluster_url="redis+cluster://127.0.0.1:${cluster_ports[0]},127.0.0.1:${cluster_ports[1]}"
+# A cluster of one primary that holds every slot: the same server through the router
+# (redis+cluster://) and directly (redis://, unbatched: a batch of several slots would be
+# refused with CROSSSLOT) isolates what routing costs the client.
+one=$(free_cluster_port)
+start_server "$one" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000
+redis-cli -p "$one" CLUSTER ADDSLOTSRANGE 0 16383 >/dev/null
+for _ in $(seq 1 200); do
+  redis-cli -p "$one" CLUSTER INFO | grep -q cluster_state:ok && break
+  sleep 0.05
+done
 
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'), $(nproc) cores;" \
-     "single node on $single, cluster of 3 primaries on ${cluster_ports[*]};" \
+     "single node on $single, cluster of 3 primaries on ${cluster_ports[*]}," \
+     "cluster of 1 primary on $one;" \
      "${SECONDS_PER_RUN}s per measurement, median of $RUNS runs, $KEYS ids"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+# Three targets: the single node as shipped (batching on: up to 64 queued calls per
+# EVALSHA), the single node with batching off (SLUICE_REDIS_MAX_BATCH=1: every call its own
+# EVALSHA), and the cluster (batches form only among calls of one slot, so with ids spread
+# over 16384 slots nearly every call is its own EVALSHA). Cluster against unbatched single
+# is the router's own overhead; against batched single it also shows what per-slot
+# batching gives up.
 declare -A rate p99
+targets=(single unbatched cluster one_direct one_routed)
 for run in $(seq 1 "$RUNS"); do
   for a in "${ALGORITHMS[@]}"; do
     for c in "${LEVELS[@]}"; do
-      for target in single cluster; do
+      for target in "${targets[@]}"; do
         url="redis://127.0.0.1:$single"
+        batch=""
+        [ "$target" = unbatched ] && batch=1
         [ "$target" = cluster ] && url=$cluster_url
-        out=$("$SLUICE" bench --redis "$url" --algorithm "$a" --concurrency "$c" \
-              --duration "$SECONDS_PER_RUN" --keys "$KEYS" --limit 1000000000 --json)
+        [ "$target" = one_direct ] && url="redis://127.0.0.1:$one" && batch=1
+        [ "$target" = one_routed ] && url="redis+cluster://127.0.0.1:$one"
+        out=$(SLUICE_REDIS_MAX_BATCH=$batch "$SLUICE" bench --redis "$url" --algorithm "$a" \
+              --concurrency "$c" --duration "$SECONDS_PER_RUN" --keys "$KEYS" --limit 1000000000 --json)
         k="$target/$a/$c"
         rate[$k]+=" $(json "$out" decisions_per_s)"
         p99[$k]+=" $(json "$out" p99_us)"
@@ -98,18 +120,27 @@ for run in $(seq 1 "$RUNS"); do
   done
 done
 
-printf '\n%-14s %5s | %12s %10s | %12s %10s | %10s %9s\n' algorithm conc "single/s" "p99 us" \
-  "cluster/s" "p99 us" "rate ratio" "p99 ratio"
+ratio() { awk -v x="$1" -v y="$2" 'BEGIN {printf "%.2f", (y > 0 ? x / y : 0)}'; }
+printf '\n%-13s %4s | %9s %7s | %9s %7s | %9s %7s | %-11s | %-11s || %9s %7s | %9s %7s | %-11s\n' \
+  algorithm conc "single/s" "p99 us" "unbat./s" "p99 us" "cluster/s" "p99 us" "vs single" \
+  "vs unbat." "direct/s" "p99 us" "routed/s" "p99 us" "overhead"
 for a in "${ALGORITHMS[@]}"; do
   for c in "${LEVELS[@]}"; do
-    sr=$(echo "${rate[single/$a/$c]}" | median)
-    sp=$(echo "${p99[single/$a/$c]}" | median)
-    cr=$(echo "${rate[cluster/$a/$c]}" | median)
-    cp=$(echo "${p99[cluster/$a/$c]}" | median)
-    printf '%-14s %5s | %12.0f %10.0f | %12.0f %10.0f | %10.2f %9.2f\n' "$a" "$c" "$sr" "$sp" \
-      "$cr" "$cp" "$(awk -v x="$cr" -v y="$sr" 'BEGIN {print (y > 0 ? x / y : 0)}')" \
-      "$(awk -v x="$cp" -v y="$sp" 'BEGIN {print (y > 0 ? x / y : 0)}')"
+    declare -A r=() q=()
+    for target in "${targets[@]}"; do
+      r[$target]=$(echo "${rate[$target/$a/$c]}" | median)
+      q[$target]=$(echo "${p99[$target/$a/$c]}" | median)
+    done
+    printf '%-13s %4s | %9.0f %7.0f | %9.0f %7.0f | %9.0f %7.0f | %4s %-6s | %4s %-6s || %9.0f %7.0f | %9.0f %7.0f | %4s %-6s\n' \
+      "$a" "$c" "${r[single]}" "${q[single]}" "${r[unbatched]}" "${q[unbatched]}" \
+      "${r[cluster]}" "${q[cluster]}" "$(ratio "${r[cluster]}" "${r[single]}")" \
+      "$(ratio "${q[cluster]}" "${q[single]}")x" "$(ratio "${r[cluster]}" "${r[unbatched]}")" \
+      "$(ratio "${q[cluster]}" "${q[unbatched]}")x" "${r[one_direct]}" "${q[one_direct]}" \
+      "${r[one_routed]}" "${q[one_routed]}" "$(ratio "${r[one_routed]}" "${r[one_direct]}")" \
+      "$(ratio "${q[one_routed]}" "${q[one_direct]}")x"
   done
 done
+echo "(vs: the 3-primary cluster's decisions/s ratio, then its p99 ratio; overhead: the"
+echo " one-primary cluster through the router against the same server directly)"
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "targets: rate ratio >= 0.8, p99 ratio <= 1.5"
+echo "targets: decisions/s ratio >= 0.8, p99 ratio <= 1.5"
