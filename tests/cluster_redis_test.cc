@@ -7,14 +7,18 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <map>
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
 
 #include "core/keys.h"
 #include "redis/cluster_store.h"
@@ -199,6 +203,30 @@ TEST_F(ClusterRedis, ReleaseAllFreesAnIdsLeasesAndAuditsToTheStream) {
   const std::string stream = Prefix() + ":audit";
   EXPECT_EQ(cluster_->CommandForKey(stream, {"XLEN", stream}).integer, 1);
   std::filesystem::remove_all(dir);
+}
+
+TEST_F(ClusterRedis, TheBenchCommandRunsOnTheCluster) {
+  char log[] = "/tmp/sluice-cluster-bench-XXXXXX";
+  const int fd = ::mkstemp(log);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const int status = testing::RunProgram(
+      {SLUICE_CLI_PATH, "bench", "--redis", cluster_->url(), "--duration", "1", "--warmup", "0",
+       "--concurrency", "20", "--keys", "500", "--limit", "1000000000", "--json"},
+      log, 60'000);
+  std::ifstream in(log);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  ::unlink(log);
+  ASSERT_EQ(status, 0) << last;
+  auto j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << last;
+  EXPECT_GT(j["allowed"].get<int64_t>(), 0) << last;
+  EXPECT_EQ(j["errors"].get<int64_t>(), 0) << last;
+  EXPECT_EQ(j["not_from_store"].get<int64_t>(), 0) << last;
+  EXPECT_EQ(cluster_->KeysWithoutTtl("*"), std::vector<std::string>{});
 }
 
 TEST_F(ClusterRedis, CompositesAcrossSlotsCountExactly) {

@@ -10,6 +10,7 @@
 #include "redis/endpoint.h"
 #include "redis/resp.h"
 #include "redis/slot_map.h"
+#include "sluice/admin.h"
 
 namespace sluice::internal {
 namespace {
@@ -179,6 +180,15 @@ TEST(ClusterUrl, RefusesBadOnes) {
   ASSERT_FALSE(single.ok());
   EXPECT_NE(single.status().message().find("Redis Cluster"), std::string::npos);
   EXPECT_EQ(single.status().message().find("secret"), std::string::npos);
+}
+
+TEST(ClusterUrl, TheOperatorToolsSayTheyTakeOneServer) {
+  // Admin (sluice audit, repair, inspect, top) does not visit a cluster yet: it says so.
+  auto admin = Admin::Connect({.url = "redis+cluster://u:secret@127.0.0.1:1"});
+  ASSERT_FALSE(admin.ok());
+  EXPECT_EQ(admin.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(admin.status().message().find("Redis Cluster"), std::string::npos);
+  EXPECT_EQ(admin.status().message().find("secret"), std::string::npos);
 }
 
 }  // namespace
