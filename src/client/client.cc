@@ -13,6 +13,7 @@
 #include "core/process.h"
 #include "core/wait.h"
 #include "memory/memory_store.h"
+#include "redis/cluster_store.h"
 #include "redis/redis_store.h"
 #include "sluice/client.h"
 #include "sluice/lease.h"
@@ -163,8 +164,15 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
     core->StartThreads();
     return std::shared_ptr<Client>(new Client(std::move(core)));
   }
-  auto endpoint = internal::ParseRedisUrl(o.url);
-  if (!endpoint.ok()) return endpoint.status();
+  StatusOr<std::vector<internal::Endpoint>> seeds = std::vector<internal::Endpoint>{};
+  StatusOr<internal::Endpoint> endpoint = internal::Endpoint{};
+  if (internal::IsClusterUrl(o.url)) {
+    seeds = internal::ParseClusterUrl(o.url);
+    if (!seeds.ok()) return seeds.status();
+  } else {
+    endpoint = internal::ParseRedisUrl(o.url);
+    if (!endpoint.ok()) return endpoint.status();
+  }
   core->StartThreads();
   internal::ConnectionOptions copts;
   copts.connect_timeout = o.connect_timeout;
@@ -172,6 +180,13 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
   copts.reconnect_min_backoff = o.reconnect_min_backoff;
   copts.reconnect_max_backoff = o.reconnect_max_backoff;
   copts.max_in_flight = o.max_in_flight;
+  if (internal::IsClusterUrl(o.url)) {
+    auto cluster = internal::ClusterStore::Connect(core->io.get_executor(), std::move(*seeds),
+                                                   copts, o.connect_in_background);
+    if (!cluster.ok()) return cluster.status();
+    core->UseStore(std::move(*cluster));
+    return std::shared_ptr<Client>(new Client(std::move(core)));
+  }
   auto store = internal::RedisStore::Connect(core->io.get_executor(), std::move(*endpoint), copts,
                                              o.connect_in_background);
   if (!store.ok()) return store.status();

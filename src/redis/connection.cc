@@ -265,7 +265,10 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
     } else {
       if constexpr (kJoin) {
         (void)write;
-        if (open_count_ >= std::min(options_.max_batch, kMaxBatchCalls)) CloseBatchLocked();
+        if (open_count_ >= std::min(options_.max_batch, kMaxBatchCalls) ||
+            (open_count_ > 0 && queue_.back().batch_tag != request.batch_tag)) {
+          CloseBatchLocked();
+        }
       } else {
         CloseBatchLocked();
         write(out_, request);
@@ -341,6 +344,7 @@ void Connection::Call(BatchableCall call, Deadline deadline, Callback done, Call
   request.key = std::move(call.key);
   request.tail = std::move(call.args);
   request.tail_items = call.arg_items;
+  request.batch_tag = call.batch_tag;
   if (options_.batch_script < 0 || options_.max_batch <= 1) {
     Enqueue(
         std::move(request),

@@ -20,11 +20,12 @@
 // options.max_batch calls; any other command (Send, Eval) closes the open batch, so the
 // order on the wire is the order of the calls. Each call keeps its own deadline and
 // callback (an error for one call fails only that call); a NOSCRIPT reply to a batch
-// resends it as EVAL of the batch script. A cluster router keeps one Connection per
-// master: only keys of that master's slots meet in its batches.
+// resends it as EVAL of the batch script. Only calls of one batch_tag share a batch: the
+// cluster router (redis/cluster_store.h) keeps one Connection per primary and tags each
+// call with its key's slot, so a batch never spans slots (CROSSSLOT).
 //
-// Routing: a command is sent to the Connection its caller chose; a cluster router will
-// pick the connection per key slot and own one Connection per master.
+// Routing: a command is sent to the Connection its caller chose; the cluster router
+// picks the connection per key slot and owns one Connection per primary.
 //
 // Errors on this side of the connection while the store answers (too many calls in
 // flight; a deadline missed while replies kept arriving after the call was issued) are
@@ -121,6 +122,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::string key;
     std::string args;
     int arg_items = 0;
+    // Only calls of one tag share a batch (on a Redis Cluster: the key's hash slot, since
+    // one script call may touch one slot only).
+    uint32_t batch_tag = 0;
   };
   void Call(BatchableCall call, Deadline deadline, Callback done, Callback late = nullptr);
 
@@ -163,6 +167,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     int function = -1;
     std::string_view command;
     std::string key;
+    uint32_t batch_tag = 0;
     // Set when written: the number of calls (this one and the ones after it in the
     // queue) that one reply answers; 1 for a command alone.
     std::size_t batch = 1;

@@ -86,6 +86,10 @@ StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
     return ep;
   }
   if (!url.starts_with(kRedis)) {
+    if (IsClusterUrl(url)) {
+      return InvalidArgumentError(
+          "redis+cluster:// names a Redis Cluster; this takes one server (redis:// or unix://)");
+    }
     if (url.starts_with("rediss://")) {
       return InvalidArgumentError("rediss:// (TLS) is not supported yet; use redis:// or unix://");
     }
@@ -151,6 +155,53 @@ StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
     ep.db = *db;
   }
   return ep;
+}
+
+bool IsClusterUrl(std::string_view url) {
+  return url.starts_with("redis+cluster://");
+}
+
+StatusOr<std::vector<Endpoint>> ParseClusterUrl(std::string_view url) {
+  constexpr std::string_view kCluster = "redis+cluster://";
+  if (!IsClusterUrl(url)) {
+    return InvalidArgumentError("a Redis Cluster URL starts with redis+cluster://");
+  }
+  std::string_view rest = url.substr(kCluster.size());
+  std::string_view userinfo;
+  bool has_userinfo = false;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    has_userinfo = true;
+  }
+  std::string_view hosts = rest.substr(0, rest.find('/'));
+  if (hosts.size() < rest.size()) {
+    std::string_view path = rest.substr(hosts.size() + 1);
+    if (!path.empty() && path != "0") {
+      return InvalidArgumentError("a Redis Cluster has database 0 only");
+    }
+  }
+  if (hosts.empty()) {
+    return InvalidArgumentError("redis+cluster URL has no seed node (redis+cluster://host:port)");
+  }
+  std::vector<Endpoint> seeds;
+  while (true) {
+    const size_t comma = hosts.find(',');
+    std::string_view one = hosts.substr(0, comma);
+    if (one.empty()) return InvalidArgumentError("redis+cluster URL has an empty seed node");
+    std::string single = "redis://";
+    if (has_userinfo) {
+      single.append(userinfo);
+      single.push_back('@');
+    }
+    single.append(one);
+    auto endpoint = ParseRedisUrl(single);
+    if (!endpoint.ok()) return endpoint.status();
+    seeds.push_back(*std::move(endpoint));
+    if (comma == std::string_view::npos) break;
+    hosts = hosts.substr(comma + 1);
+  }
+  return seeds;
 }
 
 }  // namespace sluice::internal

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/status.h"
 
@@ -29,5 +30,14 @@ struct Endpoint {
 //   unix:///path/to/socket[?db=N&user=U&password=P]
 // User and password may be percent-encoded. InvalidArgument names what is wrong.
 StatusOr<Endpoint> ParseRedisUrl(std::string_view url);
+
+// Whether `url` names a Redis Cluster (redis+cluster://).
+bool IsClusterUrl(std::string_view url);
+
+// Parses the seed nodes of a Redis Cluster:
+//   redis+cluster://[[user]:password@]host[:port][,host[:port]...]
+// Every seed gets the same user and password; a cluster has database 0 only (a /0 path
+// is accepted, any other is refused). InvalidArgument names what is wrong.
+StatusOr<std::vector<Endpoint>> ParseClusterUrl(std::string_view url);
 
 }  // namespace sluice::internal

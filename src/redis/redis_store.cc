@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include "algo/algorithm.h"
+#include "redis/crc16.h"
 #include "redis/resp.h"
 #include "redis/scripts.h"
 
@@ -14,7 +15,7 @@ namespace sluice::internal {
 StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_executor executor,
                                                           Endpoint endpoint,
                                                           ConnectionOptions options,
-                                                          bool in_background) {
+                                                          bool in_background, Mode mode) {
   const auto wait = options.connect_timeout + std::chrono::seconds(1);
   options.scripts = AllScripts();
   options.batch_script = kBatchScript;
@@ -24,10 +25,11 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
     const long n = std::strtol(env, nullptr, 10);
     if (n >= 1) options.max_batch = static_cast<size_t>(n);
   }
+  if (mode.asking) options.max_batch = 1;
   auto connection = Connection::Make(std::move(executor), std::move(endpoint), std::move(options));
   if (in_background) {
     connection->Start(nullptr);
-    return std::shared_ptr<RedisStore>(new RedisStore(std::move(connection)));
+    return std::shared_ptr<RedisStore>(new RedisStore(std::move(connection), mode));
   }
   auto promise = std::make_shared<std::promise<Status>>();
   std::future<Status> result = promise->get_future();
@@ -42,7 +44,21 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
     connection->Shutdown();
     return status;
   }
-  return std::shared_ptr<RedisStore>(new RedisStore(std::move(connection)));
+  return std::shared_ptr<RedisStore>(new RedisStore(std::move(connection), mode));
+}
+
+uint32_t RedisStore::BatchTag(std::string_view key) const {
+  return mode_.cluster ? KeySlot(key) : 0;
+}
+
+void RedisStore::BeginIssue(Deadline deadline) {
+  if (!mode_.asking) return;
+  asking_mu_.lock();
+  connection_->Send(FormatCommand({"ASKING"}), deadline, [](const Status&, const redisReply*) {});
+}
+
+void RedisStore::EndIssue() {
+  if (mode_.asking) asking_mu_.unlock();
 }
 
 void RedisStore::Check(CheckCall call, DecisionCallback done) {
@@ -62,11 +78,14 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
   AppendBulk(tail, args.aligned ? "1" : "0");
   const int64_t limit = call.limit.limit;
   const int script = static_cast<int>(call.limit.algorithm);
+  const uint32_t tag = BatchTag(call.key);
+  BeginIssue(call.deadline);
   connection_->Call({.script = script,
                      .function = script,
                      .key = std::move(call.key),
                      .args = std::move(tail),
-                     .arg_items = 7},
+                     .arg_items = 7,
+                     .batch_tag = tag},
                     call.deadline,
                     [limit, done = std::move(done)](const Status& status, const redisReply* reply) {
                       if (!status.ok()) {
@@ -88,6 +107,7 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
                                   reply->element[3]->integer};
                       done(MakeDecision(r, limit));
                     });
+  EndIssue();
 }
 
 void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
@@ -120,6 +140,7 @@ void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
     limits.push_back(c.limit.limit);
   }
   const int items = 3 + 6 * static_cast<int>(calls.size());
+  BeginIssue(calls[0].deadline);
   connection_->Eval(
       kCompositeScript, std::move(tail), items, calls[0].deadline,
       [limits = std::move(limits), done = std::move(done)](const Status& status,
@@ -156,6 +177,7 @@ void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
         }
         done(std::move(out));
       });
+  EndIssue();
 }
 
 namespace {
@@ -212,11 +234,14 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
     // script's release function: the same ZREM).
     std::string token;
     AppendBulk(token, call.args.token);
+    const uint32_t tag = BatchTag(call.key);
+    BeginIssue(call.deadline);
     connection_->Call({.command = "ZREM",
                        .function = kReleaseFunction,
                        .key = std::move(call.key),
                        .args = std::move(token),
-                       .arg_items = 1},
+                       .arg_items = 1,
+                       .batch_tag = tag},
                       call.deadline,
                       [done = std::move(done)](const Status& status, const redisReply* reply) {
                         if (!status.ok()) {
@@ -227,6 +252,7 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
                           done(LeaseResult{LeaseReply{.code = 1}});
                         }
                       });
+    EndIssue();
     return;
   }
   std::string tail;
@@ -256,12 +282,15 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
                        [](const Status&, const redisReply*) {});
     };
   }
+  const uint32_t tag = BatchTag(call.key);
+  BeginIssue(call.deadline);
   connection_->Call(
       {.script = kConcurrencyScript,
        .function = kConcurrencyFunction,
        .key = std::move(call.key),
        .args = std::move(tail),
-       .arg_items = 5},
+       .arg_items = 5,
+       .batch_tag = tag},
       call.deadline,
       [op, done = std::move(done)](const Status& status, const redisReply* reply) {
         if (!status.ok()) {
@@ -276,6 +305,7 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
         }
       },
       std::move(late));
+  EndIssue();
 }
 
 void RedisStore::AppendToStream(std::string key,
@@ -294,9 +324,11 @@ void RedisStore::AppendToStream(std::string key,
     AppendBulk(tail, value);
   }
   const int items = 6 + 2 * static_cast<int>(fields.size());
+  BeginIssue(deadline);
   connection_->Eval(
       kConcurrencyScript, std::move(tail), items, deadline,
       [done = std::move(done)](const Status& status, const redisReply*) { done(status); });
+  EndIssue();
 }
 
 void RedisStore::Shutdown() {

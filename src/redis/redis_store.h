@@ -10,20 +10,32 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include "core/mutex.h"
 #include "redis/connection.h"
 #include "redis/endpoint.h"
 #include "store/store.h"
 
 namespace sluice::internal {
 
+// For the cluster router (redis/cluster_store.h), one store per primary: `cluster` tags
+// each batchable call with its key's slot (a batch never spans slots); `asking` sends
+// ASKING right before every command (the store that follows an ASK redirection).
+struct RedisStoreMode {
+  bool cluster = false;
+  bool asking = false;
+};
+
 class RedisStore final : public Store {
  public:
   // Connects (see Connection::Start) and waits for the first result, at most
   // options.connect_timeout plus a second of grace; or, with `in_background`, returns at
   // once and lets the connection retry (with its reconnect backoff) until it is up.
+  // `mode`: see RedisStoreMode.
+  using Mode = RedisStoreMode;
   static StatusOr<std::shared_ptr<RedisStore>> Connect(boost::asio::any_io_executor executor,
                                                        Endpoint endpoint, ConnectionOptions options,
-                                                       bool in_background = false);
+                                                       bool in_background = false,
+                                                       Mode mode = RedisStoreMode());
 
   void Check(CheckCall call, DecisionCallback done) override;
   // Standalone Redis holds every key, so any set of keys is one script (the composite).
@@ -43,9 +55,17 @@ class RedisStore final : public Store {
   Connection& connection() { return *connection_; }
 
  private:
-  explicit RedisStore(std::shared_ptr<Connection> connection)
-      : connection_(std::move(connection)) {}
+  RedisStore(std::shared_ptr<Connection> connection, Mode mode)
+      : connection_(std::move(connection)), mode_(mode) {}
+  // The batch tag of a call on `key` (its slot in cluster mode).
+  uint32_t BatchTag(std::string_view key) const;
+  // Around each command sent on connection_: in asking mode, BeginIssue locks asking_mu_
+  // and sends ASKING, EndIssue unlocks, so each ASKING is next to its command on the wire.
+  void BeginIssue(Deadline deadline) SLUICE_NO_THREAD_SAFETY_ANALYSIS;
+  void EndIssue() SLUICE_NO_THREAD_SAFETY_ANALYSIS;
   std::shared_ptr<Connection> connection_;
+  const Mode mode_;
+  Mutex asking_mu_;  // asking mode: keeps each ASKING next to its command
 };
 
 }  // namespace sluice::internal

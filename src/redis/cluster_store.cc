@@ -1,0 +1,521 @@
+#include "redis/cluster_store.h"
+
+#include <algorithm>
+#include <future>
+#include <thread>
+
+#include <hiredis/hiredis.h>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/post.hpp>
+
+#include "redis/crc16.h"
+#include "redis/reply.h"
+#include "redis/resp.h"
+
+namespace sluice::internal {
+
+namespace asio = boost::asio;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+namespace {
+
+constexpr milliseconds kMinBackoff{1};
+constexpr milliseconds kMaxBackoff{100};
+// While no slot map is known, the periodic refresh comes this often.
+constexpr milliseconds kUnknownMapRetry{100};
+
+const Status& StatusOf(const Status& status) {
+  return status;
+}
+template <typename T>
+const Status& StatusOf(const StatusOr<T>& result) {
+  static const Status ok;
+  return result.ok() ? ok : result.status();
+}
+
+// A call that failed before it was written (Connection::Enqueue: "is not connected"):
+// safe to send again.
+bool NeverSent(const Status& status) {
+  return status.code() == StatusCode::kUnavailable &&
+         status.message().find(" is not connected") != std::string::npos;
+}
+
+}  // namespace
+
+template <typename Result>
+struct ClusterStore::Attempt {
+  uint16_t slot = 0;
+  Deadline deadline;
+  std::function<void(RedisStore&, std::function<void(Result)>)> run;
+  std::function<void(Result)> done;
+  int redirects = 0;
+  int waits = 0;
+};
+
+ClusterStore::ClusterStore(asio::any_io_executor executor, std::vector<Endpoint> seeds,
+                           ConnectionOptions options, milliseconds refresh_interval)
+    : executor_(executor),
+      strand_(asio::make_strand(executor)),
+      periodic_(strand_),
+      seeds_(std::move(seeds)),
+      options_(std::move(options)),
+      refresh_interval_(refresh_interval),
+      slot_node_(kClusterSlots, -1) {}
+
+ClusterStore::~ClusterStore() = default;
+
+StatusOr<std::shared_ptr<ClusterStore>> ClusterStore::Connect(asio::any_io_executor executor,
+                                                              std::vector<Endpoint> seeds,
+                                                              ConnectionOptions options,
+                                                              bool in_background,
+                                                              milliseconds refresh_interval) {
+  if (seeds.empty()) return InvalidArgumentError("a Redis Cluster URL needs a seed node");
+  const milliseconds wait = options.connect_timeout + std::chrono::seconds(1);
+  std::shared_ptr<ClusterStore> store(
+      new ClusterStore(executor, seeds, std::move(options), refresh_interval));
+  if (in_background) {
+    for (const Endpoint& seed : store->seeds_) store->NodeAt(seed.host, seed.port);
+    store->ArmPeriodic();
+    return store;
+  }
+  // The first seed that answers.
+  Status last;
+  bool any = false;
+  for (const Endpoint& seed : store->seeds_) {
+    auto node = RedisStore::Connect(executor, seed, store->options_, /*in_background=*/false,
+                                    {.cluster = true});
+    if (!node.ok()) {
+      last = node.status();
+      continue;
+    }
+    auto n = std::make_shared<Node>();
+    n->endpoint = seed;
+    n->address = seed.Describe();
+    n->store = *std::move(node);
+    MutexLock lock(store->mu_);
+    store->nodes_.push_back(std::move(n));
+    any = true;
+    break;
+  }
+  if (!any) return last;
+  if (Status s = store->RefreshNow(wait); !s.ok()) {
+    store->Shutdown();
+    return s;
+  }
+  // Every primary of the map connected.
+  const auto until = steady_clock::now() + wait;
+  for (const Endpoint& primary : store->Primaries()) {
+    auto node = store->NodeAt(primary.host, primary.port);
+    while (!node->store->connected() && steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    if (!node->store->connected()) {
+      store->Shutdown();
+      return UnavailableError("cannot connect to redis cluster primary " + node->address);
+    }
+  }
+  store->ArmPeriodic();
+  return store;
+}
+
+std::shared_ptr<ClusterStore::Node> ClusterStore::NodeAt(const std::string& host, uint16_t port) {
+  MutexLock lock(mu_);
+  return NodeAtLocked(host, port);
+}
+
+std::shared_ptr<ClusterStore::Node> ClusterStore::NodeAtLocked(const std::string& host,
+                                                               uint16_t port) {
+  for (const auto& node : nodes_) {
+    if (node->endpoint.host == host && node->endpoint.port == port) return node;
+  }
+  auto node = std::make_shared<Node>();
+  node->endpoint = seeds_.front();  // user and password
+  node->endpoint.kind = Endpoint::Kind::kTcp;
+  node->endpoint.host = host;
+  node->endpoint.port = port;
+  node->endpoint.db = 0;
+  node->address = node->endpoint.Describe();
+  // In the background: never fails (the connection retries with its backoff).
+  node->store = *RedisStore::Connect(executor_, node->endpoint, options_, /*in_background=*/true,
+                                     {.cluster = true});
+  nodes_.push_back(node);
+  return node;
+}
+
+std::shared_ptr<ClusterStore::Node> ClusterStore::NodeForSlot(uint16_t slot) {
+  MutexLock lock(mu_);
+  const int index = slot_node_[slot];
+  return index < 0 ? nullptr : nodes_[static_cast<size_t>(index)];
+}
+
+std::shared_ptr<RedisStore> ClusterStore::AskingStore(const std::shared_ptr<Node>& node) {
+  MutexLock lock(mu_);
+  if (!node->asking) {
+    node->asking = *RedisStore::Connect(executor_, node->endpoint, options_,
+                                        /*in_background=*/true, {.cluster = true, .asking = true});
+  }
+  return node->asking;
+}
+
+template <typename Result>
+void ClusterStore::Route(uint16_t slot, Deadline deadline,
+                         std::function<void(RedisStore&, std::function<void(Result)>)> run,
+                         std::function<void(Result)> done) {
+  auto attempt = std::make_shared<Attempt<Result>>();
+  attempt->slot = slot;
+  attempt->deadline = deadline;
+  attempt->run = std::move(run);
+  attempt->done = std::move(done);
+  Run(attempt, nullptr, false);
+}
+
+template <typename Result>
+void ClusterStore::Run(const std::shared_ptr<Attempt<Result>>& attempt,
+                       std::shared_ptr<Node> target, bool asking) {
+  if (!target) target = NodeForSlot(attempt->slot);
+  if (!target) {
+    RequestRefresh();
+    RetryLater(attempt, Result(UnavailableError("no node of the redis cluster is known to serve "
+                                                "slot " +
+                                                std::to_string(attempt->slot) + " (yet)")));
+    return;
+  }
+  // `target` (captured below) keeps the store alive while the call runs.
+  std::shared_ptr<RedisStore> store = asking ? AskingStore(target) : target->store;
+  attempt->run(*store, [self = shared_from_this(), attempt, target, asking](Result result) {
+    self->OnResult(attempt, target, asking, std::move(result));
+  });
+}
+
+template <typename Result>
+void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
+                            const std::shared_ptr<Node>& node, bool asking, Result result) {
+  const Status& status = StatusOf(result);
+  if (status.ok() || shutdown_.load(std::memory_order_relaxed)) {
+    attempt->done(std::move(result));
+    return;
+  }
+  std::optional<ClusterError> error = ClusterErrorOf(status, node->endpoint.host);
+  if (!error) {
+    if (NeverSent(status)) {
+      if (asking) {
+        // The connection kept for ASK is still being made: ask the same node again.
+        RetryLater(attempt, std::move(result), node, /*asking=*/true);
+        return;
+      }
+      // A node down (a failover?): the map may name its successor soon.
+      RequestRefresh();
+      RetryLater(attempt, std::move(result));
+      return;
+    }
+    if (status.code() == StatusCode::kUnavailable) RequestRefresh();
+    attempt->done(std::move(result));
+    return;
+  }
+  switch (error->kind) {
+    case ClusterError::Kind::kMoved:
+    case ClusterError::Kind::kAsk: {
+      const bool moved = error->kind == ClusterError::Kind::kMoved;
+      std::shared_ptr<Node> target;
+      {
+        MutexLock lock(mu_);
+        ++(moved ? router_stats_.moved : router_stats_.asked);
+        if (++attempt->redirects > kMaxRedirects) {
+          ++router_stats_.redirects_exhausted;
+        } else {
+          target = NodeAtLocked(error->host, error->port);
+          if (moved) {
+            const auto it = std::find(nodes_.begin(), nodes_.end(), target);
+            slot_node_[error->slot] = static_cast<int>(it - nodes_.begin());
+          }
+        }
+      }
+      if (moved) RequestRefresh();
+      if (!target) {
+        attempt->done(std::move(result));
+        return;
+      }
+      Run(attempt, std::move(target), /*asking=*/!moved);
+      return;
+    }
+    case ClusterError::Kind::kReadOnly: RequestRefresh(); [[fallthrough]];
+    case ClusterError::Kind::kTryAgain:
+    case ClusterError::Kind::kClusterDown: RetryLater(attempt, std::move(result)); return;
+  }
+}
+
+template <typename Result>
+void ClusterStore::RetryLater(const std::shared_ptr<Attempt<Result>>& attempt, Result result,
+                              std::shared_ptr<Node> target, bool asking) {
+  const milliseconds backoff =
+      std::min<milliseconds>(kMinBackoff * (1 << std::min(attempt->waits, 10)), kMaxBackoff);
+  if (shutdown_.load(std::memory_order_relaxed) ||
+      steady_clock::now() + backoff >= attempt->deadline) {
+    attempt->done(std::move(result));
+    return;
+  }
+  ++attempt->waits;
+  {
+    MutexLock lock(mu_);
+    ++router_stats_.retried;
+  }
+  auto timer = std::make_shared<asio::steady_timer>(executor_, backoff);
+  timer->async_wait([self = shared_from_this(), attempt, timer, target = std::move(target),
+                     asking](boost::system::error_code) { self->Run(attempt, target, asking); });
+}
+
+void ClusterStore::Check(CheckCall call, DecisionCallback done) {
+  const uint16_t slot = KeySlot(call.key);
+  const Deadline deadline = call.deadline;
+  // The call is kept whole for a retry; each attempt sends a copy.
+  auto shared = std::make_shared<CheckCall>(std::move(call));
+  Route<StatusOr<Decision>>(
+      slot, deadline,
+      [shared](RedisStore& store, std::function<void(StatusOr<Decision>)> then) {
+        store.Check(*shared, std::move(then));
+      },
+      std::move(done));
+}
+
+void ClusterStore::RunLease(LeaseCall call, LeaseCallback done) {
+  const uint16_t slot = KeySlot(call.key);
+  const Deadline deadline = call.deadline;
+  auto shared = std::make_shared<LeaseCall>(std::move(call));
+  Route<StatusOr<LeaseResult>>(
+      slot, deadline,
+      [shared](RedisStore& store, std::function<void(StatusOr<LeaseResult>)> then) {
+        store.RunLease(*shared, std::move(then));
+      },
+      std::move(done));
+}
+
+void ClusterStore::AppendToStream(std::string key,
+                                  std::vector<std::pair<std::string, std::string>> fields,
+                                  int64_t max_len, int64_t retention_ms, Deadline deadline,
+                                  std::function<void(Status)> done) {
+  const uint16_t slot = KeySlot(key);
+  Route<Status>(
+      slot, deadline,
+      [key = std::move(key), fields = std::move(fields), max_len, retention_ms, deadline](
+          RedisStore& store, std::function<void(Status)> then) {
+        store.AppendToStream(key, fields, max_len, retention_ms, deadline, std::move(then));
+      },
+      std::move(done));
+}
+
+bool ClusterStore::connected() const {
+  MutexLock lock(mu_);
+  if (!map_known_) return false;
+  std::vector<bool> seen(nodes_.size(), false);
+  for (int index : slot_node_) {
+    if (index < 0 || seen[static_cast<size_t>(index)]) continue;
+    seen[static_cast<size_t>(index)] = true;
+    if (!nodes_[static_cast<size_t>(index)]->store->connected()) return false;
+  }
+  return true;
+}
+
+void ClusterStore::Shutdown() {
+  if (shutdown_.exchange(true)) return;
+  std::vector<std::shared_ptr<Node>> nodes;
+  {
+    MutexLock lock(mu_);
+    nodes = nodes_;
+  }
+  for (const auto& node : nodes) {
+    node->store->Shutdown();
+    std::shared_ptr<RedisStore> asking;
+    {
+      MutexLock lock(mu_);
+      asking = node->asking;
+    }
+    if (asking) asking->Shutdown();
+  }
+  asio::post(strand_, [self = shared_from_this()] { self->periodic_.cancel(); });
+}
+
+ClientStats ClusterStore::stats() const {
+  std::vector<std::shared_ptr<RedisStore>> stores;
+  {
+    MutexLock lock(mu_);
+    for (const auto& node : nodes_) {
+      stores.push_back(node->store);
+      if (node->asking) stores.push_back(node->asking);
+    }
+  }
+  ClientStats total;
+  for (const auto& store : stores) {
+    ClientStats s = store->stats();
+    total.commands += s.commands;
+    total.writes += s.writes;
+    total.deadline_exceeded += s.deadline_exceeded;
+    total.reconnects += s.reconnects;
+    total.noscript_retries += s.noscript_retries;
+  }
+  return total;
+}
+
+void ClusterStore::Info(std::string_view section, Deadline deadline,
+                        std::function<void(StatusOr<std::string>)> done) {
+  std::shared_ptr<Node> node = NodeForSlot(0);
+  if (!node) {
+    done(UnavailableError("the redis cluster's slot map is not known yet"));
+    return;
+  }
+  node->store->Info(section, deadline, std::move(done));
+}
+
+ClusterStore::RouterStats ClusterStore::router_stats() const {
+  MutexLock lock(mu_);
+  return router_stats_;
+}
+
+std::string ClusterStore::NodeOf(uint16_t slot) const {
+  MutexLock lock(mu_);
+  const int index = slot_node_[slot];
+  return index < 0 ? std::string() : nodes_[static_cast<size_t>(index)]->address;
+}
+
+std::vector<Endpoint> ClusterStore::Primaries() const {
+  MutexLock lock(mu_);
+  std::vector<bool> seen(nodes_.size(), false);
+  std::vector<Endpoint> out;
+  for (int index : slot_node_) {
+    if (index < 0 || seen[static_cast<size_t>(index)]) continue;
+    seen[static_cast<size_t>(index)] = true;
+    out.push_back(nodes_[static_cast<size_t>(index)]->endpoint);
+  }
+  return out;
+}
+
+Status ClusterStore::RefreshNow(milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto result = promise->get_future();
+  std::vector<std::shared_ptr<Node>> candidates;
+  {
+    MutexLock lock(mu_);
+    candidates = nodes_;
+  }
+  RefreshFrom(std::move(candidates), 0,
+              [promise](Status status) { promise->set_value(std::move(status)); });
+  if (result.wait_for(timeout) != std::future_status::ready) {
+    return DeadlineExceededError("reading the redis cluster's slot map took longer than " +
+                                 std::to_string(timeout.count()) + " ms");
+  }
+  return result.get();
+}
+
+void ClusterStore::RequestRefresh() {
+  std::vector<std::shared_ptr<Node>> candidates;
+  {
+    MutexLock lock(mu_);
+    if (refreshing_) {
+      refresh_again_ = true;
+      return;
+    }
+    refreshing_ = true;
+    refresh_again_ = false;
+    // The primaries of the map first, then every other node met (seeds, old primaries).
+    std::vector<bool> taken(nodes_.size(), false);
+    for (int index : slot_node_) {
+      if (index < 0 || taken[static_cast<size_t>(index)]) continue;
+      taken[static_cast<size_t>(index)] = true;
+      candidates.push_back(nodes_[static_cast<size_t>(index)]);
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!taken[i]) candidates.push_back(nodes_[i]);
+    }
+  }
+  RefreshFrom(std::move(candidates), 0,
+              [self = shared_from_this()](Status status) { self->RefreshFinished(status); });
+}
+
+void ClusterStore::RefreshFinished(Status status) {
+  bool again = false;
+  {
+    MutexLock lock(mu_);
+    refreshing_ = false;
+    again = refresh_again_ && !shutdown_.load(std::memory_order_relaxed);
+    refresh_again_ = false;
+    if (!status.ok()) last_refresh_error_ = status;
+  }
+  if (!again) return;
+  // Another refresh was asked for while this one ran: run it a little later, so that a
+  // burst of MOVED replies costs one more CLUSTER SLOTS, not one each.
+  auto timer = std::make_shared<asio::steady_timer>(executor_, milliseconds(20));
+  timer->async_wait([self = shared_from_this(), timer](boost::system::error_code) {
+    if (!self->shutdown_.load(std::memory_order_relaxed)) self->RequestRefresh();
+  });
+}
+
+void ClusterStore::RefreshFrom(std::vector<std::shared_ptr<Node>> candidates, size_t next,
+                               std::function<void(Status)> done) {
+  while (next < candidates.size() && !candidates[next]->store->connected()) ++next;
+  if (next >= candidates.size() || shutdown_.load(std::memory_order_relaxed)) {
+    done(UnavailableError("no node of the redis cluster answered CLUSTER SLOTS"));
+    return;
+  }
+  std::shared_ptr<Node> node = candidates[next];
+  node->store->connection().Send(
+      FormatCommand({"CLUSTER", "SLOTS"}), steady_clock::now() + options_.connect_timeout,
+      [self = shared_from_this(), candidates = std::move(candidates), next, node,
+       done = std::move(done)](const Status& status, const redisReply* reply) mutable {
+        StatusOr<std::vector<SlotRange>> ranges =
+            status.ok() ? ParseClusterSlots(CopyReply(*reply), node->endpoint.host)
+                        : StatusOr<std::vector<SlotRange>>(status);
+        if (ranges.ok() && ranges->empty()) {
+          ranges = UnavailableError("redis " + node->address + " knows no slot of its cluster");
+        }
+        if (!ranges.ok()) {
+          // A server that is not in cluster mode says so at once: no other node will
+          // disagree about what was configured.
+          if (ranges.status().code() == StatusCode::kFailedPrecondition) {
+            done(ranges.status());
+            return;
+          }
+          // Off the strand of this connection before the next node is asked.
+          asio::post(self->executor_, [self, candidates = std::move(candidates), next,
+                                       done = std::move(done)]() mutable {
+            self->RefreshFrom(std::move(candidates), next + 1, std::move(done));
+          });
+          return;
+        }
+        self->Apply(*ranges);
+        done(Status::Ok());
+      });
+}
+
+void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
+  MutexLock lock(mu_);
+  std::vector<int> map(kClusterSlots, -1);
+  for (const SlotRange& range : ranges) {
+    std::shared_ptr<Node> node = NodeAtLocked(range.host, range.port);
+    const auto index =
+        static_cast<int>(std::find(nodes_.begin(), nodes_.end(), node) - nodes_.begin());
+    for (uint32_t slot = range.first; slot <= range.last; ++slot) map[slot] = index;
+  }
+  slot_node_ = std::move(map);
+  map_known_ = true;
+  ++router_stats_.refreshes;
+  last_refresh_error_ = Status::Ok();
+}
+
+void ClusterStore::ArmPeriodic() {
+  asio::post(strand_, [self = shared_from_this()] {
+    if (self->shutdown_.load(std::memory_order_relaxed)) return;
+    bool known = false;
+    {
+      MutexLock lock(self->mu_);
+      known = self->map_known_;
+    }
+    self->periodic_.expires_after(known ? self->refresh_interval_ : kUnknownMapRetry);
+    self->periodic_.async_wait([self](boost::system::error_code ec) {
+      if (ec || self->shutdown_.load(std::memory_order_relaxed)) return;
+      self->RequestRefresh();
+      self->ArmPeriodic();
+    });
+  });
+}
+
+}  // namespace sluice::internal

@@ -1,0 +1,155 @@
+// The Redis Cluster store: routes each call to the primary that serves its key's hash
+// slot, over one auto-pipelined Connection per primary (a RedisStore each, in cluster
+// mode: its batches never span slots).
+//
+// The slot map comes from CLUSTER SLOTS, asked at start, every refresh_interval, after a
+// MOVED and after a connection failure. A call that meets
+//   - MOVED: the slot is moved in the map at once, a refresh starts in the background,
+//     and the call is sent again to the named node;
+//   - ASK (a slot in mid-migration): the call is sent once to the named node right after
+//     ASKING (on a second connection to that node kept for this, see RedisStore::Mode);
+//   - TRYAGAIN, CLUSTERDOWN, READONLY (a demoted primary), or a node not connected (the
+//     call was never sent): retried with exponential backoff (1 ms up to 100 ms) while
+//     the call's deadline leaves room, else answered with the last error;
+//   - a connection lost with the call in flight: answered Unavailable, never resent (the
+//     script may have run); a refresh starts.
+// Every redirection is bounded (kMaxRedirects per call). NOSCRIPT is answered per node by
+// its Connection (EVAL, which caches the script there: a promoted replica has none).
+//
+// Several limits on one request: a script can touch one slot only, so the store does not
+// decide composites in one step (ChecksCompositeAtOnce is false) and CheckComposite takes
+// the staged path (docs/design.md §6).
+//
+// Thread-safety: thread-safe; callbacks run on the I/O threads (or inline when a call
+// cannot be routed at all).
+#pragma once
+
+#include "sluice/boost_first.h"  // before any Boost header
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "core/mutex.h"
+#include "redis/connection.h"
+#include "redis/endpoint.h"
+#include "redis/redis_store.h"
+#include "redis/slot_map.h"
+#include "store/store.h"
+
+namespace sluice::internal {
+
+class ClusterStore final : public Store, public std::enable_shared_from_this<ClusterStore> {
+ public:
+  static constexpr int kMaxRedirects = 5;
+
+  // Connects to the first seed that answers, reads the slot map and connects to every
+  // primary, waiting at most options.connect_timeout plus a second for each step; or,
+  // with `in_background`, returns at once and keeps trying (calls before the map is
+  // known fail Unavailable). `refresh_interval`: the periodic refresh.
+  static StatusOr<std::shared_ptr<ClusterStore>> Connect(
+      boost::asio::any_io_executor executor, std::vector<Endpoint> seeds, ConnectionOptions options,
+      bool in_background = false,
+      std::chrono::milliseconds refresh_interval = std::chrono::seconds(5));
+  ~ClusterStore() override;
+
+  void Check(CheckCall call, DecisionCallback done) override;
+  void RunLease(LeaseCall call, LeaseCallback done) override;
+  void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
+                      int64_t max_len, int64_t retention_ms, Deadline deadline,
+                      std::function<void(Status)> done) override;
+  // Whether the slot map is known and every primary in it is connected.
+  bool connected() const override;
+  void Shutdown() override;
+  ClientStats stats() const override;
+  // INFO of the primary that serves slot 0.
+  void Info(std::string_view section, Deadline deadline,
+            std::function<void(StatusOr<std::string>)> done) override;
+
+  // For tests and operators.
+  struct RouterStats {
+    uint64_t moved = 0;      // MOVED replies followed
+    uint64_t asked = 0;      // ASK replies followed
+    uint64_t retried = 0;    // calls sent again after a backoff
+    uint64_t refreshes = 0;  // slot maps read
+    uint64_t redirects_exhausted = 0;
+  };
+  RouterStats router_stats() const;
+  // "host:port" of the primary the map names for `slot`; empty when none.
+  std::string NodeOf(uint16_t slot) const;
+  // The primaries of the current map, each once.
+  std::vector<Endpoint> Primaries() const;
+  // Reads the slot map now and waits for it (at most `timeout`).
+  Status RefreshNow(std::chrono::milliseconds timeout);
+
+ private:
+  struct Node {
+    Endpoint endpoint;
+    std::string address;  // endpoint.Describe()
+    std::shared_ptr<RedisStore> store;
+    std::shared_ptr<RedisStore> asking;  // made at the first ASK to this node
+  };
+  template <typename Result>
+  struct Attempt;
+
+  ClusterStore(boost::asio::any_io_executor executor, std::vector<Endpoint> seeds,
+               ConnectionOptions options, std::chrono::milliseconds refresh_interval);
+
+  // The node at host:port, made (connecting in the background) when new.
+  std::shared_ptr<Node> NodeAt(const std::string& host, uint16_t port) SLUICE_EXCLUDES(mu_);
+  std::shared_ptr<Node> NodeAtLocked(const std::string& host, uint16_t port) SLUICE_REQUIRES(mu_);
+  std::shared_ptr<Node> NodeForSlot(uint16_t slot) SLUICE_EXCLUDES(mu_);
+  std::shared_ptr<RedisStore> AskingStore(const std::shared_ptr<Node>& node) SLUICE_EXCLUDES(mu_);
+
+  template <typename Result>
+  void Route(uint16_t slot, Deadline deadline,
+             std::function<void(RedisStore&, std::function<void(Result)>)> run,
+             std::function<void(Result)> done);
+  template <typename Result>
+  void Run(const std::shared_ptr<Attempt<Result>>& attempt, std::shared_ptr<Node> target,
+           bool asking);
+  template <typename Result>
+  void OnResult(const std::shared_ptr<Attempt<Result>>& attempt, const std::shared_ptr<Node>& node,
+                bool asking, Result result);
+  // Runs the attempt again after a backoff, on `target` (null: the slot's node in the map
+  // then), or answers `result` when the deadline leaves no room.
+  template <typename Result>
+  void RetryLater(const std::shared_ptr<Attempt<Result>>& attempt, Result result,
+                  std::shared_ptr<Node> target = nullptr, bool asking = false);
+
+  // Starts a refresh unless one runs (then another follows it).
+  void RequestRefresh() SLUICE_EXCLUDES(mu_);
+  // Reads CLUSTER SLOTS from the first connected node of `candidates` that answers.
+  void RefreshFrom(std::vector<std::shared_ptr<Node>> candidates, size_t next,
+                   std::function<void(Status)> done);
+  void Apply(const std::vector<SlotRange>& ranges) SLUICE_EXCLUDES(mu_);
+  void RefreshFinished(Status status) SLUICE_EXCLUDES(mu_);
+  void ArmPeriodic() SLUICE_EXCLUDES(mu_);
+
+  boost::asio::any_io_executor executor_;
+  boost::asio::strand<boost::asio::any_io_executor> strand_;  // the periodic timer's
+  boost::asio::steady_timer periodic_;                        // on strand_
+  const std::vector<Endpoint> seeds_;
+  const ConnectionOptions options_;
+  const std::chrono::milliseconds refresh_interval_;
+  std::atomic<bool> shutdown_{false};
+
+  mutable Mutex mu_;
+  std::vector<std::shared_ptr<Node>> nodes_ SLUICE_GUARDED_BY(mu_);  // every node met
+  // Per slot, an index into nodes_; -1: unknown.
+  std::vector<int> slot_node_ SLUICE_GUARDED_BY(mu_);
+  bool map_known_ SLUICE_GUARDED_BY(mu_) = false;
+  bool refreshing_ SLUICE_GUARDED_BY(mu_) = false;
+  bool refresh_again_ SLUICE_GUARDED_BY(mu_) = false;
+  Status last_refresh_error_ SLUICE_GUARDED_BY(mu_);
+  RouterStats router_stats_ SLUICE_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::internal

@@ -1,0 +1,534 @@
+// sluice on a local Redis Cluster (testing/redis_cluster.h: 3 primaries): every algorithm,
+// leases and composites with exact counts through redis+cluster://, the keys of one
+// decision in one slot, NOSCRIPT per node, MOVED and ASK followed by the router, and a
+// slot migration under load that keeps exact counts and leaves no key without a TTL.
+#include "sluice/boost_first.h"  // before any Boost header
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/keys.h"
+#include "redis/cluster_store.h"
+#include "redis/crc16.h"
+#include "sluice/admin.h"
+#include "sluice/sluice.h"
+#include "testing/fake_clock.h"
+#include "testing/redis_cluster.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::RedisCluster;
+
+class ClusterRedis : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new RedisCluster(); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  // A client of its own prefix (the test's name); refusals by policy are not admissions.
+  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
+    auto client = Client::Create({.url = cluster_->url(),
+                                  .prefix = Prefix(),
+                                  .deadline = seconds(2),
+                                  .on_failure = FailurePolicy::kClosed,
+                                  .model_clock = std::move(clock)});
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    return client.ok() ? *client : nullptr;
+  }
+  static std::string Prefix() {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::string out = "cl";
+    for (char c : name)
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    return out;
+  }
+  void TearDown() override {
+    EXPECT_EQ(cluster_->KeysWithoutTtl(Prefix() + ":*"), std::vector<std::string>{});
+  }
+
+  static RedisCluster* cluster_;
+};
+
+RedisCluster* ClusterRedis::cluster_ = nullptr;
+
+// A decision the store did not make (a failure policy answered): the store failed.
+bool Failed(const StatusOr<Decision>& d) {
+  return !d.ok() ||
+         (d->source != DecisionSource::kStore && d->source != DecisionSource::kCachedDenial);
+}
+
+TEST_F(ClusterRedis, EveryAlgorithmCountsExactlyAcrossPrimaries) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto client = Connect(clock);
+  ASSERT_NE(client, nullptr);
+  const std::vector<std::pair<std::string, Limit>> limits = {
+      {"fw", {.algorithm = Algorithm::kFixedWindow, .limit = 20, .window = seconds(60)}},
+      {"sw", {.algorithm = Algorithm::kSlidingWindow, .limit = 20, .window = seconds(60)}},
+      {"sl", {.algorithm = Algorithm::kSlidingLog, .limit = 20, .window = seconds(60)}},
+      {"tb", {.algorithm = Algorithm::kTokenBucket, .limit = 20, .window = seconds(60)}},
+      {"gcra", {.algorithm = Algorithm::kGcra, .limit = 20, .window = seconds(60)}},
+  };
+  constexpr int kIds = 40, kThreads = 8, kRounds = 3;  // 24 attempts per id, 20 admitted
+  for (const auto& [name, limit] : limits) {
+    auto limiter = *client->MakeLimiter(name, limit);
+    std::vector<std::atomic<int>> admitted(kIds);
+    std::atomic<int> failed{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int r = 0; r < kRounds; ++r) {
+          for (int i = 0; i < kIds; ++i) {
+            const int id = (i + t * 5) % kIds;
+            auto d = limiter.Check("user:" + std::to_string(id));
+            if (Failed(d)) {
+              if (failed++ == 0) {
+                ADD_FAILURE() << (d.ok() ? std::string(DecisionSourceName(d->source))
+                                         : d.status().ToString());
+              }
+            } else if (d->allowed) {
+              ++admitted[static_cast<size_t>(id)];
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(failed.load(), 0) << name;
+    std::set<uint16_t> primaries;
+    for (int i = 0; i < kIds; ++i) {
+      EXPECT_EQ(admitted[static_cast<size_t>(i)].load(), 20) << name << " id " << i;
+      const std::string key = *limiter.KeyFor("user:" + std::to_string(i));
+      primaries.insert(cluster_->PrimaryPortOf(cluster_->KeySlot(key)));
+    }
+    // The ids spread over every primary: the router sent each to its own.
+    EXPECT_EQ(primaries.size(), 3u) << name;
+  }
+}
+
+TEST_F(ClusterRedis, KeysOfOneDecisionShareOneSlotWhateverTheId) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto limiter = *client->MakeLimiter("shared", {.limit = 5, .window = seconds(60)});
+  auto leases = *client->MakeConcurrencyLimiter("shared", {.limit = 5});
+  for (const std::string id : {"plain", "x}{y", "{y}", "}", "{", "a{b}c", "{}", "tenant:{7}"}) {
+    ASSERT_TRUE(limiter.Check(id)->allowed) << id;
+    auto a = leases.Acquire(id);
+    ASSERT_TRUE(a.ok() && a->acquired) << id;
+    const std::string key = *limiter.KeyFor(id);
+    const std::string lease_key = *leases.KeyFor(id);
+    // Redis's own answer: both keys of the id in the slot of "<limiter>:<encoded id>".
+    const uint16_t slot = cluster_->KeySlot(key);
+    EXPECT_EQ(cluster_->KeySlot(lease_key), slot) << id;
+    EXPECT_EQ(slot, cluster_->KeySlot("shared:" + internal::EncodeId(id))) << id;
+    EXPECT_EQ(slot, internal::KeySlot(key)) << id;
+    // And the keys are where the cluster says that slot lives.
+    auto& owner = cluster_->NodeOnPort(cluster_->PrimaryPortOf(slot));
+    EXPECT_EQ(owner.Command({"EXISTS", key}).integer, 1) << id;
+    EXPECT_EQ(owner.Command({"EXISTS", lease_key}).integer, 1) << id;
+  }
+  // An id cannot pick the slot of another one by writing a tag of its own.
+  EXPECT_NE(cluster_->KeySlot(*limiter.KeyFor("{victim}")), cluster_->KeySlot("victim"));
+}
+
+TEST_F(ClusterRedis, LeasesHoldTheirLimitPerId) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto leases = *client->MakeConcurrencyLimiter("jobs", {.limit = 3});
+  std::map<uint16_t, int> per_primary;
+  for (int i = 0; i < 12; ++i) {
+    const std::string id = "worker:" + std::to_string(i);
+    std::vector<Lease> held;
+    int refused = 0;
+    for (int k = 0; k < 5; ++k) {
+      auto a = leases.Acquire(id);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      ASSERT_EQ(a->source, DecisionSource::kStore);
+      if (a->acquired) {
+        held.push_back(std::move(a->lease));
+      } else {
+        ++refused;
+      }
+    }
+    EXPECT_EQ(held.size(), 3u) << id;
+    EXPECT_EQ(refused, 2) << id;
+    EXPECT_EQ(leases.List(id)->size(), 3u) << id;
+    ASSERT_TRUE(held[0].Release().ok());
+    auto again = leases.Acquire(id);
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(again->acquired) << id;
+    ++per_primary[cluster_->PrimaryPortOf(cluster_->KeySlot(*leases.KeyFor(id)))];
+  }
+  EXPECT_EQ(per_primary.size(), 3u);
+}
+
+TEST_F(ClusterRedis, ReleaseAllFreesAnIdsLeasesAndAuditsToTheStream) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto leases = *client->MakeConcurrencyLimiter("exports", {.limit = 4});
+  std::vector<Lease> held;
+  for (int i = 0; i < 4; ++i) {
+    auto a = leases.Acquire("tenant:9");
+    ASSERT_TRUE(a.ok() && a->acquired);
+    held.push_back(std::move(a->lease));
+  }
+  EXPECT_FALSE(leases.Acquire("tenant:9")->acquired);
+  char dir[] = "/tmp/sluice-cluster-audit-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/audit.jsonl";
+  auto released = ReleaseAll(leases, "tenant:9", {.actor = "test", .reason = "cluster"},
+                             {.log_path = log, .stream = true});
+  ASSERT_TRUE(released.ok()) << released.status().ToString();
+  EXPECT_EQ(released->released, 4);
+  EXPECT_EQ(released->stream_error, "");
+  EXPECT_TRUE(leases.Acquire("tenant:9")->acquired);
+  // The audit stream lives on the primary of its own slot.
+  const std::string stream = Prefix() + ":audit";
+  EXPECT_EQ(cluster_->CommandForKey(stream, {"XLEN", stream}).integer, 1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(ClusterRedis, TheBenchCommandRunsOnTheCluster) {
+  char log[] = "/tmp/sluice-cluster-bench-XXXXXX";
+  const int fd = ::mkstemp(log);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const int status = testing::RunProgram(
+      {SLUICE_CLI_PATH, "bench", "--redis", cluster_->url(), "--duration", "1", "--warmup", "0",
+       "--concurrency", "20", "--keys", "500", "--limit", "1000000000", "--json"},
+      log, 60'000);
+  std::ifstream in(log);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  ::unlink(log);
+  ASSERT_EQ(status, 0) << last;
+  auto j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << last;
+  EXPECT_GT(j["allowed"].get<int64_t>(), 0) << last;
+  EXPECT_EQ(j["errors"].get<int64_t>(), 0) << last;
+  EXPECT_EQ(j["not_from_store"].get<int64_t>(), 0) << last;
+  EXPECT_EQ(cluster_->KeysWithoutTtl("*"), std::vector<std::string>{});
+}
+
+TEST_F(ClusterRedis, CompositesAcrossSlotsCountExactly) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto user = *client->MakeLimiter("user", {.limit = 5, .window = seconds(60)});
+  auto tenant = *client->MakeLimiter("tenant", {.limit = 8, .window = seconds(60)});
+  int admitted_u1 = 0, admitted_u2 = 0;
+  for (int i = 0; i < 10; ++i) {
+    const LimitCheck checks[] = {{&user, "u1"}, {&tenant, "t"}};
+    auto d = CheckComposite(checks, {});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    admitted_u1 += d->decision.allowed ? 1 : 0;
+  }
+  for (int i = 0; i < 10; ++i) {
+    const LimitCheck checks[] = {{&user, "u2"}, {&tenant, "t"}};
+    auto d = CheckComposite(checks, {});
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    admitted_u2 += d->decision.allowed ? 1 : 0;
+  }
+  EXPECT_EQ(admitted_u1, 5);
+  EXPECT_EQ(admitted_u2, 3);  // the tenant's 8 ran out
+  // The refusals by the tenant were refunded to u2: u2 spent exactly 3.
+  EXPECT_EQ(user.Check("u2", {.cost = 2})->remaining, 0);
+  EXPECT_FALSE(user.Check("u2")->allowed);
+  EXPECT_NE(cluster_->KeySlot(*user.KeyFor("u1")), cluster_->KeySlot(*tenant.KeyFor("t")));
+}
+
+TEST_F(ClusterRedis, ScriptsFlushedOnEveryNodeAreSentAgain) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto limiter = *client->MakeLimiter("api", {.limit = 10, .window = seconds(60)});
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(limiter.Check("id" + std::to_string(i))->allowed);
+  for (const auto& node : cluster_->nodes()) node->Command({"SCRIPT", "FLUSH"});
+  for (int i = 0; i < 9; ++i) {
+    auto d = limiter.Check("id" + std::to_string(i));
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_EQ(d->source, DecisionSource::kStore);
+    EXPECT_EQ(d->remaining, 8);
+  }
+  EXPECT_GE(client->stats().noscript_retries, 3u);
+}
+
+// The router itself, for what the public API does not show: which redirections it met.
+class Router {
+ public:
+  explicit Router(const std::string& url) : work_(io_.get_executor()) {
+    thread_ = std::thread([this] { io_.run(); });
+    auto seeds = internal::ParseClusterUrl(url);
+    EXPECT_TRUE(seeds.ok());
+    auto store = internal::ClusterStore::Connect(io_.get_executor(), *seeds, {});
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (store.ok()) store_ = *store;
+  }
+  ~Router() {
+    if (store_) store_->Shutdown();
+    work_.reset();
+    thread_.join();
+  }
+  StatusOr<Decision> Consume(const std::string& key, int64_t limit) {
+    std::promise<StatusOr<Decision>> promise;
+    auto result = promise.get_future();
+    internal::CheckCall call;
+    call.key = key;
+    call.limit = {.limit = limit, .window = seconds(60)};
+    call.deadline = std::chrono::steady_clock::now() + seconds(2);
+    store_->Check(std::move(call),
+                  [&promise](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
+    return result.get();
+  }
+  internal::ClusterStore& store() { return *store_; }
+
+ private:
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::thread thread_;
+  std::shared_ptr<internal::ClusterStore> store_;
+};
+
+// Another primary than `port`.
+uint16_t OtherPrimary(RedisCluster& cluster, uint16_t port) {
+  for (uint16_t p : cluster.PrimaryPorts()) {
+    if (p != port) return p;
+  }
+  return 0;
+}
+
+TEST_F(ClusterRedis, MovedUpdatesTheSlotAndIsFollowed) {
+  Router router(cluster_->url());
+  const std::string key = Prefix() + ":{moving}:fw";
+  const uint16_t slot = internal::KeySlot(key);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(router.Consume(key, 10).ok());
+  const uint16_t from = cluster_->PrimaryPortOf(slot);
+  const uint16_t to = OtherPrimary(*cluster_, from);
+  ASSERT_EQ(router.store().NodeOf(slot), "127.0.0.1:" + std::to_string(from));
+  // The whole slot moves behind the router's back.
+  cluster_->BeginMigration(slot, from, to);
+  while (cluster_->MigrateKeys(slot, from, to, 100) > 0) {
+  }
+  cluster_->FinishMigration(slot, from, to);
+  auto d = router.Consume(key, 10);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->remaining, 6);  // the count moved with the key
+  EXPECT_GE(router.store().router_stats().moved, 1u);
+  EXPECT_EQ(router.store().NodeOf(slot), "127.0.0.1:" + std::to_string(to));
+  EXPECT_EQ(cluster_->NodeOnPort(to).Command({"EXISTS", key}).integer, 1);
+}
+
+TEST_F(ClusterRedis, AskIsFollowedDuringAMigration) {
+  Router router(cluster_->url());
+  const std::string key = Prefix() + ":{asked}:fw";
+  const std::string fresh = Prefix() + ":{asked}:fw2";
+  const uint16_t slot = internal::KeySlot(key);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(router.Consume(key, 10).ok());
+  const uint16_t from = cluster_->PrimaryPortOf(slot);
+  const uint16_t to = OtherPrimary(*cluster_, from);
+  cluster_->BeginMigration(slot, from, to);
+  ASSERT_EQ(cluster_->MigrateKeys(slot, from, to, 100), 1u);
+  // The key left the source: the source answers ASK, the router asks the target once.
+  auto d = router.Consume(key, 10);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->remaining, 7);
+  // A key the source does not have goes to the target too, and is created there.
+  auto f = router.Consume(fresh, 10);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->remaining, 9);
+  EXPECT_GE(router.store().router_stats().asked, 2u);
+  // Still the source's slot in the router's map: ASK does not move it.
+  EXPECT_EQ(router.store().NodeOf(slot), "127.0.0.1:" + std::to_string(from));
+  cluster_->FinishMigration(slot, from, to);
+  EXPECT_EQ(cluster_->NodeOnPort(to).Command({"EXISTS", fresh}).integer, 1);
+  EXPECT_EQ(router.Consume(key, 10)->remaining, 6);
+}
+
+TEST_F(ClusterRedis, ReshardingUnderLoadKeepsExactCounts) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto client = Connect(clock);
+  ASSERT_NE(client, nullptr);
+  constexpr int kIds = 48, kLimit = 40, kThreads = 4;
+  auto limiter = *client->MakeLimiter("hot", {.limit = kLimit, .window = seconds(60)});
+  auto leases = *client->MakeConcurrencyLimiter("hot", {.limit = 2});
+  std::vector<std::string> ids;
+  for (int i = 0; i < kIds; ++i) ids.push_back("id:" + std::to_string(i));
+  // Some keys exist before the migration starts.
+  for (const auto& id : ids) ASSERT_TRUE(limiter.Check(id)->allowed);
+  std::vector<std::atomic<int>> admitted(kIds);
+  for (auto& a : admitted) a = 1;
+  std::atomic<int> failed{0}, rounds{0};
+  std::atomic<bool> migrated{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Until the migration is over and every id was tried more than its limit.
+      for (int r = 0; !migrated.load() || r < kLimit; ++r) {
+        for (int i = 0; i < kIds; ++i) {
+          const int id = (i + t * 7) % kIds;
+          auto d = limiter.Check(ids[static_cast<size_t>(id)]);
+          if (Failed(d)) {
+            ++failed;
+          } else if (d->allowed) {
+            ++admitted[static_cast<size_t>(id)];
+          }
+        }
+        // A lease taken and given back on the way: its set must keep its TTL too.
+        auto a = leases.Acquire(ids[static_cast<size_t>((r + t) % kIds)]);
+        if (!a.ok() || a->source != DecisionSource::kStore) ++failed;
+        ++rounds;
+      }
+    });
+  }
+  // Move the slots of a third of the ids, a few keys at a time, while the load runs.
+  std::set<uint16_t> slots;
+  for (int i = 0; i < kIds; i += 3) slots.insert(cluster_->KeySlot(*limiter.KeyFor(ids[i])));
+  std::map<uint16_t, uint16_t> moved_to;
+  for (uint16_t slot : slots) {
+    const uint16_t from = cluster_->PrimaryPortOf(slot);
+    const uint16_t to = OtherPrimary(*cluster_, from);
+    cluster_->BeginMigration(slot, from, to);
+    std::this_thread::sleep_for(milliseconds(5));
+    while (cluster_->MigrateKeys(slot, from, to, 1) > 0) {
+      std::this_thread::sleep_for(milliseconds(2));
+    }
+    cluster_->FinishMigration(slot, from, to);
+    moved_to[slot] = to;
+  }
+  migrated = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  for (int i = 0; i < kIds; ++i) {
+    EXPECT_EQ(admitted[static_cast<size_t>(i)].load(), kLimit) << ids[static_cast<size_t>(i)];
+  }
+  for (const auto& [slot, port] : moved_to) EXPECT_EQ(cluster_->PrimaryPortOf(slot), port);
+  std::printf("resharding: %zu slots moved under %d rounds of load\n", slots.size(), rounds.load());
+}
+
+TEST_F(ClusterRedis, BatchesOfAMigratingSlotAreRetriedUntilTheyFit) {
+  // Many calls on keys of one slot (one tag) batch together; while that slot migrates
+  // key by key a batch meets keys on both sides (TRYAGAIN) or none on the source (ASK).
+  Router router(cluster_->url());
+  constexpr int kKeys = 16, kThreads = 4, kPerThread = 60, kLimit = 100;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kKeys; ++i) keys.push_back(Prefix() + ":{one}:k" + std::to_string(i));
+  const uint16_t slot = internal::KeySlot(keys[0]);
+  for (const auto& key : keys) ASSERT_TRUE(router.Consume(key, kLimit).ok());
+  const uint16_t from = cluster_->PrimaryPortOf(slot);
+  const uint16_t to = OtherPrimary(*cluster_, from);
+  std::atomic<int> failed{0};
+  std::vector<std::atomic<int>> admitted(kKeys);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (int n = 0; n < kPerThread; ++n) {
+        // Several calls in flight at once, so that they batch.
+        std::vector<std::future<StatusOr<Decision>>> pending;
+        for (int k = 0; k < 4; ++k) {
+          const int i = (n * 4 + k + t) % kKeys;
+          pending.push_back(std::async(std::launch::async, [&router, &keys, i] {
+            return router.Consume(keys[static_cast<size_t>(i)], kLimit);
+          }));
+        }
+        for (int k = 0; k < 4; ++k) {
+          const int i = (n * 4 + k + t) % kKeys;
+          auto d = pending[static_cast<size_t>(k)].get();
+          if (!d.ok()) {
+            if (failed++ == 0) ADD_FAILURE() << d.status().ToString();
+          } else if (d->allowed) {
+            ++admitted[static_cast<size_t>(i)];
+          }
+        }
+      }
+    });
+  }
+  cluster_->BeginMigration(slot, from, to);
+  go = true;
+  while (cluster_->MigrateKeys(slot, from, to, 1) > 0) {
+    std::this_thread::sleep_for(milliseconds(3));
+  }
+  cluster_->FinishMigration(slot, from, to);
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  // Every call counted once: each key holds 1 + its admissions.
+  int total = 0;
+  for (int i = 0; i < kKeys; ++i) {
+    const std::string value =
+        cluster_->NodeOnPort(to).Command({"GET", keys[static_cast<size_t>(i)]}).str;
+    EXPECT_EQ(value.substr(0, value.find(':')),
+              std::to_string(1 + admitted[static_cast<size_t>(i)].load()))
+        << keys[static_cast<size_t>(i)];
+    total += admitted[static_cast<size_t>(i)].load();
+  }
+  EXPECT_EQ(total, kThreads * kPerThread * 4);
+  const auto stats = router.store().router_stats();
+  std::printf("migrating slot under batched load: %llu ASK, %llu MOVED, %llu retried\n",
+              static_cast<unsigned long long>(stats.asked),
+              static_cast<unsigned long long>(stats.moved),
+              static_cast<unsigned long long>(stats.retried));
+  EXPECT_GT(stats.asked + stats.moved, 0u);
+}
+
+// A primary killed (SIGKILL, by its pid): its replica is promoted (cluster-node-timeout
+// 1 s) and the same client's decisions resume without a restart.
+TEST(ClusterFailover, DecisionsResumeAfterAPrimaryDies) {
+  RedisCluster cluster({.primaries = 3, .replicas = 1, .node_timeout_ms = 1000});
+  auto client = Client::Create({.url = cluster.url(),
+                                .prefix = "clfo",
+                                .deadline = milliseconds(200),
+                                .on_failure = FailurePolicy::kClosed});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto limiter = *(*client)->MakeLimiter("fo", {.limit = 1'000'000, .window = seconds(60)});
+  const std::string key = *limiter.KeyFor("victim");
+  const uint16_t slot = cluster.KeySlot(key);
+  const uint16_t dead = cluster.PrimaryPortOf(slot);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(limiter.Check("victim")->allowed);
+  cluster.NodeOnPort(dead).Kill();
+  const auto killed_at = std::chrono::steady_clock::now();
+  int failed = 0;
+  bool recovered = false;
+  while (std::chrono::steady_clock::now() - killed_at < seconds(30)) {
+    auto d = limiter.Check("victim");
+    if (!Failed(d) && d->allowed) {
+      recovered = true;
+      break;
+    }
+    ++failed;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed_at);
+  ASSERT_TRUE(recovered) << "no decision within 30 s of the kill";
+  std::printf("failover: %d failed decisions, recovered %lld ms after the kill\n", failed,
+              static_cast<long long>(took.count()));
+  const uint16_t promoted = cluster.PrimaryPortOf(slot);
+  EXPECT_NE(promoted, dead);
+  // Every primary serves again, through the same client.
+  for (int i = 0; i < 30; ++i) {
+    auto d = limiter.Check("after:" + std::to_string(i));
+    EXPECT_FALSE(Failed(d)) << i;
+  }
+  EXPECT_EQ(cluster.KeysWithoutTtl("clfo:*"), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace sluice
