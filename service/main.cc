@@ -1,5 +1,6 @@
 // sluiced — the rate limit service (issue 14): Envoy RLS v3 over gRPC, HTTP/JSON, an
 // admin listener, on libsluice's public API.
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
               admin_listen = "127.0.0.1:8082";
   std::string admin_token, audit_log = "sluiced-audit.log", prefix = "sluice",
                            default_policy = "open", log_level = "info";
-  int http_threads = 2, io_threads = 1, blocking_threads = 4;
+  int http_threads = 2, io_threads = 1, blocking_threads = 2;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
@@ -120,7 +122,7 @@ int main(int argc, char** argv) {
       ->envname("SLUICED_IO_THREADS")
       ->capture_default_str();
   app.add_option("--blocking-threads", blocking_threads,
-                 "Threads for composite checks and admin calls")
+                 "Threads for peeks (hits 0), readiness probes and admin calls")
       ->envname("SLUICED_BLOCKING_THREADS")
       ->capture_default_str();
   app.add_option("--read-timeout-ms", read_timeout_ms,
@@ -139,6 +141,14 @@ int main(int argc, char** argv) {
       ->envname("SLUICED_LOG_LEVEL")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+
+  // Per-check costs found with perf (bench/service.sh): Debian's Abseil keeps a lock-order
+  // graph on every gRPC mutex acquisition (deadlock detection, a debugging aid), and glibc
+  // gives freed memory of its per-thread arenas back with madvise after nearly every
+  // request burst. Neither is wanted in a long-running service.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
