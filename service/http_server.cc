@@ -102,8 +102,23 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     out_ += "\r\n";
     out_ += response.body();
+    // Most responses fit the socket's buffer: one non-blocking send, no write operation,
+    // timer or reactor round. What does not fit is written asynchronously, with the
+    // write timeout.
+    auto& socket = stream_.socket();
+    beast::error_code send_error;
+    if (!socket.native_non_blocking()) socket.native_non_blocking(true, send_error);
+    std::size_t sent = 0;
+    if (!send_error) sent = socket.send(asio::buffer(out_), 0, send_error);
+    if (send_error && send_error != asio::error::would_block &&
+        send_error != asio::error::try_again)
+      return Close();
+    if (sent == out_.size()) {
+      if (!keep_alive_) return Close();
+      return Read();
+    }
     stream_.expires_after(options_.write_timeout);
-    asio::async_write(stream_, asio::buffer(out_),
+    asio::async_write(stream_, asio::buffer(out_) + sent,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
                         if (ec || !self->keep_alive_) return self->Close();
                         self->Read();
