@@ -5,7 +5,8 @@
 # their instruction totals over N2 - N1 is one command's cost, start-up cancelled out.
 # Per row: INCR (the floor of one write), each algorithm's script alone by EVALSHA as of
 # BEFORE (a git revision, default 6e33174, main before issue 13) and as built now, and the
-# batch script (src/algo/batch.lua) deciding 50 calls per EVALSHA. Every call admitted
+# batch script (src/algo/batch.lua) deciding 50 calls per EVALSHA, each call with its own
+# arguments and (as one limiter's calls go) the 49 after the first sharing its arguments. Every call admitted
 # (limit 1e9 per 60 s) over 10k ids, Redis TIME.
 # Usage: bench/script_instructions.sh [algorithm ...]   (default: all five)
 # Env: BEFORE (git revision for the "before" scripts), N (calls per measurement, default
@@ -95,6 +96,11 @@ for a in "${ALGORITHMS[@]}"; do
   fn=$(case $a in fixed_window) echo 0;; sliding_window) echo 1;; sliding_log) echo 2;;
                   token_bucket) echo 3;; gcra) echo 4;; esac)
   for i in $(seq 1 50); do batch+=("sluicebench:{bench:user:__rand_int__}:$s"); done
-  for i in $(seq 1 50); do batch+=("$fn" 0 "" 1 1000000000 60000 0 0); done
-  per_call "$a in batches of 50" 50 "$work/batch.lua" "${batch[@]}"
+  own=("${batch[@]}")
+  for i in $(seq 1 50); do own+=("$fn" 0 "" 1 1000000000 60000 0 0); done
+  per_call "$a in batches of 50, own arguments" 50 "$work/batch.lua" "${own[@]}"
+  # As a limiter's calls of one cost go: the first sends the arguments, the rest share them.
+  batch+=("$fn" 0 "" 1 1000000000 60000 0 0)
+  for i in $(seq 2 50); do batch+=(""); done
+  per_call "$a in batches of 50, shared" 50 "$work/batch.lua" "${batch[@]}"
 done

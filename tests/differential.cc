@@ -374,9 +374,12 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     const internal::Connection::Stats stats = store->connection().stats();
     store->Shutdown();
     std::cout << "  batches=" << batches << " batch_script_calls=" << stats.batches
-              << " calls_in_them=" << stats.batched_calls << "\n";
-    // Most steps went through the batch script (a batch of one is sent alone).
+              << " calls_in_them=" << stats.batched_calls
+              << " sharing_arguments=" << stats.shared_arguments << "\n";
+    // Most steps went through the batch script (a batch of one is sent alone), and
+    // some shared the arguments of the call before (same op, time, cost and limit).
     EXPECT_GT(stats.batched_calls, static_cast<uint64_t>(config.steps) / 2);
+    EXPECT_GT(stats.shared_arguments, 0u);
   }
   std::cout << "  allowed=" << allowed << " refused=" << refused
             << " boundary_steps=" << boundary_steps << " parameter_changes=" << changes

@@ -9,7 +9,10 @@
 -- (1), so no algorithm's code is copied.
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
 -- ARGV     per call, in KEYS order: the index of its function (0-based, the order
---          above), then its ARITY arguments (exactly what its own script takes as ARGV)
+--          above), then its ARITY arguments (exactly what its own script takes as ARGV);
+--          or one empty string: the same function and arguments as the call before
+--          (calls of one limiter with one cost, the common batch, send their parameters
+--          once: Redis makes one Lua string per ARGV item, and this driver copies them)
 -- Returns  one entry per call, in order: what its script returns alone, or an error reply
 --          for that call only (a bad argument or value of one call fails only that call)
 -- TTL rule: each function keeps its own (it is its script); the driver writes no key.
@@ -31,40 +34,48 @@ local now
 -- them): no garbage per call.
 local keys, args = {}, {}
 local filled = 0
+local fn
 for i = 1, n do
   local f = ARGV[j]
-  local fn = FUNCTIONS[f]
-  if not fn then
-    -- The rest of ARGV cannot be parsed: fail this call and every one after it.
-    for k = i, n do
-      out[k] = {err = 'ERR sluice batch: unknown function "' .. tostring(ARGV[j]) ..
-                      '" at call ' .. i}
+  if f == '' and fn then
+    -- The call before's function and arguments (args is still filled with them, `now`
+    -- included); only the key differs.
+    j = j + 1
+  else
+    fn = FUNCTIONS[f]
+    if not fn then
+      -- The rest of ARGV cannot be parsed: fail this call and every one after it.
+      for k = i, n do
+        out[k] = {err = 'ERR sluice batch: unknown function "' .. tostring(ARGV[j]) ..
+                        '" at call ' .. i}
+      end
+      return out
     end
-    return out
-  end
-  local m = ARITY[f]
-  if j + m > count then
-    for k = i, n do
-      out[k] = {err = 'ERR sluice batch: too few arguments at call ' .. i}
+    local m = ARITY[f]
+    if j + m > count then
+      for k = i, n do
+        out[k] = {err = 'ERR sluice batch: too few arguments at call ' .. i}
+      end
+      return out
     end
-    return out
+    for x = 1, m do
+      args[x] = ARGV[j + x]
+    end
+    for x = m + 1, filled do
+      args[x] = nil
+    end
+    filled = m
+    if m > 1 and args[2] == '' then
+      if not now then
+        local t = redis.call('TIME')
+        local us = t[2] % 1000
+        now = t[1] * 1000 + (t[2] - us) / 1000
+      end
+      args[2] = now
+    end
+    j = j + 1 + m
   end
   keys[1] = KEYS[i]
-  for x = 1, m do
-    args[x] = ARGV[j + x]
-  end
-  for x = m + 1, filled do
-    args[x] = nil
-  end
-  filled = m
-  if m > 1 and args[2] == '' then
-    if not now then
-      local t = redis.call('TIME')
-      local us = t[2] % 1000
-      now = t[1] * 1000 + (t[2] - us) / 1000
-    end
-    args[2] = now
-  end
   local ok, r = pcall(fn, keys, args)
   if ok then
     out[i] = r
@@ -73,6 +84,5 @@ for i = 1, n do
   else
     out[i] = {err = 'ERR sluice batch: call ' .. i .. ': ' .. tostring(r)}
   end
-  j = j + 1 + m
 end
 return out

@@ -405,7 +405,7 @@ void Connection::CloseBatchLocked() {
     Request* pointers[kMaxBatchCalls];
     const size_t n = open_count_;
     for (size_t i = 0; i < n; ++i) pointers[i] = &queue_[first + i];
-    WriteBatch(out_, pointers, n, /*eval=*/false);
+    stats_.shared_arguments += WriteBatch(out_, pointers, n, /*eval=*/false);
     queue_[first].batch = n;
     ++stats_.batches;
     stats_.batched_calls += n;
@@ -435,10 +435,18 @@ void Connection::WriteAlone(std::string& out, const Request& r, bool eval) const
   out += r.tail;
 }
 
-void Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, bool eval) const {
+size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, bool eval) const {
   // EVALSHA <batch> n key_1 .. key_n, then per call its function and its arguments.
   uint64_t items = 3 + n;
-  for (size_t i = 0; i < n; ++i) items += 1 + static_cast<uint64_t>(calls[i]->tail_items);
+  // A call with the same function and arguments as the call before it sends one empty
+  // string instead (src/algo/batch.lua): a limiter's calls of one cost share them.
+  const auto same_as_before = [calls](size_t i) {
+    return i > 0 && calls[i]->function == calls[i - 1]->function &&
+           calls[i]->tail == calls[i - 1]->tail;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    items += same_as_before(i) ? 1 : 1 + static_cast<uint64_t>(calls[i]->tail_items);
+  }
   AppendArray(out, items);
   const size_t script = static_cast<size_t>(options_.batch_script);
   if (eval) {
@@ -450,10 +458,17 @@ void Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, b
   }
   AppendBulk(out, static_cast<int64_t>(n));
   for (size_t i = 0; i < n; ++i) AppendBulk(out, calls[i]->key);
+  size_t shared = 0;
   for (size_t i = 0; i < n; ++i) {
+    if (same_as_before(i)) {
+      AppendBulk(out, std::string_view());
+      ++shared;
+      continue;
+    }
     AppendBulk(out, static_cast<int64_t>(calls[i]->function));
     out += calls[i]->tail;
   }
+  return shared;
 }
 
 void Connection::StartWrite(const std::shared_ptr<Session>& session) {

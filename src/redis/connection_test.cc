@@ -274,6 +274,42 @@ TEST(Connection, CallsQueuedTogetherAreOneBatchWithAReplyEach) {
   conn->Shutdown();
 }
 
+// Calls with the same arguments as the call before send them once (an empty string in
+// their place); each still decides on its own key, in order, and a bad call between
+// them fails alone and starts a group of its own.
+TEST(Connection, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
+  RedisServer server;
+  IoThreads threads(1);
+  auto conn = StartBatchingConnection(threads.io(), server.url());
+  conn->Cork();
+  std::vector<std::future<std::string>> replies;
+  replies.push_back(Consume(*conn, "s:{x}:fw", "1"));    // sent in full
+  replies.push_back(Consume(*conn, "s:{y}:fw", "1"));    // shares
+  replies.push_back(Consume(*conn, "s:{x}:fw", "1"));    // shares: x's second
+  replies.push_back(Consume(*conn, "s:{x}:fw", "bad"));  // sent in full, fails alone
+  replies.push_back(Consume(*conn, "s:{z}:fw", "bad"));  // shares the bad one: fails too
+  replies.push_back(Consume(*conn, "s:{x}:fw", "3"));    // sent in full
+  replies.push_back(Consume(*conn, "s:{y}:fw", "3"));    // shares
+  conn->Uncork();
+  std::vector<std::string> got;
+  for (auto& r : replies) got.push_back(r.get());
+  EXPECT_EQ(got[0], "1:9");
+  EXPECT_EQ(got[1], "1:9");
+  EXPECT_EQ(got[2], "1:8");
+  EXPECT_EQ(got[3].rfind("error: ", 0), 0u) << got[3];
+  EXPECT_EQ(got[4].rfind("error: ", 0), 0u) << got[4];
+  EXPECT_EQ(got[5], "1:5");
+  EXPECT_EQ(got[6], "1:6");
+  const internal::Connection::Stats stats = conn->stats();
+  EXPECT_EQ(stats.batches, 1u);
+  EXPECT_EQ(stats.batched_calls, 7u);
+  EXPECT_EQ(stats.shared_arguments, 4u);
+  EXPECT_EQ(server.Command({"GET", "s:{x}:fw"}).str.substr(0, 2), "5:");
+  EXPECT_EQ(server.Command({"GET", "s:{y}:fw"}).str.substr(0, 2), "4:");
+  EXPECT_EQ(server.KeysWithoutTtl("s:*"), std::vector<std::string>{});
+  conn->Shutdown();
+}
+
 TEST(Connection, ABatchThatMeetsNoscriptIsSentAgainWithTheSource) {
   RedisServer server;
   IoThreads threads(1);
