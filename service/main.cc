@@ -1,6 +1,5 @@
 // sluiced — the rate limit service (issue 14): Envoy RLS v3 over gRPC, HTTP/JSON, an
 // admin listener, on libsluice's public API.
-#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -13,7 +12,6 @@
 #include <string>
 #include <thread>
 
-#include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -141,14 +139,6 @@ int main(int argc, char** argv) {
       ->envname("SLUICED_LOG_LEVEL")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-
-  // Per-check costs found with perf (bench/service.sh): Debian's Abseil keeps a lock-order
-  // graph on every gRPC mutex acquisition (deadlock detection, a debugging aid), and glibc
-  // gives freed memory of its per-thread arenas back with madvise after nearly every
-  // request burst. Neither is wanted in a long-running service.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  mallopt(M_TRIM_THRESHOLD, 64 << 20);
-  mallopt(M_MMAP_THRESHOLD, 4 << 20);
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
