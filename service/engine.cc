@@ -46,9 +46,10 @@ struct Pending {
 
 }  // namespace
 
-StatusOr<sluice::CompositeDecision> CompositeCheck(std::span<const sluice::LimitCheck> checks,
-                                                   const sluice::CheckOptions& options) {
-  return sluice::CheckComposite(checks, options);
+void CompositeCheckAsync(std::span<const sluice::LimitCheck> checks,
+                         const sluice::CheckOptions& options,
+                         sluice::CompositeDecisionCallback done) {
+  sluice::CheckCompositeAsync(checks, options, std::move(done));
 }
 
 std::string_view CodeName(Code code) {
@@ -274,32 +275,33 @@ void Engine::Check(CheckRequest request, CheckDone done) {
     return it.cost == items.front().cost && !it.limit;
   });
   if (items.size() > 1 && same_cost && items.front().cost > 0) {
-    // One composite check: a request refused by any limit spends none of them. The
-    // library offers it blocking only, so it runs on the blocking pool.
-    boost::asio::post(pool_, [this, pending, items = std::move(items), set, finish]() {
-      std::vector<std::string> ids;
-      std::vector<sluice::LimitCheck> checks;
-      ids.reserve(items.size());
-      for (const auto& it : items) ids.push_back(pending->result.statuses[it.index].id);
-      for (std::size_t k = 0; k < items.size(); ++k)
-        checks.push_back({&*items[k].built->limiter, ids[k]});
-      auto composite = CompositeCheck(checks, {.cost = items.front().cost});
-      if (!composite.ok()) {
-        for (const auto& it : items) set(pending, it, composite.status());
-      } else {
-        const Item& decider = items[composite->decided_by];
-        set(pending, decider, composite->decision);
-        if (composite->decision.allowed) {
-          for (const auto& it : items) {
-            if (&it == &decider) continue;
-            // Counted, but the composite reports only its tightest limit.
-            it.built->counters->decisions[0][static_cast<int>(composite->decision.source)]
-                .fetch_add(1, std::memory_order_relaxed);
-          }
-        }
-      }
-      finish(pending);
-    });
+    // One composite check: a request refused by any limit spends none of them. Started
+    // here, answered from the client's I/O thread (no pool hop).
+    std::vector<sluice::LimitCheck> checks;
+    checks.reserve(items.size());
+    for (const auto& it : items)
+      checks.push_back({&*it.built->limiter, pending->result.statuses[it.index].id});
+    const int64_t cost = items.front().cost;
+    CompositeCheckAsync(checks, {.cost = cost},
+                        [pending, items = std::move(items), set,
+                         finish](sluice::StatusOr<sluice::CompositeDecision> composite) {
+                          if (!composite.ok()) {
+                            for (const auto& it : items) set(pending, it, composite.status());
+                          } else {
+                            const Item& decider = items[composite->decided_by];
+                            set(pending, decider, composite->decision);
+                            if (composite->decision.allowed) {
+                              for (const auto& it : items) {
+                                if (&it == &decider) continue;
+                                // Counted, but the composite reports only its tightest limit.
+                                it.built->counters
+                                    ->decisions[0][static_cast<int>(composite->decision.source)]
+                                    .fetch_add(1, std::memory_order_relaxed);
+                              }
+                            }
+                          }
+                          finish(pending);
+                        });
     return;
   }
 

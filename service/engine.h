@@ -29,9 +29,11 @@
 
 namespace sluiced {
 
-// The single place the composite check is called.
-sluice::StatusOr<sluice::CompositeDecision> CompositeCheck(
-    std::span<const sluice::LimitCheck> checks, const sluice::CheckOptions& options);
+// The single place the composite check is called (asynchronously: `done` runs on the
+// client's I/O thread).
+void CompositeCheckAsync(std::span<const sluice::LimitCheck> checks,
+                         const sluice::CheckOptions& options,
+                         sluice::CompositeDecisionCallback done);
 
 struct LimitOverride {
   int64_t requests_per_unit = 0;
@@ -93,7 +95,7 @@ struct LeaseGrant {
 
 struct EngineOptions {
   sluice::ClientOptions client;
-  int blocking_threads = 4;  // composite checks and peeks (the library has no async form)
+  int blocking_threads = 2;  // peeks (hits 0), readiness probes and admin calls
   std::string audit_log = "sluiced-audit.log";
 };
 

@@ -1,8 +1,11 @@
 #include "service/http_server.h"
 
+#include <charconv>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 
 #include "service/json_api.h"
@@ -16,9 +19,9 @@ using tcp = asio::ip::tcp;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpServerOptions& options,
+  Session(tcp::socket socket, asio::io_context& io, const HttpServerOptions& options,
           std::shared_ptr<const HttpHandler> handler)
-      : stream_(std::move(socket)), options_(options), handler_(std::move(handler)) {}
+      : stream_(std::move(socket)), io_(io), options_(options), handler_(std::move(handler)) {}
 
   void Run() {
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
@@ -56,7 +59,9 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();
     auto self = shared_from_this();
     (*handler_)(std::move(request), [self](HttpResponse response) {
-      asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+      // To the connection's own thread (its io_context's executor, not the type-erased
+      // one of the stream: cheaper to post to).
+      asio::post(self->io_, [self, response = std::move(response)]() mutable {
         self->Write(std::move(response));
       });
     });
@@ -67,15 +72,54 @@ class Session : public std::enable_shared_from_this<Session> {
     Write(MakeResponse(status, ErrorJson(message)));
   }
 
+  // The response is written as one buffer built here (status line, fields, body) in a
+  // string the session keeps for its next responses: no serializer, no allocation once
+  // the string has grown to the usual response size.
   void Write(HttpResponse response) {
     response.version(version_);
     response.keep_alive(keep_alive_);
     response.prepare_payload();
-    response_ = std::make_shared<HttpResponse>(std::move(response));
+    out_.clear();
+    out_ += "HTTP/";
+    out_ += static_cast<char>('0' + version_ / 10);
+    out_ += '.';
+    out_ += static_cast<char>('0' + version_ % 10);
+    out_ += ' ';
+    char code[8];
+    const auto end = std::to_chars(code, code + sizeof code, response.result_int()).ptr;
+    out_.append(code, end);
+    out_ += ' ';
+    const auto reason = response.reason();
+    out_.append(reason.data(), reason.size());
+    out_ += "\r\n";
+    for (const auto& field : response) {
+      const auto name = field.name_string();
+      const auto value = field.value();
+      out_.append(name.data(), name.size());
+      out_ += ": ";
+      out_.append(value.data(), value.size());
+      out_ += "\r\n";
+    }
+    out_ += "\r\n";
+    out_ += response.body();
+    // Most responses fit the socket's buffer: one non-blocking send, no write operation,
+    // timer or reactor round. What does not fit is written asynchronously, with the
+    // write timeout.
+    auto& socket = stream_.socket();
+    beast::error_code send_error;
+    if (!socket.native_non_blocking()) socket.native_non_blocking(true, send_error);
+    std::size_t sent = 0;
+    if (!send_error) sent = socket.send(asio::buffer(out_), 0, send_error);
+    if (send_error && send_error != asio::error::would_block &&
+        send_error != asio::error::try_again)
+      return Close();
+    if (sent == out_.size()) {
+      if (!keep_alive_) return Close();
+      return Read();
+    }
     stream_.expires_after(options_.write_timeout);
-    http::async_write(stream_, *response_,
+    asio::async_write(stream_, asio::buffer(out_) + sent,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                        self->response_.reset();
                         if (ec || !self->keep_alive_) return self->Close();
                         self->Read();
                       });
@@ -88,11 +132,12 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
+  asio::io_context& io_;
   const HttpServerOptions& options_;
   std::shared_ptr<const HttpHandler> handler_;
   beast::flat_buffer buffer_{8192};
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::shared_ptr<HttpResponse> response_;
+  std::string out_;  // the response being written
   bool keep_alive_ = false;
   unsigned version_ = 11;
 };
@@ -152,11 +197,11 @@ sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOption
 
 void HttpServer::Accept() {
   asio::io_context& io = *ios_[next_++ % ios_.size()];
-  acceptor_.async_accept(io, [this](beast::error_code ec, tcp::socket socket) {
+  acceptor_.async_accept(io, [this, &io](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
     if (!ec) {
       socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(std::move(socket), options_, handler_)->Run();
+      std::make_shared<Session>(std::move(socket), io, options_, handler_)->Run();
     }
     Accept();
   });

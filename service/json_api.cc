@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include <nlohmann/json.hpp>
 
@@ -87,6 +88,172 @@ sluice::Status ParseEntries(const json& v, Entries& entries) {
   }
   return sluice::Status::Ok();
 }
+
+// The hot request shape of POST /v1/check, parsed without building a JSON tree:
+// {"domain": "...", "hits": N, "descriptors": [{"entries": [{"key": "...", "value":
+// "..."}], "hits": N}]}, keys in any order, whitespace anywhere JSON allows it. It
+// accepts only what the general parser would accept with the same result: strings of
+// printable ASCII without escapes, whole numbers in range, each key at most once, every
+// bound respected; anything else (another key, an escape, null, a number as a string,
+// an error) is declined and left to the general parser, whose errors are the API's.
+class FastReader {
+ public:
+  explicit FastReader(std::string_view in) : in_(in) {}
+
+  bool Request(CheckRequest& out) {
+    bool domain = false, hits = false, descriptors = false;
+    if (!Open('{')) return false;
+    do {
+      std::string_view key;
+      if (!String(key) || !Colon()) return false;
+      if (key == "domain" && !domain) {
+        domain = true;
+        std::string_view v;
+        if (!String(v) || v.empty() || v.size() > kMaxFieldBytes) return false;
+        out.domain.assign(v);
+      } else if (key == "hits" && !hits) {
+        hits = true;
+        if (!Number(UINT32_MAX, out.hits)) return false;
+      } else if (key == "descriptors" && !descriptors) {
+        descriptors = true;
+        if (!Descriptors(out.descriptors)) return false;
+      } else {
+        return false;
+      }
+    } while (Next('}'));
+    if (!closed_ || !domain || !descriptors) return false;
+    Space();
+    return pos_ == in_.size();
+  }
+
+ private:
+  bool Descriptors(std::vector<RequestDescriptor>& out) {
+    if (!Open('[')) return false;
+    if (Peek(']')) return Close(']');
+    do {
+      if (out.size() == kMaxDescriptors) return false;
+      RequestDescriptor d;
+      bool entries = false, hits = false;
+      if (!Open('{')) return false;
+      do {
+        std::string_view key;
+        if (!String(key) || !Colon()) return false;
+        if (key == "entries" && !entries) {
+          entries = true;
+          if (!Entries_(d.entries)) return false;
+        } else if (key == "hits" && !hits) {
+          hits = true;
+          uint64_t v = 0;
+          if (!Number(uint64_t{1} << 40, v)) return false;
+          d.hits = v;
+        } else {
+          return false;
+        }
+      } while (Next('}'));
+      if (!closed_ || !entries) return false;
+      out.push_back(std::move(d));
+    } while (Next(']'));
+    return closed_;
+  }
+
+  bool Entries_(Entries& out) {
+    if (!Open('[')) return false;
+    do {
+      if (out.size() == kMaxEntries) return false;
+      std::string_view k, v;
+      bool has_key = false, has_value = false;
+      if (!Open('{')) return false;
+      do {
+        std::string_view key;
+        if (!String(key) || !Colon()) return false;
+        if (key == "key" && !has_key) {
+          has_key = true;
+          if (!String(k) || k.empty() || k.size() > kMaxFieldBytes) return false;
+        } else if (key == "value" && !has_value) {
+          has_value = true;
+          if (!String(v) || v.size() > kMaxFieldBytes) return false;
+        } else {
+          return false;
+        }
+      } while (Next('}'));
+      if (!closed_ || !has_key) return false;
+      out.emplace_back(std::string(k), std::string(v));
+    } while (Next(']'));
+    return closed_ && !out.empty();
+  }
+
+  void Space() {
+    while (pos_ < in_.size() &&
+           (in_[pos_] == ' ' || in_[pos_] == '\n' || in_[pos_] == '\r' || in_[pos_] == '\t'))
+      ++pos_;
+  }
+  bool Peek(char c) {
+    Space();
+    return pos_ < in_.size() && in_[pos_] == c;
+  }
+  bool Open(char c) {
+    if (!Peek(c)) return false;
+    ++pos_;
+    return true;
+  }
+  bool Close(char c) {
+    Open(c);
+    closed_ = true;
+    return true;
+  }
+  bool Colon() { return Open(':'); }
+  // After a member or element: true at ',' (another follows); false at `end` (closed_
+  // set) or anything else (closed_ clear: the input is declined).
+  bool Next(char end) {
+    closed_ = false;
+    Space();
+    if (pos_ >= in_.size()) return false;
+    if (in_[pos_] == ',') {
+      ++pos_;
+      return true;
+    }
+    if (in_[pos_] == end) {
+      ++pos_;
+      closed_ = true;
+    }
+    return false;
+  }
+  bool String(std::string_view& out) {
+    if (!Open('"')) return false;
+    const std::size_t start = pos_;
+    while (pos_ < in_.size()) {
+      const auto c = static_cast<unsigned char>(in_[pos_]);
+      if (c == '"') {
+        out = in_.substr(start, pos_ - start);
+        ++pos_;
+        return true;
+      }
+      if (c == '\\' || c < 0x20 || c >= 0x7f) return false;
+      ++pos_;
+    }
+    return false;
+  }
+  bool Number(uint64_t max, uint64_t& out) {
+    Space();
+    const std::size_t start = pos_;
+    uint64_t v = 0;
+    while (pos_ < in_.size() && in_[pos_] >= '0' && in_[pos_] <= '9') {
+      if (pos_ - start >= 18) return false;
+      v = v * 10 + static_cast<uint64_t>(in_[pos_] - '0');
+      ++pos_;
+    }
+    const std::size_t n = pos_ - start;
+    if (n == 0 || (n > 1 && in_[start] == '0') || v > max) return false;
+    if (pos_ < in_.size() && (in_[pos_] == '.' || in_[pos_] == 'e' || in_[pos_] == 'E'))
+      return false;
+    out = v;
+    return true;
+  }
+
+  std::string_view in_;
+  std::size_t pos_ = 0;
+  bool closed_ = false;
+};
 
 StatusOr<CheckRequest> ParseRequest(std::string_view body, bool envoy) {
   auto parsed = Parse(body);
@@ -211,7 +378,20 @@ bool ParseEnvoyUnit(std::string_view name, Unit& unit) {
   return false;
 }
 
+bool FastParseCheckRequest(std::string_view body, CheckRequest& out) {
+  CheckRequest request;
+  if (!FastReader(body).Request(request)) return false;
+  out = std::move(request);
+  return true;
+}
+
+StatusOr<CheckRequest> ParseCheckRequestTree(std::string_view body) {
+  return ParseRequest(body, false);
+}
+
 StatusOr<CheckRequest> ParseCheckRequest(std::string_view body) {
+  CheckRequest request;
+  if (FastParseCheckRequest(body, request)) return request;
   return ParseRequest(body, false);
 }
 StatusOr<CheckRequest> ParseEnvoyJsonRequest(std::string_view body) {
@@ -236,7 +416,105 @@ StatusOr<std::pair<std::string, Entries>> ParseDescriptorRequest(std::string_vie
   return out;
 }
 
+namespace {
+
+// Appends `s` as a JSON string exactly as nlohmann's dump (error_handler replace) writes
+// it: printable ASCII without '"' and '\\' verbatim, anything else through nlohmann.
+void AppendJsonString(std::string& out, std::string_view s) {
+  bool plain = true;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {
+      plain = false;
+      break;
+    }
+  }
+  if (plain) {
+    out += '"';
+    out += s;
+    out += '"';
+    return;
+  }
+  out += json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void AppendInt(std::string& out, int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void AppendBool(std::string& out, bool v) {
+  out += v ? "true" : "false";
+}
+
+// One descriptor's decision, as DecisionJson's object dumped (keys in nlohmann's order).
+void AppendDecision(std::string& out, const DescriptorResult& s) {
+  const bool allowed = s.decision ? s.decision->allowed : s.code == Code::kOk;
+  out += "{\"allowed\":";
+  AppendBool(out, allowed);
+  out += ",\"code\":\"";
+  out += CodeName(s.code);
+  out += '"';
+  if (!s.error.empty()) {
+    out += ",\"error\":";
+    AppendJsonString(out, s.error);
+  }
+  out += ",\"limit\":";
+  if (s.rule) {
+    out += "{\"algorithm\":";
+    AppendJsonString(out, RuleKindName(s.rule->kind));
+    out += ",\"name\":";
+    AppendJsonString(out, s.rule->DisplayName());
+    out += ",\"requests_per_unit\":";
+    AppendInt(out, s.limit);
+    out += ",\"shadow_mode\":";
+    AppendBool(out, s.rule->shadow_mode);
+    out += ",\"unit\":";
+    AppendJsonString(out, UnitName(s.unit));
+    out += ",\"unlimited\":";
+    AppendBool(out, s.rule->unlimited);
+    out += '}';
+  } else {
+    out += "null";
+  }
+  if (s.decision) {
+    const auto& d = *s.decision;
+    out += ",\"reason\":";
+    AppendJsonString(out, sluice::RefusalReasonName(d.reason));
+    out += ",\"remaining\":";
+    AppendInt(out, d.remaining);
+    out += ",\"reset_after_ms\":";
+    AppendInt(out, d.reset_after.count());
+    out += ",\"retry_after_ms\":";
+    AppendInt(out, d.retry_after.count());
+    out += ",\"shadow_refused\":";
+    AppendBool(out, d.shadow_refused);
+    out += ",\"source\":";
+    AppendJsonString(out, sluice::DecisionSourceName(d.source));
+  }
+  out += '}';
+}
+
+}  // namespace
+
 std::string FormatCheckResponse(const CheckResult& result) {
+  std::string out;
+  out.reserve(64 + 320 * result.statuses.size());
+  out += "{\"allowed\":";
+  AppendBool(out, result.overall == Code::kOk);
+  out += ",\"code\":\"";
+  out += CodeName(result.overall);
+  out += "\",\"descriptors\":[";
+  for (std::size_t i = 0; i < result.statuses.size(); ++i) {
+    if (i > 0) out += ',';
+    AppendDecision(out, result.statuses[i]);
+  }
+  out += "]}";
+  return out;
+}
+
+std::string FormatCheckResponseTree(const CheckResult& result) {
   json j;
   j["allowed"] = result.overall == Code::kOk;
   j["code"] = CodeName(result.overall);

@@ -24,7 +24,17 @@ sluice::StatusOr<CheckRequest> ParseEnvoyJsonRequest(std::string_view body);
 // {"domain": ..., "descriptor": {"entries": [...]}} or {"domain", "entries"}.
 sluice::StatusOr<std::pair<std::string, Entries>> ParseDescriptorRequest(std::string_view body);
 
+// POST /v1/check's hot shape without a JSON tree; false (nothing parsed) for anything
+// else, which ParseCheckRequest then hands to the general parser (same results).
+bool FastParseCheckRequest(std::string_view body, CheckRequest& out);
+// The general parser alone (what FastParseCheckRequest must agree with; the tests
+// compare them).
+sluice::StatusOr<CheckRequest> ParseCheckRequestTree(std::string_view body);
+
 std::string FormatCheckResponse(const CheckResult& result);
+// The same body built as a JSON tree (nlohmann): what FormatCheckResponse must match
+// byte for byte (the tests compare them).
+std::string FormatCheckResponseTree(const CheckResult& result);
 std::string FormatEnvoyJsonResponse(const CheckResult& result);
 std::string FormatLeaseGrant(const LeaseGrant& grant);
 std::string ErrorJson(std::string_view message);

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
               admin_listen = "127.0.0.1:8082";
   std::string admin_token, audit_log = "sluiced-audit.log", prefix = "sluice",
                            default_policy = "open", log_level = "info";
-  int http_threads = 2, io_threads = 1, blocking_threads = 4;
+  int http_threads = 2, io_threads = 1, blocking_threads = 2;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       ->envname("SLUICED_IO_THREADS")
       ->capture_default_str();
   app.add_option("--blocking-threads", blocking_threads,
-                 "Threads for composite checks and admin calls")
+                 "Threads for peeks (hits 0), readiness probes and admin calls")
       ->envname("SLUICED_BLOCKING_THREADS")
       ->capture_default_str();
   app.add_option("--read-timeout-ms", read_timeout_ms,

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -308,6 +310,170 @@ TEST(CompositeRedis, OneScriptStoreFailureTakesEachLimitsPolicy) {
     if (!from_store) std::this_thread::sleep_for(milliseconds(20));
   }
   EXPECT_TRUE(from_store) << "CheckComposite never reached Redis again";
+  EXPECT_EQ(server.KeysWithoutTtl("cmp:*"), std::vector<std::string>{});
+}
+
+// CheckCompositeAsync: waits for the callback (a future, no timing) and says on which
+// thread it ran.
+struct AsyncAnswer {
+  StatusOr<CompositeDecision> result = InternalError("no answer");
+  bool on_caller_thread = false;
+  bool on_io_thread = false;  // a blocking call from the callback was refused at once
+};
+
+AsyncAnswer AwaitComposite(std::span<const LimitCheck> checks, const CheckOptions& options = {}) {
+  auto promise = std::make_shared<std::promise<AsyncAnswer>>();
+  auto answer = promise->get_future();
+  const auto caller = std::this_thread::get_id();
+  const Limiter* probe = checks.empty() ? nullptr : checks[0].limiter;
+  CheckCompositeAsync(checks, options, [=](StatusOr<CompositeDecision> r) {
+    AsyncAnswer a;
+    a.result = std::move(r);
+    a.on_caller_thread = std::this_thread::get_id() == caller;
+    if (probe != nullptr) {
+      auto blocking = probe->Peek("probe");
+      a.on_io_thread =
+          !blocking.ok() && blocking.status().code() == StatusCode::kFailedPrecondition;
+    }
+    promise->set_value(std::move(a));
+  });
+  return answer.get();
+}
+
+// The one-script path without blocking: the same decisions as CheckComposite (one
+// EVALSHA each), answered on the client's I/O thread, never on the caller's.
+TEST(CompositeRedisAsync, OneScriptDecidesAsTheBlockingCallDoes) {
+  testing::RedisServer server;
+  auto client = Connect(server, /*denial_cache_size=*/0);
+  auto tenant = *client->MakeLimiter("tenant", {.limit = 4, .window = seconds(60)});
+  auto global = *client->MakeLimiter("global", {.limit = 6, .window = seconds(60)});
+  server.Command({"CONFIG", "RESETSTAT"});
+  int admitted = 0;
+  for (int i = 0; i < 10; ++i) {
+    const LimitCheck checks[] = {{&tenant, "north"}, {&global, "all"}};
+    AsyncAnswer a = AwaitComposite(checks);
+    ASSERT_THAT(a.result, IsOk());
+    EXPECT_FALSE(a.on_caller_thread);
+    EXPECT_TRUE(a.on_io_thread);
+    admitted += a.result->decision.allowed;
+    if (!a.result->decision.allowed) {
+      EXPECT_EQ(a.result->decided_by, 0u);  // the tenant refuses
+      EXPECT_EQ(a.result->decision.reason, RefusalReason::kOverLimit);
+    }
+  }
+  EXPECT_EQ(admitted, 4);
+  EXPECT_EQ(StatOf(server, "evalsha").calls, 10);
+  // The global limit refuses the next tenant's request once it is spent: 4 + 2 = 6.
+  const LimitCheck south[] = {{&tenant, "south"}, {&global, "all"}};
+  EXPECT_TRUE(AwaitComposite(south).result->decision.allowed);
+  EXPECT_TRUE(AwaitComposite(south).result->decision.allowed);
+  AsyncAnswer refused = AwaitComposite(south);
+  ASSERT_THAT(refused.result, IsOk());
+  EXPECT_FALSE(refused.result->decision.allowed);
+  EXPECT_EQ(refused.result->decided_by, 1u);
+  EXPECT_EQ(tenant.Peek("south")->remaining, 2);  // the refused one spent nothing
+  EXPECT_EQ(server.KeysWithoutTtl("cmp:*"), std::vector<std::string>{});
+}
+
+// The staged path without blocking: when the last limit refuses, the limits that
+// admitted are refunded before the callback runs (Redis has seen the refund by then).
+TEST(CompositeRedisAsync, StagedRefundsBeforeAnswering) {
+  testing::RedisServer server;
+  auto near = Connect(server, 0);
+  auto far = Connect(server, 0);
+  auto tenant = *near->MakeLimiter("tenant", {.limit = 40, .window = seconds(60)});
+  auto global = *far->MakeLimiter("global", {.limit = 3, .window = seconds(60)});
+  for (int i = 0; i < 3; ++i) {
+    const LimitCheck checks[] = {{&tenant, "east"}, {&global, "all"}};
+    AsyncAnswer a = AwaitComposite(checks);
+    ASSERT_THAT(a.result, IsOk());
+    EXPECT_TRUE(a.result->decision.allowed);
+    EXPECT_FALSE(a.on_caller_thread);
+  }
+  server.Command({"CONFIG", "RESETSTAT"});
+  const LimitCheck checks[] = {{&tenant, "west"}, {&global, "all"}};
+  AsyncAnswer a = AwaitComposite(checks);
+  ASSERT_THAT(a.result, IsOk());
+  EXPECT_FALSE(a.result->decision.allowed);
+  EXPECT_EQ(a.result->decided_by, 1u);
+  EXPECT_EQ(StatOf(server, "evalsha").calls, 3);  // tenant, global, tenant's refund
+  EXPECT_EQ(tenant.Peek("west")->remaining, 40);
+  EXPECT_EQ(tenant.Peek("east")->remaining, 37);
+  EXPECT_EQ(server.KeysWithoutTtl("cmp:*"), std::vector<std::string>{});
+}
+
+// Bad input is answered without spending anything: an empty list inline (no client to
+// deliver on), a missing limiter or an empty id later, on an I/O thread, and an empty id
+// in a later limit does not spend the earlier ones.
+TEST(CompositeRedisAsync, BadInputSpendsNothing) {
+  testing::RedisServer server;
+  auto near = Connect(server, 0);
+  auto far = Connect(server, 0);
+  auto tenant = *near->MakeLimiter("tenant", {.limit = 5, .window = seconds(60)});
+  auto global = *far->MakeLimiter("global", {.limit = 5, .window = seconds(60)});
+  AsyncAnswer empty = AwaitComposite({});
+  EXPECT_EQ(empty.result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(empty.on_caller_thread);
+  const LimitCheck no_limiter[] = {{&tenant, "t"}, {nullptr, "all"}};
+  AsyncAnswer a = AwaitComposite(no_limiter);
+  EXPECT_EQ(a.result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(a.on_caller_thread);
+  server.Command({"CONFIG", "RESETSTAT"});
+  const LimitCheck staged_empty_id[] = {{&tenant, "t"}, {&global, ""}};
+  a = AwaitComposite(staged_empty_id);
+  EXPECT_EQ(a.result.status().code(), StatusCode::kInvalidArgument);
+  const auto& one_client = tenant;
+  auto wide = *near->MakeLimiter("wide", {.limit = 5, .window = seconds(60)});
+  const LimitCheck one_step_empty_id[] = {{&one_client, "t"}, {&wide, ""}};
+  a = AwaitComposite(one_step_empty_id);
+  EXPECT_EQ(a.result.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatOf(server, "evalsha").calls, 0);
+  EXPECT_EQ(tenant.Peek("t")->remaining, 5);
+}
+
+// Redis silent (SIGSTOP): each call's deadline passes without a reply and each limit's
+// failure policy answers, on both paths, without blocking the caller; all-or-nothing as
+// CheckComposite (a `closed` limit refuses the composite). Decisions come from Redis
+// again once it answers.
+TEST(CompositeRedisAsync, DeadlineGivesEachLimitsPolicy) {
+  testing::RedisServer server;
+  auto client = Connect(server, 0, milliseconds(50));
+  auto other = Connect(server, 0, milliseconds(50));
+  const Limit limit{.limit = 8, .window = seconds(60)};
+  auto open = *client->MakeLimiter("open", limit, {.on_failure = FailurePolicy::kOpen});
+  auto closed = *client->MakeLimiter("closed", limit, {.on_failure = FailurePolicy::kClosed});
+  auto closed_far = *other->MakeLimiter("closed", limit, {.on_failure = FailurePolicy::kClosed});
+  server.Pause();
+  const LimitCheck open_closed[] = {{&open, "x"}, {&closed, "x"}};
+  AsyncAnswer a = AwaitComposite(open_closed);
+  ASSERT_THAT(a.result, IsOk());
+  EXPECT_FALSE(a.on_caller_thread);
+  EXPECT_FALSE(a.result->decision.allowed);
+  EXPECT_EQ(a.result->decided_by, 1u);
+  EXPECT_EQ(a.result->decision.source, DecisionSource::kFailClosed);
+  EXPECT_EQ(a.result->decision.reason, RefusalReason::kStoreUnavailable);
+  const LimitCheck only_open[] = {{&open, "x"}};
+  a = AwaitComposite(only_open);
+  ASSERT_THAT(a.result, IsOk());
+  EXPECT_TRUE(a.result->decision.allowed);
+  EXPECT_EQ(a.result->decision.source, DecisionSource::kFailOpen);
+  // Staged (two clients): `open` admits by its policy, `closed` refuses by its own; the
+  // fail-open admission counted nothing, so nothing is refunded.
+  const LimitCheck staged[] = {{&open, "y"}, {&closed_far, "y"}};
+  a = AwaitComposite(staged);
+  ASSERT_THAT(a.result, IsOk());
+  EXPECT_FALSE(a.on_caller_thread);
+  EXPECT_FALSE(a.result->decision.allowed);
+  EXPECT_EQ(a.result->decided_by, 1u);
+  EXPECT_EQ(a.result->decision.source, DecisionSource::kFailClosed);
+  server.Resume();
+  bool from_store = false;
+  for (int i = 0; i < 200 && !from_store; ++i) {
+    a = AwaitComposite(staged);
+    from_store = a.result.ok() && a.result->decision.source == DecisionSource::kStore;
+    if (!from_store) std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(from_store) << "CheckCompositeAsync never reached Redis again";
   EXPECT_EQ(server.KeysWithoutTtl("cmp:*"), std::vector<std::string>{});
 }
 

@@ -204,6 +204,9 @@ struct LimitCheck;
 struct CompositeDecision;
 StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
                                            const CheckOptions& options);
+using CompositeDecisionCallback = std::function<void(StatusOr<CompositeDecision>)>;
+void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
+                         CompositeDecisionCallback done);
 
 class Limiter {
  public:
@@ -263,8 +266,8 @@ class Limiter {
   int64_t BudgetNowMs() const;
 
   friend class Client;
-  friend StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
-                                                    const CheckOptions& options);
+  friend void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
+                                  CompositeDecisionCallback done);
   Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
           LimiterOptions options);
 
@@ -322,6 +325,17 @@ struct CompositeDecision {
 // ignored (each limiter's own limit applies). Errors: those of Limiter::Check.
 StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
                                            const CheckOptions& options = {});
+
+// As CheckComposite, without blocking (the same two paths, decisions and errors; the
+// staged path's refunds are made before `done` runs). `done` is called exactly once, on
+// one of the client's I/O threads (of the first limiter's client), never inside
+// CheckCompositeAsync, so a callback may check again without recursing; it must neither
+// block nor throw. The one exception: an empty `checks`, or a first LimitCheck without
+// a limiter, names no client to deliver on, and gets InvalidArgument inline.
+// `checks` (the limiters and the ids) need only live until CheckCompositeAsync returns:
+// the call keeps what it needs.
+void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
+                         CompositeDecisionCallback done);
 
 class Client {
   friend class internal::ClientFactory;

@@ -96,5 +96,95 @@ TEST(Json, RateLimitHeadersFollowTheDraft) {
       R"({"overallCode":"OVER_LIMIT","statuses":[{"code":"OVER_LIMIT","currentLimit":{"name":"login","requestsPerUnit":5,"unit":"MINUTE"},"durationUntilReset":"17s","limitRemaining":0}]})");
 }
 
+bool SameRequest(const CheckRequest& a, const CheckRequest& b) {
+  if (a.domain != b.domain || a.hits != b.hits || a.descriptors.size() != b.descriptors.size())
+    return false;
+  for (std::size_t i = 0; i < a.descriptors.size(); ++i) {
+    const auto& x = a.descriptors[i];
+    const auto& y = b.descriptors[i];
+    if (x.entries != y.entries || x.hits != y.hits || x.limit.has_value() != y.limit.has_value())
+      return false;
+  }
+  return true;
+}
+
+// The hot request shape is parsed without a JSON tree, with the general parser's
+// results; whatever else it sees it declines (and the general parser answers).
+TEST(Json, FastParserAgreesWithTheGeneralOneOrDeclines) {
+  const std::vector<std::string> taken = {
+      R"({"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"u42"}]}]})",
+      R"( { "descriptors" : [ { "hits" : 0 , "entries" : [ {"value":"v","key":"k"}, {"key":"x"} ] } ,
+          {"entries":[{"key":"a","value":""}],"hits":1099511627776} ] , "hits" : 4294967295 ,
+          "domain" : "d" } )",
+      R"({"domain":"d","descriptors":[]})"};
+  for (const auto& body : taken) {
+    CheckRequest fast;
+    ASSERT_TRUE(FastParseCheckRequest(body, fast)) << body;
+    auto tree = ParseCheckRequestTree(body);
+    ASSERT_TRUE(tree.ok()) << tree.status().message();
+    EXPECT_TRUE(SameRequest(fast, *tree)) << body;
+  }
+  const std::vector<std::string> declined = {
+      R"({"domain":"d","descriptors":[],"extra":1})",
+      R"({"domain":"d","domain":"e","descriptors":[]})",
+      R"({"domain":"d\u0041","descriptors":[]})",
+      R"({"domain":"d","hits":"3","descriptors":[]})",
+      R"({"domain":"d","hits":01,"descriptors":[]})",
+      R"({"domain":"d","hits":1.0,"descriptors":[]})",
+      R"({"domain":"d","hits":4294967296,"descriptors":[]})",
+      R"({"domain":"d","hits_addend":2,"descriptors":[]})",
+      R"({"domain":"","descriptors":[]})",
+      R"({"domain":"d","descriptors":[{"entries":[]}]})",
+      R"({"domain":"d","descriptors":[{"entries":[{"key":""}]}]})",
+      R"({"domain":"d","descriptors":[{"entries":[{"key":"k","value":null}]}]})",
+      R"({"domain":"d","descriptors":[{"entries":[{"key":"k"}],"limit":{"unit":"SECOND"}}]})",
+      R"({"domain":"d","descriptors":[]} x)",
+      R"({"domain":"d","descriptors":[]},)",
+      R"({"domain":"d","descriptors":[{"entries":[{"key":"k"}]},]})",
+      "{\"domain\":\"d\xc3\xa9\",\"descriptors\":[]}",
+      "[]",
+      "{"};
+  for (const auto& body : declined) {
+    CheckRequest fast;
+    EXPECT_FALSE(FastParseCheckRequest(body, fast)) << body;
+  }
+}
+
+// The response body is written without a JSON tree, byte for byte as the tree's dump.
+TEST(Json, FastFormatterMatchesTheTreeByteForByte) {
+  auto rule = std::make_shared<Rule>();
+  rule->name = "per \"user\"\n\xff";
+  rule->unit = Unit::kMinute;
+  rule->requests_per_unit = 5;
+  rule->shadow_mode = true;
+  auto unnamed = std::make_shared<Rule>();
+  unnamed->path = "shop.user";
+  unnamed->kind = RuleKind::kGcra;
+  for (int variant = 0; variant < 4; ++variant) {
+    CheckResult result;
+    result.overall = variant == 1   ? Code::kOverLimit
+                     : variant == 2 ? Code::kUnavailable
+                                    : Code::kOk;
+    DescriptorResult a;
+    a.code = result.overall;
+    a.rule = variant % 2 ? rule : unnamed;
+    a.limit = 5 + variant;
+    a.unit = Unit::kHour;
+    sluice::Decision d;
+    d.allowed = variant != 1;
+    d.remaining = variant * 1000000007LL;
+    d.reset_after = std::chrono::milliseconds(16001);
+    d.retry_after = std::chrono::milliseconds(variant);
+    d.source = static_cast<sluice::DecisionSource>(variant);
+    d.shadow_refused = variant == 3;
+    if (variant != 2) a.decision = d;
+    if (variant == 2) a.error = "store: \"down\"";
+    DescriptorResult none;  // no rule matched
+    result.statuses = {a, none};
+    EXPECT_EQ(FormatCheckResponse(result), FormatCheckResponseTree(result)) << variant;
+  }
+  EXPECT_EQ(FormatCheckResponse(CheckResult{}), FormatCheckResponseTree(CheckResult{}));
+}
+
 }  // namespace
 }  // namespace sluiced
