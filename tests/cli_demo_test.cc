@@ -10,30 +10,18 @@
 
 #include <gtest/gtest.h>
 
+#include "run_command.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
 namespace {
 
-struct DemoRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using DemoRun = testing::CommandRun;  // output: stdout and stderr
 
 // Runs `<env> sluice demo <args>` through the shell, bounded by timeout(1).
 DemoRun Demo(const std::string& env, const std::string& args) {
-  const std::string command =
-      "timeout 60 env " + env + " " SLUICE_CLI_PATH " demo " + args + " 2>&1 </dev/null";
-  DemoRun run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    run.output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return run;
+  return testing::RunCommand("timeout 60 env " + env + " " SLUICE_CLI_PATH " demo " + args +
+                             " 2>&1 </dev/null");
 }
 
 TEST(CliDemo, AnUnreachableRedisGivenIsAnErrorNamingIt) {

@@ -11,27 +11,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "run_command.h"
+
 namespace sluice {
 namespace {
 
-struct SimulateRun {
-  int exit_code = -1;
-  std::string output;  // stdout (and stderr when asked)
-};
+using SimulateRun = testing::CommandRun;  // output: stdout (and stderr when asked)
 
 SimulateRun Simulate(const std::string& args, bool with_stderr = false) {
-  const std::string command = "timeout 60 " SLUICE_CLI_PATH " simulate " + args +
-                              (with_stderr ? " 2>&1" : " 2>/dev/null") + " </dev/null";
-  SimulateRun run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    run.output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return run;
+  return testing::RunCommand("timeout 60 " SLUICE_CLI_PATH " simulate " + args +
+                             (with_stderr ? " 2>&1" : " 2>/dev/null") + " </dev/null");
 }
 
 // The JSON of `sluice simulate <args> --json`, or a test failure.
