@@ -160,7 +160,8 @@ struct LimiterOptions {
   // counted it. The price: units left in a slice when its window ends are not spent by
   // anyone (at most servers x max_slice per window). Cold ids, Peek, Reset, per-call
   // limits and shadow mode take the plain path. A refund of a kLocalBudget decision goes
-  // back to the slice while its window lasts. Off by default.
+  // back to the slice while its window lasts. Memory: a small entry per id this limiter
+  // saw in the last two seconds (swept as the table grows). Off by default.
   struct LocalBudget {
     bool enabled = false;
     int64_t hot_checks_per_second = 200;
