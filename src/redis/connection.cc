@@ -325,8 +325,7 @@ void Connection::Eval(int script, std::string tail, int tail_items, Deadline dea
       std::move(request),
       [this, script](std::string& out, const Request& r) {
         AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
-        AppendBulk(out, "EVALSHA");
-        AppendBulk(out, shas_[static_cast<size_t>(script)]);
+        AppendScriptHead(out, static_cast<size_t>(script), /*eval=*/false);
         out += r.tail;
       },
       false);
@@ -426,7 +425,13 @@ void Connection::WriteAlone(std::string& out, const Request& r, bool eval) const
     return;
   }
   AppendArray(out, 4 + static_cast<uint64_t>(r.tail_items));
-  const size_t script = static_cast<size_t>(r.script);
+  AppendScriptHead(out, static_cast<size_t>(r.script), eval);
+  AppendBulk(out, "1");
+  AppendBulk(out, r.key);
+  out += r.tail;
+}
+
+void Connection::AppendScriptHead(std::string& out, size_t script, bool eval) const {
   if (eval) {
     AppendBulk(out, "EVAL");
     AppendBulk(out, options_.scripts[script].source);
@@ -434,9 +439,6 @@ void Connection::WriteAlone(std::string& out, const Request& r, bool eval) const
     AppendBulk(out, "EVALSHA");
     AppendBulk(out, shas_[script]);
   }
-  AppendBulk(out, "1");
-  AppendBulk(out, r.key);
-  out += r.tail;
 }
 
 size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, bool eval) const {
@@ -444,29 +446,21 @@ size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n,
   uint64_t items = 3 + n;
   // A call with the same function and arguments as the call before it sends one empty
   // string instead (src/algo/batch.lua): a limiter's calls of one cost share them.
-  const auto same_as_before = [calls](size_t i) {
-    return i > 0 && calls[i]->function == calls[i - 1]->function &&
-           calls[i]->tail == calls[i - 1]->tail;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    items += same_as_before(i) ? 1 : 1 + static_cast<uint64_t>(calls[i]->tail_items);
-  }
-  AppendArray(out, items);
-  const size_t script = static_cast<size_t>(options_.batch_script);
-  if (eval) {
-    AppendBulk(out, "EVAL");
-    AppendBulk(out, options_.scripts[script].source);
-  } else {
-    AppendBulk(out, "EVALSHA");
-    AppendBulk(out, shas_[script]);
-  }
-  AppendBulk(out, static_cast<int64_t>(n));
-  for (size_t i = 0; i < n; ++i) AppendBulk(out, calls[i]->key);
+  bool same_as_before[kMaxBatchCalls] = {};
   size_t shared = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (same_as_before(i)) {
+    same_as_before[i] = i > 0 && calls[i]->function == calls[i - 1]->function &&
+                        calls[i]->tail == calls[i - 1]->tail;
+    if (same_as_before[i]) ++shared;
+    items += same_as_before[i] ? 1 : 1 + static_cast<uint64_t>(calls[i]->tail_items);
+  }
+  AppendArray(out, items);
+  AppendScriptHead(out, static_cast<size_t>(options_.batch_script), eval);
+  AppendBulk(out, static_cast<int64_t>(n));
+  for (size_t i = 0; i < n; ++i) AppendBulk(out, calls[i]->key);
+  for (size_t i = 0; i < n; ++i) {
+    if (same_as_before[i]) {
       AppendBulk(out, std::string_view());
-      ++shared;
       continue;
     }
     AppendBulk(out, static_cast<int64_t>(calls[i]->function));
@@ -617,13 +611,11 @@ void Connection::Dispatch(Request& request, redisReply* reply) {
               false);
           return;
         }
-        const Script& script = options_.scripts[static_cast<size_t>(request.script)];
         Enqueue(
             std::move(request),
-            [&script](std::string& out, const Request& r) {
+            [this](std::string& out, const Request& r) {
               AppendArray(out, 2 + static_cast<uint64_t>(r.tail_items));
-              AppendBulk(out, "EVAL");
-              AppendBulk(out, script.source);
+              AppendScriptHead(out, static_cast<size_t>(r.script), /*eval=*/true);
               out += r.tail;
             },
             false);

@@ -188,6 +188,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void EnqueueBatchAgain(std::vector<Request> calls);
   // Writes the open batch (the last open_count_ requests of queue_) into out_.
   void CloseBatchLocked() SLUICE_REQUIRES(mu_);
+  // "EVAL <source>" or "EVALSHA <sha>" of options.scripts[script]: the head of every
+  // script call (the caller writes the array header and what follows).
+  void AppendScriptHead(std::string& out, std::size_t script, bool eval) const;
   // A Call's request alone: EVALSHA (or EVAL with the source) or its plain command.
   void WriteAlone(std::string& out, const Request& r, bool eval) const;
   // Several Calls' requests as one batch script call. Returns how many of them share
