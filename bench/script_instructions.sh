@@ -84,6 +84,33 @@ per_call() {
 echo "instructions per decision in redis-server (callgrind, whole server), $N calls per measurement"
 printf '%-40s %10s\n' "" "instr/call"
 per_call "INCR (floor)" 1 - INCR 'floor:__rand_int__'
+# The floor of any Lua design: a batch script of 50 calls that does nothing per call but
+# one INCRBY (the least a counting decision writes), or INCRBY + PTTL (a count and the
+# window's end from the key's own expiry, the leanest two-command stored format), each
+# call's reply a 4-number table like a decision's. FLOOR=0 skips these rows.
+if [ "${FLOOR:-1}" != 0 ]; then
+  cat >"$work/floor1.lua" <<'LUA'
+local out = {}
+for i = 1, #KEYS do
+  local c = redis.call('INCRBY', KEYS[i], 1)
+  out[i] = {1, c, 0, 0}
+end
+return out
+LUA
+  cat >"$work/floor2.lua" <<'LUA'
+local out = {}
+for i = 1, #KEYS do
+  local c = redis.call('INCRBY', KEYS[i], 1)
+  local t = redis.call('PTTL', KEYS[i])
+  out[i] = {1, c, t, 0}
+end
+return out
+LUA
+  floor=(EVALSHA @SHA@ 50)
+  for i in $(seq 1 50); do floor+=("floor:{x:__rand_int__}"); done
+  per_call "Lua floor: INCRBY per call, batches of 50" 50 "$work/floor1.lua" "${floor[@]}"
+  per_call "Lua floor: INCRBY+PTTL, batches of 50" 50 "$work/floor2.lua" "${floor[@]}"
+fi
 for a in "${ALGORITHMS[@]}"; do
   s=$(suffix "$a")
   before_script "$a" >"$work/before.lua"
