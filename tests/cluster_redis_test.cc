@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -297,6 +298,22 @@ class Router {
                   [&promise](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
     return result.get();
   }
+  // Checks every key at once (all in flight before the first reply is awaited, so the
+  // calls to one primary batch), one unit each.
+  std::vector<StatusOr<Decision>> ConsumeAll(const std::vector<std::string>& keys, int64_t limit) {
+    std::vector<std::promise<StatusOr<Decision>>> promises(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      internal::CheckCall call;
+      call.key = keys[i];
+      call.limit = {.limit = limit, .window = seconds(60)};
+      call.deadline = std::chrono::steady_clock::now() + seconds(2);
+      store_->Check(std::move(call),
+                    [p = &promises[i]](StatusOr<Decision> d) { p->set_value(std::move(d)); });
+    }
+    std::vector<StatusOr<Decision>> out;
+    for (auto& p : promises) out.push_back(p.get_future().get());
+    return out;
+  }
   internal::ClusterStore& store() { return *store_; }
 
  private:
@@ -333,6 +350,90 @@ TEST_F(ClusterRedis, MovedUpdatesTheSlotAndIsFollowed) {
   EXPECT_GE(router.store().router_stats().moved, 1u);
   EXPECT_EQ(router.store().NodeOf(slot), "127.0.0.1:" + std::to_string(to));
   EXPECT_EQ(cluster_->NodeOnPort(to).Command({"EXISTS", key}).integer, 1);
+}
+
+// Script calls (EVALSHA and EVAL) a node has run so far.
+int64_t ScriptCalls(testing::RedisServer& node) {
+  const std::string info = node.Command({"INFO", "commandstats"}).str;
+  int64_t total = 0;
+  for (const char* name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
+    const auto at = info.find(name);
+    if (at != std::string::npos) total += std::stoll(info.substr(at + std::strlen(name)));
+  }
+  return total;
+}
+
+// `n` keys of distinct slots, all served by the primary on `port`.
+std::vector<std::string> KeysOfDistinctSlots(RedisCluster& cluster, const std::string& prefix,
+                                             uint16_t port, size_t n) {
+  std::vector<std::string> keys;
+  std::set<uint16_t> seen;
+  for (int i = 0; keys.size() < n; ++i) {
+    std::string key = prefix + ":{s" + std::to_string(i) + "}:fw";
+    const uint16_t slot = internal::KeySlot(key);
+    if (cluster.PrimaryPortOf(slot) == port && seen.insert(slot).second) keys.push_back(key);
+  }
+  return keys;
+}
+
+TEST_F(ClusterRedis, BatchesSpanTheSlotsOfOnePrimary) {
+  // Calls queued for one primary share script calls whatever their slots: keys of 200
+  // distinct slots, checked 5 times each, all in flight at once.
+  Router router(cluster_->url());
+  const uint16_t port = cluster_->PrimaryPorts().front();
+  const auto keys = KeysOfDistinctSlots(*cluster_, Prefix(), port, 200);
+  const int64_t before = ScriptCalls(cluster_->NodeOnPort(port));
+  constexpr int kRounds = 5;
+  for (int r = 0; r < kRounds; ++r) {
+    auto results = router.ConsumeAll(keys, 100);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_TRUE(results[i].ok()) << keys[i] << ": " << results[i].status().ToString();
+      EXPECT_EQ(results[i]->remaining, 100 - (r + 1)) << keys[i];
+    }
+  }
+  const int64_t calls = ScriptCalls(cluster_->NodeOnPort(port)) - before;
+  const int64_t decisions = kRounds * static_cast<int64_t>(keys.size());
+  std::printf("%lld decisions on 200 slots of one primary in %lld script calls\n",
+              static_cast<long long>(decisions), static_cast<long long>(calls));
+  // One script call per slot would be `decisions` calls.
+  EXPECT_LE(calls * 2, decisions);
+  EXPECT_EQ(router.store().router_stats().slot_fallbacks, 0u);
+}
+
+TEST_F(ClusterRedis, ACrossSlotBatchMeetingAMovedSlotSendsThoseCallsAgain) {
+  // A slot moves behind the router's back; a batch to its old primary mixes its keys with
+  // keys that stayed: the primary refuses to run the moved ones (not its slot), which are
+  // sent again with their key declared (to the new primary), counted once.
+  Router router(cluster_->url());
+  const uint16_t from = cluster_->PrimaryPorts().front();
+  const uint16_t to = OtherPrimary(*cluster_, from);
+  // 80 keys of distinct slots, and 20 of one more slot (the one that moves), interleaved.
+  auto keys = KeysOfDistinctSlots(*cluster_, Prefix(), from, 81);
+  const std::string tag = keys.back().substr(0, keys.back().rfind(':'));
+  keys.pop_back();
+  const uint16_t slot = internal::KeySlot(tag + ":fw");
+  for (int i = 0; i < 20; ++i) {
+    keys.insert(keys.begin() + 4 * i + 1, tag + ":k" + std::to_string(i));
+  }
+  for (const auto& result : router.ConsumeAll(keys, 10)) ASSERT_TRUE(result.ok());
+  cluster_->BeginMigration(slot, from, to);
+  while (cluster_->MigrateKeys(slot, from, to, 100) > 0) {
+  }
+  cluster_->FinishMigration(slot, from, to);
+  auto results = router.ConsumeAll(keys, 10);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(results[i].ok()) << keys[i] << ": " << results[i].status().ToString();
+    EXPECT_EQ(results[i]->remaining, 8) << keys[i];
+  }
+  const auto stats = router.store().router_stats();
+  EXPECT_GE(stats.slot_fallbacks, 1u);
+  // The fallback also refreshed the map (the calls sent again met MOVED, or the new map).
+  EXPECT_EQ(router.store().NodeOf(slot), "127.0.0.1:" + std::to_string(to));
+  for (int i = 0; i < 20; ++i) {
+    const std::string moved =
+        cluster_->NodeOnPort(to).Command({"GET", tag + ":k" + std::to_string(i)}).str;
+    EXPECT_EQ(moved.substr(0, moved.find(':')), "2");
+  }
 }
 
 TEST_F(ClusterRedis, AskIsFollowedDuringAMigration) {

@@ -8,6 +8,14 @@
 -- '2' sliding_log, '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release
 -- (1), so no algorithm's code is copied.
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
+--          Or no KEYS at all: then ARGV[1] is the number of calls n and ARGV[2..n+1]
+--          their keys, and the calls' items follow. A Redis Cluster primary runs such a
+--          batch with keys of many of its slots (a script that declares keys may touch
+--          one slot only; Redis 7 lets a script without a shebang reach undeclared keys
+--          of any slot this node serves). A key of a slot it does not serve (a stale slot
+--          map, a slot in migration) fails that call alone, before anything is written:
+--          "Script attempted to access a non local key" (src/redis/cluster_store.h
+--          sends it again with its key declared).
 -- ARGV     per call, in KEYS order: the index of its function (0-based, the order
 --          above), then its ARITY arguments (exactly what its own script takes as ARGV);
 --          or one empty string: the same function and arguments as the call before
@@ -19,11 +27,16 @@
 -- Calls are independent: each decides on what the calls before it left, as if sent one
 -- by one in this order (which is the order the connection would have sent them in).
 local n = #KEYS
-if n < 1 or n > 256 then
+local keys_in, key_at = KEYS, 0 -- call i's key is keys_in[key_at + i]
+local j = 1
+if n == 0 then
+  n = tonumber(ARGV[1]) or 0
+  keys_in, key_at, j = ARGV, 1, n + 2
+end
+if n < 1 or n > 256 or key_at + n > #ARGV then
   return redis.error_reply('ERR sluice batch: want 1-256 keys, got ' .. n)
 end
 local out = {}
-local j = 1
 local count = #ARGV
 -- Redis TIME, read once for the calls that ask for it (ARGV "now" = ""): every call of a
 -- batch is decided at the same instant. Passed as a number, which no argument from the
@@ -75,7 +88,7 @@ for i = 1, n do
     end
     j = j + 1 + m
   end
-  keys[1] = KEYS[i]
+  keys[1] = keys_in[key_at + i]
   local ok, r = pcall(fn, keys, args)
   if ok then
     out[i] = r

@@ -34,6 +34,18 @@ const Status& StatusOf(const StatusOr<T>& result) {
   return result.ok() ? ok : result.status();
 }
 
+// A call of a cross-slot batch that the primary refused to run (its key is in a slot the
+// node does not serve, or the cluster is down): the script stopped at the key's first
+// access, so nothing was written and it can be sent again with the key declared.
+bool NotRunHere(const Status& status) {
+  return status.message().find("Script attempted to access a non local key") != std::string::npos ||
+         status.message().find("Script attempted to execute a command while the cluster is down") !=
+             std::string::npos ||
+         status.message().find(
+             "Script attempted to execute a write command while the cluster is "
+             "down") != std::string::npos;
+}
+
 // A call that failed before it was written (Connection::Enqueue: "is not connected"):
 // safe to send again.
 bool NeverSent(const Status& status) {
@@ -51,6 +63,7 @@ struct ClusterStore::Attempt {
   std::function<void(Result)> done;
   int redirects = 0;
   int waits = 0;
+  bool slotted = false;  // sent through the nodes' slotted stores (after a fallback)
 };
 
 ClusterStore::ClusterStore(asio::any_io_executor executor, std::vector<Endpoint> seeds,
@@ -84,7 +97,7 @@ StatusOr<std::shared_ptr<ClusterStore>> ClusterStore::Connect(asio::any_io_execu
   bool any = false;
   for (const Endpoint& seed : store->seeds_) {
     auto node = RedisStore::Connect(executor, seed, store->options_, /*in_background=*/false,
-                                    {.cluster = true});
+                                    {.cluster = true, .cross_slot_batches = true});
     if (!node.ok()) {
       last = node.status();
       continue;
@@ -138,7 +151,7 @@ std::shared_ptr<ClusterStore::Node> ClusterStore::NodeAtLocked(const std::string
   node->address = node->endpoint.Describe();
   // In the background: never fails (the connection retries with its backoff).
   node->store = *RedisStore::Connect(executor_, node->endpoint, options_, /*in_background=*/true,
-                                     {.cluster = true});
+                                     {.cluster = true, .cross_slot_batches = true});
   nodes_.push_back(node);
   return node;
 }
@@ -156,6 +169,15 @@ std::shared_ptr<RedisStore> ClusterStore::AskingStore(const std::shared_ptr<Node
                                         /*in_background=*/true, {.cluster = true, .asking = true});
   }
   return node->asking;
+}
+
+std::shared_ptr<RedisStore> ClusterStore::SlottedStore(const std::shared_ptr<Node>& node) {
+  MutexLock lock(mu_);
+  if (!node->slotted) {
+    node->slotted = *RedisStore::Connect(executor_, node->endpoint, options_,
+                                         /*in_background=*/true, {.cluster = true});
+  }
+  return node->slotted;
 }
 
 template <typename Result>
@@ -182,7 +204,9 @@ void ClusterStore::Run(const std::shared_ptr<Attempt<Result>>& attempt,
     return;
   }
   // `target` (captured below) keeps the store alive while the call runs.
-  std::shared_ptr<RedisStore> store = asking ? AskingStore(target) : target->store;
+  std::shared_ptr<RedisStore> store = asking             ? AskingStore(target)
+                                      : attempt->slotted ? SlottedStore(target)
+                                                         : target->store;
   attempt->run(*store, [self = shared_from_this(), attempt, target, asking](Result result) {
     self->OnResult(attempt, target, asking, std::move(result));
   });
@@ -197,6 +221,16 @@ void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
     return;
   }
   std::optional<ClusterError> error = ClusterErrorOf(status, node->endpoint.host);
+  if (!error && !attempt->slotted && !asking && NotRunHere(status)) {
+    {
+      MutexLock lock(mu_);
+      ++router_stats_.slot_fallbacks;
+    }
+    attempt->slotted = true;
+    RequestRefresh();
+    Run(attempt, node, /*asking=*/false);
+    return;
+  }
   if (!error) {
     if (NeverSent(status)) {
       if (asking) {
@@ -325,12 +359,14 @@ void ClusterStore::Shutdown() {
   }
   for (const auto& node : nodes) {
     node->store->Shutdown();
-    std::shared_ptr<RedisStore> asking;
+    std::shared_ptr<RedisStore> asking, slotted;
     {
       MutexLock lock(mu_);
       asking = node->asking;
+      slotted = node->slotted;
     }
     if (asking) asking->Shutdown();
+    if (slotted) slotted->Shutdown();
   }
   asio::post(strand_, [self = shared_from_this()] { self->periodic_.cancel(); });
 }
@@ -342,6 +378,7 @@ ClientStats ClusterStore::stats() const {
     for (const auto& node : nodes_) {
       stores.push_back(node->store);
       if (node->asking) stores.push_back(node->asking);
+      if (node->slotted) stores.push_back(node->slotted);
     }
   }
   ClientStats total;

@@ -16,6 +16,15 @@
 // Every redirection is bounded (kMaxRedirects per call). NOSCRIPT is answered per node by
 // its Connection (EVAL, which caches the script there: a promoted replica has none).
 //
+// Batches: the calls queued for one primary share a batch whatever their slots (the keys
+// go undeclared, src/algo/batch.lua), so batching pays on a cluster as on one node. A
+// call of such a batch whose key the primary does not serve (the map is stale, or its
+// slot is migrating and the key has left) fails alone, before anything is written
+// ("Script attempted to access a non local key"; the same while the cluster is down):
+// it is sent again, and from then on, through the node's `slotted` connection, whose
+// batches hold one slot and declare it, so Redis answers it with MOVED, ASK or
+// CLUSTERDOWN, handled as above; a map refresh starts.
+//
 // Several limits on one request: a script can touch one slot only, so the store does not
 // decide composites in one step (ChecksCompositeAtOnce is false) and CheckComposite takes
 // the staged path (docs/design.md §6).
@@ -80,6 +89,9 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
     uint64_t retried = 0;    // calls sent again after a backoff
     uint64_t refreshes = 0;  // slot maps read
     uint64_t redirects_exhausted = 0;
+    // calls of a cross-slot batch that met a key this node does not serve, sent again
+    // with their key declared
+    uint64_t slot_fallbacks = 0;
   };
   RouterStats router_stats() const;
   // "host:port" of the primary the map names for `slot`; empty when none.
@@ -92,9 +104,10 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
  private:
   struct Node {
     Endpoint endpoint;
-    std::string address;  // endpoint.Describe()
-    std::shared_ptr<RedisStore> store;
-    std::shared_ptr<RedisStore> asking;  // made at the first ASK to this node
+    std::string address;                  // endpoint.Describe()
+    std::shared_ptr<RedisStore> store;    // its batches span slots (keys undeclared)
+    std::shared_ptr<RedisStore> slotted;  // one slot per batch: made at the first fallback
+    std::shared_ptr<RedisStore> asking;   // made at the first ASK to this node
   };
   template <typename Result>
   struct Attempt;
@@ -107,6 +120,7 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   std::shared_ptr<Node> NodeAtLocked(const std::string& host, uint16_t port) SLUICE_REQUIRES(mu_);
   std::shared_ptr<Node> NodeForSlot(uint16_t slot) SLUICE_EXCLUDES(mu_);
   std::shared_ptr<RedisStore> AskingStore(const std::shared_ptr<Node>& node) SLUICE_EXCLUDES(mu_);
+  std::shared_ptr<RedisStore> SlottedStore(const std::shared_ptr<Node>& node) SLUICE_EXCLUDES(mu_);
 
   template <typename Result>
   void Route(uint16_t slot, Deadline deadline,

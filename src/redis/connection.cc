@@ -442,8 +442,10 @@ void Connection::AppendScriptHead(std::string& out, size_t script, bool eval) co
 }
 
 size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, bool eval) const {
-  // EVALSHA <batch> n key_1 .. key_n, then per call its function and its arguments.
-  uint64_t items = 3 + n;
+  // EVALSHA <batch> n key_1 .. key_n, then per call its function and its arguments; or,
+  // for calls tagged kAnySlot, EVALSHA <batch> 0 n key_1 .. key_n … (keys undeclared).
+  const bool undeclared = calls[0]->batch_tag == kAnySlot;
+  uint64_t items = 3 + n + (undeclared ? 1 : 0);
   // A call with the same function and arguments as the call before it sends one empty
   // string instead (src/algo/batch.lua): a limiter's calls of one cost share them.
   bool same_as_before[kMaxBatchCalls] = {};
@@ -456,6 +458,7 @@ size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n,
   }
   AppendArray(out, items);
   AppendScriptHead(out, static_cast<size_t>(options_.batch_script), eval);
+  if (undeclared) AppendBulk(out, int64_t{0});
   AppendBulk(out, static_cast<int64_t>(n));
   for (size_t i = 0; i < n; ++i) AppendBulk(out, calls[i]->key);
   for (size_t i = 0; i < n; ++i) {

@@ -20,9 +20,12 @@
 // options.max_batch calls; any other command (Send, Eval) closes the open batch, so the
 // order on the wire is the order of the calls. Each call keeps its own deadline and
 // callback (an error for one call fails only that call); a NOSCRIPT reply to a batch
-// resends it as EVAL of the batch script. Only calls of one batch_tag share a batch: the
-// cluster router (redis/cluster_store.h) keeps one Connection per primary and tags each
-// call with its key's slot, so a batch never spans slots (CROSSSLOT).
+// resends it as EVAL of the batch script. Only calls of one batch_tag share a batch. The
+// cluster router (redis/cluster_store.h) keeps one Connection per primary and tags its
+// calls kAnySlot: their batches are sent with the keys undeclared (numkeys 0, keys among
+// the arguments, src/algo/batch.lua), which a primary runs over keys of any slot it
+// serves; a call alone is sent with its key declared, as always. Tagged with a slot
+// instead, a batch holds keys of that slot only and declares them.
 //
 // Routing: a command is sent to the Connection its caller chose; the cluster router
 // picks the connection per key slot and owns one Connection per primary.
@@ -122,10 +125,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::string key;
     std::string args;
     int arg_items = 0;
-    // Only calls of one tag share a batch (on a Redis Cluster: the key's hash slot, since
-    // one script call may touch one slot only).
+    // Only calls of one tag share a batch. kAnySlot: the batch sends its keys undeclared
+    // (on a Redis Cluster, a script that declares keys may touch one slot only).
     uint32_t batch_tag = 0;
   };
+  static constexpr uint32_t kAnySlot = 0xffffffff;
   void Call(BatchableCall call, Deadline deadline, Callback done, Callback late = nullptr);
 
   // While corked, nothing is written: calls queue up (and batch) until Uncork. For tests

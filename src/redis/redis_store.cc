@@ -48,7 +48,8 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
 }
 
 uint32_t RedisStore::BatchTag(std::string_view key) const {
-  return mode_.cluster ? KeySlot(key) : 0;
+  if (!mode_.cluster) return 0;
+  return mode_.cross_slot_batches && !mode_.asking ? Connection::kAnySlot : KeySlot(key);
 }
 
 void RedisStore::BeginIssue(Deadline deadline) {

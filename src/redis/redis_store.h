@@ -17,11 +17,14 @@
 
 namespace sluice::internal {
 
-// For the cluster router (redis/cluster_store.h), one store per primary: `cluster` tags
-// each batchable call with its key's slot (a batch never spans slots); `asking` sends
-// ASKING right before every command (the store that follows an ASK redirection).
+// For the cluster router (redis/cluster_store.h), stores per primary: `cluster` tags each
+// batchable call with its key's slot (a batch holds one slot and declares its keys), or,
+// with `cross_slot_batches`, with Connection::kAnySlot (a batch spans the slots the
+// primary serves, keys undeclared); `asking` sends ASKING right before every command (the
+// store that follows an ASK redirection; its batches hold one slot).
 struct RedisStoreMode {
   bool cluster = false;
+  bool cross_slot_batches = false;
   bool asking = false;
 };
 
