@@ -101,6 +101,12 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
       ::waitpid(pid, &status, 0);
       EXPECT_TRUE(WIFSIGNALED(status)) << "a holder ended before it was killed";
     }
+    // Every holder is dead: no heartbeat can extend a lease any more. On Redis's clock,
+    // each lease ends at most lease_ttl after now (its last heartbeat was before now).
+    const int64_t dead_at_ms = server.NowMs();
+    auto held = cap.List("tenant:1");
+    ASSERT_THAT(held, IsOk());
+    for (const LeaseInfo& l : *held) EXPECT_LE(l.expires_at_ms, dead_at_ms + kTtl.count()) << l.id;
     // Take the slots back as they free up.
     std::vector<Lease> mine;
     while (static_cast<int64_t>(mine.size()) < kLimit && steady_clock::now() - killed < kTtl * 4) {
@@ -115,10 +121,9 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     const auto freed = std::chrono::duration_cast<milliseconds>(steady_clock::now() - killed);
     std::cout << "round " << round << ": all " << kLimit << " slots free " << freed.count()
               << " ms after the SIGKILL (lease_ttl " << kTtl.count() << " ms)\n";
+    // All taken back (within 4 x ttl of wall time, generous for a loaded machine; how
+    // soon after the kill is measured on Redis's clock above, not on this process's).
     EXPECT_EQ(static_cast<int64_t>(mine.size()), kLimit);
-    // The store frees each slot at its lease's expiry (<= kill + ttl); the slack covers
-    // this process noticing it on a loaded machine.
-    EXPECT_LE(freed, kTtl + milliseconds(400));
     for (Lease& l : mine) ASSERT_THAT(l.Release(), IsOk());
   }
   EXPECT_TRUE(server.KeysWithoutTtl("lchaos:*").empty());
