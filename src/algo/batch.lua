@@ -3,10 +3,11 @@
 -- it alone (docs/design.md §7). This file is the driver only and does not run alone: the
 -- build (CMakeLists.txt) puts in front of it every algorithm's script and the
 -- concurrency script, each wrapped as `local function <name>(KEYS, ARGV) <file> end`,
--- the release of one lease (a plain ZREM), and the tables FUNCTIONS and ARITY (ARGV items
+-- the release of one lease (a plain ZREM), and the tables FUNCTIONS, ARITY (ARGV items
 -- each takes), keyed by the index as sent: '0' fixed_window, '1' sliding_window,
 -- '2' sliding_log, '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release
--- (1), so no algorithm's code is copied.
+-- (1), and NUMERIC (the arguments a function reads only as numbers), so no algorithm's
+-- code is copied.
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
 --          Or no KEYS at all: then ARGV[1] is the number of calls n and ARGV[2..n+1]
 --          their keys, and the calls' items follow. A Redis Cluster primary runs such a
@@ -76,6 +77,23 @@ for i = 1, n do
     end
     for x = m + 1, filled do
       args[x] = nil
+    end
+    -- When the next call shares these arguments, the ones the function reads only as
+    -- numbers are converted here, once for all the calls that share them (a number
+    -- passes through the function's own tonumber or arithmetic unchanged, without Lua's
+    -- string-to-number conversion: two strtod calls per tonumber). A call whose
+    -- arguments are its own is left alone (converting them here would cost what the
+    -- function's own conversion costs, or more). A string that is not a number stays a
+    -- string, so the function fails on it exactly as alone.
+    local numeric = NUMERIC[f]
+    if numeric and ARGV[j + m + 1] == '' then
+      for x = 1, #numeric do
+        local at = numeric[x]
+        local v = tonumber(args[at])
+        if v then
+          args[at] = v
+        end
+      end
     end
     filled = m
     if m > 1 and args[2] == '' then

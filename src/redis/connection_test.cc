@@ -229,7 +229,7 @@ std::shared_ptr<internal::Connection> StartBatchingConnection(boost::asio::io_co
 // One fixed-window consume of `cost` (a string, to send a bad one) under limit 10 per
 // minute; the future gets "<code>:<remaining>" or the error.
 std::future<std::string> Consume(internal::Connection& conn, const std::string& key,
-                                 std::string_view cost) {
+                                 std::string_view cost, uint32_t batch_tag = 0) {
   std::string args;
   for (std::string_view a :
        {std::string_view("0"), std::string_view(""), cost, std::string_view("10"),
@@ -237,7 +237,12 @@ std::future<std::string> Consume(internal::Connection& conn, const std::string& 
     internal::AppendBulk(args, a);
   }
   auto promise = std::make_shared<std::promise<std::string>>();
-  conn.Call({.script = 0, .function = 0, .key = key, .args = std::move(args), .arg_items = 7},
+  conn.Call({.script = 0,
+             .function = 0,
+             .key = key,
+             .args = std::move(args),
+             .arg_items = 7,
+             .batch_tag = batch_tag},
             steady_clock::now() + seconds(10), [promise](const Status& s, const redisReply* r) {
               if (!s.ok()) {
                 promise->set_value("error: " + s.ToString());
@@ -277,19 +282,25 @@ TEST(Connection, CallsQueuedTogetherAreOneBatchWithAReplyEach) {
 // Calls with the same arguments as the call before send them once (an empty string in
 // their place); each still decides on its own key, in order, and a bad call between
 // them fails alone and starts a group of its own.
-TEST(Connection, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
+class ConnectionBatchTags : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(ConnectionBatchTags, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
+  const uint32_t tag = GetParam();
   RedisServer server;
   IoThreads threads(1);
   auto conn = StartBatchingConnection(threads.io(), server.url());
   conn->Cork();
   std::vector<std::future<std::string>> replies;
-  replies.push_back(Consume(*conn, "s:{x}:fw", "1"));    // sent in full
-  replies.push_back(Consume(*conn, "s:{y}:fw", "1"));    // shares
-  replies.push_back(Consume(*conn, "s:{x}:fw", "1"));    // shares: x's second
-  replies.push_back(Consume(*conn, "s:{x}:fw", "bad"));  // sent in full, fails alone
-  replies.push_back(Consume(*conn, "s:{z}:fw", "bad"));  // shares the bad one: fails too
-  replies.push_back(Consume(*conn, "s:{x}:fw", "3"));    // sent in full
-  replies.push_back(Consume(*conn, "s:{y}:fw", "3"));    // shares
+  replies.push_back(Consume(*conn, "s:{x}:fw", "1", tag));    // sent in full
+  replies.push_back(Consume(*conn, "s:{y}:fw", "1", tag));    // shares
+  replies.push_back(Consume(*conn, "s:{x}:fw", "1", tag));    // shares: x's second
+  replies.push_back(Consume(*conn, "s:{x}:fw", "bad", tag));  // sent in full, fails alone
+  replies.push_back(Consume(*conn, "s:{z}:fw", "bad", tag));  // shares the bad one: fails too
+  replies.push_back(Consume(*conn, "s:{x}:fw", "3", tag));    // sent in full
+  replies.push_back(Consume(*conn, "s:{y}:fw", "3", tag));    // shares
+  // The slow log at threshold 0 keeps every command with its arguments.
+  server.Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+  server.Command({"SLOWLOG", "RESET"});
   conn->Uncork();
   std::vector<std::string> got;
   for (auto& r : replies) got.push_back(r.get());
@@ -307,8 +318,20 @@ TEST(Connection, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
   EXPECT_EQ(server.Command({"GET", "s:{x}:fw"}).str.substr(0, 2), "5:");
   EXPECT_EQ(server.Command({"GET", "s:{y}:fw"}).str.substr(0, 2), "4:");
   EXPECT_EQ(server.KeysWithoutTtl("s:*"), std::vector<std::string>{});
+  // The batch's numkeys: 7 declared keys, or 0 (then the count and the keys follow).
+  std::string numkeys;
+  for (const auto& entry : server.Command({"SLOWLOG", "GET", "100"}).elements) {
+    const auto& argv = entry.elements.at(3).elements;
+    if (!argv.empty() && argv[0].str == "EVALSHA") numkeys = argv.at(2).str + " " + argv.at(3).str;
+  }
+  EXPECT_EQ(numkeys, tag == internal::Connection::kAnySlot ? "0 7" : "7 s:{x}:fw");
   conn->Shutdown();
 }
+
+// Tag 0: the keys declared (one node, or one cluster slot); kAnySlot: undeclared, as the
+// cluster router sends the calls of one primary (src/algo/batch.lua reads them from ARGV).
+INSTANTIATE_TEST_SUITE_P(DeclaredAndUndeclaredKeys, ConnectionBatchTags,
+                         ::testing::Values(0u, internal::Connection::kAnySlot));
 
 TEST(Connection, ABatchThatMeetsNoscriptIsSentAgainWithTheSource) {
   RedisServer server;
