@@ -155,7 +155,8 @@ void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions&
       CompositeDecision result = st->result;
       return answer_with(result);
     }
-    const auto [first, end] = st->runs[r];
+    // Plain names (not a structured binding): the callback below captures `first`.
+    const std::size_t first = st->runs[r].first, end = st->runs[r].second;
     std::vector<internal::CheckCall> calls(end - first);
     for (std::size_t i = first; i < end; ++i) {
       internal::CheckCall& call = calls[i - first];
