@@ -12,8 +12,9 @@ namespace sluice::cli {
 void AddAdminFlags(CLI::App* cmd, AdminFlags& flags) {
   flags.url = DefaultRedisUrl();
   cmd->add_option("--redis", flags.url,
-                  "Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path?db=N "
-                  "(default: $SLUICE_REDIS_URL, else redis://127.0.0.1:6379)");
+                  "Redis URL: redis://[[user]:password@]host[:port][/db], unix:///path?db=N, or "
+                  "redis+cluster://[[user]:password@]host:port[,host:port...] (every primary "
+                  "of a cluster) (default: $SLUICE_REDIS_URL, else redis://127.0.0.1:6379)");
   cmd->add_option("--prefix", flags.prefix, "Key prefix (ClientOptions::prefix)")
       ->capture_default_str();
   cmd->add_flag("--json", flags.json, "Machine output: one JSON document on stdout");

@@ -4,6 +4,7 @@
 // slot migration under load that keeps exact counts and leaves no key without a TTL.
 #include "sluice/boost_first.h"  // before any Boost header
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -45,11 +46,13 @@ class ClusterRedis : public ::testing::Test {
   }
 
   // A client of its own prefix (the test's name); refusals by policy are not admissions.
-  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
+  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr,
+                                  std::size_t denial_cache_size = 10000) {
     auto client = Client::Create({.url = cluster_->url(),
                                   .prefix = Prefix(),
                                   .deadline = seconds(2),
                                   .on_failure = FailurePolicy::kClosed,
+                                  .denial_cache_size = denial_cache_size,
                                   .model_clock = std::move(clock)});
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     return client.ok() ? *client : nullptr;
@@ -254,6 +257,248 @@ TEST_F(ClusterRedis, CompositesAcrossSlotsCountExactly) {
   EXPECT_EQ(user.Check("u2", {.cost = 2})->remaining, 0);
   EXPECT_FALSE(user.Check("u2")->allowed);
   EXPECT_NE(cluster_->KeySlot(*user.KeyFor("u1")), cluster_->KeySlot(*tenant.KeyFor("t")));
+}
+
+// Script calls Redis ran (EVALSHA and EVAL, INFO commandstats), summed over every primary:
+// what the cluster itself counted, whatever the client batched or retried.
+long long ScriptCalls(RedisCluster& cluster) {
+  long long calls = 0;
+  for (uint16_t port : cluster.PrimaryPorts()) {
+    const std::string info = cluster.NodeOnPort(port).Command({"INFO", "commandstats"}).str;
+    for (const std::string command : {"evalsha", "eval"}) {
+      const std::string head = "cmdstat_" + command + ":calls=";
+      const auto at = info.find(head);
+      if (at != std::string::npos) calls += std::stoll(info.substr(at + head.size()));
+    }
+  }
+  return calls;
+}
+
+// Issue 15, item 5: limiters co-located by tenant (LimiterOptions::colocate) put a
+// request's user, tenant and route keys in one slot, and CheckComposite is then one
+// script on that slot's primary, exactly as on one Redis.
+TEST_F(ClusterRedis, CoLocatedCompositeIsOneScriptOnItsSlot) {
+  // No denial cache: every composite goes to the store, so the script calls count them.
+  auto client = Connect(nullptr, /*denial_cache_size=*/0);
+  ASSERT_NE(client, nullptr);
+  const LimiterOptions by_tenant{.colocate = LimiterOptions::Colocate{.separator = ':'}};
+  auto user = *client->MakeLimiter("user", {.limit = 5, .window = seconds(60)}, by_tenant);
+  auto tenant = *client->MakeLimiter(
+      "tenant", {.algorithm = Algorithm::kTokenBucket, .limit = 8, .window = seconds(600)},
+      by_tenant);
+  auto route = *client->MakeLimiter(
+      "route", {.algorithm = Algorithm::kSlidingLog, .limit = 100, .window = seconds(60)},
+      by_tenant);
+  const uint16_t slot = cluster_->KeySlot(*tenant.KeyFor("acme"));
+  EXPECT_EQ(cluster_->KeySlot(*user.KeyFor("acme:u1")), slot);
+  EXPECT_EQ(cluster_->KeySlot(*user.KeyFor("acme:u2")), slot);
+  EXPECT_EQ(cluster_->KeySlot(*route.KeyFor("acme:/export")), slot);
+  EXPECT_EQ(*user.KeyFor("acme:u1"), Prefix() + ":{@acme}:user:acme:u1:fw");
+  // A limiter that does not ask keeps its key name exactly.
+  auto plain = *client->MakeLimiter("user", {.limit = 5, .window = seconds(60)});
+  EXPECT_EQ(*plain.KeyFor("acme:u1"), Prefix() + ":{user:acme:u1}:fw");
+
+  const long long before = ScriptCalls(*cluster_);
+  int admitted_u1 = 0, admitted_u2 = 0;
+  for (const auto& [who, admitted] :
+       {std::pair{"acme:u1", &admitted_u1}, {"acme:u2", &admitted_u2}}) {
+    for (int i = 0; i < 10; ++i) {
+      const LimitCheck checks[] = {{&user, who}, {&tenant, "acme"}, {&route, "acme:/export"}};
+      auto d = CheckComposite(checks, {});
+      ASSERT_TRUE(d.ok()) << d.status().ToString();
+      ASSERT_EQ(d->decision.source, DecisionSource::kStore);
+      *admitted += d->decision.allowed ? 1 : 0;
+      if (!d->decision.allowed) {
+        EXPECT_EQ(d->decided_by, *admitted < 5 ? 1u : 0u);
+      }
+    }
+  }
+  // One script per composite, admitted or refused, whichever limit refused.
+  EXPECT_EQ(ScriptCalls(*cluster_) - before, 20);
+  EXPECT_EQ(admitted_u1, 5);
+  EXPECT_EQ(admitted_u2, 3);  // the tenant's 8 ran out
+  // All or nothing: the refused composites counted nowhere.
+  EXPECT_EQ(user.Peek("acme:u2")->remaining, 2);
+  EXPECT_EQ(route.Peek("acme:/export")->remaining, 92);
+  EXPECT_EQ(tenant.Peek("acme")->remaining, 0);
+  // Every key on the primary of that one slot.
+  auto& owner = cluster_->NodeOnPort(cluster_->PrimaryPortOf(slot));
+  for (const std::string& key : {*user.KeyFor("acme:u1"), *user.KeyFor("acme:u2"),
+                                 *tenant.KeyFor("acme"), *route.KeyFor("acme:/export")}) {
+    EXPECT_EQ(owner.Command({"EXISTS", key}).integer, 1) << key;
+  }
+}
+
+// The same request against limits that are not co-located stays staged (a script per
+// limit, refunds on refusal) and correct; and neighbours that are co-located go as one
+// stage: user + tenant (one slot) then the global limit (its own) is two script calls.
+TEST_F(ClusterRedis, CompositeStagesAreRunsOfOneSlot) {
+  auto client = Connect(nullptr, /*denial_cache_size=*/0);
+  ASSERT_NE(client, nullptr);
+  const LimiterOptions by_tenant{.colocate = LimiterOptions::Colocate{.separator = ':'}};
+  const Limit roomy{.limit = 100, .window = seconds(60)};
+  auto user = *client->MakeLimiter("user", roomy, by_tenant);
+  auto tenant = *client->MakeLimiter("tenant", roomy, by_tenant);
+  auto global = *client->MakeLimiter("global", {.limit = 6, .window = seconds(60)});
+  auto plain_user = *client->MakeLimiter("puser", roomy);
+  auto plain_tenant = *client->MakeLimiter("ptenant", roomy);
+  ASSERT_NE(cluster_->KeySlot(*plain_user.KeyFor("acme:u1")),
+            cluster_->KeySlot(*plain_tenant.KeyFor("acme")));
+  ASSERT_NE(cluster_->KeySlot(*tenant.KeyFor("acme")), cluster_->KeySlot(*global.KeyFor("all")));
+
+  // One request: a user's limit, its tenant's, and the global limit.
+  const auto request = [&](const Limiter& u, const Limiter& t) {
+    const LimitCheck checks[] = {{&u, "acme:u1"}, {&t, "acme"}, {&global, "all"}};
+    return CheckComposite(checks, {});
+  };
+  // Not co-located, all admit: three scripts.
+  long long before = ScriptCalls(*cluster_);
+  auto plain_request = request(plain_user, plain_tenant);
+  ASSERT_TRUE(plain_request.ok() && plain_request->decision.allowed);
+  EXPECT_EQ(ScriptCalls(*cluster_) - before, 3);
+
+  // User and tenant co-located, then the global limit: two stages.
+  before = ScriptCalls(*cluster_);
+  for (int i = 0; i < 5; ++i) {
+    auto d = request(user, tenant);
+    ASSERT_TRUE(d.ok() && d->decision.allowed);
+  }
+  EXPECT_EQ(ScriptCalls(*cluster_) - before, 10);
+
+  // The global limit (6) is spent: each refusal costs the first stage's script, the
+  // global's, and a refund per limit of the first stage; nothing stays counted.
+  before = ScriptCalls(*cluster_);
+  for (int i = 0; i < 3; ++i) {
+    auto d = request(user, tenant);
+    ASSERT_TRUE(d.ok());
+    EXPECT_FALSE(d->decision.allowed);
+    EXPECT_EQ(d->decided_by, 2u);
+  }
+  EXPECT_EQ(ScriptCalls(*cluster_) - before, 3 * 4);
+  EXPECT_EQ(user.Peek("acme:u1")->remaining, 95);
+  EXPECT_EQ(tenant.Peek("acme")->remaining, 95);
+  EXPECT_EQ(plain_user.Peek("acme:u1")->remaining, 99);
+  EXPECT_EQ(plain_tenant.Peek("acme")->remaining, 99);
+  EXPECT_EQ(global.Peek("all")->remaining, 0);
+}
+
+// Co-located composites from many threads at once: the tenant's limit admits exactly its
+// count, and a refused request is counted against no limit (the users' and the route's
+// counts add up to the tenant's).
+TEST_F(ClusterRedis, ConcurrentCoLocatedCompositesCountExactly) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto client = Connect(clock);
+  ASSERT_NE(client, nullptr);
+  const LimiterOptions by_tenant{.colocate = LimiterOptions::Colocate{.separator = '/'}};
+  constexpr int kUsers = 4, kUserLimit = 30, kTenantLimit = 100, kThreads = 8, kEach = 40;
+  auto user = *client->MakeLimiter("user", {.limit = kUserLimit, .window = seconds(60)}, by_tenant);
+  auto tenant = *client->MakeLimiter(
+      "tenant", {.algorithm = Algorithm::kGcra, .limit = kTenantLimit, .window = seconds(600)},
+      by_tenant);
+  auto route = *client->MakeLimiter(
+      "route", {.algorithm = Algorithm::kSlidingWindow, .limit = 1000, .window = seconds(60)},
+      by_tenant);
+  std::vector<std::atomic<int>> admitted(kUsers);
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const int u = (t + i) % kUsers;
+        const std::string who = "t9/u" + std::to_string(u);
+        const LimitCheck checks[] = {{&user, who}, {&tenant, "t9"}, {&route, "t9/search"}};
+        auto d = CheckComposite(checks, {});
+        if (!d.ok() || (d->decision.source != DecisionSource::kStore &&
+                        d->decision.source != DecisionSource::kCachedDenial)) {
+          ++failed;
+        } else if (d->decision.allowed) {
+          ++admitted[static_cast<size_t>(u)];
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  int total = 0;
+  for (int u = 0; u < kUsers; ++u) {
+    const int a = admitted[static_cast<size_t>(u)].load();
+    total += a;
+    EXPECT_LE(a, kUserLimit);
+    EXPECT_EQ(user.Peek("t9/u" + std::to_string(u))->remaining, kUserLimit - a) << u;
+  }
+  EXPECT_EQ(total, kTenantLimit);  // 4 x 30 > 100: the tenant's limit binds
+  EXPECT_EQ(tenant.Peek("t9")->remaining, 0);
+  EXPECT_EQ(route.Peek("t9/search")->remaining, 1000 - kTenantLimit);
+}
+
+// The figure for the README: Redis time (INFO commandstats usec of EVALSHA over every
+// primary) and wall time per composite of three limits, co-located (one script) against
+// not (staged: three), all admitting, sequential calls. Printed, not asserted.
+TEST_F(ClusterRedis, CoLocationFigure) {
+  auto client = Connect(nullptr, /*denial_cache_size=*/0);
+  ASSERT_NE(client, nullptr);
+  constexpr int kChecks = 2000, kRounds = 3;
+  constexpr int64_t kHuge = 1000000000;
+  const LimiterOptions by_tenant{.colocate = LimiterOptions::Colocate{.separator = ':'}};
+  const Limit user{.algorithm = Algorithm::kTokenBucket, .limit = kHuge, .window = seconds(1)};
+  const Limit tenant{.algorithm = Algorithm::kSlidingWindow, .limit = kHuge, .window = seconds(60)};
+  const Limit route{.limit = kHuge, .window = seconds(60)};
+  const std::vector<Limiter> colocated = {*client->MakeLimiter("cu", user, by_tenant),
+                                          *client->MakeLimiter("ct", tenant, by_tenant),
+                                          *client->MakeLimiter("cr", route, by_tenant)};
+  const std::vector<Limiter> plain = {*client->MakeLimiter("pu", user),
+                                      *client->MakeLimiter("pt", tenant),
+                                      *client->MakeLimiter("pr", route)};
+  const auto usec = [&] {
+    long long total = 0;
+    for (uint16_t port : cluster_->PrimaryPorts()) {
+      const std::string info = cluster_->NodeOnPort(port).Command({"INFO", "commandstats"}).str;
+      const auto at = info.find("cmdstat_evalsha:");
+      if (at == std::string::npos) continue;
+      total += std::stoll(info.substr(info.find("usec=", at) + 5));
+    }
+    return total;
+  };
+  struct Round {
+    double redis_us, wall_us, scripts;
+  };
+  const auto run = [&](const std::vector<Limiter>& l) {
+    const long long calls0 = ScriptCalls(*cluster_), usec0 = usec();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kChecks; ++i) {
+      const std::string tenant_id = "t" + std::to_string(i % 50);
+      const std::string user_id = tenant_id + ":u" + std::to_string(i % 200);
+      const std::string route_id = tenant_id + ":/search";
+      const LimitCheck checks[] = {{&l[0], user_id}, {&l[1], tenant_id}, {&l[2], route_id}};
+      auto d = CheckComposite(checks, {});
+      EXPECT_TRUE(d.ok() && d->decision.allowed);
+    }
+    const double wall =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    return Round{static_cast<double>(usec() - usec0) / kChecks, wall / kChecks,
+                 static_cast<double>(ScriptCalls(*cluster_) - calls0) / kChecks};
+  };
+  std::vector<Round> one, staged;
+  for (int r = 0; r < kRounds; ++r) {
+    one.push_back(run(colocated));
+    staged.push_back(run(plain));
+  }
+  const auto median = [](std::vector<Round> v, double Round::*field) {
+    std::vector<double> x;
+    for (const Round& r : v) x.push_back(r.*field);
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  std::printf(
+      "cluster composite of 3 limits (token bucket, sliding window, fixed window), all admit, "
+      "%d rounds of %d sequential checks, median per check:\n"
+      "  co-located: Redis %5.1f us, wall %6.1f us, %.2f scripts\n"
+      "  staged    : Redis %5.1f us, wall %6.1f us, %.2f scripts\n",
+      kRounds, kChecks, median(one, &Round::redis_us), median(one, &Round::wall_us), one[0].scripts,
+      median(staged, &Round::redis_us), median(staged, &Round::wall_us), staged[0].scripts);
+  EXPECT_DOUBLE_EQ(one[0].scripts, 1.0);
+  // About 3: a rare pair of plain keys that happens to share a slot is one stage.
+  EXPECT_GT(staged[0].scripts, 2.9);
 }
 
 TEST_F(ClusterRedis, ScriptsFlushedOnEveryNodeAreSentAgain) {

@@ -3,7 +3,9 @@
 // ASK, TRYAGAIN, CLUSTERDOWN, READONLY) and the redis+cluster:// URL.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include "core/keys.h"
 #include "redis/crc16.h"
@@ -56,6 +58,51 @@ TEST(ClusterKeySlot, AnIdCannotMoveItsKeyToAnotherSlot) {
     EXPECT_EQ(KeySlot(key), KeySlot(MakeKey(head, id, Algorithm::kGcra))) << key;
   }
   EXPECT_NE(KeySlot(MakeKey(head, "{y}", Algorithm::kFixedWindow)), KeySlot("y"));
+}
+
+TEST(ClusterKeySlot, CoLocatedLimitsOfOneTenantShareItsSlot) {
+  // User, tenant and a tenant's route: three limiters, ids sharing the part before ':'.
+  for (const std::string tenant : {"acme", "x}{y", "{victim}", "%7B", "a{b}c", "t#1"}) {
+    const std::string user_key = MakeColocatedKey("sluice", "user", ':', tenant + ":u42", "fw");
+    const std::string tenant_key = MakeColocatedKey("sluice", "tenant", ':', tenant, "tb");
+    const std::string route_key = MakeColocatedKey("sluice", "route", ':', tenant + ":/x", "gcra");
+    const uint16_t slot = KeySlot(user_key);
+    EXPECT_EQ(KeySlot(tenant_key), slot) << tenant;
+    EXPECT_EQ(KeySlot(route_key), slot) << tenant;
+    // The slot is the encoded tag's (with the `@` that keeps the layouts apart), so braces
+    // in the tenant cannot choose another.
+    EXPECT_EQ(slot, KeySlot("{@" + EncodeId(tenant) + "}")) << tenant;
+    // Three different keys: each names its limiter and whole id.
+    EXPECT_NE(user_key, tenant_key);
+    EXPECT_NE(user_key, MakeColocatedKey("sluice", "user", ':', tenant + ":u43", "fw"));
+    EXPECT_NE(user_key, MakeColocatedKey("sluice", "route", ':', tenant + ":u42", "fw"));
+  }
+  EXPECT_EQ(MakeColocatedKey("sluice", "user", ':', "acme:u42", "fw"),
+            "sluice:{@acme}:user:acme:u42:fw");
+  EXPECT_NE(KeySlot(MakeColocatedKey("sluice", "user", ':', "{victim}:u1", "fw")),
+            KeySlot("victim"));
+  EXPECT_NE(KeySlot(MakeColocatedKey("sluice", "user", ':', "{victim}:u1", "fw")),
+            KeySlot("@victim"));
+  // Another tenant, another slot (for these two).
+  EXPECT_NE(KeySlot(MakeColocatedKey("sluice", "user", ':', "acme:u42", "fw")),
+            KeySlot(MakeColocatedKey("sluice", "user", ':', "beta:u42", "fw")));
+  // A plain key never equals a co-located one, and keeps its old name.
+  EXPECT_EQ(MakeKey(KeyHead("sluice", "user"), "acme:u42", Algorithm::kFixedWindow),
+            "sluice:{user:acme:u42}:fw");
+}
+
+TEST(ClusterKeySlot, SlotTagIsThePartBeforeTheFirstSeparator) {
+  EXPECT_EQ(SlotTagOf("acme:u42:x", ':'), "acme");
+  EXPECT_EQ(SlotTagOf("acme", ':'), "acme");
+  EXPECT_EQ(SlotTagOf(":u42", ':'), ":u42");  // an empty part: the whole id
+  EXPECT_EQ(SlotTagOf("acme/u42:x", '/'), "acme");
+  EXPECT_EQ(SlotTagOf("acme/u42:x", ':'), "acme/u42");
+  for (const unsigned char c : std::string(":/|.-_{}#%~!")) {
+    EXPECT_TRUE(IsSlotTagSeparator(c)) << c;
+  }
+  for (const int c : std::vector<int>{'a', 'Z', '0', '9', ' ', '\0', '\n', 0x7f, 0x80, 0xff}) {
+    EXPECT_FALSE(IsSlotTagSeparator(static_cast<unsigned char>(c))) << c;
+  }
 }
 
 Reply Int(long long v) {
@@ -182,13 +229,17 @@ TEST(ClusterUrl, RefusesBadOnes) {
   EXPECT_EQ(single.status().message().find("secret"), std::string::npos);
 }
 
-TEST(ClusterUrl, TheOperatorToolsSayTheyTakeOneServer) {
-  // Admin (sluice audit, repair, inspect, top) does not visit a cluster yet: it says so.
-  auto admin = Admin::Connect({.url = "redis+cluster://u:secret@127.0.0.1:1"});
+TEST(ClusterUrl, TheOperatorToolsTakeAClusterAndNeverEchoItsPassword) {
+  // Admin (sluice audit, repair, inspect, top) reads the slot map from the seeds: none
+  // answers here.
+  auto admin = Admin::Connect({.url = "redis+cluster://u:secret@127.0.0.1:1",
+                               .connect_timeout = std::chrono::milliseconds(500)});
   ASSERT_FALSE(admin.ok());
-  EXPECT_EQ(admin.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(admin.status().message().find("Redis Cluster"), std::string::npos);
+  EXPECT_EQ(admin.status().code(), StatusCode::kUnavailable) << admin.status().ToString();
   EXPECT_EQ(admin.status().message().find("secret"), std::string::npos);
+  auto bad = Admin::Connect({.url = "redis+cluster://u:secret@127.0.0.1:1/3"});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message().find("secret"), std::string::npos);
 }
 
 }  // namespace

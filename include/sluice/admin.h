@@ -83,8 +83,13 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
                                       std::chrono::milliseconds deadline = std::chrono::seconds(2));
 
 struct AdminOptions {
-  // Where the state lives: a redis:// or unix:// URL as in ClientOptions::url (the
-  // embedded memory:// store has nothing to administer). Default: "redis://127.0.0.1:6379".
+  // Where the state lives: a redis://, unix:// or redis+cluster:// URL as in
+  // ClientOptions::url (the embedded memory:// store has nothing to administer). On a
+  // cluster the slot map is read at Connect and every primary is connected: Scan visits
+  // each in turn, every script call carries keys of one slot, and ReadKeys, Inspect and
+  // ExpireIfNone send each key to its slot's primary. A slot moved after Connect makes
+  // calls on its keys fail with the redirection (connect again). Default:
+  // "redis://127.0.0.1:6379".
   std::string url = "redis://127.0.0.1:6379";
   // The key prefix to work on (ClientOptions::prefix). Default: "sluice".
   std::string prefix = "sluice";
@@ -104,13 +109,18 @@ enum class KeyType { kNone, kString, kList, kSet, kZset, kHash, kStream, kOther 
 // "none", "string", "list", "set", "zset", "hash", "stream", "other".
 std::string_view KeyTypeName(KeyType type);
 
-// A key of sluice's layout, `<prefix>:{<limiter>:<encoded id>}:<suffix>`, or the audit
-// stream of operators' actions, `<prefix>:audit` (suffix "audit", limiter and ids empty).
+// A key of sluice's layout, `<prefix>:{<limiter>:<encoded id>}:<suffix>` or, for a
+// co-located limiter (LimiterOptions::colocate), `<prefix>:{@<encoded tag>}:<limiter>:
+// <encoded id>:<suffix>`; or the audit stream of operators' actions, `<prefix>:audit`
+// (suffix "audit", limiter and ids empty).
 struct KeyName {
   std::string limiter;
   std::string encoded_id;         // as written in the key (see README, Keys)
   std::optional<std::string> id;  // decoded; nullopt for a hashed id (`#` + SHA-256)
   std::string suffix;             // fw, sw, sl, tb, gcra, cc or audit
+  // A co-located key's tag as written in it (the part of the id that chose its slot);
+  // empty for every other key.
+  std::string encoded_slot_tag;
 };
 
 // Parses `key` under `prefix`. nullopt when it is not of sluice's layout: another
@@ -162,7 +172,8 @@ struct ScanBatch {
   int64_t repeats = 0;  // with ScanOptions::distinct: keys dropped so far as repeats
   // Where SCAN stands after this batch: pass it as ScanOptions::cursor to go on from
   // here (a scan stopped by on_batch loses nothing; some keys may come again). "0" once
-  // the scan has walked the whole keyspace.
+  // the scan has walked the whole keyspace. On a cluster "<node>:<cursor>" (the primary,
+  // in the order of its first slot, and its SCAN cursor), valid for the same Admin.
   std::string cursor;
 };
 
@@ -250,10 +261,11 @@ class Admin {
 
   const AdminOptions& options() const;
 
-  // DBSIZE: keys in the selected database (all prefixes), for progress estimates.
+  // DBSIZE: keys in the selected database (all prefixes; on a cluster, the primaries'
+  // sum), for progress estimates.
   StatusOr<int64_t> DbSize();
 
-  // The Redis clock (TIME) in ms.
+  // The Redis clock (TIME) in ms (on a cluster, the first primary's).
   StatusOr<int64_t> NowMs();
 
   // SCANs every key matching `<prefix>:*` (or `<prefix>:{<limiter>:*`), in batches of
@@ -273,8 +285,10 @@ class Admin {
   // Keys not of sluice's layout come back with name unset and no fields. Errors as Scan.
   StatusOr<std::vector<KeyState>> ReadKeys(std::span<const std::string> keys);
 
-  // Every algorithm key of one id under `limiter`, decoded. InvalidArgument for a bad
-  // limiter name or an empty id. Errors as Scan.
+  // Every algorithm key of one id under `limiter`, decoded: the plain keys and the
+  // co-located ones (LimiterOptions::colocate, whatever its separator: every tag the id
+  // can have is read). InvalidArgument for a bad limiter name or an empty id. Errors as
+  // Scan.
   StatusOr<IdState> Inspect(std::string_view limiter, std::string_view id);
 
   // For each (key, ttl): gives the key an expiry of ttl if, at that moment, it exists,

@@ -169,6 +169,28 @@ struct LimiterOptions {
     int64_t max_slice = 0;  // 0: limit / 10 (at least 1)
   };
   LocalBudget local_budget;
+  // Co-location of several limits of one request in one Redis Cluster hash slot, so that
+  // a CheckComposite over them is one script (docs/design.md §6). A script runs on one
+  // slot only, and by default the slot of an id's keys is that of its limiter and id:
+  // the limits of one request lie in different slots and a CheckComposite over them is
+  // staged. Set, the slot of an id's keys is that of the part of the id before its first
+  // `separator` (the whole id when it has none, or when that part is empty): limiters
+  // that co-locate with the same separator put "acme:u42" (a user's limit), "acme" (the
+  // tenant's) and "acme:/export" (the tenant's route) in the slot of "acme". The key
+  // still names the limiter and the whole id, `<prefix>:{@<tag>}:<limiter>:<id>:<suffix>`
+  // (tag and id encoded as in docs/design.md §2), so no two limiters or ids share a key
+  // and an id holding `{` or `}` cannot move its key to another slot. A truly global
+  // limit (one id for everyone) has one slot: co-locating it with every tenant would put
+  // the whole fleet on one primary, so leave it staged (see CheckComposite).
+  // Setting (or changing) it renames the limiter's keys: each id's count starts afresh,
+  // as after renaming the limiter; a limiter that leaves it unset keeps its key names
+  // exactly. Harmless on standalone Redis and the embedded store (one slot there anyway).
+  // `separator`: printable ASCII, not a letter, digit or space (InvalidArgument
+  // otherwise). Default: unset.
+  struct Colocate {
+    char separator = ':';
+  };
+  std::optional<Colocate> colocate;
 };
 
 // The client's view of its store, for status pages and health checks.
@@ -276,6 +298,9 @@ class Limiter {
   std::string name_;
   Limit limit_;
   LimiterOptions options_;
+  // The key of `id` under `algorithm` (plain, or co-located by options_.colocate).
+  std::string KeyOf(std::string_view id, Algorithm algorithm) const;
+
   std::string key_head_;  // "<prefix>:{<name>:"
   // Slices of hot ids' budgets, shared by copies of this limiter (options_.local_budget).
   std::shared_ptr<internal::LocalBudgets> budgets_;
@@ -300,22 +325,25 @@ struct CompositeDecision {
 // wider limits (a tenant's flood cannot take the other tenants' share of a global limit).
 // Two paths:
 //  - One step, when every limiter is on the same Client, that client's store is Redis
-//    (standalone: one server holds every key) or the embedded store, and no limiter is in
+//    (standalone: one server holds every key; Redis Cluster: when every key lies in one
+//    hash slot, see LimiterOptions::colocate) or the embedded store, and no limiter is in
 //    shadow mode: Redis runs one composite script (one EVALSHA) that peeks every limit
 //    and consumes them only if all would admit; the embedded store does the same under
 //    its locks. Exact: no other caller ever sees a refused request counted. A cached
 //    denial of any limit refuses at once without a store call; when the store fails (or
 //    the breaker is open) each limit gets its own failure policy, in order,
 //    all-or-nothing (the local fallback is given back when a later limit's policy
-//    refuses). One deadline for the whole call. Blocks at most that deadline. (With Redis
-//    Cluster this path will need every key in one hash slot.)
-//  - Staged, otherwise (limiters on different clients, or a shadow limiter, which must
-//    never make the composite refuse): the limits are checked in order, most specific
-//    first, and when one refuses the ones that already admitted are refunded. Bounded
+//    refuses). One deadline for the whole call. Blocks at most that deadline.
+//  - Staged, otherwise (limiters on different clients, keys in different cluster slots,
+//    or a shadow limiter, which must never make the composite refuse): the limits are
+//    checked in order, most specific first, and when one refuses the ones that already
+//    admitted are refunded. Neighbours in `checks` that could go as one step (same
+//    client, same slot, no shadow) go as one step of the stages: user and tenant limits
+//    co-located by tenant, then a global limit, is two stages, not three. Bounded
 //    inaccuracy of this path: between a limit's admission and its refund, other callers
 //    see the request counted there (at most the cost of the composite checks in flight),
 //    and a refund the store cannot take (it went down in between) leaves the request
-//    counted: it may over-count, never under-count. Blocks up to one deadline per limit.
+//    counted: it may over-count, never under-count. Blocks up to one deadline per stage.
 // Staged refunds go where each limit counted the request (the shared store, or the local
 // fallback for a limit its policy admitted locally); a limit that counted nothing
 // (fail_open, or a shadow limit that would have refused) is not refunded.

@@ -1,22 +1,29 @@
 // The admin API (include/sluice/admin.h): SCAN batches and their scripts
-// (src/admin/scan_batch.lua, expire_batch.lua) over one BlockingClient. Key names are
-// parsed in key_names.cc; stored values are described in key_state.cc by the decoders
-// beside each algorithm.
+// (src/admin/scan_batch.lua, expire_batch.lua) over one BlockingClient per server: the one
+// server, or every primary of a Redis Cluster (its slot map read at Connect). On a
+// cluster each primary is scanned in turn, and every script call carries the keys of one
+// slot only (a script may touch one slot); a batch's calls still go pipelined, in one
+// round trip. Key names are parsed in key_names.cc; stored values are described in
+// key_state.cc by the decoders beside each algorithm.
 #include "sluice/admin.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <future>
+#include <limits>
+#include <map>
 #include <string>
 
 #include "admin/key_set.h"
 #include "admin/key_state.h"
 #include "core/keys.h"
 #include "redis/blocking_client.h"
+#include "redis/crc16.h"
 #include "redis/endpoint.h"
 #include "redis/reply.h"
 #include "redis/resp.h"
+#include "redis/slot_map.h"
 
 namespace sluice {
 namespace internal {
@@ -41,12 +48,147 @@ KeyType ParseType(std::string_view s) {
 
 enum AdminScript { kScanBatch = 0, kExpireBatch = 1 };
 
+using internal::BlockingClient;
+
+// `keys` in groups of one hash slot each (a script call may touch one slot on a cluster),
+// reordered so that each group's keys are contiguous; groups hold at most `max_group`
+// keys. Off a cluster: one group of every key, in order.
+struct SlotGroups {
+  std::vector<std::string> keys;
+  std::vector<std::pair<size_t, size_t>> groups;  // [begin, end) into keys
+};
+SlotGroups GroupBySlot(std::vector<std::string> keys, bool cluster, size_t max_group) {
+  SlotGroups out;
+  if (cluster) {
+    std::stable_sort(keys.begin(), keys.end(), [](const std::string& a, const std::string& b) {
+      return internal::KeySlot(a) < internal::KeySlot(b);
+    });
+  }
+  out.keys = std::move(keys);
+  for (size_t i = 0; i < out.keys.size(); ++i) {
+    const bool joins = !out.groups.empty() &&
+                       out.groups.back().second - out.groups.back().first < max_group &&
+                       (!cluster || internal::KeySlot(out.keys[i]) ==
+                                        internal::KeySlot(out.keys[out.groups.back().first]));
+    if (joins) {
+      ++out.groups.back().second;
+    } else {
+      out.groups.emplace_back(i, i + 1);
+    }
+  }
+  return out;
+}
+
+// Every tag a co-located key of `id` can have (core/keys.h: SlotTagOf for each separator
+// the id holds, and the whole id), each once.
+std::vector<std::string> PossibleSlotTags(std::string_view id) {
+  std::vector<std::string> tags{std::string(id)};
+  bool seen[256] = {};
+  for (size_t i = 1; i < id.size(); ++i) {
+    const auto c = static_cast<unsigned char>(id[i]);
+    if (!internal::IsSlotTagSeparator(c) || seen[c]) continue;
+    seen[c] = true;
+    if (id.find(static_cast<char>(c)) != i) continue;  // the id starts with it: the whole id
+    tags.emplace_back(id.substr(0, i));
+  }
+  return tags;
+}
+
 }  // namespace
 
 struct Admin::Impl {
   AdminOptions options;
-  std::unique_ptr<internal::BlockingClient> redis;
+  // The one server; or on a cluster every primary, in the order of their first slot.
+  std::vector<std::unique_ptr<BlockingClient>> nodes;
+  bool cluster = false;
+  std::vector<int> slot_node;  // cluster: per slot, an index into nodes (-1: unserved)
+
+  BlockingClient& first() { return *nodes[0]; }
+  // The index of the node that serves `key`; on a cluster, -1 for a slot no node serves.
+  int NodeOf(std::string_view key) const { return cluster ? slot_node[internal::KeySlot(key)] : 0; }
+  // Reads the slot map from the first seed that answers and connects to every primary.
+  Status ConnectCluster(const std::vector<internal::Endpoint>& seeds,
+                        const internal::BlockingClientOptions& copts);
+  // Scans one node from `cursor` (its own SCAN cursor) to its end; `node` names it in
+  // the cursors reported. false in `go_on` when on_batch asked to stop.
+  Status ScanNode(size_t node, const std::string& pattern, const std::string& plain_head,
+                  const ScanOptions& scan, std::string cursor,
+                  const std::function<bool(const ScanBatch&)>& on_batch, int64_t& scanned,
+                  int64_t& repeats, internal::KeyHashSet& seen, bool& go_on);
+  // ReadKeys on one server, every key being served by it.
+  StatusOr<std::vector<KeyState>> ReadKeysOn(BlockingClient& redis,
+                                             std::span<const std::string> keys);
+  // The cursor a scan reports for `node` standing at its own `cursor`.
+  std::string CursorOf(size_t node, const std::string& cursor) const {
+    if (!cluster) return cursor;
+    if (cursor != "0") return std::to_string(node) + ":" + cursor;
+    return node + 1 < nodes.size() ? std::to_string(node + 1) + ":0" : "0";
+  }
 };
+
+Status Admin::Impl::ConnectCluster(const std::vector<internal::Endpoint>& seeds,
+                                   const internal::BlockingClientOptions& copts) {
+  Status last = UnavailableError("no seed node of the redis cluster answered");
+  for (const internal::Endpoint& seed : seeds) {
+    auto client = BlockingClient::Connect(seed, copts);
+    if (!client.ok()) {
+      last = client.status();
+      continue;
+    }
+    auto reply = (*client)->Command({"CLUSTER", "SLOTS"});
+    if (!reply.ok()) {
+      last = reply.status();
+      continue;
+    }
+    auto ranges = internal::ParseClusterSlots(*reply, seed.host);
+    if (!ranges.ok()) {
+      // A server not in cluster mode says so; another seed would not disagree.
+      if (ranges.status().code() == StatusCode::kFailedPrecondition) return ranges.status();
+      last = ranges.status();
+      continue;
+    }
+    if (ranges->empty()) {
+      last = UnavailableError("redis " + seed.Describe() + " knows no slot of its cluster");
+      continue;
+    }
+    std::sort(ranges->begin(), ranges->end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<internal::Endpoint> primaries;
+    slot_node.assign(internal::kClusterSlots, -1);
+    for (const internal::SlotRange& range : *ranges) {
+      size_t index = 0;
+      while (index < primaries.size() &&
+             (primaries[index].host != range.host || primaries[index].port != range.port)) {
+        ++index;
+      }
+      if (index == primaries.size()) {
+        internal::Endpoint endpoint = seed;  // user and password
+        endpoint.host = range.host;
+        endpoint.port = range.port;
+        primaries.push_back(std::move(endpoint));
+      }
+      for (uint32_t slot = range.first; slot <= range.last; ++slot) {
+        slot_node[slot] = static_cast<int>(index);
+      }
+    }
+    nodes.clear();
+    for (const internal::Endpoint& primary : primaries) {
+      if (*client && primary.host == seed.host && primary.port == seed.port) {
+        nodes.push_back(std::move(*client));
+        continue;
+      }
+      auto node = BlockingClient::Connect(primary, copts);
+      if (!node.ok()) {
+        return Status(node.status().code(), "redis cluster primary " + primary.Describe() + ": " +
+                                                node.status().message());
+      }
+      nodes.push_back(std::move(*node));
+    }
+    cluster = true;
+    return Status::Ok();
+  }
+  return last;
+}
 
 Admin::Admin(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Admin::~Admin() = default;
@@ -64,8 +206,17 @@ StatusOr<std::unique_ptr<Admin>> Admin::Connect(AdminOptions options) {
     return InvalidArgumentError("command_timeout and connect_timeout must be > 0 ms");
   }
   if (options.scan_count < 1) return InvalidArgumentError("scan_count must be >= 1");
-  auto endpoint = internal::ParseRedisUrl(options.url);
-  if (!endpoint.ok()) return endpoint.status();
+  const bool cluster = internal::IsClusterUrl(options.url);
+  std::vector<internal::Endpoint> endpoints;
+  if (cluster) {
+    auto seeds = internal::ParseClusterUrl(options.url);
+    if (!seeds.ok()) return seeds.status();
+    endpoints = std::move(*seeds);
+  } else {
+    auto endpoint = internal::ParseRedisUrl(options.url);
+    if (!endpoint.ok()) return endpoint.status();
+    endpoints.push_back(std::move(*endpoint));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = std::move(options);
   internal::BlockingClientOptions copts;
@@ -78,84 +229,136 @@ StatusOr<std::unique_ptr<Admin>> Admin::Connect(AdminOptions options) {
   copts.stall_timeout = 3 * impl->options.command_timeout;
   copts.scripts = {{"sluice_admin_scan_batch", internal::kScanBatchLua},
                    {"sluice_admin_expire_batch", internal::kExpireBatchLua}};
-  auto redis = internal::BlockingClient::Connect(std::move(*endpoint), std::move(copts));
-  if (!redis.ok()) return redis.status();
-  impl->redis = std::move(*redis);
+  if (cluster) {
+    if (Status s = impl->ConnectCluster(endpoints, copts); !s.ok()) return s;
+  } else {
+    auto redis = BlockingClient::Connect(std::move(endpoints[0]), std::move(copts));
+    if (!redis.ok()) return redis.status();
+    impl->nodes.push_back(std::move(*redis));
+  }
   return std::unique_ptr<Admin>(new Admin(std::move(impl)));
 }
 
 StatusOr<int64_t> Admin::DbSize() {
-  auto r = impl_->redis->Exec({internal::FormatCommand({"DBSIZE"})});
-  if (!r.ok()) return r.status();
-  if ((*r)[0].type != Reply::Type::kInteger) return impl_->redis->Unexpected("DBSIZE");
-  return static_cast<int64_t>((*r)[0].integer);
+  int64_t total = 0;
+  for (const auto& node : impl_->nodes) {
+    auto r = node->Exec({internal::FormatCommand({"DBSIZE"})});
+    if (!r.ok()) return r.status();
+    if ((*r)[0].type != Reply::Type::kInteger) return node->Unexpected("DBSIZE");
+    total += static_cast<int64_t>((*r)[0].integer);
+  }
+  return total;
 }
 
 StatusOr<int64_t> Admin::NowMs() {
-  auto r = impl_->redis->Exec({internal::FormatCommand({"TIME"})});
+  auto r = impl_->first().Exec({internal::FormatCommand({"TIME"})});
   if (!r.ok()) return r.status();
   auto now = internal::TimeMs((*r)[0]);
-  if (!now) return impl_->redis->Unexpected("TIME");
+  if (!now) return impl_->first().Unexpected("TIME");
   return *now;
 }
 
 Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanBatch&)>& on_batch) {
   std::string pattern = impl_->options.prefix + ":*";
+  std::string plain_head;
   if (!scan.limiter.empty()) {
     if (Status s = internal::ValidateName("limiter name", scan.limiter); !s.ok()) return s;
     // `{` is not special in a glob; the prefix and limiter names hold no glob characters.
-    pattern = internal::KeyHead(impl_->options.prefix, scan.limiter) + "*";
+    // One pattern for both layouts, `{<limiter>:` and `{@<tag>}:<limiter>:`; what else it
+    // matches (a limiter whose name ends with this one's) is dropped by ScanNode.
+    plain_head = internal::KeyHead(impl_->options.prefix, scan.limiter);
+    pattern = impl_->options.prefix + ":{*" + scan.limiter + ":*";
   }
-  if (scan.cursor.empty() || scan.cursor.size() > 20 ||
-      !std::all_of(scan.cursor.begin(), scan.cursor.end(),
-                   [](char c) { return c >= '0' && c <= '9'; })) {
-    return InvalidArgumentError("a scan cursor is a decimal number (ScanBatch::cursor), got \"" +
-                                scan.cursor + "\"");
+  const auto digits = [](std::string_view text) {
+    return !text.empty() && text.size() <= 20 &&
+           std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  // Off a cluster, SCAN's own cursor; on a cluster "0" (from the start) or
+  // "<node>:<cursor>" as ScanBatch::cursor reports it.
+  size_t node = 0;
+  std::string cursor = scan.cursor;
+  bool valid = digits(cursor);
+  if (impl_->cluster && cursor != "0") {
+    const size_t colon = cursor.find(':');
+    valid = colon != std::string::npos && digits(cursor.substr(0, colon)) &&
+            digits(cursor.substr(colon + 1)) && colon <= 4 &&
+            std::stoul(cursor.substr(0, colon)) < impl_->nodes.size();
+    if (valid) {
+      node = std::stoul(cursor.substr(0, colon));
+      cursor = cursor.substr(colon + 1);
+    }
   }
+  if (!valid) {
+    return InvalidArgumentError(
+        "a scan cursor is " +
+        std::string(impl_->cluster ? "\"0\" or <node>:<cursor>" : "a decimal number") +
+        " (ScanBatch::cursor), got \"" + scan.cursor + "\"");
+  }
+  int64_t scanned = 0, repeats = 0;
+  internal::KeyHashSet seen;
+  for (bool go_on = true; node < impl_->nodes.size() && go_on; ++node, cursor = "0") {
+    if (Status s = impl_->ScanNode(node, pattern, plain_head, scan, cursor, on_batch, scanned,
+                                   repeats, seen, go_on);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status Admin::Impl::ScanNode(size_t node, const std::string& pattern, const std::string& plain_head,
+                             const ScanOptions& scan, std::string start,
+                             const std::function<bool(const ScanBatch&)>& on_batch,
+                             int64_t& scanned, int64_t& repeats, internal::KeyHashSet& seen,
+                             bool& go_on) {
+  BlockingClient& redis = *nodes[node];
   // SCAN visits COUNT buckets whatever MATCH keeps. When few keys of the database match
   // (a limiter among many, a small prefix in a big database), COUNT grows up to 4x so
   // that fewer sequential round trips walk the table; each SCAN still blocks Redis only
   // a few milliseconds.
-  const size_t base_count = impl_->options.scan_count;
+  const size_t base_count = options.scan_count;
   size_t count = base_count;
   auto scan_round = [&](const std::string& cursor) {
-    return impl_->redis->ExecAsync({internal::FormatCommand({"SCAN", cursor, "MATCH", pattern,
-                                                             "COUNT", std::to_string(count)}),
-                                    internal::FormatCommand({"TIME"})});
+    return redis.ExecAsync({internal::FormatCommand(
+                                {"SCAN", cursor, "MATCH", pattern, "COUNT", std::to_string(count)}),
+                            internal::FormatCommand({"TIME"})});
   };
   // Redis is the bound (SCAN, TYPE and PTTL cost it ~3 us per key), so it is never left
   // idle: the next SCAN is sent as soon as the last one is answered, and up to kDepth
   // batch scripts are in flight while the client decodes an earlier batch.
   constexpr size_t kDepth = 4;
   struct InFlight {
-    std::vector<std::string> keys;
+    SlotGroups keys;  // grouped by slot: one script call per group
+    std::vector<std::string> args;
     int64_t now_ms = 0;
     std::string cursor;                // SCAN's cursor after this batch
     int64_t scanned = 0, repeats = 0;  // so far, this batch included
-    std::future<internal::BlockingClient::Replies> details;
+    std::future<BlockingClient::Replies> details;
+  };
+  const auto send_details = [&](const InFlight& f) {
+    std::vector<BlockingClient::ScriptCall> calls;
+    calls.reserve(f.keys.groups.size());
+    for (const auto& [begin, end] : f.keys.groups) {
+      calls.push_back({std::span(f.keys.keys).subspan(begin, end - begin), f.args});
+    }
+    return redis.EvalManyAsync(kScanBatch, calls);
   };
   std::deque<InFlight> in_flight;
   // A round trip that misses its deadline is sent again (kAttempts in all): SCAN from a
   // cursor and the read-only batch script give the same answer twice.
   constexpr int kAttempts = 3;
-  const auto retried = [&](std::future<internal::BlockingClient::Replies> first,
-                           const auto& resend) {
-    auto replies = impl_->redis->Checked(first.get());
+  const auto retried = [&](std::future<BlockingClient::Replies> first, const auto& resend) {
+    auto replies = redis.Checked(first.get());
     for (int attempt = 1; attempt < kAttempts && !replies.ok() &&
                           replies.status().code() == StatusCode::kDeadlineExceeded;
          ++attempt) {
-      replies = impl_->redis->Checked(resend().get());
+      replies = redis.Checked(resend().get());
     }
     return replies;
   };
-  const auto batch_args = [&](int64_t now_ms) {
-    return std::vector<std::string>{std::to_string(now_ms), scan.read_leaked_values ? "1" : "0"};
-  };
-  std::string next_cursor = scan.cursor;  // the cursor `next` was sent with
+  std::string next_cursor = start;  // the cursor `next` was sent with
   auto next = scan_round(next_cursor);
   bool scanning = true;
-  int64_t scanned = 0, repeats = 0;
-  internal::KeyHashSet seen;
   while (scanning || !in_flight.empty()) {
     if (scanning && in_flight.size() < kDepth) {
       auto round = retried(std::move(next), [&] { return scan_round(next_cursor); });
@@ -164,7 +367,7 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
       auto now = internal::TimeMs((*round)[1]);
       if (sr.type != Reply::Type::kArray || sr.elements.size() != 2 ||
           sr.elements[1].type != Reply::Type::kArray || !now) {
-        return impl_->redis->Unexpected("SCAN");
+        return redis.Unexpected("SCAN");
       }
       const std::string cursor = sr.elements[0].str;
       const size_t matched = sr.elements[1].elements.size();
@@ -178,24 +381,31 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
         next_cursor = cursor;
         next = scan_round(cursor);
       }
-      scanned += static_cast<int64_t>(matched);
       InFlight f;
       f.now_ms = *now;
-      f.cursor = cursor;
-      f.scanned = scanned;
-      f.keys.reserve(matched);
+      f.cursor = CursorOf(node, cursor);
+      f.args = {std::to_string(*now), scan.read_leaked_values ? "1" : "0"};
+      std::vector<std::string> keys;
+      keys.reserve(matched);
       for (const Reply& k : sr.elements[1].elements) {
+        if (!plain_head.empty() && !k.str.starts_with(plain_head)) {
+          // The pattern's other layout: a co-located key of this limiter, or nothing of it.
+          const auto name = ParseKeyName(options.prefix, k.str);
+          if (!name || name->encoded_slot_tag.empty() || name->limiter != scan.limiter) continue;
+        }
+        ++scanned;
         if (scan.distinct && !seen.Insert(k.str)) {
           ++repeats;
           continue;
         }
-        f.keys.push_back(k.str);
+        keys.push_back(k.str);
       }
+      f.scanned = scanned;
       f.repeats = repeats;
-      if (f.keys.empty()) {
+      if (keys.empty()) {
         if (!in_flight.empty()) {
           // Its batch now ends here.
-          in_flight.back().cursor = cursor;
+          in_flight.back().cursor = f.cursor;
           in_flight.back().scanned = scanned;
           in_flight.back().repeats = repeats;
           continue;
@@ -205,25 +415,24 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
         empty.now_ms = *now;
         empty.scanned = scanned;
         empty.repeats = repeats;
-        empty.cursor = cursor;
-        if (!on_batch(empty)) return Status::Ok();
+        empty.cursor = f.cursor;
+        if (!on_batch(empty)) {
+          go_on = false;
+          return Status::Ok();
+        }
         continue;
       }
-      f.details = impl_->redis->EvalAsync(kScanBatch, f.keys, batch_args(f.now_ms));
+      f.keys = GroupBySlot(std::move(keys), cluster, std::numeric_limits<size_t>::max());
+      f.details = send_details(f);
       in_flight.push_back(std::move(f));
       continue;
     }
     InFlight f = std::move(in_flight.front());
     in_flight.pop_front();
-    std::vector<std::string>& keys = f.keys;
-    auto details = retried(std::move(f.details), [&] {
-      return impl_->redis->EvalAsync(kScanBatch, keys, batch_args(f.now_ms));
-    });
+    auto details = retried(std::move(f.details), [&] { return send_details(f); });
     if (!details.ok()) return details.status();
-    const Reply& flat = (*details)[0];
-    if (flat.type != Reply::Type::kArray || flat.elements.size() != 5 * keys.size()) {
-      return impl_->redis->Unexpected("the scan batch script");
-    }
+    std::vector<std::string>& keys = f.keys.keys;
+    if (details->size() != f.keys.groups.size()) return redis.Unexpected("the scan batch script");
     ScanBatch batch;
     batch.now_ms = f.now_ms;
     batch.cursor = std::move(f.cursor);
@@ -231,35 +440,69 @@ Status Admin::Scan(const ScanOptions& scan, const std::function<bool(const ScanB
                                          KeyType::kSet,    KeyType::kZset,   KeyType::kHash,
                                          KeyType::kStream, KeyType::kOther};
     batch.keys.resize(keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      ScannedKey& key = batch.keys[i];
-      const Reply* r = &flat.elements[5 * i];
-      key.key = std::move(keys[i]);
-      key.type = kTypes[std::clamp<long long>(r[0].integer, 0, 7)];
-      key.ttl_ms = r[1].integer;
-      key.name = ParseKeyName(impl_->options.prefix, key.key);
-      if (!key.name) continue;
-      if (key.type != ExpectedKeyType(key.name->suffix)) {
-        key.name.reset();  // vanished, or not sluice's
-        continue;
+    for (size_t g = 0; g < f.keys.groups.size(); ++g) {
+      const auto [begin, end] = f.keys.groups[g];
+      const Reply& flat = (*details)[g];
+      if (flat.type != Reply::Type::kArray || flat.elements.size() != 5 * (end - begin)) {
+        return redis.Unexpected("the scan batch script");
       }
-      key.members = r[2].integer;
-      key.stale = r[3].integer;
-      bool is_bound = false;
-      if (auto ends = internal::StateEndsAt(key.name->suffix, r[4], f.now_ms, is_bound)) {
-        key.ends_at_ms = *ends;
-        key.ends_at_is_bound = is_bound;
+      for (size_t i = begin; i < end; ++i) {
+        ScannedKey& key = batch.keys[i];
+        const Reply* r = &flat.elements[5 * (i - begin)];
+        key.key = std::move(keys[i]);
+        key.type = kTypes[std::clamp<long long>(r[0].integer, 0, 7)];
+        key.ttl_ms = r[1].integer;
+        key.name = ParseKeyName(options.prefix, key.key);
+        if (!key.name) continue;
+        if (key.type != ExpectedKeyType(key.name->suffix)) {
+          key.name.reset();  // vanished, or not sluice's
+          continue;
+        }
+        key.members = r[2].integer;
+        key.stale = r[3].integer;
+        bool is_bound = false;
+        if (auto ends = internal::StateEndsAt(key.name->suffix, r[4], f.now_ms, is_bound)) {
+          key.ends_at_ms = *ends;
+          key.ends_at_is_bound = is_bound;
+        }
       }
     }
     batch.scanned = f.scanned;
     batch.repeats = f.repeats;
     // Calls still in flight complete into their own shared state: nothing waits on them.
-    if (!on_batch(batch)) return Status::Ok();
+    if (!on_batch(batch)) {
+      go_on = false;
+      return Status::Ok();
+    }
   }
   return Status::Ok();
 }
 
 StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> keys) {
+  if (!impl_->cluster) return impl_->ReadKeysOn(impl_->first(), keys);
+  // Each node reads its own keys, with its own clock; the states go back in `keys` order.
+  std::vector<std::vector<size_t>> of_node(impl_->nodes.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int node = impl_->NodeOf(keys[i]);
+    if (node < 0) {
+      return UnavailableError("no primary of the redis cluster serves the slot of " + keys[i]);
+    }
+    of_node[static_cast<size_t>(node)].push_back(i);
+  }
+  std::vector<KeyState> states(keys.size());
+  for (size_t node = 0; node < of_node.size(); ++node) {
+    if (of_node[node].empty()) continue;
+    std::vector<std::string> mine;
+    for (size_t i : of_node[node]) mine.push_back(keys[i]);
+    auto read = impl_->ReadKeysOn(*impl_->nodes[node], mine);
+    if (!read.ok()) return read.status();
+    for (size_t j = 0; j < mine.size(); ++j) states[of_node[node][j]] = std::move((*read)[j]);
+  }
+  return states;
+}
+
+StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
+                                                        std::span<const std::string> keys) {
   std::vector<std::string> commands;
   commands.reserve(1 + keys.size() * 5);
   commands.push_back(internal::FormatCommand({"TIME"}));
@@ -269,7 +512,7 @@ StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> key
   for (size_t i = 0; i < keys.size(); ++i) {
     KeyState& s = states[i];
     s.key = keys[i];
-    s.name = ParseKeyName(impl_->options.prefix, s.key);
+    s.name = ParseKeyName(options.prefix, s.key);
     first_command[i] = commands.size();
     commands.push_back(internal::FormatCommand({"TYPE", s.key}));
     commands.push_back(internal::FormatCommand({"PTTL", s.key}));
@@ -286,10 +529,10 @@ StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> key
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "-1", "-1", "WITHSCORES"}));
     }
   }
-  auto replies = impl_->redis->Exec(std::move(commands));
+  auto replies = redis.Exec(std::move(commands));
   if (!replies.ok()) return replies.status();
   auto now = internal::TimeMs((*replies)[0]);
-  if (!now) return impl_->redis->Unexpected("TIME");
+  if (!now) return redis.Unexpected("TIME");
   for (size_t i = 0; i < keys.size(); ++i) {
     KeyState& s = states[i];
     const Reply* r = &(*replies)[first_command[i]];
@@ -337,7 +580,7 @@ StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> key
     }
   }
   if (!uncounted.empty()) {
-    auto counted = impl_->redis->Exec(std::move(counts));
+    auto counted = redis.Exec(std::move(counts));
     if (!counted.ok()) return counted.status();
     for (size_t j = 0; j < uncounted.size(); ++j) {
       KeyState& s = states[uncounted[j]];
@@ -365,6 +608,14 @@ StatusOr<IdState> Admin::Inspect(std::string_view limiter, std::string_view id) 
   const std::string head =
       internal::KeyHead(impl_->options.prefix, limiter) + state.encoded_id + "}:";
   for (std::string_view suffix : internal::kKeySuffixes) keys.push_back(head + std::string(suffix));
+  // Co-located keys (LimiterOptions::colocate): the separator is the limiter's
+  // configuration, unknown here, so every tag the id can have is read (a few at most:
+  // one per distinct separator byte in the id).
+  for (const std::string& tag : PossibleSlotTags(id)) {
+    for (std::string_view suffix : internal::kKeySuffixes) {
+      keys.push_back(internal::MakeTaggedKey(impl_->options.prefix, limiter, tag, id, suffix));
+    }
+  }
   auto now = NowMs();
   if (!now.ok()) return now.status();
   state.now_ms = *now;
@@ -389,65 +640,101 @@ StatusOr<ExpireResult> Admin::ExpireIfNone(
                                   std::to_string(ttl.count()));
     }
   }
-  // One script call per chunk of kChunk keys, at most kInFlight of them sent and not
-  // yet answered: Redis stays busy (the next call is queued behind the one it runs)
-  // while each call's deadline, set when it is sent, covers only its own round trip and
-  // the few queued before it, however many keys there are. A call that misses its
-  // deadline is sent again, up to kAttempts in all: the script changes nothing it has
-  // already changed (a key it gave an expiry has one), so a late first attempt and the
-  // retry together do it once; its keys then count as having had an expiry.
+  // One chunk of up to kChunk keys per round trip, at most kInFlight of them sent and not
+  // yet answered: Redis stays busy (the next chunk is queued behind the one it runs)
+  // while each chunk's deadline, set when it is sent, covers only its own round trip and
+  // the few queued before it, however many keys there are. A chunk is one script call
+  // (off a cluster) or one call per slot among its keys (a cluster, keys grouped by node
+  // and sorted by slot first), sent pipelined. A chunk that misses its deadline is sent
+  // again, up to kAttempts in all: the script changes nothing it has already changed (a
+  // key it gave an expiry has one), so a late first attempt and the retry together do it
+  // once; its keys then count as having had an expiry.
   constexpr size_t kChunk = 1000;
   constexpr size_t kInFlight = 4;
   constexpr int kAttempts = 3;
-  struct Call {
-    std::vector<std::string> keys, args;
+  struct Chunk {
+    BlockingClient* redis = nullptr;
+    SlotGroups keys;
+    std::vector<std::vector<std::string>> args;  // per group
     int attempt = 1;
-    std::future<internal::BlockingClient::Replies> reply;
+    std::future<BlockingClient::Replies> reply;
+  };
+  const auto send = [](const Chunk& chunk) {
+    std::vector<BlockingClient::ScriptCall> calls;
+    for (size_t g = 0; g < chunk.keys.groups.size(); ++g) {
+      const auto [begin, end] = chunk.keys.groups[g];
+      calls.push_back({std::span(chunk.keys.keys).subspan(begin, end - begin), chunk.args[g]});
+    }
+    return chunk.redis->EvalManyAsync(kExpireBatch, calls);
   };
   ExpireResult result;
-  std::deque<Call> calls;
+  std::deque<Chunk> chunks;
   Status failure;
   const auto collect = [&] {
-    Call call = std::move(calls.front());
-    calls.pop_front();
-    auto replies = impl_->redis->Checked(call.reply.get());
+    Chunk chunk = std::move(chunks.front());
+    chunks.pop_front();
+    auto replies = chunk.redis->Checked(chunk.reply.get());
     while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
-           call.attempt < kAttempts) {
-      ++call.attempt;
-      replies =
-          impl_->redis->Checked(impl_->redis->EvalAsync(kExpireBatch, call.keys, call.args).get());
+           chunk.attempt < kAttempts) {
+      ++chunk.attempt;
+      replies = chunk.redis->Checked(send(chunk).get());
     }
     if (!replies.ok()) {
       if (failure.ok()) failure = replies.status();
       return;
     }
-    const Reply& r = (*replies)[0];
-    if (r.type != Reply::Type::kArray) {
-      if (failure.ok()) failure = impl_->redis->Unexpected("the expire batch script");
-      return;
-    }
-    for (const Reply& e : r.elements) {
-      if (e.integer == 1) ++result.set;
-      if (e.integer == 0) ++result.had_ttl;
-      if (e.integer == -1) ++result.missing;
-      if (e.integer == -2) ++result.foreign;
+    for (const Reply& r : *replies) {
+      if (r.type != Reply::Type::kArray) {
+        if (failure.ok()) failure = chunk.redis->Unexpected("the expire batch script");
+        return;
+      }
+      for (const Reply& e : r.elements) {
+        if (e.integer == 1) ++result.set;
+        if (e.integer == 0) ++result.had_ttl;
+        if (e.integer == -1) ++result.missing;
+        if (e.integer == -2) ++result.foreign;
+      }
     }
   };
-  for (size_t start = 0; start < keys.size() && failure.ok(); start += kChunk) {
-    Call call;
-    for (size_t i = start; i < std::min(keys.size(), start + kChunk); ++i) {
-      const std::string& key = keys[i].first;
-      call.keys.push_back(key);
-      call.args.push_back(std::to_string(keys[i].second.count()));
-      const auto name = ParseKeyName(impl_->options.prefix, key);
-      call.args.emplace_back(KeyTypeName(ExpectedKeyType(name->suffix)));
-    }
-    if (calls.size() == kInFlight) collect();
-    if (!failure.ok()) break;
-    call.reply = impl_->redis->EvalAsync(kExpireBatch, call.keys, call.args);
-    calls.push_back(std::move(call));
+  std::vector<std::vector<std::string>> of_node(impl_->nodes.size());
+  std::map<std::string, std::chrono::seconds> ttls;
+  for (const auto& [key, ttl] : keys) {
+    const int node = impl_->NodeOf(key);
+    if (node < 0)
+      return UnavailableError("no primary of the redis cluster serves the slot of " + key);
+    of_node[static_cast<size_t>(node)].push_back(key);
+    ttls[key] = ttl;
   }
-  while (!calls.empty()) collect();
+  for (size_t node = 0; node < of_node.size() && failure.ok(); ++node) {
+    SlotGroups all = GroupBySlot(std::move(of_node[node]), impl_->cluster, kChunk);
+    for (size_t at = 0; at < all.groups.size() && failure.ok();) {
+      Chunk chunk;
+      chunk.redis = impl_->nodes[node].get();
+      // Whole groups up to about kChunk keys (each group holds at most kChunk).
+      size_t taken = 0;
+      for (; at < all.groups.size(); ++at) {
+        const auto [begin, end] = all.groups[at];
+        if (taken > 0 && taken + (end - begin) > kChunk) break;
+        const size_t first = chunk.keys.keys.size();
+        std::vector<std::string> args;
+        for (size_t i = begin; i < end; ++i) {
+          const std::string& key = all.keys[i];
+          chunk.keys.keys.push_back(key);
+          args.push_back(std::to_string(ttls[key].count()));
+          args.emplace_back(
+              KeyTypeName(ExpectedKeyType(ParseKeyName(impl_->options.prefix, key)->suffix)));
+        }
+        chunk.keys.groups.emplace_back(first, chunk.keys.keys.size());
+        chunk.args.push_back(std::move(args));
+        taken += end - begin;
+      }
+      if (chunks.size() == kInFlight) collect();
+      if (!failure.ok()) break;
+      chunk.reply = send(chunk);
+      chunks.push_back(std::move(chunk));
+    }
+  }
+  while (!chunks.empty()) collect();
   if (!failure.ok()) return failure;
   return result;
 }

@@ -95,5 +95,62 @@ TEST(ParseKeyName, RejectsWhatSluiceNeverWrites) {
   EXPECT_TRUE(ParseKeyName("sluice", "sluice:{signin:a%7B%25}:fw").has_value());
 }
 
+// Co-located keys (LimiterOptions::colocate) are sluice's too: audit must not call them
+// foreign, repair must be able to give them an expiry, inspect must find them.
+TEST(ParseKeyName, AcceptsEveryCoLocatedKeyAndItsTag) {
+  const uint32_t seed = 20261201;
+  std::mt19937 rng(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::string separators = ":/|.-_@#{}%";
+  for (int i = 0; i < 2000; ++i) {
+    std::string id(1 + rng() % 150, '\0');
+    // Mostly printable, with separators, so that tags of every shape come up.
+    for (char& c : id) {
+      c = rng() % 4 == 0 ? separators[rng() % separators.size()]
+                         : static_cast<char>(rng() % 3 == 0 ? rng() % 256 : 'a' + rng() % 26);
+    }
+    const char separator = separators[rng() % separators.size()];
+    for (std::string_view suffix : internal::kKeySuffixes) {
+      const std::string key = internal::MakeColocatedKey("pre.fix", "lim-1", separator, id, suffix);
+      auto name = ParseKeyName("pre.fix", key);
+      ASSERT_TRUE(name.has_value()) << key;
+      EXPECT_EQ(name->limiter, "lim-1");
+      EXPECT_EQ(name->suffix, suffix);
+      EXPECT_EQ(name->encoded_id, internal::EncodeId(id));
+      EXPECT_EQ(name->encoded_slot_tag, internal::EncodeId(internal::SlotTagOf(id, separator)));
+      if (name->encoded_id[0] != '#') {
+        EXPECT_EQ(name->id, id);
+      }
+    }
+  }
+  auto user = ParseKeyName("sluice", "sluice:{@acme}:user:acme:u42:fw");
+  ASSERT_TRUE(user.has_value());
+  EXPECT_EQ(user->limiter, "user");
+  EXPECT_EQ(user->id, "acme:u42");
+  EXPECT_EQ(user->encoded_slot_tag, "acme");
+  // A plain key has no tag.
+  EXPECT_EQ(ParseKeyName("sluice", "sluice:{user:acme:u42}:fw")->encoded_slot_tag, "");
+}
+
+TEST(ParseKeyName, RejectsCoLocatedKeysSluiceNeverWrites) {
+  for (const char* key : {
+           "sluice:{@acme}:user:beta:u1:fw",   // a tag that is not the id's
+           "sluice:{@acm}:user:acme:u1:fw",    // a tag that stops inside a word
+           "sluice:{@acme:}:user:acme:u1:fw",  // the separator in the tag
+           "sluice:{@a/b}:user:a/b/c:fw",      // split at a separator that is not the first
+           "sluice:{@}:user:acme:fw",          // an empty tag
+           "sluice:{@acme}:user:acme:fwx",     // unknown suffix
+           "sluice:{@acme}:user:fw",           // no id
+           "sluice:{@acme}:us er:acme:fw",     // limiter name with a space
+           "sluice:{@acme}user:acme:fw",       // no colon after the tag
+           "sluice:{@acme}::acme:fw",          // empty limiter
+           "sluice:{@ac me}:user:ac me:fw",    // raw space in the tag
+       }) {
+    EXPECT_FALSE(ParseKeyName("sluice", key).has_value()) << key;
+  }
+  EXPECT_TRUE(ParseKeyName("sluice", "sluice:{@acme}:user:acme/u1:fw").has_value());
+  EXPECT_TRUE(ParseKeyName("sluice", "sluice:{@acme}:tenant:acme:tb").has_value());
+}
+
 }  // namespace
 }  // namespace sluice

@@ -51,6 +51,56 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
   return "";
 }
 
+namespace {
+
+bool KnownSuffix(std::string_view suffix) {
+  return std::find(std::begin(internal::kKeySuffixes), std::end(internal::kKeySuffixes), suffix) !=
+         std::end(internal::kKeySuffixes);
+}
+
+// `<encoded tag>}:<limiter>:<encoded id>:<suffix>`, the rest of a co-located key after
+// `{@`: only what MakeColocatedKey writes (the tag is the one the id has for some
+// separator).
+std::optional<KeyName> ParseColocated(std::string_view rest) {
+  const size_t close = rest.find('}');
+  if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':') {
+    return std::nullopt;
+  }
+  KeyName name;
+  name.encoded_slot_tag = std::string(rest.substr(0, close));
+  std::optional<std::string> tag;
+  if (!internal::DecodeId(name.encoded_slot_tag, tag)) return std::nullopt;
+  rest = rest.substr(close + 2);
+  const size_t colon = rest.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon > internal::kMaxNameBytes) {
+    return std::nullopt;
+  }
+  name.limiter = std::string(rest.substr(0, colon));
+  if (!std::all_of(name.limiter.begin(), name.limiter.end(), IsLimiterByte)) return std::nullopt;
+  rest = rest.substr(colon + 1);
+  const size_t last = rest.rfind(':');
+  if (last == std::string_view::npos) return std::nullopt;
+  name.encoded_id = std::string(rest.substr(0, last));
+  const std::string_view suffix = rest.substr(last + 1);
+  if (!KnownSuffix(suffix)) return std::nullopt;
+  name.suffix = std::string(suffix);
+  if (!internal::DecodeId(name.encoded_id, name.id)) return std::nullopt;
+  // When both are readable, the tag must be the id, or the id's part before a separator
+  // that the tag does not hold.
+  if (tag && name.id && *tag != *name.id) {
+    const std::string& id = *name.id;
+    if (tag->empty() || id.size() <= tag->size() || !id.starts_with(*tag)) return std::nullopt;
+    const auto separator = static_cast<unsigned char>(id[tag->size()]);
+    if (!internal::IsSlotTagSeparator(separator) ||
+        tag->find(static_cast<char>(separator)) != std::string::npos) {
+      return std::nullopt;
+    }
+  }
+  return name;
+}
+
+}  // namespace
+
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key) {
   if (key.size() == prefix.size() + 6 && key.starts_with(prefix) && key.ends_with(":audit")) {
     return KeyName{.suffix = "audit"};
@@ -60,6 +110,7 @@ std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view ke
     return std::nullopt;
   }
   std::string_view rest = key.substr(prefix.size() + 2);
+  if (rest.starts_with('@')) return ParseColocated(rest.substr(1));
   const size_t colon = rest.find(':');
   if (colon == std::string_view::npos || colon == 0 || colon > internal::kMaxNameBytes) {
     return std::nullopt;
@@ -74,10 +125,7 @@ std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view ke
   }
   name.encoded_id = std::string(rest.substr(0, close));
   const std::string_view suffix = rest.substr(close + 2);
-  if (std::find(std::begin(internal::kKeySuffixes), std::end(internal::kKeySuffixes), suffix) ==
-      std::end(internal::kKeySuffixes)) {
-    return std::nullopt;
-  }
+  if (!KnownSuffix(suffix)) return std::nullopt;
   name.suffix = std::string(suffix);
   if (!internal::DecodeId(name.encoded_id, name.id)) return std::nullopt;
   return name;

@@ -219,6 +219,11 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
   if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
   if (Status s = limit.Validate(); !s.ok()) return s;
   if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
+  if (options.colocate &&
+      !internal::IsSlotTagSeparator(static_cast<unsigned char>(options.colocate->separator))) {
+    return InvalidArgumentError(
+        "colocate.separator must be printable ASCII other than a letter, digit or space");
+  }
   if (options.local_budget.enabled) {
     const LimiterOptions::LocalBudget& b = options.local_budget;
     if (limit.algorithm != Algorithm::kFixedWindow) {

@@ -60,68 +60,68 @@ void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions&
       if (key.ok() && !keys.emplace(c.limiter->core_.get(), *key).second) repeats = true;
     }
   }
-  // One atomic step (the composite script on Redis) when every limiter is on one client
-  // whose store decides several keys at once, and none is in shadow mode (a shadow limit
-  // must never make the composite refuse; the staged path applies shadow mode per limit).
-  bool one_step =
-      checks.size() <= internal::kMaxCompositeCalls && core->store->ChecksCompositeAtOnce();
-  for (const LimitCheck& c : checks) {
-    one_step = one_step && c.limiter->core_ == core && !c.limiter->options_.shadow;
-  }
   // Every call is made (and so validated) before any is sent: bad input spends nothing.
-  std::vector<internal::CheckCall> calls(checks.size());
+  // Stages: runs of neighbouring limits that the store decides in one atomic step (the
+  // composite script: one client, one CompositeGroup — one Redis, or one cluster slot —
+  // and no shadow limiter, which must never make the composite refuse; the staged path
+  // applies shadow mode per limit). A single run is the one-step path.
+  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [begin, end) of each stage
+  std::optional<uint32_t> group;  // of the last run; nullopt: a stage of its own
   for (std::size_t i = 0; i < checks.size(); ++i) {
-    if (Status s =
-            checks[i].limiter->MakeCall(internal::Op::kConsume, checks[i].id, each, calls[i]);
-        !s.ok()) {
+    const Limiter& limiter = *checks[i].limiter;
+    internal::CheckCall call;
+    if (Status s = limiter.MakeCall(internal::Op::kConsume, checks[i].id, each, call); !s.ok()) {
       return finish(std::move(s));
     }
-    calls[i].cache_denials = calls[i].cache_denials && !repeats;
-  }
-
-  if (one_step) {
-    internal::CompositeCall many;
-    many.calls = std::move(calls);
-    for (auto& call : many.calls) {
-      // One time and one deadline for the whole step.
-      call.now_ms = many.calls[0].now_ms;
-      call.deadline = many.calls[0].deadline;
+    const std::optional<uint32_t> g =
+        limiter.options_.shadow ? std::nullopt : limiter.core_->store->CompositeGroup(call.key);
+    const bool joins = g && group && *g == *group &&
+                       limiter.core_ == checks[runs.back().first].limiter->core_ &&
+                       runs.back().second - runs.back().first < internal::kMaxCompositeCalls;
+    if (joins) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(i, i + 1);
     }
-    // `core` (captured) keeps the store alive until its callback has run.
-    core->store->CheckComposite(std::move(many), [core, finish = std::move(finish)](
-                                                     StatusOr<internal::CompositeOutcome> decided) {
-      if (!decided.ok()) return finish(decided.status());
-      CompositeDecision result;
-      if (decided->refused_by) {
-        result.decision = decided->decisions.at(0);
-        result.decided_by = *decided->refused_by;
-        return finish(result);
-      }
-      for (std::size_t i = 0; i < decided->decisions.size(); ++i) {
-        if (i == 0 || decided->decisions[i].remaining < result.decision.remaining) {
-          result.decision = decided->decisions[i];
-          result.decided_by = i;
-        }
-      }
-      finish(result);
-    });
-    return;
+    group = g;
   }
 
-  // Staged: one limit after the other, most specific first; a refusal (or an error)
-  // refunds the limits that admitted, newest first, where each counted the request, and
-  // then answers. The state holds copies of the limiters and ids (the caller's may go).
+  // One stage after the other, most specific first; a refusal (or an error) refunds the
+  // limits that admitted in earlier stages, newest first, where each counted the request
+  // (a stage's composite counts all of its limits or none), and then answers. The state
+  // holds copies of the limiters and ids (the caller's may go).
   struct Staged {
     std::vector<Limiter> limiters;
     std::vector<std::string> ids;
+    std::vector<std::pair<std::size_t, std::size_t>> runs;
     CheckOptions each;
     bool repeats = false;
     std::vector<Decision> admitted;  // per limit checked so far
     CompositeDecision result;
     std::optional<StatusOr<CompositeDecision>> answer;  // set once a limit refused or failed
     CompositeDecisionCallback finish;
-    // Step i: check limit i. Refund j: give back limit j - 1 and below, then answer.
+    // Step r: check stage r. Refund j: give back limit j - 1 and below, then answer.
     std::function<void(const std::shared_ptr<Staged>&, std::size_t)> step, refund;
+    // Stage r (begin `first`) refused at limit `index` with `d`, or failed: answer so
+    // after the refunds.
+    void Refused(const std::shared_ptr<Staged>& st, std::size_t first, std::size_t index,
+                 StatusOr<Decision> d) {
+      if (d.ok()) {
+        result.decision = *d;
+        result.decided_by = index;
+        answer = result;
+      } else {
+        answer = d.status();
+      }
+      refund(st, first);
+    }
+    void Admitted(std::size_t index, const Decision& d) {
+      if (admitted.empty() || d.remaining < result.decision.remaining) {
+        result.decision = d;
+        result.decided_by = index;
+      }
+      admitted.push_back(d);
+    }
   };
   auto staged = std::make_shared<Staged>();
   staged->limiters.reserve(checks.size());
@@ -130,6 +130,7 @@ void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions&
     staged->limiters.push_back(*c.limiter);
     staged->ids.emplace_back(c.id);
   }
+  staged->runs = std::move(runs);
   staged->each = each;
   staged->repeats = repeats;
   staged->finish = std::move(finish);
@@ -148,37 +149,51 @@ void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions&
     st->limiters[k].Execute(internal::Op::kRefund, st->ids[k], give_back,
                             [st, k](StatusOr<Decision>) { st->refund(st, k); });
   };
-  staged->step = [](const std::shared_ptr<Staged>& st, std::size_t i) {
-    if (i == st->limiters.size()) {
+  staged->step = [](const std::shared_ptr<Staged>& st, std::size_t r) {
+    if (r == st->runs.size()) {
       CompositeDecisionCallback answer_with = std::move(st->finish);
       CompositeDecision result = st->result;
       return answer_with(result);
     }
-    internal::CheckCall call;
-    if (Status s = st->limiters[i].MakeCall(internal::Op::kConsume, st->ids[i], st->each, call);
-        !s.ok()) {
-      st->answer = std::move(s);
-      return st->refund(st, i);
+    // Plain names (not a structured binding): the callback below captures `first`.
+    const std::size_t first = st->runs[r].first, end = st->runs[r].second;
+    std::vector<internal::CheckCall> calls(end - first);
+    for (std::size_t i = first; i < end; ++i) {
+      internal::CheckCall& call = calls[i - first];
+      if (Status s = st->limiters[i].MakeCall(internal::Op::kConsume, st->ids[i], st->each, call);
+          !s.ok()) {
+        return st->Refused(st, first, i, std::move(s));
+      }
+      call.cache_denials = call.cache_denials && !st->repeats;
     }
-    call.cache_denials = call.cache_denials && !st->repeats;
-    st->limiters[i].ExecuteCall(std::move(call), [st, i](StatusOr<Decision> d) {
-      if (!d.ok() || !d->allowed) {
-        if (d.ok()) {
-          st->result.decision = *d;
-          st->result.decided_by = i;
-          st->answer = st->result;
-        } else {
-          st->answer = d.status();
-        }
-        return st->refund(st, i);
-      }
-      if (st->admitted.empty() || d->remaining < st->result.decision.remaining) {
-        st->result.decision = *d;
-        st->result.decided_by = i;
-      }
-      st->admitted.push_back(*d);
-      st->step(st, i + 1);
-    });
+    if (calls.size() == 1) {
+      st->limiters[first].ExecuteCall(std::move(calls[0]), [st, r, first](StatusOr<Decision> d) {
+        if (!d.ok() || !d->allowed) return st->Refused(st, first, first, std::move(d));
+        st->Admitted(first, *d);
+        st->step(st, r + 1);
+      });
+      return;
+    }
+    internal::CompositeCall many;
+    many.calls = std::move(calls);
+    for (auto& call : many.calls) {
+      // One time and one deadline for the whole step.
+      call.now_ms = many.calls[0].now_ms;
+      call.deadline = many.calls[0].deadline;
+    }
+    // `stage_core` (captured) keeps the store alive until its callback has run.
+    std::shared_ptr<internal::ClientCore> stage_core = st->limiters[first].core_;
+    stage_core->store->CheckComposite(
+        std::move(many), [st, r, first, stage_core](StatusOr<internal::CompositeOutcome> decided) {
+          if (!decided.ok()) return st->Refused(st, first, first, decided.status());
+          if (decided->refused_by) {
+            return st->Refused(st, first, first + *decided->refused_by, decided->decisions.at(0));
+          }
+          for (std::size_t i = 0; i < decided->decisions.size(); ++i) {
+            st->Admitted(first + i, decided->decisions[i]);
+          }
+          st->step(st, r + 1);
+        });
   };
   staged->step(staged, 0);
 }

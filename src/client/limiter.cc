@@ -78,9 +78,17 @@ void Limiter::ExecuteBudgeted(internal::CheckCall call, std::string id,
       });
 }
 
+std::string Limiter::KeyOf(std::string_view id, Algorithm algorithm) const {
+  if (options_.colocate) {
+    return internal::MakeColocatedKey(core_->options.prefix, name_, options_.colocate->separator,
+                                      id, internal::AlgorithmSuffix(algorithm));
+  }
+  return internal::MakeKey(key_head_, id, algorithm);
+}
+
 StatusOr<std::string> Limiter::KeyFor(std::string_view id) const {
   if (id.empty()) return InvalidArgumentError("id is empty");
-  return internal::MakeKey(key_head_, id, limit_.algorithm);
+  return KeyOf(id, limit_.algorithm);
 }
 
 Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOptions& options,
@@ -98,7 +106,7 @@ Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOption
   const auto deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return InvalidArgumentError("deadline must be > 0 ms");
   call.op = op;
-  call.key = internal::MakeKey(key_head_, id, limit.algorithm);
+  call.key = KeyOf(id, limit.algorithm);
   call.limit = limit;
   call.cost = options.cost;
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();

@@ -113,6 +113,36 @@ std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm al
   return key;
 }
 
+bool IsSlotTagSeparator(unsigned char c) {
+  return c > 0x20 && c < 0x7f &&
+         !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'));
+}
+
+std::string_view SlotTagOf(std::string_view id, char separator) {
+  const size_t at = id.find(separator);
+  return at == std::string_view::npos || at == 0 ? id : id.substr(0, at);
+}
+
+std::string MakeColocatedKey(std::string_view prefix, std::string_view limiter, char separator,
+                             std::string_view id, std::string_view suffix) {
+  return MakeTaggedKey(prefix, limiter, SlotTagOf(id, separator), id, suffix);
+}
+
+std::string MakeTaggedKey(std::string_view prefix, std::string_view limiter, std::string_view tag,
+                          std::string_view id, std::string_view suffix) {
+  std::string key;
+  key.reserve(prefix.size() + limiter.size() + tag.size() + id.size() + suffix.size() + 16);
+  key.append(prefix)
+      .append(":{@")
+      .append(EncodeId(tag))
+      .append("}:")
+      .append(limiter)
+      .push_back(':');
+  key.append(EncodeId(id)).push_back(':');
+  key.append(suffix);
+  return key;
+}
+
 std::string MakeLeaseKey(std::string_view key_head, std::string_view id) {
   std::string key;
   key.reserve(key_head.size() + id.size() + 8);

@@ -11,6 +11,14 @@
 //   - an encoded id longer than kMaxEncodedIdBytes becomes `#` + SHA-256 hex of the raw
 //     id. `#` never appears in an encoded id, so a hashed id cannot equal an encoded one.
 // Two different ids therefore never share a key, and keys stay bounded in length.
+//
+// Co-location (docs/design.md §2 and §6; LimiterOptions::colocate): a limiter that names a
+// separator writes `<prefix>:{@<tag>}:<limiter>:<id>:<suffix>`, tag and id encoded as
+// above, where the tag is the part of the id before its first separator (the whole id
+// when it has none, or when that part is empty). The hash tag is then `@<tag>`, so the
+// keys of every co-located limiter whose ids share that part lie in one slot; the key
+// still holds the limiter and the whole id, so it stays unique per limiter and id, and
+// `@` (never a limiter name's first byte) keeps both forms apart.
 #pragma once
 
 #include <cstddef>
@@ -59,5 +67,20 @@ std::string MakeLeaseKey(std::string_view key_head, std::string_view id);
 
 // KeyHead + EncodeId(id) + "}:" + AlgorithmSuffix(algorithm).
 std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm);
+
+// Whether `c` may separate a co-location tag from the rest of an id: printable ASCII
+// other than a letter, a digit or a space.
+bool IsSlotTagSeparator(unsigned char c);
+
+// The co-location tag of `id` (see above). Precondition: !id.empty().
+std::string_view SlotTagOf(std::string_view id, char separator);
+
+// "<prefix>:{@" + EncodeId(SlotTagOf(id, separator)) + "}:<limiter>:" + EncodeId(id) + ":" +
+// suffix. Preconditions: !id.empty(), IsSlotTagSeparator(separator).
+std::string MakeColocatedKey(std::string_view prefix, std::string_view limiter, char separator,
+                             std::string_view id, std::string_view suffix);
+// The same with the tag given (the admin API reads every tag an id can have).
+std::string MakeTaggedKey(std::string_view prefix, std::string_view limiter, std::string_view tag,
+                          std::string_view id, std::string_view suffix);
 
 }  // namespace sluice::internal

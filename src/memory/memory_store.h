@@ -53,7 +53,7 @@ class MemoryStore final : public Store {
   StatusOr<Decision> CheckNow(const CheckCall& call);
   // Under the locks of every key's shard: peek all, then consume all (as the composite
   // script does on Redis).
-  bool ChecksCompositeAtOnce() const override { return true; }
+  std::optional<uint32_t> CompositeGroup(std::string_view) const override { return 0; }
   void CheckComposite(CompositeCall call, CompositeCallback done) override;
   void RunLease(LeaseCall call, LeaseCallback done) override;
   LeaseResult LeaseNow(const LeaseCall& call);

@@ -35,7 +35,9 @@ class PolicyStore final : public Store {
               BreakerOptions breaker, std::size_t denial_cache_size);
 
   void Check(CheckCall call, DecisionCallback done) override;
-  bool ChecksCompositeAtOnce() const override { return inner_->ChecksCompositeAtOnce(); }
+  std::optional<uint32_t> CompositeGroup(std::string_view key) const override {
+    return inner_->CompositeGroup(key);
+  }
   // As Check, for all of the calls at once: a cached denial of any of them refuses at
   // once (no store call, nothing counted); a store failure or an open breaker gives each
   // call its own policy, in order, all-or-nothing (a refusal gives back what the local

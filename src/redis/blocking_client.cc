@@ -52,14 +52,22 @@ std::future<BlockingClient::Replies> BlockingClient::ExecAsync(std::vector<std::
 std::future<BlockingClient::Replies> BlockingClient::EvalAsync(int script,
                                                                std::span<const std::string> keys,
                                                                std::span<const std::string> args) {
-  Call call;
-  call.script = script;
-  AppendBulk(call.bytes, static_cast<int64_t>(keys.size()));
-  for (const std::string& k : keys) AppendBulk(call.bytes, k);
-  for (const std::string& a : args) AppendBulk(call.bytes, a);
-  call.tail_items = static_cast<int>(1 + keys.size() + args.size());
-  std::vector<Call> calls;
-  calls.push_back(std::move(call));
+  const ScriptCall one{keys, args};
+  return EvalManyAsync(script, std::span(&one, 1));
+}
+
+std::future<BlockingClient::Replies> BlockingClient::EvalManyAsync(
+    int script, std::span<const ScriptCall> script_calls) {
+  std::vector<Call> calls(script_calls.size());
+  for (size_t i = 0; i < script_calls.size(); ++i) {
+    const ScriptCall& s = script_calls[i];
+    Call& call = calls[i];
+    call.script = script;
+    AppendBulk(call.bytes, static_cast<int64_t>(s.keys.size()));
+    for (const std::string& k : s.keys) AppendBulk(call.bytes, k);
+    for (const std::string& a : s.args) AppendBulk(call.bytes, a);
+    call.tail_items = static_cast<int>(1 + s.keys.size() + s.args.size());
+  }
   return Submit(std::move(calls));
 }
 

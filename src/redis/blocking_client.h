@@ -65,6 +65,13 @@ class BlockingClient {
   // EVALSHA of options.scripts[script] with `keys` and `args`: one reply.
   std::future<Replies> EvalAsync(int script, std::span<const std::string> keys,
                                  std::span<const std::string> args);
+  // Several EVALSHAs of options.scripts[script], pipelined: one reply per call, in order
+  // (e.g. one call per cluster slot, where a script may touch one slot only).
+  struct ScriptCall {
+    std::span<const std::string> keys;
+    std::span<const std::string> args;
+  };
+  std::future<Replies> EvalManyAsync(int script, std::span<const ScriptCall> calls);
   // ExecAsync, waited for, through Checked.
   Replies Exec(std::vector<std::string> commands);
   // `replies`, or the code of its first error reply other than WRONGTYPE (which callers

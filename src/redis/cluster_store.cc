@@ -312,6 +312,33 @@ void ClusterStore::Check(CheckCall call, DecisionCallback done) {
       std::move(done));
 }
 
+std::optional<uint32_t> ClusterStore::CompositeGroup(std::string_view key) const {
+  return KeySlot(key);
+}
+
+void ClusterStore::CheckComposite(CompositeCall call, CompositeCallback done) {
+  if (call.calls.empty()) {
+    done(InvalidArgumentError("a composite check takes at least one limit"));
+    return;
+  }
+  const uint16_t slot = KeySlot(call.calls[0].key);
+  for (const CheckCall& c : call.calls) {
+    if (KeySlot(c.key) != slot) {
+      done(InvalidArgumentError("a composite check on redis cluster needs every key in one slot; " +
+                                c.key + " is not in the slot of " + call.calls[0].key));
+      return;
+    }
+  }
+  const Deadline deadline = call.calls[0].deadline;
+  auto shared = std::make_shared<CompositeCall>(std::move(call));
+  Route<StatusOr<CompositeOutcome>>(
+      slot, deadline,
+      [shared](RedisStore& store, std::function<void(StatusOr<CompositeOutcome>)> then) {
+        store.CheckComposite(*shared, std::move(then));
+      },
+      std::move(done));
+}
+
 void ClusterStore::RunLease(LeaseCall call, LeaseCallback done) {
   const uint16_t slot = KeySlot(call.key);
   const Deadline deadline = call.deadline;

@@ -25,9 +25,10 @@
 // batches hold one slot and declare it, so Redis answers it with MOVED, ASK or
 // CLUSTERDOWN, handled as above; a map refresh starts.
 //
-// Several limits on one request: a script can touch one slot only, so the store does not
-// decide composites in one step (ChecksCompositeAtOnce is false) and CheckComposite takes
-// the staged path (docs/design.md §6).
+// Several limits on one request: a script can touch one slot only, so composites are
+// grouped by slot (CompositeGroup): limits whose keys share a slot (co-located,
+// LimiterOptions::colocate) are one composite script on that slot's node, routed as any
+// call; CheckComposite stages the others (docs/design.md §6).
 //
 // Thread-safety: thread-safe; callbacks run on the I/O threads (or inline when a call
 // cannot be routed at all).
@@ -70,6 +71,10 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   ~ClusterStore() override;
 
   void Check(CheckCall call, DecisionCallback done) override;
+  // The key's hash slot.
+  std::optional<uint32_t> CompositeGroup(std::string_view key) const override;
+  // InvalidArgument when the keys lie in more than one slot.
+  void CheckComposite(CompositeCall call, CompositeCallback done) override;
   void RunLease(LeaseCall call, LeaseCallback done) override;
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,

@@ -41,9 +41,10 @@ class RedisStore final : public Store {
                                                        Mode mode = RedisStoreMode());
 
   void Check(CheckCall call, DecisionCallback done) override;
-  // Standalone Redis holds every key, so any set of keys is one script (the composite).
-  // A Cluster store may say so only when all keys share a hash slot.
-  bool ChecksCompositeAtOnce() const override { return true; }
+  // Standalone Redis holds every key, so any set of keys is one script (the composite):
+  // one group. (The cluster router groups by slot, and sends a composite's script to the
+  // node of that slot.)
+  std::optional<uint32_t> CompositeGroup(std::string_view) const override { return 0; }
   void CheckComposite(CompositeCall call, CompositeCallback done) override;
   void RunLease(LeaseCall call, LeaseCallback done) override;
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,

@@ -87,11 +87,15 @@ class Store {
   // Decides `call`. `done` runs exactly once: inline, or on a store thread. Errors are
   // Status values already translated to sluice's codes.
   virtual void Check(CheckCall call, DecisionCallback done) = 0;
-  // Whether CheckComposite decides several keys in one atomic step (one script on one
-  // server). Stores that answer false get no CheckComposite calls.
-  virtual bool ChecksCompositeAtOnce() const { return false; }
+  // Which keys CheckComposite can decide together in one atomic step (one script on one
+  // server, or one hash slot of a cluster): keys of equal groups can; nullopt when this
+  // store decides no composite at all (it then gets no CheckComposite calls).
+  virtual std::optional<uint32_t> CompositeGroup(std::string_view key) const {
+    (void)key;
+    return std::nullopt;
+  }
   // Decides every call of `call` in one atomic step: all admit and all count, or none
-  // counts. `done` as for Check.
+  // counts. Every key is of one CompositeGroup. `done` as for Check.
   virtual void CheckComposite(CompositeCall call, CompositeCallback done) {
     (void)call;
     done(FailedPreconditionError("this store cannot decide several limits in one step"));
