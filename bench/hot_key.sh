@@ -23,7 +23,7 @@ SECONDS_PER_RUN=${2:-3}
 PROCESSES=${PROCESSES:-4}
 CONCURRENCY=${CONCURRENCY:-50}
 LIMIT=${LIMIT:-20000}
-MODES=(${MODES:-shared prefetch})
+MODES=(${MODES:-shared prefetch sync})
 start_private_redis
 
 bench() {  # bench <mode> <limit>

@@ -250,7 +250,10 @@ StatusOr<LimiterOptions> OptionsForMode(const BenchOptions& o) {
     return options;
   }
   if (o.mode == "sync") {
-    return InvalidArgumentError("--mode sync (periodic sync for hot ids) is not built yet");
+    options.sync = {.enabled = true,
+                    .sync_interval = std::chrono::milliseconds(o.sync_interval_ms),
+                    .servers = o.processes};
+    return options;
   }
   return InvalidArgumentError("--mode: want shared, prefetch or sync, got \"" + o.mode + "\"");
 }
@@ -619,6 +622,10 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--mode", o->mode,
                   "How the limiter decides: shared (every check to the store), prefetch "
                   "(local budgets), sync (periodic sync)")
+      ->capture_default_str();
+  cmd->add_option("--sync-interval-ms", o->sync_interval_ms,
+                  "--mode sync: how often each process pushes its counts (its servers: "
+                  "--processes)")
       ->capture_default_str();
   cmd->add_flag("--aligned", o->aligned,
                 "Windows aligned to the clock; adds per-window overshoot and "

@@ -31,6 +31,7 @@ struct BenchOptions {
   // (LimiterOptions::local_budget) or "sync" (LimiterOptions::sync).
   int processes = 1;
   std::string mode = "shared";
+  int64_t sync_interval_ms = 100;
   // Windows aligned to the clock: admitted requests are also counted per window (the
   // windows lie on the store's clock, which is this host's when Redis runs here), for
   // `overshoot` and `under_admission`.
