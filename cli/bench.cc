@@ -79,12 +79,14 @@ int64_t WallMs() {
 
 // The end of the aligned window a decision counted in. The store decided at some
 // moment in [start, now] and its window ends reset_after later, at a multiple of the
-// window: the first multiple at or after start + reset_after, as long as a call takes
-// less than a window. A local decision (a slice, a synced share) says when its window
-// ends as seen here, no later than the store's end, and the same rule applies.
+// window; a local decision (a slice, a synced share) says when its window ends as seen
+// here, no later than the store's end, by less than a call takes. So start +
+// reset_after lies within a call's time before that end (or a millisecond after it:
+// the wall and monotonic clocks are read apart): the nearest multiple names it, as long
+// as a call takes less than half a window.
 int64_t WindowOf(int64_t start_ms, int64_t reset_after_ms, int64_t window_ms) {
   const int64_t at = start_ms + reset_after_ms;
-  return (at + window_ms - 1) / window_ms * window_ms;
+  return (at + window_ms / 2) / window_ms * window_ms;
 }
 
 void IssueOne(const std::shared_ptr<Run>& run);
