@@ -44,7 +44,7 @@ test-asan: setup
 # Under tsan the exactness tests' forked client processes cannot start threads (TSan
 # cannot follow a fork of a process that runs threads: "dup thread with used id"), so
 # they run under asan only.
-FORKING_TESTS = ProcessesTimesThreads|MixedCosts
+FORKING_TESTS = ProcessesTimesThreads|MixedCosts|HotKeyRedis
 SANITIZERS ?= asan tsan
 test-sanitizers: setup
 	set -e; for p in $(SANITIZERS); do \

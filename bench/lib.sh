@@ -35,3 +35,13 @@ lua_script() {
     *) cat "src/algo/$1.lua" ;;
   esac
 }
+
+# find_sluice: $SLUICE when set, else the release build's binary, else the default
+# build's; exits when none is built.
+find_sluice() {
+  if [ -z "${SLUICE:-}" ]; then
+    SLUICE=./build/release/bin/sluice
+    [ -x "$SLUICE" ] || SLUICE=./build/bin/sluice
+  fi
+  [ -x "$SLUICE" ] || { echo "build first: make build" >&2; exit 2; }
+}

@@ -2,11 +2,29 @@
 // (each completion issues the next call), spread round-robin over `--keys K` ids.
 // Latency is measured from the call to its callback; decisions/s counts completed calls
 // (allowed + refused + errors) in the measured period, after a warm-up.
+//
+// `--processes N` forks N client processes (each its own Client and connection, as N
+// servers would be) that load the same store at once; the parent samples the server
+// and sums what the children report. With `--aligned`, admitted requests are also
+// counted per window (see WindowOf), and the JSON gains, over the windows that lie
+// wholly inside the measured period:
+//   overshoot        sum over windows of max(0, admitted − limit); overshoot_max the
+//                    largest single window's
+//   under_admission  sum over windows whose demand (checks decided in them, allowed or
+//                    refused) exceeded the limit, of max(0, limit − admitted);
+//                    under_admission_max the largest
+//   store_calls      script calls that reached Redis in the measured period (INFO
+//                    commandstats: evalsha + eval; a batch of calls is one), and per
+//                    1,000 decisions
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -47,7 +65,29 @@ struct Run {
   std::atomic<uint64_t> handoff{0}, wake{0};
   std::thread::id driver;
   std::string first_error;
+  // --aligned: admitted and decided checks per window (by its end, wall-clock ms), from
+  // the first call on (warm-up included: a window's count must be whole).
+  int64_t window_ms = 0;
+  std::map<int64_t, std::pair<int64_t, int64_t>> windows;
 };
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The end of the aligned window a decision counted in. The store decided at some
+// moment in [start, now] and its window ends reset_after later, at a multiple of the
+// window; a local decision (a slice, a synced share) says when its window ends as seen
+// here, no later than the store's end, by less than a call takes. So start +
+// reset_after lies within a call's time before that end (or a millisecond after it:
+// the wall and monotonic clocks are read apart): the nearest multiple names it, as long
+// as a call takes less than half a window.
+int64_t WindowOf(int64_t start_ms, int64_t reset_after_ms, int64_t window_ms) {
+  const int64_t at = start_ms + reset_after_ms;
+  return (at + window_ms / 2) / window_ms * window_ms;
+}
 
 void IssueOne(const std::shared_ptr<Run>& run);
 
@@ -87,7 +127,13 @@ void IssueOne(const std::shared_ptr<Run>& run) {
   }
   const std::string& id = run->ids[run->next_id++ % run->ids.size()];
   const auto start = std::chrono::steady_clock::now();
-  run->limiter.CheckAsync(id, {}, [run, start](StatusOr<Decision> result) {
+  const int64_t start_wall = run->window_ms > 0 ? WallMs() : 0;
+  run->limiter.CheckAsync(id, {}, [run, start, start_wall](StatusOr<Decision> result) {
+    if (run->window_ms > 0 && result.ok() && result->reset_after.count() > 0) {
+      auto& w = run->windows[WindowOf(start_wall, result->reset_after.count(), run->window_ms)];
+      if (result->allowed) ++w.first;
+      ++w.second;
+    }
     if (run->measuring.load(std::memory_order_relaxed)) {
       const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
                              std::chrono::steady_clock::now() - start)
@@ -149,43 +195,101 @@ ServerSample SampleServer(const Client& client) {
 
 namespace {
 
-int RunBench(const BenchOptions& o) {
-  const StatusOr<FailurePolicy> parsed = ParseFailurePolicy(o.on_failure);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "sluice bench: --on-failure: %s\n", parsed.status().ToString().c_str());
-    return kExitError;
+// What one client process measured.
+struct Outcome {
+  uint64_t allowed = 0, refused = 0, errors = 0, not_from_store = 0;
+  Histogram latency;
+  std::map<int64_t, std::pair<int64_t, int64_t>> windows;  // as Run::windows
+  double client_cpu_s = 0;
+  uint64_t commands = 0, writes = 0;
+  std::string first_error;
+  // --phase (one process only).
+  Histogram phase_latency;
+  uint64_t phase_calls = 0, phase_not_from_store = 0;
+};
+
+nlohmann::json ToJson(const Outcome& o) {
+  nlohmann::json hist = nlohmann::json::array(), windows = nlohmann::json::array();
+  for (size_t i = 0; i < o.latency.buckets().size(); ++i) {
+    if (o.latency.buckets()[i] != 0) hist.push_back({i, o.latency.buckets()[i]});
   }
-  const FailurePolicy policy = *parsed;
-  if (o.algorithm == "concurrency") return RunLeaseBench(o);
-  auto algorithm = ParseAlgorithm(o.algorithm);
-  if (!algorithm.ok()) {
-    std::fprintf(stderr, "sluice bench: %s\n", algorithm.status().ToString().c_str());
-    return kExitError;
+  for (const auto& [end, n] : o.windows) windows.push_back({end, n.first, n.second});
+  return {{"allowed", o.allowed},    {"refused", o.refused},
+          {"errors", o.errors},      {"not_from_store", o.not_from_store},
+          {"cpu_s", o.client_cpu_s}, {"commands", o.commands},
+          {"writes", o.writes},      {"first_error", o.first_error},
+          {"latency", hist},         {"windows", windows}};
+}
+
+// Adds a child's report (ToJson) to `total`; false when it is not one.
+bool AddJson(const std::string& text, Outcome& total) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("windows") || !j.contains("latency")) return false;
+  total.allowed += j["allowed"].get<uint64_t>();
+  total.refused += j["refused"].get<uint64_t>();
+  total.errors += j["errors"].get<uint64_t>();
+  total.not_from_store += j["not_from_store"].get<uint64_t>();
+  total.client_cpu_s += j["cpu_s"].get<double>();
+  total.commands += j["commands"].get<uint64_t>();
+  total.writes += j["writes"].get<uint64_t>();
+  if (total.first_error.empty()) total.first_error = j["first_error"].get<std::string>();
+  for (const auto& b : j["latency"]) {
+    total.latency.AddToBucket(b[0].get<size_t>(), b[1].get<uint64_t>());
   }
-  if (o.concurrency < 1 || o.keys < 1 || o.duration_s <= 0 || o.warmup_s < 0) {
-    std::fprintf(stderr, "sluice bench: --concurrency, --keys and --duration must be positive\n");
-    return kExitError;
+  for (const auto& w : j["windows"]) {
+    auto& n = total.windows[w[0].get<int64_t>()];
+    n.first += w[1].get<int64_t>();
+    n.second += w[2].get<int64_t>();
   }
+  return true;
+}
+
+StatusOr<LimiterOptions> OptionsForMode(const BenchOptions& o) {
+  LimiterOptions options;
+  if (o.mode == "shared") return options;
+  if (o.mode == "prefetch") {
+    options.local_budget.enabled = true;
+    return options;
+  }
+  if (o.mode == "sync") {
+    options.sync = {.enabled = true,
+                    .sync_interval = std::chrono::milliseconds(o.sync_interval_ms),
+                    .servers = o.processes};
+    return options;
+  }
+  return InvalidArgumentError("--mode: want shared, prefetch or sync, got \"" + o.mode + "\"");
+}
+
+void SleepUntilWall(int64_t wall_ms) {
+  const int64_t now = WallMs();
+  if (wall_ms > now) std::this_thread::sleep_for(std::chrono::milliseconds(wall_ms - now));
+}
+
+// Runs one client process's closed loop from now until `t1_ms` (wall clock), measuring
+// from `t0_ms`. `at_t0` and `at_t1` run at those moments with the client (the parent's
+// server samples when there is no fork). Errors before the loop starts are returned.
+StatusOr<Outcome> RunProcess(const BenchOptions& o, Algorithm algorithm,
+                             const LimiterOptions& limiter_options, FailurePolicy policy,
+                             int64_t t0_ms, int64_t t1_ms,
+                             const std::function<void(const Client&)>& at_t0,
+                             const std::function<void(const Client&)>& at_t1) {
   auto client = Client::Create({.url = o.url,
                                 .prefix = "sluicebench",
                                 .deadline = std::chrono::milliseconds(o.deadline_ms),
                                 .max_in_flight = static_cast<size_t>(o.concurrency) + 1024,
                                 .on_failure = policy});
-  if (!client.ok()) {
-    std::fprintf(stderr, "sluice bench: %s\n", client.status().ToString().c_str());
-    return kExitError;
-  }
-  auto limiter =
-      (*client)->MakeLimiter("bench", {.algorithm = *algorithm,
-                                       .limit = o.limit,
-                                       .window = std::chrono::milliseconds(o.window_ms)});
-  if (!limiter.ok()) {
-    std::fprintf(stderr, "sluice bench: %s\n", limiter.status().ToString().c_str());
-    return kExitError;
-  }
+  if (!client.ok()) return client.status();
+  auto limiter = (*client)->MakeLimiter("bench",
+                                        {.algorithm = algorithm,
+                                         .limit = o.limit,
+                                         .window = std::chrono::milliseconds(o.window_ms),
+                                         .aligned = o.aligned},
+                                        limiter_options);
+  if (!limiter.ok()) return limiter.status();
   auto run = std::make_shared<Run>(*limiter);
   run->ids.reserve(static_cast<size_t>(o.keys));
   for (int i = 0; i < o.keys; ++i) run->ids.push_back("user:" + std::to_string(i));
+  if (o.aligned) run->window_ms = o.window_ms;
 
   run->in_flight = o.concurrency;
   // The driver starts the calls, then issues what I/O threads hand it (see Issue); with
@@ -207,9 +311,9 @@ int RunBench(const BenchOptions& o) {
   });
   run->driver = driver.get_id();
   driver_known.set_value();
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
+  SleepUntilWall(t0_ms);
+  if (at_t0) at_t0(**client);
   const ClientStats before = (*client)->stats();
-  const ServerSample server_before = SampleServer(**client);
   const double client_cpu_before = ProcessCpuSeconds();
   const auto t0 = std::chrono::steady_clock::now();
   run->t0_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count();
@@ -218,13 +322,11 @@ int RunBench(const BenchOptions& o) {
     run->phase_to_ns = static_cast<int64_t>((o.phase_start_s + o.phase_length_s) * 1e9);
   }
   run->measuring = true;
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
+  SleepUntilWall(t1_ms);
   run->measuring = false;
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double client_cpu_after = ProcessCpuSeconds();
   const ClientStats after = (*client)->stats();
-  const ServerSample server_after = SampleServer(**client);
+  if (at_t1) at_t1(**client);
   run->stopping = true;
   while (run->in_flight.load(std::memory_order_acquire) > 0) {
     run->wake.fetch_add(1, std::memory_order_release);  // the driver drains its hand-offs
@@ -235,88 +337,243 @@ int RunBench(const BenchOptions& o) {
   run->wake.notify_one();
   driver.join();
 
-  const uint64_t total = run->allowed + run->refused + run->errors;
+  Outcome out;
+  out.allowed = run->allowed;
+  out.refused = run->refused;
+  out.errors = run->errors;
+  out.not_from_store = run->not_from_store;
+  out.latency = run->latency;
+  out.windows = run->windows;
+  out.client_cpu_s = client_cpu_after - client_cpu_before;
+  out.commands = after.commands - before.commands;
+  out.writes = after.writes - before.writes;
+  out.first_error = run->first_error;
+  out.phase_latency = run->phase_latency;
+  out.phase_calls = run->phase_calls;
+  out.phase_not_from_store = run->phase_not_from_store;
+  return out;
+}
+
+// Forks `o.processes` children, each running RunProcess and writing its Outcome
+// (ToJson) to a pipe; the parent samples the server at t0 and t1 with its own client.
+// Errors: a child that fails or reports nothing.
+StatusOr<Outcome> RunProcesses(const BenchOptions& o, Algorithm algorithm,
+                               const LimiterOptions& limiter_options, FailurePolicy policy,
+                               int64_t t0_ms, int64_t t1_ms, ServerSample& server_before,
+                               ServerSample& server_after) {
+  std::vector<std::pair<pid_t, int>> children;
+  for (int p = 0; p < o.processes; ++p) {
+    int fds[2];
+    if (::pipe(fds) != 0) return InternalError("pipe failed");
+    const pid_t pid = ::fork();
+    if (pid < 0) return InternalError("fork failed");
+    if (pid == 0) {
+      ::close(fds[0]);
+      StatusOr<Outcome> mine =
+          RunProcess(o, algorithm, limiter_options, policy, t0_ms, t1_ms, nullptr, nullptr);
+      const std::string text = mine.ok()
+                                   ? ToJson(*mine).dump()
+                                   : nlohmann::json{{"error", mine.status().ToString()}}.dump();
+      size_t done = 0;
+      while (done < text.size()) {
+        const ssize_t w = ::write(fds[1], text.data() + done, text.size() - done);
+        if (w <= 0) ::_exit(1);
+        done += static_cast<size_t>(w);
+      }
+      ::_exit(mine.ok() ? 0 : 1);
+    }
+    ::close(fds[1]);
+    children.emplace_back(pid, fds[0]);
+  }
+  // The parent's own client only reads INFO (created after the fork: a Client does not
+  // survive one).
+  auto sampler = Client::Create({.url = o.url, .prefix = "sluicebench"});
+  SleepUntilWall(t0_ms);
+  if (sampler.ok()) server_before = SampleServer(**sampler);
+  SleepUntilWall(t1_ms);
+  if (sampler.ok()) server_after = SampleServer(**sampler);
+  Outcome total;
+  std::string failure;
+  for (auto [pid, fd] : children) {
+    std::string text;
+    char buffer[65536];
+    ssize_t n = 0;
+    while ((n = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+    ::close(fd);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (!AddJson(text, total) && failure.empty()) {
+      failure = "a client process failed: " + (text.empty() ? std::string("no report") : text);
+    }
+  }
+  if (!failure.empty()) return UnavailableError(failure);
+  return total;
+}
+
+int RunBench(const BenchOptions& o) {
+  const StatusOr<FailurePolicy> parsed = ParseFailurePolicy(o.on_failure);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "sluice bench: --on-failure: %s\n", parsed.status().ToString().c_str());
+    return kExitError;
+  }
+  const FailurePolicy policy = *parsed;
+  if (o.algorithm == "concurrency") return RunLeaseBench(o);
+  auto algorithm = ParseAlgorithm(o.algorithm);
+  if (!algorithm.ok()) {
+    std::fprintf(stderr, "sluice bench: %s\n", algorithm.status().ToString().c_str());
+    return kExitError;
+  }
+  if (o.concurrency < 1 || o.keys < 1 || o.duration_s <= 0 || o.warmup_s < 0 || o.processes < 1) {
+    std::fprintf(stderr,
+                 "sluice bench: --concurrency, --keys, --processes and --duration must be "
+                 "positive\n");
+    return kExitError;
+  }
+  const StatusOr<LimiterOptions> limiter_options = OptionsForMode(o);
+  if (!limiter_options.ok()) {
+    std::fprintf(stderr, "sluice bench: %s\n", limiter_options.status().ToString().c_str());
+    return kExitError;
+  }
+  // Client creation, then the warm-up; the children measure the same wall-clock period.
+  const int64_t t0_ms =
+      WallMs() + static_cast<int64_t>(o.warmup_s * 1000) + (o.processes > 1 ? 500 : 100);
+  const int64_t t1_ms = t0_ms + static_cast<int64_t>(o.duration_s * 1000);
+  ServerSample server_before, server_after;
+  StatusOr<Outcome> outcome = o.processes == 1
+                                  ? RunProcess(
+                                        o, *algorithm, *limiter_options, policy, t0_ms, t1_ms,
+                                        [&](const Client& c) { server_before = SampleServer(c); },
+                                        [&](const Client& c) { server_after = SampleServer(c); })
+                                  : RunProcesses(o, *algorithm, *limiter_options, policy, t0_ms,
+                                                 t1_ms, server_before, server_after);
+  if (!outcome.ok()) {
+    std::fprintf(stderr, "sluice bench: %s\n", outcome.status().ToString().c_str());
+    return kExitError;
+  }
+  const Outcome& r = *outcome;
+  const double elapsed = static_cast<double>(t1_ms - t0_ms) / 1000.0;
+
+  const uint64_t total = r.allowed + r.refused + r.errors;
   const double rate = static_cast<double>(total) / elapsed;
-  const uint64_t writes = after.writes - before.writes;
   const double per_write =
-      writes ? static_cast<double>(after.commands - before.commands) / static_cast<double>(writes)
-             : 0;
+      r.writes ? static_cast<double>(r.commands) / static_cast<double>(r.writes) : 0;
   // Redis's own cost: time inside the script per call, and the server's whole CPU
   // (parsing, I/O, scripts) per decision. Negative when unknown (embedded store).
-  double script_us = -1, server_cpu_us = -1, per_script = -1;
+  double script_us = -1, server_cpu_us = -1, per_script = -1, store_calls = -1;
   if (server_before.ok && server_after.ok && total > 0) {
-    const double calls = server_after.script_calls - server_before.script_calls;
-    if (calls > 0) {
-      script_us = (server_after.script_usec - server_before.script_usec) / calls;
-      per_script = static_cast<double>(total) / calls;
+    store_calls = server_after.script_calls - server_before.script_calls;
+    if (store_calls > 0) {
+      script_us = (server_after.script_usec - server_before.script_usec) / store_calls;
+      per_script = static_cast<double>(total) / store_calls;
     }
     server_cpu_us = (server_after.cpu_s - server_before.cpu_s) * 1e6 / static_cast<double>(total);
   }
+  // Per window, over the windows wholly inside the measured period.
+  int64_t windows = 0, over_demand = 0, overshoot = 0, overshoot_max = 0, under = 0, under_max = 0;
+  std::vector<int64_t> admitted_per_window;
+  if (o.aligned) {
+    for (const auto& [end, n] : r.windows) {
+      if (end - o.window_ms < t0_ms || end > t1_ms) continue;
+      ++windows;
+      admitted_per_window.push_back(n.first);
+      const int64_t over = std::max<int64_t>(0, n.first - o.limit);
+      overshoot += over;
+      overshoot_max = std::max(overshoot_max, over);
+      if (n.second > o.limit) {
+        ++over_demand;
+        const int64_t short_by = std::max<int64_t>(0, o.limit - n.first);
+        under += short_by;
+        under_max = std::max(under_max, short_by);
+      }
+    }
+  }
+  const double client_cpu_us = total ? r.client_cpu_s * 1e6 / static_cast<double>(total) : -1;
   if (o.json) {
     nlohmann::json j = {
         {"algorithm", o.algorithm},
         {"concurrency", o.concurrency},
         {"keys", o.keys},
+        {"processes", o.processes},
+        {"mode", o.mode},
         {"duration_s", elapsed},
         {"decisions_per_s", rate},
-        {"allowed", run->allowed},
-        {"refused", run->refused},
-        {"errors", run->errors},
-        {"not_from_store", run->not_from_store},
-        {"p50_us", run->latency.Quantile(0.50)},
-        {"p99_us", run->latency.Quantile(0.99)},
-        {"p999_us", run->latency.Quantile(0.999)},
+        {"allowed", r.allowed},
+        {"refused", r.refused},
+        {"errors", r.errors},
+        {"not_from_store", r.not_from_store},
+        {"p50_us", r.latency.Quantile(0.50)},
+        {"p99_us", r.latency.Quantile(0.99)},
+        {"p999_us", r.latency.Quantile(0.999)},
         {"commands_per_write", per_write},
         {"redis_script_us_per_call", script_us},
         {"redis_cpu_us_per_decision", server_cpu_us},
         {"decisions_per_script_call", per_script},
-        {"client_cpu_us_per_decision",
-         total ? (client_cpu_after - client_cpu_before) * 1e6 / static_cast<double>(total) : -1}};
+        {"store_calls", store_calls},
+        {"store_calls_per_1000",
+         store_calls >= 0 && total > 0 ? store_calls * 1000.0 / static_cast<double>(total) : -1.0},
+        {"client_cpu_us_per_decision", client_cpu_us}};
     if (o.phase_length_s > 0) {
-      j["phase_calls"] = run->phase_calls;
-      j["phase_not_from_store"] = run->phase_not_from_store;
-      j["phase_p50_us"] = run->phase_latency.Quantile(0.50);
-      j["phase_p99_us"] = run->phase_latency.Quantile(0.99);
-      j["phase_p999_us"] = run->phase_latency.Quantile(0.999);
+      j["phase_calls"] = r.phase_calls;
+      j["phase_not_from_store"] = r.phase_not_from_store;
+      j["phase_p50_us"] = r.phase_latency.Quantile(0.50);
+      j["phase_p99_us"] = r.phase_latency.Quantile(0.99);
+      j["phase_p999_us"] = r.phase_latency.Quantile(0.999);
     }
-    if (!run->first_error.empty()) j["first_error"] = run->first_error;
+    if (o.aligned) {
+      j["windows_measured"] = windows;
+      j["windows_over_demand"] = over_demand;
+      j["overshoot"] = overshoot;
+      j["overshoot_max"] = overshoot_max;
+      j["under_admission"] = under;
+      j["under_admission_max"] = under_max;
+      j["admitted_per_window"] = admitted_per_window;
+    }
+    if (!r.first_error.empty()) j["first_error"] = r.first_error;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("sluice bench  %s  concurrency=%d keys=%d  %.1f s measured\n", o.algorithm.c_str(),
-                o.concurrency, o.keys, elapsed);
+    std::printf("sluice bench  %s  concurrency=%d keys=%d processes=%d mode=%s  %.1f s measured\n",
+                o.algorithm.c_str(), o.concurrency, o.keys, o.processes, o.mode.c_str(), elapsed);
     std::printf(
         "  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu; %llu not from "
         "the store)\n",
-        rate, static_cast<unsigned long long>(run->allowed),
-        static_cast<unsigned long long>(run->refused), static_cast<unsigned long long>(run->errors),
-        static_cast<unsigned long long>(run->not_from_store));
+        rate, static_cast<unsigned long long>(r.allowed),
+        static_cast<unsigned long long>(r.refused), static_cast<unsigned long long>(r.errors),
+        static_cast<unsigned long long>(r.not_from_store));
     std::printf("  latency      p50 %lld us  p99 %lld us  p999 %lld us\n",
-                static_cast<long long>(run->latency.Quantile(0.50)),
-                static_cast<long long>(run->latency.Quantile(0.99)),
-                static_cast<long long>(run->latency.Quantile(0.999)));
+                static_cast<long long>(r.latency.Quantile(0.50)),
+                static_cast<long long>(r.latency.Quantile(0.99)),
+                static_cast<long long>(r.latency.Quantile(0.999)));
     if (o.phase_length_s > 0) {
       std::printf(
           "  phase        %llu calls started %.1f-%.1f s in (%llu not from the store): "
           "p50 %lld us  p99 %lld us  p999 %lld us\n",
-          static_cast<unsigned long long>(run->phase_calls), o.phase_start_s,
+          static_cast<unsigned long long>(r.phase_calls), o.phase_start_s,
           o.phase_start_s + o.phase_length_s,
-          static_cast<unsigned long long>(run->phase_not_from_store),
-          static_cast<long long>(run->phase_latency.Quantile(0.50)),
-          static_cast<long long>(run->phase_latency.Quantile(0.99)),
-          static_cast<long long>(run->phase_latency.Quantile(0.999)));
+          static_cast<unsigned long long>(r.phase_not_from_store),
+          static_cast<long long>(r.phase_latency.Quantile(0.50)),
+          static_cast<long long>(r.phase_latency.Quantile(0.99)),
+          static_cast<long long>(r.phase_latency.Quantile(0.999)));
     }
     std::printf("  pipelining   %.1f commands per write\n", per_write);
     if (script_us >= 0) {
       std::printf(
           "  redis cost   %.2f us per script call (%.1f decisions each), %.2f us of server CPU "
-          "per decision\n",
-          script_us, per_script, server_cpu_us);
+          "per decision; %.0f script calls (%.2f per 1,000 decisions)\n",
+          script_us, per_script, server_cpu_us, store_calls,
+          store_calls * 1000.0 / static_cast<double>(total));
+    }
+    if (o.aligned) {
+      std::printf(
+          "  windows      %lld measured, %lld with demand over the limit; overshoot %lld "
+          "(max %lld in one window), under-admission %lld (max %lld)\n",
+          static_cast<long long>(windows), static_cast<long long>(over_demand),
+          static_cast<long long>(overshoot), static_cast<long long>(overshoot_max),
+          static_cast<long long>(under), static_cast<long long>(under_max));
     }
     if (total > 0) {
-      std::printf("  client cost  %.2f us of this process's CPU per decision\n",
-                  (client_cpu_after - client_cpu_before) * 1e6 / static_cast<double>(total));
+      std::printf("  client cost  %.2f us of client CPU per decision\n", client_cpu_us);
     }
-    if (!run->first_error.empty()) std::printf("  first error  %s\n", run->first_error.c_str());
+    if (!r.first_error.empty()) std::printf("  first error  %s\n", r.first_error.c_str());
   }
   return kExitOk;
 }
@@ -360,6 +617,21 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--heartbeat-ms", o->heartbeat_ms,
                   "concurrency: heartbeat interval with --heartbeat-leases (lease ttl = 6x)")
       ->capture_default_str();
+  cmd->add_option("--processes", o->processes,
+                  "Client processes (forked, each its own Client and connection), all "
+                  "loading the same store at once")
+      ->capture_default_str();
+  cmd->add_option("--mode", o->mode,
+                  "How the limiter decides: shared (every check to the store), prefetch "
+                  "(local budgets), sync (periodic sync)")
+      ->capture_default_str();
+  cmd->add_option("--sync-interval-ms", o->sync_interval_ms,
+                  "--mode sync: how often each process pushes its counts (its servers: "
+                  "--processes)")
+      ->capture_default_str();
+  cmd->add_flag("--aligned", o->aligned,
+                "Windows aligned to the clock; adds per-window overshoot and "
+                "under-admission to the output");
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->callback([o, &exit_code] { exit_code = RunBench(*o); });
 }

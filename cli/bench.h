@@ -26,6 +26,16 @@ struct BenchOptions {
   int64_t heartbeat_leases = 0;
   int64_t heartbeat_ms = 20'000;
   bool json = false;
+  // Hot ids (docs/design.md §7): forked client processes, each with its own Client, and
+  // how each limiter decides: "shared" (every check to the store), "prefetch"
+  // (LimiterOptions::local_budget) or "sync" (LimiterOptions::sync).
+  int processes = 1;
+  std::string mode = "shared";
+  int64_t sync_interval_ms = 100;
+  // Windows aligned to the clock: admitted requests are also counted per window (the
+  // windows lie on the store's clock, which is this host's when Redis runs here), for
+  // `overshoot` and `under_admission`.
+  bool aligned = false;
 };
 
 // Script calls and their time (INFO commandstats: evalsha + eval; zrem separately) and

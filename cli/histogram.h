@@ -21,6 +21,13 @@ class Histogram {
     ++total_;
   }
   uint64_t total() const { return total_; }
+  // The raw buckets, to carry a histogram across processes (sluice bench --processes).
+  const std::vector<uint64_t>& buckets() const { return counts_; }
+  void AddToBucket(size_t bucket, uint64_t n) {
+    if (bucket >= counts_.size()) bucket = counts_.size() - 1;
+    counts_[bucket] += n;
+    total_ += n;
+  }
   // The smallest recorded value v with at least q of all records <= v (upper bucket edge).
   int64_t Quantile(double q) const {
     if (total_ == 0) return 0;

@@ -6,6 +6,9 @@
 //   shared  one store for all servers: what sluice does; the reference ("ideal")
 //   prefetch  one store, and each server takes slices of the hot id's budget
 //           (LimiterOptions::local_budget: fixed_window only)
+//   sync    one store, and each server counts the hot id locally and syncs every
+//           --sync-interval-ms of model time (LimiterOptions::sync, hot from the first
+//           request: fixed_window only); its store calls include the syncs
 // Requests: per window, server i receives c_i of them (--per-server, or --demand spread
 // by --shape), placed evenly over the window (--shape bursts: over its first tenth), and
 // all servers' requests are decided in time order. Windows line up with the store's
@@ -41,6 +44,7 @@ struct SimulateOptions {
   std::string shape = "even";
   std::string per_server;  // "c1,c2,...": requests per window per server
   std::vector<std::string> modes;
+  int64_t sync_interval_ms = 100;
   bool json = false;
   std::string svg;
 };
@@ -155,7 +159,9 @@ std::string RunMode(const SimulateOptions& o, Algorithm algorithm, const std::st
                     const std::vector<Request>& requests, int64_t start_ms, ModeResult& r) {
   r.mode = mode;
   const bool prefetch = mode == "prefetch";
-  const bool shared = mode == "shared" || prefetch;
+  const bool sync = mode == "sync";
+  const bool per_server = prefetch || sync;  // one store, a limiter per server
+  const bool shared = mode == "shared" || per_server;
   r.per_server_limit = mode == "split" ? o.limit / o.servers : o.limit;
   if (r.per_server_limit < 1) {
     return "mode split: limit " + std::to_string(o.limit) + " over " + std::to_string(o.servers) +
@@ -179,9 +185,15 @@ std::string RunMode(const SimulateOptions& o, Algorithm algorithm, const std::st
   }
   LimiterOptions options;
   options.local_budget.enabled = prefetch;
-  for (int i = 0; i < (prefetch ? o.servers : stores); ++i) {
+  if (sync) {
+    options.sync = {.enabled = true,
+                    .hot_checks_per_second = 1,
+                    .sync_interval = std::chrono::milliseconds(o.sync_interval_ms),
+                    .servers = o.servers};
+  }
+  for (int i = 0; i < (per_server ? o.servers : stores); ++i) {
     auto limiter =
-        clients[prefetch ? 0 : static_cast<size_t>(i)]->MakeLimiter("simulate", limit, options);
+        clients[per_server ? 0 : static_cast<size_t>(i)]->MakeLimiter("simulate", limit, options);
     if (!limiter.ok()) return "mode " + mode + ": " + limiter.status().ToString();
     limiters.push_back(*limiter);
   }
@@ -190,7 +202,7 @@ std::string RunMode(const SimulateOptions& o, Algorithm algorithm, const std::st
   r.cumulative.assign(static_cast<size_t>(o.windows) * 10, 0);
   for (const Request& q : requests) {
     clock->Set(q.at_ms);
-    Limiter& limiter = limiters[shared && !prefetch ? 0 : static_cast<size_t>(q.server)];
+    Limiter& limiter = limiters[shared && !per_server ? 0 : static_cast<size_t>(q.server)];
     StatusOr<Decision> d = limiter.Check("hot");
     if (!d.ok()) return d.status().ToString();
     if (shared && d->source == DecisionSource::kStore) ++r.store_calls;
@@ -202,6 +214,7 @@ std::string RunMode(const SimulateOptions& o, Algorithm algorithm, const std::st
     ++r.cumulative[static_cast<size_t>(since * 10 / o.window_ms)];
   }
   for (size_t i = 1; i < r.cumulative.size(); ++i) r.cumulative[i] += r.cumulative[i - 1];
+  if (sync) r.store_calls += static_cast<int64_t>(clients[0]->stats().syncs);
   return "";
 }
 
@@ -286,15 +299,11 @@ int Run(SimulateOptions o) {
     }
   }
   for (const std::string& m : o.modes) {
-    if (m == "sync") {
-      return fail(
-          "mode sync (periodic sync for hot ids) is not built yet; built modes: local, "
-          "split, shared, prefetch");
-    }
-    if (m != "local" && m != "split" && m != "shared" && m != "prefetch") {
-      return fail("--mode: \"" + m + "\" is not one of local, split, shared, prefetch");
+    if (m != "local" && m != "split" && m != "shared" && m != "prefetch" && m != "sync") {
+      return fail("--mode: \"" + m + "\" is not one of local, split, shared, prefetch, sync");
     }
   }
+  if (o.sync_interval_ms < 1) return fail("--sync-interval-ms: want >= 1");
   // Aligned windows start at multiples of the window on the model clock.
   const int64_t start_ms = 1'700'000'000'000 / o.window_ms * o.window_ms + o.window_ms;
   const std::vector<Request> requests = Schedule(o, counts, start_ms);
@@ -397,8 +406,11 @@ void AddSimulate(CLI::App& app, int& exit_code) {
                   "Requests each server receives per window, c1,c2,... (instead of "
                   "--demand/--shape; sets --servers)");
   cmd->add_option("--mode", o->modes,
-                  "local, split, shared, prefetch (repeatable; default local, split, "
-                  "shared); sync is not built yet");
+                  "local, split, shared, prefetch, sync (repeatable; default local, split, "
+                  "shared)");
+  cmd->add_option("--sync-interval-ms", o->sync_interval_ms,
+                  "mode sync: model time between a server's syncs")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "One JSON object on stdout");
   cmd->add_option("--svg", o->svg, "Write a chart of admitted requests over time per mode");
   cmd->callback([o, servers, &exit_code] {

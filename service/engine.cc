@@ -154,7 +154,8 @@ void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Cloc
     case DecisionSource::kFailClosed:
     case DecisionSource::kLocalFallback: metrics_.StoreError(); break;
     case DecisionSource::kCachedDenial:
-    case DecisionSource::kLocalBudget: break;
+    case DecisionSource::kLocalBudget:
+    case DecisionSource::kLocalSync: break;
   }
 }
 

@@ -571,6 +571,35 @@ std::vector<std::string> Lines(const std::string& text) {
 
 // Stale and live leases of one id released by the operator: only that id's set goes,
 // one audit record is written (file and stream), and the holders' library sees it.
+// sluice bench --processes: forked client processes on one hot id; with --aligned the
+// JSON adds the per-window figures. Prefetch never admits more than the limit in a
+// window, and the shared path's per-window counts are exact too.
+TEST(CliBench, ProcessesOnOneHotIdReportPerWindowFigures) {
+  RedisServer server;
+  for (const char* mode : {"shared", "prefetch"}) {
+    Result run =
+        Sluice({"bench",    "--redis",       server.url(), "--keys",    "1",          "--processes",
+                "3",        "--concurrency", "8",          "--mode",    mode,         "--limit",
+                "3000",     "--window-ms",   "500",        "--aligned", "--duration", "2",
+                "--warmup", "0.5",           "--json"});
+    ASSERT_EQ(run.exit_code, 0) << mode << ": " << run.err;
+    const nlohmann::json j = run.Json();
+    ASSERT_TRUE(j.is_object()) << run.out;
+    EXPECT_EQ(j["processes"], 3) << mode;
+    EXPECT_EQ(j["errors"], 0) << mode << ": " << run.out;
+    EXPECT_GE(j["windows_measured"].get<int64_t>(), 2) << mode << ": " << run.out;
+    EXPECT_EQ(j["overshoot"], 0) << mode << ": " << run.out;
+    EXPECT_EQ(j["overshoot_max"], 0) << mode << ": " << run.out;
+    EXPECT_GT(j["store_calls"].get<double>(), 0) << mode << ": " << run.out;
+    EXPECT_GT(j["allowed"].get<int64_t>(), 0) << mode << ": " << run.out;
+    for (int64_t n : j["admitted_per_window"]) EXPECT_LE(n, 3000) << mode << ": " << run.out;
+  }
+  Result bad = Sluice({"bench", "--redis", server.url(), "--mode", "nonsense"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--mode"), std::string::npos) << bad.err;
+  EXPECT_EQ(server.KeysWithoutTtl("sluicebench:*"), std::vector<std::string>{});
+}
+
 TEST(CliRelease, ReleasesEveryLeaseOfOneIdWithOneAuditRecord) {
   RedisServer server;
   const std::string prefix = "rel";

@@ -150,8 +150,9 @@ TEST(CliSimulate, BadInputIsAClearError) {
     const char* args;
     const char* says;
   } cases[] = {
-      {"--mode sync", "not built yet"},
-      {"--mode nonsense", "not one of local, split, shared, prefetch"},
+      {"--mode sync --sync-interval-ms 0", "--sync-interval-ms"},
+      {"--mode sync --algorithm gcra", "fixed_window only"},
+      {"--mode nonsense", "not one of local, split, shared, prefetch, sync"},
       {"--mode prefetch --algorithm gcra", "fixed_window only"},
       {"--shape lumpy", "not one of even, skewed, pinned, bursts"},
       {"--per-server 3,x,4", "\"x\" is not a count"},

@@ -60,6 +60,7 @@ namespace internal {
 class ClientCore;
 class ClientFactory;
 class LocalBudgets;
+class SyncedCounts;
 struct CheckCall;
 enum class Op : int;  // algo/algorithm.h: consume, peek, refund, reset
 }  // namespace internal
@@ -191,6 +192,35 @@ struct LimiterOptions {
     char separator = ':';
   };
   std::optional<Colocate> colocate;
+
+  // Periodic sync for hot ids, for limits that prefer availability to exactness
+  // (fixed_window only; docs/design.md §7, with the overshoot bound). When this process
+  // sees an id called at least `hot_checks_per_second`, it counts the id's admissions
+  // locally (source kLocalSync): it learns the id's window and what is left in it
+  // (remaining) from the store, admits at most remaining / servers until its next sync,
+  // and every `sync_interval` pushes what it admitted and learns the shared count in the
+  // same call (one script call per id; the calls of all ids go out together, pipelined
+  // and batched). A share spent before the interval is up is synced at once (the checks
+  // wait for that reply), unless the last sync gave no share: then the id is refused
+  // locally until the next interval. Approximate: the fleet may admit more than the
+  // limit, by at most what the other processes admitted since each process's last sync
+  // (docs/design.md §7 states it exactly). An id called less than hot_checks_per_second
+  // in the last second returns to the exact shared path at the next interval (its last
+  // count pushed first). When the store cannot be reached, the share already held keeps
+  // being spent; past it, checks get the failure policy. A refund of a kLocalSync
+  // decision gives nothing back (the unit stays counted: stricter). `servers` must be at
+  // least the number of processes that count the id locally, or the bound does not
+  // hold. One background thread per limiter with sync on (none with a model clock:
+  // checks run the due syncs). Not with local_budget. Off by default.
+  struct Sync {
+    bool enabled = false;
+    int64_t hot_checks_per_second = 200;
+    std::chrono::milliseconds sync_interval{100};
+    // How many processes share the limit (the N of remaining / N); 0: `servers` above,
+    // else ClientOptions::servers.
+    int64_t servers = 0;
+  };
+  Sync sync;
 };
 
 // The client's view of its store, for status pages and health checks.
@@ -287,6 +317,8 @@ class Limiter {
   // for cost + a slice when the id is hot.
   void ExecuteBudgeted(internal::CheckCall call, std::string id, DecisionCallback done) const;
   int64_t BudgetNowMs() const;
+  // A consume of a hot id under periodic sync (options_.sync).
+  void ExecuteSynced(internal::CheckCall call, std::string id, DecisionCallback done) const;
 
   friend class Client;
   friend void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
@@ -304,6 +336,8 @@ class Limiter {
   std::string key_head_;  // "<prefix>:{<name>:"
   // Slices of hot ids' budgets, shared by copies of this limiter (options_.local_budget).
   std::shared_ptr<internal::LocalBudgets> budgets_;
+  // Hot ids' local counts and the thread that syncs them (options_.sync).
+  std::shared_ptr<internal::SyncedCounts> synced_;
 };
 
 // One check against several limits (docs/design.md §6), most specific first: e.g. user,

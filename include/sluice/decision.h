@@ -25,6 +25,8 @@ enum class DecisionSource {
   kCachedDenial,   // an earlier refusal of this id was still in force; no store call
   kLocalBudget,    // a slice of the id's budget this process took earlier; no store call
                    // (LimiterOptions::local_budget)
+  kLocalSync,      // counted here, pushed to the store at the next sync; approximate
+                   // (LimiterOptions::sync)
 };
 
 std::string_view DecisionSourceName(DecisionSource source);

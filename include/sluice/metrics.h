@@ -9,7 +9,7 @@
 //   sluice_store_deadline_exceeded_total, sluice_store_reconnects_total,
 //   sluice_store_noscript_retries_total                          counters of the store
 //   sluice_cached_denials_total, sluice_policy_decisions_total,
-//   sluice_shadow_refusals_total                                 counters of decisions
+//   sluice_shadow_refusals_total, sluice_syncs_total             counters of decisions
 //   sluice_breaker_state{state}          gauge: 1 for the current state, 0 for the others
 //   sluice_breaker_opens_total, sluice_breaker_short_circuited_total       counters
 //   sluice_breaker_consecutive_failures                                     gauge
@@ -55,6 +55,7 @@ struct ClientStats {
   uint64_t cached_denials = 0;     // refusals answered from the denial cache
   uint64_t policy_decisions = 0;   // decisions made by a failure policy
   uint64_t shadow_refusals = 0;    // shadow-mode checks that would have been refused
+  uint64_t syncs = 0;              // periodic-sync calls sent (LimiterOptions::sync)
 };
 
 }  // namespace sluice

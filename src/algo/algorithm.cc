@@ -4,14 +4,14 @@
 
 namespace sluice::internal {
 
-Decision MakeDecision(const AlgoReply& reply, int64_t limit) {
+Decision MakeDecision(const AlgoReply& reply, int64_t limit, Op op) {
   Decision d;
   d.allowed = reply.code == 1;
   d.limit = limit;
   d.remaining = reply.remaining < 0 ? 0 : reply.remaining;
   d.reset_after = std::chrono::milliseconds(reply.reset_after_ms);
-  d.retry_after =
-      d.allowed ? std::chrono::milliseconds(0) : std::chrono::milliseconds(reply.retry_after_ms);
+  d.retry_after = d.allowed && op != Op::kSync ? std::chrono::milliseconds(0)
+                                               : std::chrono::milliseconds(reply.retry_after_ms);
   d.reason = reply.code == 1   ? RefusalReason::kNone
              : reply.code == 2 ? RefusalReason::kCostExceedsLimit
                                : RefusalReason::kOverLimit;

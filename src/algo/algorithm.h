@@ -4,18 +4,22 @@
 // Script calling convention (every src/algo/<name>.lua):
 //   KEYS[1]  the id's key: `<prefix>:{<limiter>:<id>}`; an algorithm that needs more
 //            than one key derives them from KEYS[1] + a suffix (same hash tag, same slot)
-//   ARGV[1]  op: "0" consume, "1" peek, "2" refund, "3" reset   (Op below)
+//   ARGV[1]  op: "0" consume, "1" peek, "2" refund, "3" reset, "4" sync (fixed_window
+//            only; Op below)
 //   ARGV[2]  model clock ms, or "" to read Redis TIME (the default; models are tests);
 //            the batch driver (src/algo/batch.lua) passes a Lua number there instead:
 //            Redis TIME it read once for the batch (no model-clock grace)
 //   ARGV[3]  cost (consume, peek) or amount (refund); integer >= 1
 //   ARGV[4]  limit    (Limit::limit)
 //   ARGV[5]  window   (Limit::window in ms)
-//   ARGV[6]  refill   (Limit::refill; 0 means `limit`)
+//   ARGV[6]  refill   (Limit::refill; 0 means `limit`); sync: the window end its units
+//            were counted in (0: none known)
 //   ARGV[7]  aligned  ("1" or "0")
 //   returns  {code, remaining, reset_after_ms, retry_after_ms}
 //            code 1: admitted (consume), would be admitted (peek), done (refund, reset);
-//            code 0: refused, over the limit; code 2: refused, cost > limit (never passes)
+//            code 0: refused, over the limit; code 2: refused, cost > limit (never passes);
+//            sync: {1, remaining, reset_after_ms, window end ms} (the Decision carries the
+//            end in retry_after)
 // Each twin is a function with the same inputs and outputs on an explicit state, and the
 // differential tests hold script and twin to identical replies.
 #pragma once
@@ -32,6 +36,11 @@ enum class Op : int {
   kPeek = 1,     // report whether `cost` would fit, spend nothing
   kRefund = 2,   // give back `cost`, never above the limit
   kReset = 3,    // forget the id: its state is full again
+  // fixed_window only (LimiterOptions::sync): add `cost` (>= 0) units this process
+  // admitted in the window ending at `refill` (0: none known) when that window is live,
+  // never refusing, never above the limit; open a window when none is live; report the
+  // window (fixed_window.lua's header).
+  kSync = 4,
 };
 
 struct AlgoArgs {
@@ -56,7 +65,8 @@ inline AlgoArgs ArgsFor(Op op, int64_t cost, const Limit& limit) {
   return AlgoArgs{op, cost, limit.limit, limit.window.count(), limit.refill, limit.aligned};
 }
 
-// The Decision both stores return for a reply.
-Decision MakeDecision(const AlgoReply& reply, int64_t limit);
+// The Decision both stores return for a reply (of a call of `op`: a sync's carries its
+// window end in retry_after).
+Decision MakeDecision(const AlgoReply& reply, int64_t limit, Op op = Op::kConsume);
 
 }  // namespace sluice::internal

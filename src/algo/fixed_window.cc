@@ -1,5 +1,7 @@
 #include "algo/fixed_window.h"
 
+#include <algorithm>
+
 #include "core/numbers.h"
 
 namespace sluice::internal {
@@ -15,6 +17,24 @@ AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs
   if (a.op == Op::kReset) {
     state.reset();
     return {1, a.limit, 0, 0};
+  }
+  if (a.op == Op::kSync) {
+    // Units admitted elsewhere in the window ending at `refill` (0: none known).
+    const int64_t expected = a.refill;
+    if (!live) {
+      const int64_t n = expected == 0 ? std::min(a.cost, a.limit) : 0;
+      state = FixedWindowState{n, latest};
+      expires_at_ms = latest;
+      return {1, a.limit - n, latest - now, latest};
+    }
+    const int64_t stored = state->ends_ms;
+    if (state->ends_ms > latest) state->ends_ms = latest;
+    if (a.cost > 0 && state->count < a.limit &&
+        (expected == 0 || expected == stored || expected == state->ends_ms)) {
+      state->count = std::min(a.limit, state->count + a.cost);
+    }
+    expires_at_ms = state->ends_ms;
+    return {1, std::max<int64_t>(0, a.limit - state->count), state->ends_ms - now, state->ends_ms};
   }
   if (!live) {
     if (a.cost > a.limit && a.op != Op::kRefund) return {2, a.limit, 0, 0};

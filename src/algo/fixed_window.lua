@@ -4,6 +4,12 @@
 -- ARGV     op, now ("" = Redis TIME), cost, limit, window ms, refill (unused), aligned
 --          (see src/algo/algorithm.h)
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}
+-- Op "4" (sync, LimiterOptions::sync): `cost` (>= 0) units a process already admitted
+-- in the window ending at ARGV[6] (ms on this clock; 0: no window known) are added to
+-- that window when it is the live one, never above the limit and never refused (they
+-- were admitted); units of a window that is over are dropped. A window is opened when
+-- none is live (holding the units when ARGV[6] is 0), so the reply always names one:
+-- {1, remaining, reset_after_ms, window end ms}.
 -- TTL rule: every write is SET … PX <rest of the window>, so a created or updated key
 -- always carries its expiry; a call that reads a live window without writing it gives
 -- the key back an expiry if it lost one (PEXPIRE … NX, never moving an existing one).
@@ -69,6 +75,27 @@ if ARGV[7] == '1' then
   latest = now - (now % window) + window
 else
   latest = now + window
+end
+
+if op == '4' then
+  local expected = tonumber(ARGV[6])
+  if not live then
+    local n = 0
+    if expected == 0 then
+      n = math.min(cost, limit)
+    end
+    redis.call('SET', key, string.format('%d:%d', n, latest), 'PX', string.format('%d', latest - now + grace))
+    return {1, limit - n, latest - now, latest}
+  end
+  local stored = ends
+  if ends > latest then
+    ends = latest
+  end
+  if cost > 0 and count < limit and (expected == 0 or expected == stored or expected == ends) then
+    count = math.min(limit, count + cost)
+  end
+  redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', string.format('%d', ends - now + grace))
+  return {1, math.max(0, limit - count), ends - now, ends}
 end
 
 if not live then

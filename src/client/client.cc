@@ -237,6 +237,22 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
           "local_budget: hot_checks_per_second and slice_period must be >= 1, max_slice >= 0");
     }
   }
+  if (options.sync.enabled) {
+    const LimiterOptions::Sync& y = options.sync;
+    if (limit.algorithm != Algorithm::kFixedWindow) {
+      return InvalidArgumentError(
+          "sync is built for fixed_window only (a pushed count must land in the window that "
+          "admitted it), not " +
+          std::string(AlgorithmName(limit.algorithm)));
+    }
+    if (options.local_budget.enabled) {
+      return InvalidArgumentError("sync and local_budget cannot both be on for one limiter");
+    }
+    if (y.hot_checks_per_second < 1 || y.sync_interval.count() < 1 || y.servers < 0) {
+      return InvalidArgumentError(
+          "sync: hot_checks_per_second and sync_interval must be >= 1, servers >= 0");
+    }
+  }
   return Limiter(core_, std::string(name), limit, options);
 }
 

@@ -7,6 +7,7 @@
 
 #include "client/client_core.h"
 #include "client/local_budget.h"
+#include "client/synced_counts.h"
 #include "core/keys.h"
 #include "core/wait.h"
 #include "sluice/client.h"
@@ -22,6 +23,9 @@ Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, L
       key_head_(internal::KeyHead(core_->options.prefix, name_)) {
   if (options_.local_budget.enabled) {
     budgets_ = std::make_shared<internal::LocalBudgets>(options_.local_budget, limit_.limit);
+  }
+  if (options_.sync.enabled) {
+    synced_ = internal::SyncedCounts::Make(core_, key_head_, limit_, options_);
   }
 }
 
@@ -128,6 +132,10 @@ void Limiter::Execute(internal::Op op, std::string_view id, const CheckOptions& 
   }
   if (budgets_ && op == internal::Op::kConsume && !options.limit && !options_.shadow) {
     ExecuteBudgeted(std::move(call), std::string(id), std::move(done));
+    return;
+  }
+  if (synced_ && op == internal::Op::kConsume && !options.limit && !options_.shadow &&
+      synced_->Check(id, call, done)) {
     return;
   }
   ExecuteCall(std::move(call), std::move(done));

@@ -98,6 +98,8 @@ std::vector<MetricSample> Client::Metrics() const {
       double(s.policy_decisions));
   add("sluice_shadow_refusals_total", kCounter, "Shadow-mode checks that would have been refused.",
       double(s.shadow_refusals));
+  add("sluice_syncs_total", kCounter,
+      "Periodic-sync calls sent to the store for hot ids (LimiterOptions::sync).", double(s.syncs));
   const internal::Breaker& b = core_->policy->breaker();
   const auto state = b.state();
   for (auto st : {internal::Breaker::State::kClosed, internal::Breaker::State::kOpen,

@@ -12,6 +12,7 @@ std::string_view DecisionSourceName(DecisionSource source) {
     case DecisionSource::kFailClosed: return "fail_closed";
     case DecisionSource::kCachedDenial: return "cached_denial";
     case DecisionSource::kLocalBudget: return "local_budget";
+    case DecisionSource::kLocalSync: return "local_sync";
   }
   return "unknown";
 }

@@ -135,7 +135,7 @@ StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
     reply = StepLocked(shard, call.key, args, call.limit.algorithm, now);
   }
   ReclaimElsewhere(now);
-  return MakeDecision(reply, call.limit.limit);
+  return MakeDecision(reply, call.limit.limit, call.op);
 }
 
 void MemoryStore::CheckComposite(CompositeCall call, CompositeCallback done) {

@@ -48,6 +48,7 @@ ClientStats PolicyStore::stats() const {
   s.cached_denials = cached_denials_.load(std::memory_order_relaxed);
   s.policy_decisions = policy_decisions_.load(std::memory_order_relaxed);
   s.shadow_refusals = shadow_refusals_.load(std::memory_order_relaxed);
+  s.syncs = syncs_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -113,6 +114,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
     return;
   }
   const bool decision = call.op == Op::kConsume || call.op == Op::kPeek;
+  if (call.op == Op::kSync) syncs_.fetch_add(1, std::memory_order_relaxed);
   const bool cache = denials_ && call.cache_denials && call.op == Op::kConsume;
   if (cache) {
     if (auto cached = denials_->Lookup(call.key, call.limit, call.cost, CacheNowMs(call))) {
@@ -120,7 +122,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
       done(*std::move(cached));
       return;
     }
-  } else if (denials_ && !decision) {
+  } else if (denials_ && !decision && call.op != Op::kSync) {
     denials_->Forget(call.key);  // a refund or reset: the remembered refusal may be over
   }
   if (!breaker_.Allow()) {

@@ -99,7 +99,7 @@ class PolicyStore final : public Store {
   MemoryStore local_;
   Breaker breaker_;
   std::optional<DenialCache> denials_;
-  std::atomic<uint64_t> cached_denials_{0}, policy_decisions_{0}, shadow_refusals_{0};
+  std::atomic<uint64_t> cached_denials_{0}, policy_decisions_{0}, shadow_refusals_{0}, syncs_{0};
   const uint64_t fork_generation_;  // core/process.h, when this store was made
 };
 

@@ -78,36 +78,37 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
   AppendBulk(tail, args.refill);
   AppendBulk(tail, args.aligned ? "1" : "0");
   const int64_t limit = call.limit.limit;
+  const Op op = call.op;
   const int script = static_cast<int>(call.limit.algorithm);
   const uint32_t tag = BatchTag(call.key);
   BeginIssue(call.deadline);
-  connection_->Call({.script = script,
-                     .function = script,
-                     .key = std::move(call.key),
-                     .args = std::move(tail),
-                     .arg_items = 7,
-                     .batch_tag = tag},
-                    call.deadline,
-                    [limit, done = std::move(done)](const Status& status, const redisReply* reply) {
-                      if (!status.ok()) {
-                        done(status);
-                        return;
-                      }
-                      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
-                        done(InternalError("a sluice script returned an unexpected reply"));
-                        return;
-                      }
-                      for (size_t i = 0; i < 4; ++i) {
-                        if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
-                          done(InternalError("a sluice script returned a non-integer field"));
-                          return;
-                        }
-                      }
-                      AlgoReply r{static_cast<int>(reply->element[0]->integer),
-                                  reply->element[1]->integer, reply->element[2]->integer,
-                                  reply->element[3]->integer};
-                      done(MakeDecision(r, limit));
-                    });
+  connection_->Call(
+      {.script = script,
+       .function = script,
+       .key = std::move(call.key),
+       .args = std::move(tail),
+       .arg_items = 7,
+       .batch_tag = tag},
+      call.deadline,
+      [limit, op, done = std::move(done)](const Status& status, const redisReply* reply) {
+        if (!status.ok()) {
+          done(status);
+          return;
+        }
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+          done(InternalError("a sluice script returned an unexpected reply"));
+          return;
+        }
+        for (size_t i = 0; i < 4; ++i) {
+          if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            done(InternalError("a sluice script returned a non-integer field"));
+            return;
+          }
+        }
+        AlgoReply r{static_cast<int>(reply->element[0]->integer), reply->element[1]->integer,
+                    reply->element[2]->integer, reply->element[3]->integer};
+        done(MakeDecision(r, limit, op));
+      });
   EndIssue();
 }
 

@@ -1,0 +1,274 @@
+// Hot ids on a real redis-server, from several client processes (each its own Client,
+// as separate servers would be) x threads on one id under an aligned window:
+//  - periodic sync stays within its stated bound (docs/design.md §7), also when a
+//    process is SIGKILLed holding counts it never pushed;
+//  - local budgets never admit more than the limit when a process is SIGKILLed holding
+//    a slice (that budget is lost until its window ends);
+//  - afterwards no key is without an expiry.
+// Admissions are counted in shared memory as they happen, so a killed process's count
+// up to its death is kept.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <iostream>
+#include <new>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "client/client_core.h"
+#include "sluice/sluice.h"
+#include "testing/fake_clock.h"
+#include "testing/redis_server.h"
+#include "testing/status_matchers.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr int64_t kWindowMs = 1000;
+constexpr int kSlots = 64;
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Shared by the parent and its forked children (MAP_SHARED | MAP_ANONYMOUS).
+struct Counts {
+  int64_t base = 0;  // window index of slot 0
+  std::atomic<int64_t> admitted[kSlots];
+  std::atomic<int64_t> local[kSlots];
+  std::atomic<int64_t> errors{0};
+};
+
+Counts* MapCounts() {
+  void* p =
+      ::mmap(nullptr, sizeof(Counts), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  EXPECT_NE(p, MAP_FAILED);
+  auto* c = new (p) Counts;
+  c->base = WallMs() / kWindowMs - 2;
+  for (int i = 0; i < kSlots; ++i) {
+    c->admitted[i] = 0;
+    c->local[i] = 0;
+  }
+  return c;
+}
+
+// A child: `threads` threads check one id until `until_ms`, counting each admission in
+// the window it counted in (the decision's end of window, rounded to a boundary: a
+// local decision's end is no later than the store's, by less than a call takes).
+[[noreturn]] void Hammer(const std::string& url, const LimiterOptions& options, int64_t limit,
+                         int threads, int64_t until_ms, Counts* counts) {
+  auto client = Client::Create({.url = url, .prefix = "hot", .deadline = milliseconds(2000)});
+  if (!client.ok()) ::_exit(3);
+  auto limiter = (*client)->MakeLimiter(
+      "hot", {.limit = limit, .window = milliseconds(kWindowMs), .aligned = true}, options);
+  if (!limiter.ok()) ::_exit(4);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      while (WallMs() < until_ms) {
+        StatusOr<Decision> d = limiter->Check("tenant:1");
+        if (!d.ok()) {
+          ++counts->errors;
+          continue;
+        }
+        if (!d->allowed) continue;
+        const int64_t window = (WallMs() + d->reset_after.count() + kWindowMs / 2) / kWindowMs - 1;
+        const int64_t slot = window - counts->base;
+        if (slot < 0 || slot >= kSlots) {
+          ++counts->errors;
+          continue;
+        }
+        ++counts->admitted[slot];
+        if (d->source != DecisionSource::kStore) ++counts->local[slot];
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  ::_exit(0);
+}
+
+struct ProcessesRun {
+  std::vector<int64_t> admitted;  // per window that lies wholly inside the run
+  int64_t local = 0, total = 0;
+};
+
+// `processes` children for `run_ms`; the one at index `kill` (if >= 0) is SIGKILLed
+// `kill_after_ms` in. Returns the admissions of the windows wholly inside the run.
+ProcessesRun RunProcesses(const testing::RedisServer& server, const LimiterOptions& options,
+                          int64_t limit, int processes, int64_t run_ms, int kill,
+                          int64_t kill_after_ms) {
+  Counts* counts = MapCounts();
+  const int64_t start = WallMs();
+  const int64_t until = start + run_ms;
+  std::vector<pid_t> children;
+  for (int p = 0; p < processes; ++p) {
+    const pid_t pid = ::fork();
+    if (pid == 0) Hammer(server.url(), options, limit, 2, until, counts);
+    children.push_back(pid);
+  }
+  if (kill >= 0) {
+    std::this_thread::sleep_for(milliseconds(kill_after_ms));
+    ::kill(children[static_cast<size_t>(kill)], SIGKILL);
+  }
+  for (size_t i = 0; i < children.size(); ++i) {
+    int status = 0;
+    ::waitpid(children[i], &status, 0);
+    if (static_cast<int>(i) == kill) {
+      EXPECT_TRUE(WIFSIGNALED(status)) << "the child to kill ended first";
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child " << i;
+    }
+  }
+  EXPECT_EQ(counts->errors.load(), 0);
+  ProcessesRun run;
+  // Windows wholly inside [start + 1 s (clients connect, ids turn hot), until).
+  for (int i = 0; i < kSlots; ++i) {
+    const int64_t begins = (counts->base + i) * kWindowMs;
+    run.total += counts->admitted[i];
+    run.local += counts->local[i];
+    if (begins >= start + 1000 && begins + kWindowMs <= until) {
+      run.admitted.push_back(counts->admitted[i]);
+    }
+  }
+  ::munmap(counts, sizeof(Counts));
+  return run;
+}
+
+void Print(const char* what, const ProcessesRun& run) {
+  std::cout << what << ": admitted per window:";
+  for (int64_t n : run.admitted) std::cout << " " << n;
+  std::cout << "; " << run.local << " of " << run.total << " decided locally\n";
+}
+
+constexpr int kProcesses = 4;
+constexpr int64_t kLimit = 2000;
+// design.md §7: the fleet admits less than limit + (servers - 1) / servers x limit in a
+// window, whatever the timing; a process killed with unpushed counts does not change it.
+constexpr int64_t kSyncBound = kLimit + (kProcesses - 1) * kLimit / kProcesses;
+
+LimiterOptions SyncOptions() {
+  LimiterOptions o;
+  o.sync = {.enabled = true,
+            .hot_checks_per_second = 100,
+            .sync_interval = milliseconds(100),
+            .servers = kProcesses};
+  return o;
+}
+
+LimiterOptions PrefetchOptions() {
+  LimiterOptions o;
+  o.local_budget = {.enabled = true, .hot_checks_per_second = 100};
+  return o;
+}
+
+TEST(HotKeyRedis, SyncFromProcessesStaysWithinTheBound) {
+  testing::RedisServer server;
+  const ProcessesRun run = RunProcesses(server, SyncOptions(), kLimit, kProcesses, 5000, -1, 0);
+  Print("sync", run);
+  ASSERT_GE(run.admitted.size(), 2u);
+  int64_t worst = 0;
+  for (int64_t n : run.admitted) {
+    EXPECT_LE(n, kSyncBound);
+    EXPECT_GE(n, kLimit * 8 / 10) << "demand is far above the limit";
+    worst = std::max(worst, n - kLimit);
+  }
+  std::cout << "largest overshoot in a window: " << worst << " (bound " << kSyncBound - kLimit
+            << ")\n";
+  EXPECT_GT(run.local, run.total / 2) << "counted locally for the most part";
+  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+}
+
+// A process SIGKILLed while it holds counts it has not pushed: they are lost (the store
+// never counts them; at most that process's share, < limit / servers), and the bound
+// still holds: its share is one of the shares the bound adds up.
+TEST(HotKeyRedis, SyncWithAProcessKilledHoldingUnpushedCounts) {
+  testing::RedisServer server;
+  const ProcessesRun run = RunProcesses(server, SyncOptions(), kLimit, kProcesses, 5000, 1, 2550);
+  Print("sync, one process killed 2.55 s in", run);
+  ASSERT_GE(run.admitted.size(), 2u);
+  for (int64_t n : run.admitted) EXPECT_LE(n, kSyncBound);
+  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+}
+
+// A process SIGKILLed while it holds a slice: the store counted it, nobody spends it
+// until its window ends. Never over the limit; the window of the kill is short by at
+// most that slice, on top of the usual under-admission (servers x max slice).
+TEST(HotKeyRedis, PrefetchWithAProcessKilledHoldingASlice) {
+  testing::RedisServer server;
+  const ProcessesRun run =
+      RunProcesses(server, PrefetchOptions(), kLimit, kProcesses, 5000, 1, 2550);
+  Print("prefetch, one process killed 2.55 s in", run);
+  ASSERT_GE(run.admitted.size(), 2u);
+  for (int64_t n : run.admitted) {
+    EXPECT_LE(n, kLimit);
+    EXPECT_GE(n, kLimit - (kProcesses + 1) * kLimit / 10);
+  }
+  EXPECT_GT(run.local, run.total / 2) << "slices decided most requests";
+  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+}
+
+// fixed_window.lua's sync op (4) and its twin give the same replies on random traces of
+// syncs (of the live window, of an old one, of none known; with units or without) and
+// consumes, aligned and not, across window ends.
+TEST(HotKeyRedis, TheSyncOpMatchesItsTwin) {
+  testing::RedisServer server;
+  auto clock = std::make_shared<testing::FakeClock>(1'700'000'000'000);
+  auto redis = Client::Create({.url = server.url(), .prefix = "hot", .model_clock = clock});
+  ASSERT_THAT(redis, testing::IsOk());
+  auto memory = Client::Create({.url = "memory://", .prefix = "hot", .model_clock = clock});
+  ASSERT_THAT(memory, testing::IsOk());
+  const auto decide = [](const std::shared_ptr<Client>& client, internal::CheckCall call) {
+    std::promise<StatusOr<Decision>> promise;
+    internal::ClientFactory::StoreOf(*client)->Check(
+        std::move(call), [&promise](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
+    return promise.get_future().get();
+  };
+  std::mt19937 rng(16);
+  int syncs = 0, dropped = 0;
+  for (bool aligned : {true, false}) {
+    int64_t known_end = 0;
+    for (int step = 0; step < 1500; ++step) {
+      clock->Advance(milliseconds(rng() % 120));
+      internal::CheckCall call;
+      call.key = "hot:{t:" + std::to_string(aligned) + "}:fw";
+      call.limit = Limit{.limit = 20, .window = milliseconds(1000), .aligned = aligned};
+      call.now_ms = clock->NowMs();
+      call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      const int kind = static_cast<int>(rng() % 4);
+      if (kind == 0) {
+        call.cost = 1 + static_cast<int64_t>(rng() % 3);
+      } else {
+        call.op = internal::Op::kSync;
+        call.cost = static_cast<int64_t>(rng() % 6);
+        const int which = static_cast<int>(rng() % 4);
+        call.limit.refill = which == 0 ? 0 : which == 1 ? known_end - 1000 : known_end;
+        if (call.limit.refill != 0 && call.limit.refill != known_end) ++dropped;
+        ++syncs;
+      }
+      StatusOr<Decision> a = decide(*redis, call);
+      StatusOr<Decision> b = decide(*memory, call);
+      ASSERT_THAT(a, testing::IsOk());
+      ASSERT_THAT(b, testing::IsOk());
+      ASSERT_EQ(a->ToString(), b->ToString()) << "step " << step;
+      ASSERT_EQ(a->retry_after, b->retry_after) << "step " << step;
+      if (call.op == internal::Op::kSync) known_end = a->retry_after.count();
+    }
+  }
+  std::cout << syncs << " syncs, " << dropped << " of them for an older window\n";
+  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace sluice
