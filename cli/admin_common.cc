@@ -12,7 +12,9 @@ namespace sluice::cli {
 void AddAdminFlags(CLI::App* cmd, AdminFlags& flags) {
   flags.url = DefaultRedisUrl();
   cmd->add_option("--redis", flags.url,
-                  "Redis URL: redis://[[user]:password@]host[:port][/db] or unix:///path?db=N "
+                  "Redis URL: redis://[[user]:password@]host[:port][/db], rediss://... "
+                  "(TLS: ?ca=FILE&cert=FILE&key=FILE&sni=NAME), "
+                  "redis+sentinel://host:port[,host:port...]/master-name or unix:///path?db=N "
                   "(default: $SLUICE_REDIS_URL, else redis://127.0.0.1:6379)");
   cmd->add_option("--prefix", flags.prefix, "Key prefix (ClientOptions::prefix)")
       ->capture_default_str();

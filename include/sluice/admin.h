@@ -83,8 +83,9 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
                                       std::chrono::milliseconds deadline = std::chrono::seconds(2));
 
 struct AdminOptions {
-  // Where the state lives: a redis:// or unix:// URL as in ClientOptions::url (the
-  // embedded memory:// store has nothing to administer). Default: "redis://127.0.0.1:6379".
+  // Where the state lives: a redis://, rediss://, redis+sentinel:// or unix:// URL as in
+  // ClientOptions::url (the embedded memory:// store has nothing to administer; a Redis
+  // Cluster is not visited yet). Default: "redis://127.0.0.1:6379".
   std::string url = "redis://127.0.0.1:6379";
   // The key prefix to work on (ClientOptions::prefix). Default: "sluice".
   std::string prefix = "sluice";
