@@ -25,11 +25,19 @@ std::string Field(const RedisValue& flat, const std::string& field) {
 }  // namespace
 
 RedisSentinelSet::RedisSentinelSet(RedisSentinelOptions options) : options_(std::move(options)) {
-  data_.push_back(std::make_unique<RedisServer>());
+  const std::vector<std::string> tls_replication =
+      options_.tls ? std::vector<std::string>{"--tls-replication", "yes"}
+                   : std::vector<std::string>{};
+  data_.push_back(std::make_unique<RedisServer>(
+      RedisServerOptions{.extra_args = tls_replication, .tls = options_.tls}));
   const std::string primary_port = std::to_string(data_[0]->port());
   for (int i = 0; i < options_.replicas; ++i) {
-    data_.push_back(std::make_unique<RedisServer>(
-        RedisServerOptions{.extra_args = {"--replicaof", "127.0.0.1", primary_port}}));
+    RedisServerOptions replica{.extra_args = tls_replication, .tls = options_.tls};
+    for (const std::string& a :
+         {std::string("--replicaof"), std::string("127.0.0.1"), primary_port}) {
+      replica.extra_args.push_back(a);
+    }
+    data_.push_back(std::make_unique<RedisServer>(std::move(replica)));
   }
   const std::string& name = options_.master_name;
   const std::string config =
@@ -40,8 +48,8 @@ RedisSentinelSet::RedisSentinelSet(RedisSentinelOptions options) : options_(std:
       "\nsentinel failover-timeout " + name + " " + std::to_string(options_.failover_timeout_ms) +
       "\nsentinel parallel-syncs " + name + " 1\n";
   for (int i = 0; i < options_.sentinels; ++i) {
-    sentinels_.push_back(
-        std::make_unique<RedisServer>(RedisServerOptions{.sentinel_config = config}));
+    sentinels_.push_back(std::make_unique<RedisServer>(
+        RedisServerOptions{.tls = options_.tls, .sentinel_config = config}));
   }
   // Sentinels find the replicas through the primary's INFO and each other through hello
   // messages (every 2 s): give them a while.
@@ -72,12 +80,14 @@ bool RedisSentinelSet::Ready() {
 }
 
 std::string RedisSentinelSet::url() const {
-  std::string url = "redis+sentinel://";
+  std::string url = options_.tls ? "rediss+sentinel://" : "redis+sentinel://";
   for (size_t i = 0; i < sentinels_.size(); ++i) {
     if (i > 0) url += ",";
     url += "127.0.0.1:" + std::to_string(sentinels_[i]->port());
   }
-  return url + "/" + options_.master_name;
+  url += "/" + options_.master_name;
+  if (options_.tls) url += "?ca=" + options_.tls->ca_file;
+  return url;
 }
 
 RedisServer& RedisSentinelSet::DataNodeOnPort(uint16_t port) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct RedisSentinelOptions {
   int down_after_ms = 1000;
   int failover_timeout_ms = 5000;
   std::string master_name = "sluice-primary";
+  // Every data node and sentinel TLS only (replication too); url() is then
+  // rediss+sentinel://...?ca=<file>.
+  std::optional<RedisTlsFiles> tls;
 };
 
 class RedisSentinelSet {
@@ -31,7 +35,8 @@ class RedisSentinelSet {
   RedisSentinelSet(const RedisSentinelSet&) = delete;
   RedisSentinelSet& operator=(const RedisSentinelSet&) = delete;
 
-  // redis+sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,.../<master name>
+  // redis+sentinel://127.0.0.1:<s1>,127.0.0.1:<s2>,.../<master name>, or
+  // rediss+sentinel://...?ca=<file> with TLS
   std::string url() const;
   const std::string& master_name() const { return options_.master_name; }
   // The data nodes: the first primary first, then the replicas.

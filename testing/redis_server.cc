@@ -153,7 +153,15 @@ void RedisServer::Start() {
     // A fresh file at every start: the sentinel rewrites it with what it learnt.
     const std::string conf = dir_ + "/sentinel.conf";
     std::ofstream out(conf, std::ios::trunc);
-    out << "port " << port_ << "\nbind 127.0.0.1\ndir " << dir_ << "\nlogfile " << dir_
+    if (options_.tls) {
+      // TLS only, to clients and to the data nodes (tls-replication).
+      out << "port 0\ntls-port " << port_ << "\ntls-cert-file " << options_.tls->cert_file
+          << "\ntls-key-file " << options_.tls->key_file << "\ntls-ca-cert-file "
+          << options_.tls->ca_file << "\ntls-auth-clients no\ntls-replication yes\n";
+    } else {
+      out << "port " << port_ << "\n";
+    }
+    out << "bind 127.0.0.1\ndir " << dir_ << "\nlogfile " << dir_
         << "/redis.log\nloglevel warning\ndaemonize no\n"
         << options_.sentinel_config << "\n";
     if (!out) Fatal("cannot write " + conf);

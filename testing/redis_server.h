@@ -33,8 +33,9 @@ struct RedisServerOptions {
   std::vector<std::string> extra_args;  // appended to the command line
   std::optional<RedisTlsFiles> tls;     // TLS only, on port()
   // Not empty: run as a Sentinel (redis-server <conf> --sentinel) with these lines of
-  // configuration after the port, bind, dir and logfile the fixture writes; extra_args,
-  // requirepass and the unix socket do not apply.
+  // configuration after the port, bind, dir and logfile the fixture writes (with `tls`:
+  // TLS only, to clients and to the data nodes); extra_args, requirepass and the unix
+  // socket do not apply.
   std::string sentinel_config;
 };
 

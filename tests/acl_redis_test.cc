@@ -1,9 +1,9 @@
 // The ACL rule sets of docs/design.md ("ACL users"), read from that page so that the
 // documented rules are the tested ones: sluice's limiter works under the limiter's set
-// (every algorithm, a composite, a lease, an audited release), the operator's read-only
-// tools (audit, inspect) under the read-only set, and what lies outside a set is refused
-// with a clear NOPERM error (repair under the read-only user, another prefix, FLUSHALL),
-// never a crash.
+// (every algorithm, a composite, a lease, an audited release; on a cluster with the
+// cluster additions), the operator's read-only tools (audit, inspect) under the
+// read-only set, and what lies outside a set is refused with a clear NOPERM error
+// (repair under the read-only user, another prefix, FLUSHALL), never a crash.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -17,6 +17,7 @@
 #include "redis/blocking_client.h"
 #include "redis/endpoint.h"
 #include "sluice/sluice.h"
+#include "testing/redis_cluster.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 #include "tests/run_command.h"
@@ -32,22 +33,25 @@ using testing::StatusIs;
 
 constexpr const char* kPassword = "acl-test-pw";
 
-// The line of docs/design.md that starts with "ACL SETUSER <user> ", as arguments.
-std::vector<std::string> DocumentedRules(const std::string& user) {
+// The lines of docs/design.md that start with "ACL SETUSER <user> ", each as arguments,
+// in the page's order (the base set first, then the additions by deployment).
+std::vector<std::vector<std::string>> DocumentedRules(const std::string& user) {
   std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/docs/design.md");
   EXPECT_TRUE(in) << "cannot read docs/design.md";
+  std::vector<std::vector<std::string>> lines;
   std::string line;
   const std::string head = "ACL SETUSER " + user + " ";
   while (std::getline(in, line)) {
     if (!line.starts_with(head)) continue;
     std::istringstream words(line);
     std::vector<std::string> args;
-    for (std::string w; words >> w;)
+    for (std::string w; words >> w;) {
       args.push_back(w == ">PASSWORD" ? ">" + std::string(kPassword) : w);
-    return args;
+    }
+    lines.push_back(std::move(args));
   }
-  ADD_FAILURE() << "docs/design.md has no line starting with \"" << head << "\"";
-  return {};
+  if (lines.empty()) ADD_FAILURE() << "docs/design.md has no line starting with \"" << head << "\"";
+  return lines;
 }
 
 class AclTest : public ::testing::Test {
@@ -55,7 +59,8 @@ class AclTest : public ::testing::Test {
   AclTest() {
     for (const char* user : {"sluice-app", "sluice-audit"}) {
       auto rules = DocumentedRules(user);
-      testing::RedisValue ok = server_.Command(rules);
+      if (rules.empty()) continue;  // DocumentedRules failed the test
+      testing::RedisValue ok = server_.Command(rules.front());  // the base set only
       EXPECT_EQ(ok.str, "OK") << user << ": " << ok.str;
     }
   }
@@ -201,6 +206,33 @@ TEST_F(AclTest, RepairUnderTheReadOnlyUserSaysNoperm) {
   EXPECT_THAT(repair.output, HasSubstr("ACL refusal, as NOPERM"));
   EXPECT_EQ(server_.Command({"PTTL", "sluice:{leaked:u}:fw"}).integer, -1) << "nothing changed";
   server_.Command({"DEL", "sluice:{leaked:u}:fw"});
+}
+
+// On a Redis Cluster the limiter's set plus its cluster additions, on every node: the
+// router reads the slot map and every primary decides its slots.
+TEST(AclCluster, TheLimiterWorksUnderTheClusterRules) {
+  testing::RedisCluster cluster({.primaries = 3});
+  for (const auto& node : cluster.nodes()) {
+    for (const auto& rules : DocumentedRules("sluice-app")) {
+      testing::RedisValue ok = node->Command(rules);
+      ASSERT_EQ(ok.str, "OK") << ok.str;
+    }
+  }
+  std::string url = cluster.url();
+  url.replace(url.find("//") + 2, 0, std::string("sluice-app:") + kPassword + "@");
+  auto client = Client::Create(
+      {.url = url, .deadline = milliseconds(2000), .on_failure = FailurePolicy::kClosed});
+  ASSERT_THAT(client, IsOk());
+  auto limiter = (*client)->MakeLimiter("spread", {.limit = 1, .window = seconds(60)});
+  ASSERT_THAT(limiter, IsOk());
+  for (int id = 0; id < 30; ++id) {
+    auto d = limiter->Check("id-" + std::to_string(id));
+    ASSERT_THAT(d, IsOk());
+    EXPECT_EQ(d->source, DecisionSource::kStore);
+    EXPECT_TRUE(d->allowed);
+  }
+  EXPECT_EQ(cluster.Keys("sluice:*").size(), 30u);
+  EXPECT_EQ(cluster.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // and failovers under load — the primary killed by its pid, and SENTINEL FAILOVER —
 // after which decisions resume on the promoted replica without restarting the client,
 // with the failed decisions and the time to recover printed, and no key left without
-// an expiry.
+// an expiry; and all of it over TLS (rediss+sentinel://).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +20,7 @@
 #include "testing/redis_sentinel.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
+#include "testing/tls_certificates.h"
 
 namespace sluice {
 namespace {
@@ -179,6 +180,33 @@ TEST_F(SentinelTest, FailoverOrderedBySentinelFailover) {
   // The old primary is a replica now; nothing was written there after it was demoted
   // that lacks an expiry.
   EXPECT_EQ(set_.data_node(0).KeysWithoutTtl("sen:*"), std::vector<std::string>{});
+}
+
+// rediss+sentinel://: sentinels and data nodes TLS only (replication too); the links to
+// the sentinels and the data connection all run TLS with the URL's options, and a
+// failover is followed over TLS as in the clear.
+TEST(SentinelTls, DecidesAndFollowsAFailoverOverTls) {
+  testing::TlsCertificates certs;
+  testing::RedisSentinelSet set({.tls = testing::RedisTlsFiles{.ca_file = certs.ca_file(),
+                                                               .cert_file = certs.server_cert(),
+                                                               .key_file = certs.server_key()}});
+  ASSERT_TRUE(set.url().starts_with("rediss+sentinel://"));
+  auto client = Client::Create(Options(set.url()));
+  ASSERT_THAT(client, IsOk());
+  auto limiter = (*client)->MakeLimiter("tls", {.limit = 2, .window = seconds(60)});
+  ASSERT_THAT(limiter, IsOk());
+  EXPECT_TRUE(limiter->Check("a")->allowed);
+  EXPECT_TRUE(limiter->Check("a")->allowed);
+  EXPECT_FALSE(limiter->Check("a")->allowed);
+  EXPECT_EQ(set.data_node(0).Command({"GET", "sen:{tls:a}:fw"}).type,
+            testing::RedisValue::Type::kString);
+  FailoverUnderLoad(
+      set,
+      [&] {
+        auto ok = set.sentinel(0).Command({"SENTINEL", "FAILOVER", set.master_name()});
+        ASSERT_EQ(ok.type, testing::RedisValue::Type::kStatus) << ok.str;
+      },
+      "TLS, SENTINEL FAILOVER");
 }
 
 }  // namespace
