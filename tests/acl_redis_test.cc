@@ -59,7 +59,7 @@ class AclTest : public ::testing::Test {
   AclTest() {
     for (const char* user : {"sluice-app", "sluice-audit"}) {
       auto rules = DocumentedRules(user);
-      if (rules.empty()) continue;  // DocumentedRules failed the test
+      if (rules.empty()) continue;                              // DocumentedRules failed the test
       testing::RedisValue ok = server_.Command(rules.front());  // the base set only
       EXPECT_EQ(ok.str, "OK") << user << ": " << ok.str;
     }
