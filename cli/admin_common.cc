@@ -12,9 +12,11 @@ namespace sluice::cli {
 void AddAdminFlags(CLI::App* cmd, AdminFlags& flags) {
   flags.url = DefaultRedisUrl();
   cmd->add_option("--redis", flags.url,
-                  "Redis URL: redis://[[user]:password@]host[:port][/db], unix:///path?db=N, or "
+                  "Redis URL: redis://[[user]:password@]host[:port][/db], rediss://... "
+                  "(TLS: ?ca=FILE&cert=FILE&key=FILE&sni=NAME), "
                   "redis+cluster://[[user]:password@]host:port[,host:port...] (every primary "
-                  "of a cluster) (default: $SLUICE_REDIS_URL, else redis://127.0.0.1:6379)");
+                  "of a cluster), redis+sentinel://host:port[,host:port...]/master-name or "
+                  "unix:///path?db=N (default: $SLUICE_REDIS_URL, else redis://127.0.0.1:6379)");
   cmd->add_option("--prefix", flags.prefix, "Key prefix (ClientOptions::prefix)")
       ->capture_default_str();
   cmd->add_flag("--json", flags.json, "Machine output: one JSON document on stdout");

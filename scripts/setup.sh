@@ -8,6 +8,7 @@ PACKAGES=(
   redis-server redis-tools            # the store, redis-benchmark for the ceiling
   libhiredis-dev                      # RESP formatting and parsing only
   libboost-dev                        # Asio (header-only in 1.74)
+  libssl-dev openssl                  # TLS to Redis (rediss://); openssl makes the tests' certificates
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   libcli11-dev nlohmann-json3-dev

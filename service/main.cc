@@ -85,7 +85,10 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
       ->required();
-  app.add_option("--redis", redis, "Store URL: redis://, unix:// or memory://")
+  app.add_option(
+         "--redis", redis,
+         "Store URL: redis://, rediss:// (TLS), redis+sentinel://, redis+cluster://, unix:// or "
+         "memory://")
       ->envname("SLUICED_REDIS")
       ->capture_default_str();
   app.add_option("--http-listen", http_listen, "HTTP/JSON listener")

@@ -89,12 +89,24 @@ RedisCluster::RedisCluster(RedisClusterOptions options) : options_(options) {
     // RedisServer picks a free port and retries on another when the server exits at
     // start (here also when port + 10000, the cluster bus, is taken). The nodes'
     // configuration file lives in each server's own directory (--dir).
-    nodes_.push_back(std::make_unique<RedisServer>(RedisServerOptions{
+    RedisServerOptions node{
         .extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                        "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
-                       "--cluster-require-full-coverage", "yes"}}));
+                       "--cluster-require-full-coverage", "yes"},
+        .tls = options_.tls};
+    if (options_.tls) {
+      for (const char* a : {"--tls-cluster", "yes", "--tls-replication", "yes"}) {
+        node.extra_args.push_back(a);
+      }
+    }
+    nodes_.push_back(std::make_unique<RedisServer>(std::move(node)));
   }
   std::vector<std::string> argv = {"redis-cli", "--cluster", "create"};
+  if (options_.tls) {
+    // The server certificate serves as redis-cli's client certificate too.
+    argv.insert(argv.begin() + 1, {"--tls", "--cacert", options_.tls->ca_file, "--cert",
+                                   options_.tls->cert_file, "--key", options_.tls->key_file});
+  }
   for (const auto& node : nodes_) argv.push_back("127.0.0.1:" + std::to_string(node->port()));
   argv.push_back("--cluster-replicas");
   argv.push_back(std::to_string(options_.replicas));
@@ -133,8 +145,10 @@ RedisCluster::RedisCluster(RedisClusterOptions options) : options_(options) {
 RedisCluster::~RedisCluster() = default;
 
 std::string RedisCluster::url() const {
-  std::string url = "redis+cluster://127.0.0.1:" + std::to_string(nodes_[0]->port());
+  std::string url = std::string(options_.tls ? "rediss" : "redis") +
+                    "+cluster://127.0.0.1:" + std::to_string(nodes_[0]->port());
   if (nodes_.size() > 1) url += ",127.0.0.1:" + std::to_string(nodes_[1]->port());
+  if (options_.tls) url += "?ca=" + options_.tls->ca_file;
   return url;
 }
 

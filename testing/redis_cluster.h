@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct RedisClusterOptions {
   int replicas = 0;  // per primary
   // cluster-node-timeout: how long a silent primary takes to be failed over.
   int node_timeout_ms = 1000;
+  // Every node TLS only, the cluster bus and replication too (tls-cluster,
+  // tls-replication); url() is then rediss+cluster://...?ca=<file>.
+  std::optional<RedisTlsFiles> tls;
 };
 
 class RedisCluster {
@@ -30,7 +34,8 @@ class RedisCluster {
   RedisCluster(const RedisCluster&) = delete;
   RedisCluster& operator=(const RedisCluster&) = delete;
 
-  // redis+cluster://127.0.0.1:<first>,127.0.0.1:<second> (two seeds).
+  // redis+cluster://127.0.0.1:<first>,127.0.0.1:<second> (two seeds), or
+  // rediss+cluster://...?ca=<file> with TLS.
   std::string url() const;
   // Every node, primaries first (in creation order), then the replicas.
   const std::vector<std::unique_ptr<RedisServer>>& nodes() const { return nodes_; }

@@ -103,13 +103,19 @@ RedisServer::~RedisServer() {
 
 std::string RedisServer::url() const {
   std::string auth = options_.requirepass.empty() ? "" : ":" + options_.requirepass + "@";
-  return "redis://" + auth + "127.0.0.1:" + std::to_string(port_);
+  if (!options_.tls) return "redis://" + auth + "127.0.0.1:" + std::to_string(port_);
+  std::string url =
+      "rediss://" + auth + "127.0.0.1:" + std::to_string(port_) + "?ca=" + options_.tls->ca_file;
+  if (options_.tls->require_client_cert) {
+    url += "&cert=" + options_.tls->client_cert_file + "&key=" + options_.tls->client_key_file;
+  }
+  return url;
 }
 
 void RedisServer::Start() {
   std::vector<std::string> args = {"redis-server",
                                    "--port",
-                                   std::to_string(port_),
+                                   options_.tls ? "0" : std::to_string(port_),
                                    "--bind",
                                    "127.0.0.1",
                                    "--save",
@@ -128,11 +134,39 @@ void RedisServer::Start() {
                                    "warning",
                                    "--logfile",
                                    dir_ + "/redis.log"};
+  if (options_.tls) {
+    for (const std::string& a :
+         {std::string("--tls-port"), std::to_string(port_), std::string("--tls-cert-file"),
+          options_.tls->cert_file, std::string("--tls-key-file"), options_.tls->key_file,
+          std::string("--tls-ca-cert-file"), options_.tls->ca_file,
+          std::string("--tls-auth-clients"),
+          std::string(options_.tls->require_client_cert ? "yes" : "no")}) {
+      args.push_back(a);
+    }
+  }
   if (!options_.requirepass.empty()) {
     args.push_back("--requirepass");
     args.push_back(options_.requirepass);
   }
   for (const auto& a : options_.extra_args) args.push_back(a);
+  if (!options_.sentinel_config.empty()) {
+    // A fresh file at every start: the sentinel rewrites it with what it learnt.
+    const std::string conf = dir_ + "/sentinel.conf";
+    std::ofstream out(conf, std::ios::trunc);
+    if (options_.tls) {
+      // TLS only, to clients and to the data nodes (tls-replication).
+      out << "port 0\ntls-port " << port_ << "\ntls-cert-file " << options_.tls->cert_file
+          << "\ntls-key-file " << options_.tls->key_file << "\ntls-ca-cert-file "
+          << options_.tls->ca_file << "\ntls-auth-clients no\ntls-replication yes\n";
+    } else {
+      out << "port " << port_ << "\n";
+    }
+    out << "bind 127.0.0.1\ndir " << dir_ << "\nlogfile " << dir_
+        << "/redis.log\nloglevel warning\ndaemonize no\n"
+        << options_.sentinel_config << "\n";
+    if (!out) Fatal("cannot write " + conf);
+    args = {"redis-server", conf, "--sentinel"};
+  }
   pid_t child = ::fork();
   if (child < 0) Fatal("fork failed");
   if (child == 0) {

@@ -18,9 +18,25 @@
 
 namespace sluice::testing {
 
+// A server that speaks TLS only (--port 0 --tls-port <port>), with the files of
+// testing/tls_certificates.h.
+struct RedisTlsFiles {
+  std::string ca_file, cert_file, key_file;
+  // tls-auth-clients yes: a client must present a certificate signed by ca_file (the
+  // fixture's own client, and url(), present client_cert_file / client_key_file).
+  bool require_client_cert = false;
+  std::string client_cert_file, client_key_file;
+};
+
 struct RedisServerOptions {
   std::string requirepass;              // sets requirepass when not empty
   std::vector<std::string> extra_args;  // appended to the command line
+  std::optional<RedisTlsFiles> tls;     // TLS only, on port()
+  // Not empty: run as a Sentinel (redis-server <conf> --sentinel) with these lines of
+  // configuration after the port, bind, dir and logfile the fixture writes (with `tls`:
+  // TLS only, to clients and to the data nodes); extra_args, requirepass and the unix
+  // socket do not apply.
+  std::string sentinel_config;
 };
 
 // One reply, owned (internal::Reply: type, integer, str, elements), for assertions.
@@ -38,7 +54,8 @@ class RedisServer {
   uint16_t port() const { return port_; }
   pid_t pid() const { return pid_; }
   const std::string& unix_path() const { return unix_path_; }
-  // redis://[:requirepass@]127.0.0.1:<port>
+  // redis://[:requirepass@]127.0.0.1:<port>, or with TLS
+  // rediss://[:requirepass@]127.0.0.1:<port>?ca=<file>[&cert=<file>&key=<file>]
   std::string url() const;
 
   // SIGSTOP / SIGCONT: a server that is alive but silent.

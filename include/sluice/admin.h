@@ -83,13 +83,13 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
                                       std::chrono::milliseconds deadline = std::chrono::seconds(2));
 
 struct AdminOptions {
-  // Where the state lives: a redis://, unix:// or redis+cluster:// URL as in
-  // ClientOptions::url (the embedded memory:// store has nothing to administer). On a
-  // cluster the slot map is read at Connect and every primary is connected: Scan visits
-  // each in turn, every script call carries keys of one slot, and ReadKeys, Inspect and
-  // ExpireIfNone send each key to its slot's primary. A slot moved after Connect makes
-  // calls on its keys fail with the redirection (connect again). Default:
-  // "redis://127.0.0.1:6379".
+  // Where the state lives: a redis://, rediss://, redis+sentinel://, unix:// or
+  // redis+cluster:// URL as in ClientOptions::url (the embedded memory:// store has
+  // nothing to administer). On a cluster the slot map is read at Connect and every
+  // primary is connected: Scan visits each in turn, every script call carries keys of one
+  // slot, and ReadKeys, Inspect and ExpireIfNone send each key to its slot's primary. A
+  // slot moved after Connect makes calls on its keys fail with the redirection (connect
+  // again). Default: "redis://127.0.0.1:6379".
   std::string url = "redis://127.0.0.1:6379";
   // The key prefix to work on (ClientOptions::prefix). Default: "sluice".
   std::string prefix = "sluice";

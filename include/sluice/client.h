@@ -71,9 +71,18 @@ struct ConcurrencyOptions;
 struct ClientOptions {
   // Where the state lives:
   //   redis://[[user]:password@]host[:port][/db]   TCP (port 6379 and db 0 when omitted)
+  //   rediss://...[?ca=FILE&cert=FILE&key=FILE&sni=NAME]   the same over TLS (the
+  //       server's certificate is always verified: ca, the CA file, else the system's
+  //       trust store; cert and key, a client certificate; sni, the name to verify when
+  //       it is not the host)
+  //   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master-name[/db]
+  //       [?sentinel_user=U&sentinel_password=P]   the primary the sentinels name,
+  //       followed through failovers (rediss+sentinel:// over TLS)
+  //   redis+cluster://[[user]:password@]host[:port][,host[:port]...]   a Redis Cluster's
+  //       seed nodes (rediss+cluster:// over TLS)
   //   unix:///path/to/redis.sock[?db=N&user=U&password=P]
   //   memory://                                     the embedded store of this process
-  // Default: "redis://127.0.0.1:6379".
+  // docs/design.md §8 has the details. Default: "redis://127.0.0.1:6379".
   std::string url = "redis://127.0.0.1:6379";
   // First part of every key (`<prefix>:{<limiter>:<id>}`); letters, digits and `_.-`,
   // 1–64 bytes. Default: "sluice".

@@ -11,10 +11,14 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/write.hpp>
 
 #include "core/client_side.h"
 #include "redis/resp.h"
+#include "redis/sentinel.h"
+#include "redis/tls.h"
 
 namespace sluice::internal {
 
@@ -29,6 +33,12 @@ struct Connection::Session {
 
   asio::generic::stream_protocol::socket socket;
   asio::ip::tcp::resolver resolver;
+  // rediss://: the TLS stream over `socket` (made once TCP is connected).
+  std::unique_ptr<asio::ssl::stream<asio::generic::stream_protocol::socket&>> tls;
+  bool tls_handshaking = false;  // strand only
+  HostPort address;              // where this session connects (TCP only; strand only)
+  bool demoted = false;          // a READONLY reply: the server is no longer a primary
+  bool handshaken = false;       // the handshake succeeded (strand only)
   redisReader* reader;
   std::string writing;  // the batch being written
   std::vector<char> read_buf = std::vector<char>(64 * 1024);
@@ -37,6 +47,24 @@ struct Connection::Session {
   std::vector<size_t> groups;        // scratch: per reply, how many requests it answers
   bool connected = false;            // strand only
   bool closed = false;               // strand only
+
+  // Reads and writes go through TLS when the session has it.
+  template <typename Buffers, typename Handler>
+  void AsyncWrite(const Buffers& buffers, Handler&& handler) {
+    if (tls) {
+      asio::async_write(*tls, buffers, std::forward<Handler>(handler));
+    } else {
+      asio::async_write(socket, buffers, std::forward<Handler>(handler));
+    }
+  }
+  template <typename Buffers, typename Handler>
+  void AsyncReadSome(const Buffers& buffers, Handler&& handler) {
+    if (tls) {
+      tls->async_read_some(buffers, std::forward<Handler>(handler));
+    } else {
+      socket.async_read_some(buffers, std::forward<Handler>(handler));
+    }
+  }
 };
 
 namespace {
@@ -67,8 +95,21 @@ int MajorVersion(std::string_view info) {
 
 std::shared_ptr<Connection> Connection::Make(asio::any_io_executor executor, Endpoint endpoint,
                                              ConnectionOptions options) {
-  return std::shared_ptr<Connection>(
+  std::shared_ptr<SentinelLocator> sentinel;
+  if (endpoint.kind == Endpoint::Kind::kSentinel && !options.locate) {
+    sentinel = SentinelLocator::Make(executor, endpoint, options);
+    options.locate = [sentinel](Deadline deadline, std::function<void(StatusOr<HostPort>)> done) {
+      sentinel->Locate(deadline, std::move(done));
+    };
+  }
+  std::shared_ptr<Connection> connection(
       new Connection(std::move(executor), std::move(endpoint), std::move(options)));
+  if (sentinel) {
+    // Before Start: the locator follows +switch-master only once started.
+    sentinel->Follow(connection);
+    connection->sentinel_ = std::move(sentinel);
+  }
+  return connection;
 }
 
 Connection::Connection(asio::any_io_executor executor, Endpoint endpoint, ConnectionOptions options)
@@ -78,11 +119,21 @@ Connection::Connection(asio::any_io_executor executor, Endpoint endpoint, Connec
       shas_(options_.scripts.size()),
       timer_(strand_),
       retry_timer_(strand_),
-      backoff_(options_.reconnect_min_backoff) {}
+      backoff_(options_.reconnect_min_backoff) {
+  if (endpoint_.tls.enabled) {
+    auto context = MakeTlsContext(endpoint_.tls);
+    if (context.ok()) {
+      tls_context_ = *std::move(context);
+    } else {
+      tls_error_ = context.status();
+    }
+  }
+}
 
 Connection::~Connection() = default;
 
 void Connection::Start(std::function<void(Status)> first_result) {
+  if (sentinel_) sentinel_->Start();
   asio::post(strand_,
              [self = shared_from_this(), first_result = std::move(first_result)]() mutable {
                self->first_result_ = std::move(first_result);
@@ -103,35 +154,66 @@ void Connection::Connect() {
   retry_timer_.async_wait(
       asio::bind_executor(strand_, [self, session](boost::system::error_code ec) {
         if (ec || session->connected || session->closed) return;
-        self->Break(session,
-                    DeadlineExceededError(
-                        "connecting to redis " + self->endpoint_.Describe() + " took longer than " +
-                        std::to_string(self->options_.connect_timeout.count()) + " ms"));
+        const std::string limit = std::to_string(self->options_.connect_timeout.count()) + " ms";
+        self->Break(session, DeadlineExceededError(
+                                 session->tls_handshaking
+                                     ? "the TLS handshake with redis " + self->Where(*session) +
+                                           " did not finish within " + limit +
+                                           " (is it a TLS port? rediss:// needs redis's tls-port)"
+                                     : "connecting to redis " + self->Where(*session) +
+                                           " took longer than " + limit));
       }));
-  auto on_connect = [self, session](boost::system::error_code ec) {
-    if (session->closed) return;
-    if (ec) {
-      self->Break(session, UnavailableError("cannot connect to redis " +
-                                            self->endpoint_.Describe() + ": " + ec.message()));
-      return;
-    }
-    self->OnConnected(session);
-  };
+  if (!tls_error_.ok()) {
+    Break(session, tls_error_);
+    return;
+  }
   if (endpoint_.kind == Endpoint::Kind::kUnix) {
     asio::generic::stream_protocol::endpoint ep{
         asio::local::stream_protocol::endpoint(endpoint_.path)};
-    session->socket.async_connect(ep, asio::bind_executor(strand_, on_connect));
+    session->socket.async_connect(
+        ep, asio::bind_executor(strand_, [self, session](boost::system::error_code ec) {
+          self->OnSocketConnected(session, ec);
+        }));
     return;
   }
+  if (options_.locate) {
+    options_.locate(steady_clock::now() + options_.connect_timeout,
+                    [self, session](StatusOr<HostPort> address) {
+                      asio::post(self->strand_, [self, session, address = std::move(address)] {
+                        if (session->closed) return;
+                        if (!address.ok()) {
+                          self->Break(session, address.status());
+                          return;
+                        }
+                        self->ConnectTcp(session, *address);
+                      });
+                    });
+    return;
+  }
+  ConnectTcp(session, HostPort{endpoint_.host, endpoint_.port});
+}
+
+std::string Connection::Where(const Session& session) const {
+  if (endpoint_.kind != Endpoint::Kind::kSentinel) return endpoint_.Describe();
+  if (session.address.host.empty()) return endpoint_.Describe();
+  return session.address.Describe() + " (" + endpoint_.Describe() + ")";
+}
+
+void Connection::ConnectTcp(const std::shared_ptr<Session>& session, HostPort address) {
+  session->address = std::move(address);
+  auto self = shared_from_this();
+  auto on_connect = [self, session](boost::system::error_code ec) {
+    self->OnSocketConnected(session, ec);
+  };
   session->resolver.async_resolve(
-      endpoint_.host, std::to_string(endpoint_.port),
+      session->address.host, std::to_string(session->address.port),
       asio::bind_executor(
           strand_, [self, session, on_connect](boost::system::error_code ec,
                                                asio::ip::tcp::resolver::results_type results) {
             if (session->closed) return;
             if (ec || results.empty()) {
               self->Break(session, UnavailableError("cannot resolve redis host \"" +
-                                                    self->endpoint_.host + "\": " + ec.message()));
+                                                    session->address.host + "\": " + ec.message()));
               return;
             }
             asio::generic::stream_protocol::endpoint ep{results.begin()->endpoint()};
@@ -139,13 +221,52 @@ void Connection::Connect() {
           }));
 }
 
+void Connection::OnSocketConnected(const std::shared_ptr<Session>& session,
+                                   boost::system::error_code ec) {
+  if (session->closed) return;
+  if (ec) {
+    Break(session,
+          UnavailableError("cannot connect to redis " + Where(*session) + ": " + ec.message()));
+    return;
+  }
+  if (endpoint_.kind != Endpoint::Kind::kUnix) {
+    boost::system::error_code ignored;
+    session->socket.set_option(asio::ip::tcp::no_delay(true), ignored);
+    if (tls_context_) {
+      StartTls(session);
+      return;
+    }
+  }
+  OnConnected(session);
+}
+
+void Connection::StartTls(const std::shared_ptr<Session>& session) {
+  session->tls = std::make_unique<asio::ssl::stream<asio::generic::stream_protocol::socket&>>(
+      session->socket, *tls_context_);
+  const std::string name = TlsNameFor(endpoint_.tls, session->address.host);
+  if (Status s = PrepareTlsSession(session->tls->native_handle(), name); !s.ok()) {
+    Break(session, std::move(s));
+    return;
+  }
+  session->tls_handshaking = true;
+  session->tls->async_handshake(
+      asio::ssl::stream_base::client,
+      asio::bind_executor(strand_, [self = shared_from_this(), session,
+                                    name](boost::system::error_code ec) {
+        if (session->closed) return;
+        session->tls_handshaking = false;
+        if (ec) {
+          self->Break(session, TlsHandshakeError(session->tls->native_handle(), ec,
+                                                 self->endpoint_.tls, self->Where(*session), name));
+          return;
+        }
+        self->OnConnected(session);
+      }));
+}
+
 void Connection::OnConnected(const std::shared_ptr<Session>& session) {
   session->connected = true;
   retry_timer_.cancel();
-  if (endpoint_.kind == Endpoint::Kind::kTcp) {
-    boost::system::error_code ignored;
-    session->socket.set_option(asio::ip::tcp::no_delay(true), ignored);
-  }
   {
     MutexLock lock(mu_);
     if (session_ != session) return;
@@ -188,7 +309,7 @@ void Connection::Handshake(const std::shared_ptr<Session>& session) {
     (*send)(std::move(command), std::move(check));
   };
   auto any = [](const redisReply*) { return Status::Ok(); };
-  const std::string where = endpoint_.Describe();
+  const std::string where = Where(*session);
   // The scripts are loaded once INFO answered (so the client is authenticated): Redis
   // disconnects an unauthenticated client that sends a large bulk (the batch script)
   // before it could read the NOAUTH or WRONGPASS error.
@@ -228,6 +349,30 @@ void Connection::Handshake(const std::shared_ptr<Session>& session) {
     load_scripts();
     return Status::Ok();
   });
+  if (endpoint_.kind == Endpoint::Kind::kSentinel) {
+    // The sentinels' answer may be stale (a failover under way): only a primary serves.
+    issue(FormatCommand({"ROLE"}), [where](const redisReply* reply) {
+      if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
+          reply->element[0]->type != REDIS_REPLY_STRING) {
+        return InternalError("redis " + where + ": unexpected reply to ROLE");
+      }
+      std::string_view role(reply->element[0]->str, reply->element[0]->len);
+      if (role != "master") {
+        return UnavailableError("redis " + where + " is a " + std::string(role) +
+                                ", not the primary (a failover is under way or the sentinel's "
+                                "answer was stale); asking the sentinels again");
+      }
+      return Status::Ok();
+    });
+  }
+  if (!options_.subscribe.empty()) {
+    issue(FormatCommand({"SUBSCRIBE", options_.subscribe}), [where](const redisReply* reply) {
+      if (reply->type != REDIS_REPLY_ARRAY) {
+        return InternalError("redis " + where + ": unexpected reply to SUBSCRIBE");
+      }
+      return Status::Ok();
+    });
+  }
 }
 
 void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status status) {
@@ -241,6 +386,7 @@ void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status s
     state_ = State::kReady;
     last_error_ = Status::Ok();
   }
+  session->handshaken = true;
   ready_.store(true, std::memory_order_relaxed);
   backoff_ = options_.reconnect_min_backoff;
   if (first_result_) std::exchange(first_result_, nullptr)(Status::Ok());
@@ -486,8 +632,8 @@ void Connection::StartWrite(const std::shared_ptr<Session>& session) {
     ++stats_.writes;
   }
   auto self = shared_from_this();
-  asio::async_write(
-      session->socket, asio::buffer(session->writing),
+  session->AsyncWrite(
+      asio::buffer(session->writing),
       asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t) {
         if (session->closed) return;
         {
@@ -503,16 +649,30 @@ void Connection::StartWrite(const std::shared_ptr<Session>& session) {
       }));
 }
 
+std::string Connection::LostHint(const Session& session, boost::system::error_code ec) const {
+  if (session.handshaken) return "";
+  if (!session.tls) {
+    // A TLS port closes on the plaintext it cannot read as a TLS hello.
+    return " (during the handshake: if that port serves TLS only, use rediss://)";
+  }
+  if (ec.category() == asio::error::get_ssl_category()) {
+    // An alert after the handshake: the server checked this client's certificate.
+    return " (the server refused this client's certificate or its absence: give cert= and "
+           "key= of a certificate signed by a CA the server trusts)";
+  }
+  return "";
+}
+
 void Connection::StartRead(const std::shared_ptr<Session>& session) {
   auto self = shared_from_this();
-  session->socket.async_read_some(
+  session->AsyncReadSome(
       asio::buffer(session->read_buf),
       asio::bind_executor(strand_, [self, session](boost::system::error_code ec, size_t n) {
         if (session->closed) return;
         if (ec) {
           self->Break(session,
-                      UnavailableError("connection to redis " + self->endpoint_.Describe() +
-                                       " lost: " + ec.message()));
+                      UnavailableError("connection to redis " + self->Where(*session) +
+                                       " lost: " + ec.message() + self->LostHint(*session, ec)));
           return;
         }
         redisReaderFeed(session->reader, session->read_buf.data(), n);
@@ -549,6 +709,10 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
     size_t written = queue_.size() - open_count_;
     for (size_t i = 0; i < replies.size() && !desync; ++i) {
       const size_t n = written == 0 ? 0 : queue_.front().batch;
+      if (n == 0 && options_.on_push) {  // a message on a subscribed connection
+        groups.push_back(0);
+        continue;
+      }
       if (n == 0 || n > written) {
         desync = true;
         break;
@@ -584,7 +748,13 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
       callbacks = 0;
     }
     callbacks += n;
-    if (n == 1) {
+    if (endpoint_.kind == Endpoint::Kind::kSentinel && replies[i]->type == REDIS_REPLY_ERROR &&
+        std::string_view(replies[i]->str, replies[i]->len).starts_with("READONLY")) {
+      session->demoted = true;
+    }
+    if (n == 0) {
+      options_.on_push(replies[i]);
+    } else if (n == 1) {
       Dispatch(batch[at], replies[i]);
     } else {
       DispatchBatch(&batch[at], n, replies[i]);
@@ -593,6 +763,12 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
     at += n;
   }
   batch.clear();
+  if (session->demoted) {
+    // The primary was demoted (a failover this client missed): ask the sentinels again.
+    Break(session, UnavailableError("redis " + Where(*session) +
+                                    " answered READONLY: it is no longer the primary; asking "
+                                    "the sentinels again"));
+  }
 }
 
 void Connection::Dispatch(Request& request, redisReply* reply) {
@@ -813,7 +989,31 @@ void Connection::Uncork() {
   asio::post(strand_, [self = shared_from_this(), session] { self->StartWrite(session); });
 }
 
+void Connection::Redirect(HostPort to, std::string why) {
+  asio::post(strand_, [self = shared_from_this(), to = std::move(to), why = std::move(why)] {
+    std::shared_ptr<Session> session;
+    State state;
+    {
+      MutexLock lock(self->mu_);
+      session = self->session_;
+      state = self->state_;
+    }
+    if (state == State::kShutdown) return;
+    self->backoff_ = self->options_.reconnect_min_backoff;
+    if (session) {
+      if (session->address.host == to.host && session->address.port == to.port) return;
+      self->Break(session, UnavailableError(why));  // reconnects after the minimum backoff
+      return;
+    }
+    if (state == State::kDown && !self->first_result_) {
+      self->retry_timer_.cancel();  // the pending backoff: reconnect now instead
+      self->ScheduleReconnect();
+    }
+  });
+}
+
 void Connection::Shutdown() {
+  if (sentinel_) sentinel_->Shutdown();
   std::shared_ptr<Session> session;
   {
     MutexLock lock(mu_);

@@ -30,6 +30,12 @@
 // Routing: a command is sent to the Connection its caller chose; the cluster router
 // picks the connection per key slot and owns one Connection per primary.
 //
+// Transports: TCP or a unix socket; rediss:// runs TLS over the TCP socket (redis/tls.h:
+// the handshake after connect, inside connect_timeout, failures named by cause). An
+// Endpoint of Kind::kSentinel asks the sentinels where the primary is at every connect
+// (redis/sentinel.h), checks ROLE in the handshake, breaks on a READONLY reply and is
+// moved by Redirect when the sentinels announce a new primary.
+//
 // Errors on this side of the connection while the store answers (too many calls in
 // flight; a deadline missed while replies kept arriving after the call was issued) are
 // marked client-side (core/client_side.h): the breaker does not count them.
@@ -52,8 +58,10 @@
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/system/error_code.hpp>
 
 #include "core/mutex.h"
 #include "redis/endpoint.h"
@@ -82,7 +90,18 @@ struct ConnectionOptions {
   std::size_t max_batch = 64;
   // Loaded at every (re)connect; Eval's script index points into this list.
   std::vector<Script> scripts;
+  // Where to connect, asked at every (re)connect instead of the endpoint's host and port
+  // (the sentinel links take their sentinels in turn); `done` may run on any thread.
+  // Empty: the endpoint's address (for an Endpoint::Kind::kSentinel, Make sets this to
+  // ask the sentinels: redis/sentinel.h).
+  std::function<void(Deadline, std::function<void(StatusOr<HostPort>)>)> locate;
+  // Not empty: SUBSCRIBE to this channel at every (re)connect, and hand every message
+  // that answers no command to on_push (on the strand). No scripts, no other commands.
+  std::string subscribe;
+  std::function<void(const redisReply*)> on_push;
 };
+
+class SentinelLocator;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -139,6 +158,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Closes the connection for good: queued calls complete with Unavailable.
   void Shutdown();
+
+  // The server to use is now `to` (a sentinel announced a new primary): a session with
+  // another address is closed (calls in flight fail Unavailable with `why`) and the
+  // connection reconnects at once, asking where to connect again.
+  void Redirect(HostPort to, std::string why);
 
   bool ready() const { return ready_.load(std::memory_order_relaxed); }
   const Endpoint& endpoint() const { return endpoint_; }
@@ -205,6 +229,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void DispatchBatch(Request* calls, std::size_t n, redisReply* reply);
 
   void Connect();
+  void ConnectTcp(const std::shared_ptr<Session>& session, HostPort address);
+  // The socket is connected (or failed `ec`): TLS next for rediss://, else the handshake.
+  void OnSocketConnected(const std::shared_ptr<Session>& session, boost::system::error_code ec);
+  void StartTls(const std::shared_ptr<Session>& session);
+  // "host:port" of a session, and which primary it serves behind sentinels.
+  std::string Where(const Session& session) const;
+  // What a connection lost before its handshake ended may mean (a TLS mismatch), or "".
+  std::string LostHint(const Session& session, boost::system::error_code ec) const;
   void OnConnected(const std::shared_ptr<Session>& session);
   void Handshake(const std::shared_ptr<Session>& session);
   void HandshakeDone(const std::shared_ptr<Session>& session, Status status);
@@ -224,6 +256,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::steady_timer retry_timer_;  // connect timeout and reconnect backoff
   std::chrono::milliseconds backoff_;
   std::function<void(Status)> first_result_;  // strand only
+  // rediss://: the client context (made once), or why it could not be made.
+  std::shared_ptr<boost::asio::ssl::context> tls_context_;
+  Status tls_error_;
+  // Endpoint::Kind::kSentinel: the sentinel links that say where the primary is.
+  std::shared_ptr<SentinelLocator> sentinel_;
 
   mutable Mutex mu_;
   State state_ SLUICE_GUARDED_BY(mu_) = State::kIdle;

@@ -1,6 +1,9 @@
 #include "redis/endpoint.h"
 
+#include <algorithm>
 #include <charconv>
+#include <functional>
+#include <iterator>
 
 namespace sluice::internal {
 namespace {
@@ -36,17 +39,197 @@ StatusOr<int> ParseDb(std::string_view text) {
   return db;
 }
 
+// The query parameters of a URL: name=value pairs joined by '&', each value
+// percent-decoded. Never echoes a value (it may be a password).
+Status ForEachParameter(std::string_view query, std::string_view what,
+                        const std::function<Status(std::string_view, std::string)>& each) {
+  while (!query.empty()) {
+    std::string_view pair = query.substr(0, query.find('&'));
+    query = pair.size() < query.size() ? query.substr(pair.size() + 1) : std::string_view();
+    auto eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      // Not echoed: a pair without '=' may be a stray piece of a password.
+      return InvalidArgumentError(std::string(what) + " URL query needs name=value pairs");
+    }
+    std::string_view name = pair.substr(0, eq);
+    auto value = PercentDecode(pair.substr(eq + 1), name);
+    if (!value.ok()) return value.status();
+    if (Status s = each(name, *std::move(value)); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+StatusOr<HostPort> ParseHostPort(std::string_view hostport, uint16_t default_port) {
+  HostPort out;
+  out.port = default_port;
+  std::string_view port_text;
+  if (!hostport.empty() && hostport[0] == '[') {
+    auto close = hostport.find(']');
+    if (close == std::string_view::npos) return InvalidArgumentError("unclosed [ in IPv6 host");
+    out.host = std::string(hostport.substr(1, close - 1));
+    std::string_view after = hostport.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') return InvalidArgumentError("expected :port after ]");
+      port_text = after.substr(1);
+    }
+  } else {
+    auto colon = hostport.find(':');
+    out.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) port_text = hostport.substr(colon + 1);
+  }
+  if (out.host.empty()) return InvalidArgumentError("redis URL has no host (redis://host:port)");
+  if (!port_text.empty()) {
+    unsigned port = 0;
+    auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+    if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port == 0 ||
+        port > 65535) {
+      // Not echoed: in "redis://user:secret" (the @host forgotten) the "port" is a password.
+      return InvalidArgumentError("port must be a number 1-65535");
+    }
+    out.port = static_cast<uint16_t>(port);
+  }
+  return out;
+}
+
+// The network forms: redis[s]://, redis[s]+cluster://, redis[s]+sentinel://.
+enum class Form { kSingle, kCluster, kSentinel };
+
+struct NetworkUrl {
+  Form form = Form::kSingle;
+  bool tls = false;
+  std::string user, password;
+  std::vector<HostPort> hosts;  // one for kSingle
+  std::string_view path;        // after the first '/' of the authority
+  Endpoint options;             // tls and sentinel credentials from the query
+};
+
+constexpr std::string_view kSchemes[] = {"redis://",          "rediss://",
+                                         "redis+cluster://",  "rediss+cluster://",
+                                         "redis+sentinel://", "rediss+sentinel://"};
+
+StatusOr<NetworkUrl> ParseNetworkUrl(std::string_view url) {
+  NetworkUrl out;
+  std::string_view rest;
+  for (size_t i = 0; i < std::size(kSchemes); ++i) {
+    if (url.starts_with(kSchemes[i])) {
+      out.tls = i % 2 == 1;
+      out.form = static_cast<Form>(i / 2);
+      rest = url.substr(kSchemes[i].size());
+      break;
+    }
+  }
+  // The query starts at the first '?' after the userinfo (a password may hold '?'; a
+  // parameter's value holds '@' only percent-encoded).
+  const size_t at = rest.rfind('@');
+  std::string_view query;
+  if (auto q = rest.find('?', at == std::string_view::npos ? 0 : at); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+  }
+  if (at != std::string_view::npos) {
+    std::string_view userinfo = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    std::string_view user, password = userinfo;
+    if (auto colon = userinfo.find(':'); colon != std::string_view::npos) {
+      user = userinfo.substr(0, colon);
+      password = userinfo.substr(colon + 1);
+    }
+    auto u = PercentDecode(user, "user");
+    if (!u.ok()) return u.status();
+    auto p = PercentDecode(password, "password");
+    if (!p.ok()) return p.status();
+    out.user = std::move(*u);
+    out.password = std::move(*p);
+  }
+  std::string_view hosts = rest.substr(0, rest.find('/'));
+  out.path = hosts.size() < rest.size() ? rest.substr(hosts.size() + 1) : std::string_view();
+  const uint16_t default_port = out.form == Form::kSentinel ? 26379 : 6379;
+  if (out.form == Form::kSingle) {
+    auto one = ParseHostPort(hosts, default_port);
+    if (!one.ok()) return one.status();
+    out.hosts.push_back(*std::move(one));
+  } else {
+    const char* what = out.form == Form::kCluster ? "redis+cluster" : "redis+sentinel";
+    if (hosts.empty()) {
+      return InvalidArgumentError(std::string(what) + " URL has no " +
+                                  (out.form == Form::kCluster ? "seed node" : "sentinel") + " (" +
+                                  what + "://host:port)");
+    }
+    while (true) {
+      const size_t comma = hosts.find(',');
+      std::string_view one = hosts.substr(0, comma);
+      if (one.empty()) return InvalidArgumentError(std::string(what) + " URL has an empty host");
+      auto parsed = ParseHostPort(one, default_port);
+      if (!parsed.ok()) return parsed.status();
+      out.hosts.push_back(*std::move(parsed));
+      if (comma == std::string_view::npos) break;
+      hosts = hosts.substr(comma + 1);
+    }
+  }
+  TlsOptions& tls = out.options.tls;
+  tls.enabled = out.tls;
+  Status params =
+      ForEachParameter(query, "redis", [&](std::string_view name, std::string value) -> Status {
+        if (name == "ca" || name == "cert" || name == "key" || name == "sni") {
+          if (!out.tls) {
+            return InvalidArgumentError("the TLS parameter \"" + std::string(name) +
+                                        "\" needs a TLS URL (rediss://, rediss+cluster://, "
+                                        "rediss+sentinel://)");
+          }
+          if (value.empty()) {
+            return InvalidArgumentError("the TLS parameter \"" + std::string(name) + "\" is empty");
+          }
+          (name == "ca"     ? tls.ca_file
+           : name == "cert" ? tls.cert_file
+           : name == "key"  ? tls.key_file
+                            : tls.server_name) = std::move(value);
+          return Status::Ok();
+        }
+        if (out.form == Form::kSentinel &&
+            (name == "sentinel_user" || name == "sentinel_password")) {
+          (name == "sentinel_user" ? out.options.sentinel_user : out.options.sentinel_password) =
+              std::move(value);
+          return Status::Ok();
+        }
+        std::string known = out.tls ? "ca, cert, key, sni" : "";
+        if (out.form == Form::kSentinel) {
+          known += std::string(known.empty() ? "" : ", ") + "sentinel_user, sentinel_password";
+        }
+        return InvalidArgumentError(
+            "unknown URL parameter \"" + std::string(name.substr(0, 32)) + "\"" +
+            (known.empty() ? "; this URL takes none (TLS parameters need rediss://)"
+                           : "; known: " + known));
+      });
+  if (!params.ok()) return params;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return InvalidArgumentError(
+        "a TLS client certificate needs both cert= (the certificate) and key= (its key)");
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string Endpoint::Describe() const {
-  if (kind == Kind::kUnix) return "unix:" + path;
+std::string HostPort::Describe() const {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
   return host + ":" + std::to_string(port);
 }
 
+std::string Endpoint::Describe() const {
+  if (kind == Kind::kUnix) return "unix:" + path;
+  if (kind == Kind::kSentinel) {
+    std::string out = "primary \"" + master_name + "\" of sentinels ";
+    for (size_t i = 0; i < sentinels.size(); ++i) {
+      if (i > 0) out += ",";
+      out += sentinels[i].Describe();
+    }
+    return out;
+  }
+  return HostPort{host, port}.Describe();
+}
+
 StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
   Endpoint ep;
-  constexpr std::string_view kRedis = "redis://";
   constexpr std::string_view kUnix = "unix://";
   if (url.starts_with(kUnix)) {
     ep.kind = Endpoint::Kind::kUnix;
@@ -61,38 +244,31 @@ StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
           "unix URL needs an absolute socket path: unix:///path/to/redis.sock");
     }
     ep.path = std::string(rest);
-    while (!query.empty()) {
-      std::string_view pair = query.substr(0, query.find('&'));
-      query = pair.size() < query.size() ? query.substr(pair.size() + 1) : std::string_view();
-      auto eq = pair.find('=');
-      if (eq == std::string_view::npos) {
-        return InvalidArgumentError("unix URL query needs name=value pairs, got \"" +
-                                    std::string(pair) + "\"");
-      }
-      std::string_view name = pair.substr(0, eq), value = pair.substr(eq + 1);
-      if (name == "db") {
-        auto db = ParseDb(value);
-        if (!db.ok()) return db.status();
-        ep.db = *db;
-      } else if (name == "user" || name == "password") {
-        auto decoded = PercentDecode(value, name);
-        if (!decoded.ok()) return decoded.status();
-        (name == "user" ? ep.user : ep.password) = std::move(*decoded);
-      } else {
-        return InvalidArgumentError("unknown unix URL parameter \"" + std::string(name) +
-                                    "\"; known: db, user, password");
-      }
-    }
+    Status params =
+        ForEachParameter(query, "unix", [&](std::string_view name, std::string value) -> Status {
+          if (name == "db") {
+            auto db = ParseDb(value);
+            if (!db.ok()) return db.status();
+            ep.db = *db;
+          } else if (name == "user" || name == "password") {
+            (name == "user" ? ep.user : ep.password) = std::move(value);
+          } else {
+            return InvalidArgumentError("unknown unix URL parameter \"" +
+                                        std::string(name.substr(0, 32)) +
+                                        "\"; known: db, user, password");
+          }
+          return Status::Ok();
+        });
+    if (!params.ok()) return params;
     return ep;
   }
-  if (!url.starts_with(kRedis)) {
-    if (IsClusterUrl(url)) {
-      return InvalidArgumentError(
-          "redis+cluster:// names a Redis Cluster; this takes one server (redis:// or unix://)");
-    }
-    if (url.starts_with("rediss://")) {
-      return InvalidArgumentError("rediss:// (TLS) is not supported yet; use redis:// or unix://");
-    }
+  if (IsClusterUrl(url)) {
+    return InvalidArgumentError(
+        "redis+cluster:// names a Redis Cluster; this takes one server (redis://, rediss://, "
+        "redis+sentinel:// or unix://)");
+  }
+  if (!std::any_of(std::begin(kSchemes), std::end(kSchemes),
+                   [&](std::string_view s) { return url.starts_with(s); })) {
     // Never echo the URL: it may hold a password.
     const auto colon = url.find("://");
     const std::string scheme =
@@ -102,55 +278,37 @@ StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
         scheme.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789+.-") == std::string::npos;
     return InvalidArgumentError(
         (plain ? "unknown URL scheme \"" + scheme + "://\"" : std::string("URL has no scheme")) +
-        "; use redis://host:port, unix:///path or memory://");
+        "; use redis://host:port, rediss://host:port (TLS), redis+sentinel://host:port/master, "
+        "unix:///path or memory://");
   }
-  std::string_view rest = url.substr(kRedis.size());
-  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
-    std::string_view userinfo = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    std::string_view user, password = userinfo;
-    if (auto colon = userinfo.find(':'); colon != std::string_view::npos) {
-      user = userinfo.substr(0, colon);
-      password = userinfo.substr(colon + 1);
+  auto parsed = ParseNetworkUrl(url);
+  if (!parsed.ok()) return parsed.status();
+  ep.user = std::move(parsed->user);
+  ep.password = std::move(parsed->password);
+  ep.tls = std::move(parsed->options.tls);
+  std::string_view db_text = parsed->path;
+  if (parsed->form == Form::kSentinel) {
+    ep.kind = Endpoint::Kind::kSentinel;
+    ep.sentinels = std::move(parsed->hosts);
+    ep.host.clear();
+    ep.port = 0;
+    ep.sentinel_user = std::move(parsed->options.sentinel_user);
+    ep.sentinel_password = std::move(parsed->options.sentinel_password);
+    std::string_view name = db_text.substr(0, db_text.find('/'));
+    db_text = name.size() < db_text.size() ? db_text.substr(name.size() + 1) : std::string_view();
+    auto decoded = PercentDecode(name, "master name");
+    if (!decoded.ok()) return decoded.status();
+    if (decoded->empty()) {
+      return InvalidArgumentError(
+          "redis+sentinel URL needs the master's name: redis+sentinel://host:port/master-name");
     }
-    auto u = PercentDecode(user, "user");
-    if (!u.ok()) return u.status();
-    auto p = PercentDecode(password, "password");
-    if (!p.ok()) return p.status();
-    ep.user = std::move(*u);
-    ep.password = std::move(*p);
-  }
-  std::string_view hostport = rest.substr(0, rest.find('/'));
-  std::string_view path =
-      hostport.size() < rest.size() ? rest.substr(hostport.size() + 1) : std::string_view();
-  std::string_view port_text;
-  if (!hostport.empty() && hostport[0] == '[') {
-    auto close = hostport.find(']');
-    if (close == std::string_view::npos) return InvalidArgumentError("unclosed [ in IPv6 host");
-    ep.host = std::string(hostport.substr(1, close - 1));
-    std::string_view after = hostport.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') return InvalidArgumentError("expected :port after ]");
-      port_text = after.substr(1);
-    }
+    ep.master_name = std::move(*decoded);
   } else {
-    auto colon = hostport.find(':');
-    ep.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) port_text = hostport.substr(colon + 1);
+    ep.host = std::move(parsed->hosts.front().host);
+    ep.port = parsed->hosts.front().port;
   }
-  if (ep.host.empty()) return InvalidArgumentError("redis URL has no host (redis://host:port)");
-  if (!port_text.empty()) {
-    unsigned port = 0;
-    auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-    if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port == 0 ||
-        port > 65535) {
-      // Not echoed: in "redis://user:secret" (the @host forgotten) the "port" is a password.
-      return InvalidArgumentError("port must be a number 1-65535");
-    }
-    ep.port = static_cast<uint16_t>(port);
-  }
-  if (!path.empty()) {
-    auto db = ParseDb(path);
+  if (!db_text.empty()) {
+    auto db = ParseDb(db_text);
     if (!db.ok()) return db.status();
     ep.db = *db;
   }
@@ -158,48 +316,28 @@ StatusOr<Endpoint> ParseRedisUrl(std::string_view url) {
 }
 
 bool IsClusterUrl(std::string_view url) {
-  return url.starts_with("redis+cluster://");
+  return url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://");
 }
 
 StatusOr<std::vector<Endpoint>> ParseClusterUrl(std::string_view url) {
-  constexpr std::string_view kCluster = "redis+cluster://";
   if (!IsClusterUrl(url)) {
-    return InvalidArgumentError("a Redis Cluster URL starts with redis+cluster://");
+    return InvalidArgumentError(
+        "a Redis Cluster URL starts with redis+cluster:// (or rediss+cluster:// for TLS)");
   }
-  std::string_view rest = url.substr(kCluster.size());
-  std::string_view userinfo;
-  bool has_userinfo = false;
-  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
-    userinfo = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    has_userinfo = true;
-  }
-  std::string_view hosts = rest.substr(0, rest.find('/'));
-  if (hosts.size() < rest.size()) {
-    std::string_view path = rest.substr(hosts.size() + 1);
-    if (!path.empty() && path != "0") {
-      return InvalidArgumentError("a Redis Cluster has database 0 only");
-    }
-  }
-  if (hosts.empty()) {
-    return InvalidArgumentError("redis+cluster URL has no seed node (redis+cluster://host:port)");
+  auto parsed = ParseNetworkUrl(url);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->path.empty() && parsed->path != "0") {
+    return InvalidArgumentError("a Redis Cluster has database 0 only");
   }
   std::vector<Endpoint> seeds;
-  while (true) {
-    const size_t comma = hosts.find(',');
-    std::string_view one = hosts.substr(0, comma);
-    if (one.empty()) return InvalidArgumentError("redis+cluster URL has an empty seed node");
-    std::string single = "redis://";
-    if (has_userinfo) {
-      single.append(userinfo);
-      single.push_back('@');
-    }
-    single.append(one);
-    auto endpoint = ParseRedisUrl(single);
-    if (!endpoint.ok()) return endpoint.status();
-    seeds.push_back(*std::move(endpoint));
-    if (comma == std::string_view::npos) break;
-    hosts = hosts.substr(comma + 1);
+  for (HostPort& host : parsed->hosts) {
+    Endpoint seed;
+    seed.host = std::move(host.host);
+    seed.port = host.port;
+    seed.user = parsed->user;
+    seed.password = parsed->password;
+    seed.tls = parsed->options.tls;
+    seeds.push_back(std::move(seed));
   }
   return seeds;
 }

@@ -152,10 +152,96 @@ TEST(ParseRedisUrl, RejectsUnknownScheme) {
   EXPECT_TRUE(Contains(ParseError("http://h:6379"), "scheme"));
 }
 
-TEST(ParseRedisUrl, RejectsRedissMentioningTls) {
-  const std::string message = ParseError("rediss://h:6380");
-  EXPECT_TRUE(Contains(message, "TLS")) << message;
-  EXPECT_TRUE(Contains(ParseError("rediss://:pw@h"), "TLS"));
+TEST(ParseRedisUrl, Rediss) {
+  Endpoint ep = ParseOk("rediss://app:pw@redis.example:6380/2");
+  EXPECT_EQ(ep.kind, Endpoint::Kind::kTcp);
+  EXPECT_TRUE(ep.tls.enabled);
+  EXPECT_EQ(ep.host, "redis.example");
+  EXPECT_EQ(ep.port, 6380);
+  EXPECT_EQ(ep.db, 2);
+  EXPECT_EQ(ep.user, "app");
+  EXPECT_EQ(ep.password, "pw");
+  EXPECT_EQ(ep.tls.ca_file, "") << "default: the system's trust store";
+  EXPECT_EQ(ep.tls.cert_file, "");
+  EXPECT_EQ(ep.tls.server_name, "");
+  EXPECT_FALSE(ParseOk("redis://h").tls.enabled);
+}
+
+TEST(ParseRedisUrl, RedissParameters) {
+  Endpoint ep = ParseOk(
+      "rediss://:p%3Fw@10.0.0.1:6380?ca=/etc/ca.pem&cert=/c%26d.pem&key=/k.pem&sni=redis.internal");
+  EXPECT_EQ(ep.password, "p?w");
+  EXPECT_EQ(ep.host, "10.0.0.1");
+  EXPECT_EQ(ep.tls.ca_file, "/etc/ca.pem");
+  EXPECT_EQ(ep.tls.cert_file, "/c&d.pem");
+  EXPECT_EQ(ep.tls.key_file, "/k.pem");
+  EXPECT_EQ(ep.tls.server_name, "redis.internal");
+  EXPECT_EQ(ParseOk("rediss://h/3?ca=/x").db, 3);
+  // A '?' in an unencoded password belongs to the password (the query follows the '@').
+  EXPECT_EQ(ParseOk("rediss://:a?b@h?ca=/x").password, "a?b");
+}
+
+TEST(ParseRedisUrl, RejectsBadTlsParameters) {
+  EXPECT_TRUE(Contains(ParseError("redis://h?ca=/x"), "rediss://"));
+  EXPECT_TRUE(Contains(ParseError("rediss://h?cert=/c"), "key="));
+  EXPECT_TRUE(Contains(ParseError("rediss://h?key=/k"), "cert="));
+  EXPECT_TRUE(Contains(ParseError("rediss://h?ca="), "empty"));
+  EXPECT_TRUE(Contains(ParseError("rediss://h?verify=none"), "verify"));
+  EXPECT_TRUE(Contains(ParseError("rediss://h?ca"), "name=value"));
+  EXPECT_TRUE(Contains(ParseError("rediss://h?ca=%zz"), "percent"));
+}
+
+TEST(ParseRedisUrl, Sentinel) {
+  Endpoint ep = ParseOk("redis+sentinel://app:pw@s1:5000,s2,[::1]:5002/mymaster/3");
+  EXPECT_EQ(ep.kind, Endpoint::Kind::kSentinel);
+  ASSERT_EQ(ep.sentinels.size(), 3u);
+  EXPECT_EQ(ep.sentinels[0].Describe(), "s1:5000");
+  EXPECT_EQ(ep.sentinels[1].Describe(), "s2:26379") << "the sentinel port by default";
+  EXPECT_EQ(ep.sentinels[2].Describe(), "[::1]:5002");
+  EXPECT_EQ(ep.master_name, "mymaster");
+  EXPECT_EQ(ep.db, 3);
+  EXPECT_EQ(ep.user, "app") << "user and password log in to the data nodes";
+  EXPECT_EQ(ep.password, "pw");
+  EXPECT_EQ(ep.sentinel_password, "");
+  EXPECT_FALSE(ep.tls.enabled);
+  EXPECT_EQ(ep.Describe(), "primary \"mymaster\" of sentinels s1:5000,s2:26379,[::1]:5002");
+
+  Endpoint secured =
+      ParseOk("rediss+sentinel://s1/m?sentinel_user=watch&sentinel_password=s%40cret&ca=/ca.pem");
+  EXPECT_TRUE(secured.tls.enabled);
+  EXPECT_EQ(secured.tls.ca_file, "/ca.pem");
+  EXPECT_EQ(secured.sentinel_user, "watch");
+  EXPECT_EQ(secured.sentinel_password, "s@cret");
+  EXPECT_EQ(secured.db, 0);
+  EXPECT_FALSE(Contains(secured.Describe(), "s@cret"));
+}
+
+TEST(ParseRedisUrl, RejectsBadSentinelUrls) {
+  EXPECT_TRUE(Contains(ParseError("redis+sentinel://s1:5000"), "master"));
+  EXPECT_TRUE(Contains(ParseError("redis+sentinel://s1:5000/"), "master"));
+  EXPECT_TRUE(Contains(ParseError("redis+sentinel:///m"), "sentinel"));
+  ParseError("redis+sentinel://s1,,s2/m");
+  EXPECT_TRUE(Contains(ParseError("redis+sentinel://s1:0/m"), "port"));
+  EXPECT_TRUE(Contains(ParseError("redis+sentinel://s1/m/x"), "database"));
+  EXPECT_TRUE(Contains(ParseError("redis+sentinel://s1/m?ca=/x"), "rediss"));
+  EXPECT_TRUE(Contains(ParseError("redis://h?sentinel_password=x"), "sentinel_password"));
+}
+
+TEST(ParseClusterUrl, TlsSeedsShareTheOptions) {
+  auto seeds =
+      ParseClusterUrl("rediss+cluster://:pw@h1:7000,h2:7001?ca=/ca.pem&sni=cluster.internal");
+  ASSERT_TRUE(seeds.ok()) << seeds.status().ToString();
+  ASSERT_EQ(seeds->size(), 2u);
+  for (const Endpoint& seed : *seeds) {
+    EXPECT_TRUE(seed.tls.enabled);
+    EXPECT_EQ(seed.tls.ca_file, "/ca.pem");
+    EXPECT_EQ(seed.tls.server_name, "cluster.internal");
+    EXPECT_EQ(seed.password, "pw");
+  }
+  EXPECT_TRUE(IsClusterUrl("rediss+cluster://h"));
+  EXPECT_FALSE((*ParseClusterUrl("redis+cluster://h")).front().tls.enabled);
+  EXPECT_FALSE(ParseClusterUrl("redis+cluster://h?ca=/x").ok());
+  EXPECT_FALSE(ParseRedisUrl("rediss+cluster://h").ok()) << "one server only";
 }
 
 TEST(ParseRedisUrl, RejectsBadPorts) {
@@ -225,7 +311,9 @@ TEST(EndpointDescribe, NeverContainsThePassword) {
 TEST(ParseRedisUrl, ErrorsDoNotContainThePassword) {
   for (const char* url :
        {"redis://u:hunter2pw@h:0", "redis://u:hunter2pw@h:abc", "redis://u:hunter2pw@h/abc",
-        "redis://%zz:hunter2pw@h", "rediss://u:hunter2pw@h", "unix:///s?password=hunter2pw&x=1"}) {
+        "redis://%zz:hunter2pw@h", "rediss://u:hunter2pw@h:0", "unix:///s?password=hunter2pw&x=1",
+        "redis+sentinel://u:hunter2pw@s/m/x", "rediss://h?sentinel_password=hunter2pw",
+        "redis://h?hunter2pw"}) {
     const std::string message = ParseError(url);
     EXPECT_FALSE(Contains(message, "hunter2")) << url << " -> " << message;
   }
