@@ -2,7 +2,8 @@
 // children, each runs `child` (typically: hammer a limit from several threads) and
 // reports the number it returns through a pipe; the parent sums them. A child that
 // cannot report, exits non-zero or returns a negative number (it saw errors) fails the
-// current test. Fork before the calling process starts threads of its own.
+// current test. Forks with Fork() below: before the calling process starts threads of
+// its own.
 #pragma once
 
 #include <sys/types.h>
@@ -11,7 +12,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <initializer_list>
 #include <thread>
@@ -21,15 +24,51 @@
 #include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
+#include "testing/redis_server.h"
 
 namespace sluice::testing {
+
+// Threads of this process (/proc/self/task).
+inline int ThreadCount() {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+
+// fork() for a test whose child runs sluice code. A child inherits every lock that
+// another thread of its parent held at that instant, and nobody in the child will ever
+// release it: glibc's malloc guards itself around fork, GCC 12's address sanitizer
+// allocator does not, so under ASan such a child could hang at its first allocation
+// (two forking tests did, stuck in the sanitizer allocator's lock, while the parent's
+// Redis fixture connection had an I/O thread and a resolver thread running). So the
+// fixtures' own connections are closed first (their threads end; the next Command()
+// reconnects), and a parent that still runs other threads fails the test: fork before
+// starting threads (a Client, a pool) in the parent.
+inline pid_t Fork() {
+  RedisServer::CloseAllClients();
+  int threads = ThreadCount();
+  // A joined thread can linger in /proc for a moment after join() returns.
+  for (int i = 0; i < 100 && threads > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    threads = ThreadCount();
+  }
+  if (threads > 1) {
+    ADD_FAILURE() << "fork() while this process runs " << threads
+                  << " threads: the child may inherit a lock held by another thread and hang "
+                     "(fork before starting threads)";
+  }
+  return ::fork();
+}
 
 inline int64_t SumOverChildren(int processes, const std::function<int64_t()>& child) {
   std::vector<std::pair<pid_t, int>> children;
   for (int p = 0; p < processes; ++p) {
     int fds[2];
     EXPECT_EQ(::pipe(fds), 0);
-    const pid_t pid = ::fork();
+    const pid_t pid = Fork();
     if (pid == 0) {
       ::close(fds[0]);
       const int64_t n = child();

@@ -49,6 +49,11 @@ std::vector<int> SlotOwners(const RedisServer& node) {
 }  // namespace
 
 int RunProgram(const std::vector<std::string>& argv, const std::string& log_path, int timeout_ms) {
+  // Built before fork: the child allocates nothing (see redis_server.cc).
+  std::vector<std::string> copy = argv;
+  std::vector<char*> args;
+  for (auto& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
   const pid_t child = ::fork();
   if (child < 0) return -1;
   if (child == 0) {
@@ -61,10 +66,6 @@ int RunProgram(const std::vector<std::string>& argv, const std::string& log_path
     }
     const int null = ::open("/dev/null", O_RDONLY);
     if (null >= 0) ::dup2(null, 0);
-    std::vector<char*> args;
-    std::vector<std::string> copy = argv;
-    for (auto& a : copy) args.push_back(a.data());
-    args.push_back(nullptr);
     ::execvp(args[0], args.data());
     ::_exit(127);
   }

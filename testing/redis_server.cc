@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 namespace sluice::testing {
@@ -83,7 +84,34 @@ uint16_t FreeLoopbackPort() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+// Every live fixture, for CloseAllClients (testing::Fork).
+internal::Mutex g_servers_mu;
+std::set<const RedisServer*>& Servers() SLUICE_REQUIRES(g_servers_mu) {
+  static auto* servers = new std::set<const RedisServer*>();
+  return *servers;
+}
+}  // namespace
+
+void RedisServer::CloseClient() const {
+  std::shared_ptr<internal::BlockingClient> closing;
+  {
+    internal::MutexLock lock(client_mu_);
+    closing = std::move(client_);
+  }
+  // The last reference: its destructor joins its threads here.
+}
+
+void RedisServer::CloseAllClients() {
+  internal::MutexLock lock(g_servers_mu);
+  for (const RedisServer* server : Servers()) server->CloseClient();
+}
+
 RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(options)) {
+  {
+    internal::MutexLock lock(g_servers_mu);
+    Servers().insert(this);
+  }
   char tmpl[] = "/tmp/sluice-redis-XXXXXX";
   if (!::mkdtemp(tmpl)) Fatal("mkdtemp failed");
   dir_ = tmpl;
@@ -96,6 +124,10 @@ RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(option
 }
 
 RedisServer::~RedisServer() {
+  {
+    internal::MutexLock lock(g_servers_mu);
+    Servers().erase(this);
+  }
   if (pid_ > 0) Kill();
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);
@@ -167,14 +199,17 @@ void RedisServer::Start() {
     if (!out) Fatal("cannot write " + conf);
     args = {"redis-server", conf, "--sentinel"};
   }
+  // argv is built before fork: the child of a process with other threads must not
+  // allocate (an allocator lock another thread held at fork stays held in the child:
+  // glibc's malloc guards against it, the address sanitizer's allocator does not).
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t child = ::fork();
   if (child < 0) Fatal("fork failed");
   if (child == 0) {
     // The server dies with the test process, even when the test aborts or is killed.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     ::execvp("redis-server", argv.data());
     std::fprintf(stderr,
                  "redis test fixture: cannot exec redis-server (is it installed? "

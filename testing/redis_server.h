@@ -75,6 +75,11 @@ class RedisServer {
   // A connection of the caller's own (for a test that must not share the fixture's);
   // aborts the test when it cannot connect.
   std::unique_ptr<internal::BlockingClient> Connect() const;
+  // Closes the fixture's own connection: its I/O thread and Asio's resolver thread end.
+  // The next Command() opens a new one. testing::Fork() closes every fixture's.
+  void CloseClient() const;
+  // CloseClient() on every RedisServer alive in this process.
+  static void CloseAllClients();
   // All keys matching `pattern` (SCAN), and those among them with no expiry.
   std::vector<std::string> Keys(const std::string& pattern) const;
   std::vector<std::string> KeysWithoutTtl(const std::string& pattern) const;

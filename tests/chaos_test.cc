@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "sluice/sluice.h"
+#include "testing/processes.h"
 #include "testing/redis_server.h"
 
 namespace sluice {
@@ -53,7 +54,7 @@ TEST(Chaos, SigkilledClientsLeaveNoKeyWithoutExpiry) {
   for (int round = 0; round < 6; ++round) {
     std::vector<pid_t> children;
     for (int c = 0; c < 4; ++c) {
-      pid_t pid = ::fork();
+      pid_t pid = testing::Fork();
       if (pid == 0) CheckForever(server.url(), seed + static_cast<uint32_t>(round * 10 + c));
       children.push_back(pid);
     }

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <string_view>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -64,6 +66,23 @@ std::string TempPath(const std::string& name) {
 // Runs `sluice <args…>` with SLUICE_REDIS_URL set to `env_url` (unset when empty).
 Result Sluice(const std::vector<std::string>& args, const std::string& env_url = "") {
   const std::string out_path = TempPath("out"), err_path = TempPath("err");
+  // Everything the child needs is built here: the child of a process with other
+  // threads must not allocate before exec (testing/processes.h, Fork).
+  std::string bin = SLUICE_CLI_PATH;
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  argv.push_back(bin.data());
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::string_view(*e).starts_with("SLUICE_REDIS_URL=")) continue;
+    env.emplace_back(*e);
+  }
+  if (!env_url.empty()) env.push_back("SLUICE_REDIS_URL=" + env_url);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
     const int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -72,18 +91,7 @@ Result Sluice(const std::vector<std::string>& args, const std::string& env_url =
     dup2(out, 1);
     dup2(err, 2);
     dup2(in, 0);
-    if (env_url.empty()) {
-      unsetenv("SLUICE_REDIS_URL");
-    } else {
-      setenv("SLUICE_REDIS_URL", env_url.c_str(), 1);
-    }
-    std::vector<char*> argv;
-    std::string bin = SLUICE_CLI_PATH;
-    argv.push_back(bin.data());
-    std::vector<std::string> copy = args;
-    for (std::string& a : copy) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
+    execve(bin.c_str(), argv.data(), envp.data());
     _exit(127);
   }
   Result run;

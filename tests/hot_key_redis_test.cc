@@ -26,6 +26,7 @@
 #include "client/client_core.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/processes.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -114,7 +115,7 @@ ProcessesRun RunProcesses(const testing::RedisServer& server, const LimiterOptio
   const int64_t until = start + run_ms;
   std::vector<pid_t> children;
   for (int p = 0; p < processes; ++p) {
-    const pid_t pid = ::fork();
+    const pid_t pid = testing::Fork();
     if (pid == 0) Hammer(server.url(), options, limit, 2, until, counts);
     children.push_back(pid);
   }

@@ -19,6 +19,7 @@
 
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
+#include "testing/processes.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
@@ -64,7 +65,7 @@ TEST(LeaseChaos, SigkilledHoldersFreeEverySlotWithinTheLeaseTtl) {
     ASSERT_EQ(::pipe(pipe_fds), 0);
     std::vector<pid_t> children;
     for (int c = 0; c < kChildren; ++c) {
-      const pid_t pid = ::fork();
+      const pid_t pid = testing::Fork();
       if (pid == 0) HoldForever(server.url(), kLimit / kChildren, pipe_fds[1]);
       children.push_back(pid);
     }

@@ -24,6 +24,7 @@
 #include "redis/scripts.h"
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
+#include "testing/processes.h"
 #include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
@@ -231,7 +232,7 @@ TEST(LeaseRedis, APausedHolderLearnsItsLeaseWasLostWhenItResumes) {
   testing::RedisServer server;
   int report[2];
   ASSERT_EQ(::pipe(report), 0);
-  const pid_t child = ::fork();
+  const pid_t child = testing::Fork();
   if (child == 0) {
     ::close(report[0]);
     auto client =

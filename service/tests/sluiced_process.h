@@ -80,14 +80,15 @@ class Sluiced {
                                      "--watch-ms",
                                      "200"};
     argv.insert(argv.end(), args.begin(), args.end());
+    // Built before fork: the child allocates nothing before exec (testing/processes.h).
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      std::vector<char*> cargv;
-      for (auto& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
       ::execv(SLUICED_PATH, cargv.data());
       ::_exit(127);
     }
