@@ -6,7 +6,7 @@
 #
 #   bench/service.sh [seconds]        (default 10 s per run)
 # Env: HTTP_CONNECTIONS (64), WRK_THREADS (1), GRPC_CONCURRENCY (64), GRPC_CONNECTIONS (4),
-#      HTTP_THREADS (sluiced --http-threads, 2), IO_THREADS (1), IDS (10000),
+#      HTTP_THREADS (sluiced --http-threads, 0), IO_THREADS (1), IDS (10000),
 #      DEADLINE_MS (sluiced --deadline-ms, 5).
 # A check that misses its deadline is answered by its failure policy (here: open) and a
 # run of them opens the breaker: the "store" column says which share of the checks Redis
@@ -37,7 +37,7 @@ REDIS_PID=$!
 for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$BIN/sluiced" --config examples/bench --redis "redis://127.0.0.1:$REDIS_PORT" \
   --http-listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --http-threads "${HTTP_THREADS:-2}" --io-threads "${IO_THREADS:-1}" --log-level warn \
+  --http-threads "${HTTP_THREADS:-0}" --io-threads "${IO_THREADS:-1}" --log-level warn \
   --deadline-ms "${DEADLINE_MS:-5}" \
   >"$WORK/sluiced.log" 2>&1 &
 SLUICED_PID=$!

@@ -1,6 +1,10 @@
 #include "service/http_server.h"
 
+#include <atomic>
 #include <charconv>
+#include <future>
+#include <mutex>
+#include <unordered_map>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
@@ -11,24 +15,68 @@
 #include "service/json_api.h"
 
 namespace sluiced {
-namespace {
+namespace http_detail {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
+using Strand = asio::strand<asio::io_context::executor_type>;
+// The stream's executor is the connection's strand, typed (no type-erased executor on
+// every completion).
+using Stream = beast::basic_stream<tcp, Strand>;
+
+class Session;
+
+// The acceptor and what every connection shares. Handlers hold it: on a given executor
+// they may run after the HttpServer is gone (until the executor drops them).
+struct Listener : std::enable_shared_from_this<Listener> {
+  Listener(HttpServerOptions o, HttpHandler h, Strand accept_strand)
+      : options(std::move(o)), handler(std::move(h)), acceptor(accept_strand) {}
+
+  void Accept();
+  // Stops accepting and closes every connection (asynchronously, each on its strand).
+  void Stop();
+
+  const HttpServerOptions options;
+  const HttpHandler handler;
+  tcp::acceptor acceptor;  // on its own strand; touched only there (and before Accept)
+  std::vector<asio::io_context::executor_type> executors;  // connections go round robin
+  std::size_t next = 0;                                    // on the acceptor's strand
+  std::atomic<bool> stopped{false};
+  std::mutex mu;  // guards sessions
+  std::unordered_map<const Session*, std::weak_ptr<Session>> sessions;
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, asio::io_context& io, const HttpServerOptions& options,
-          std::shared_ptr<const HttpHandler> handler)
-      : stream_(std::move(socket)), io_(io), options_(options), handler_(std::move(handler)) {}
+  Session(asio::basic_stream_socket<tcp, Strand> socket, std::shared_ptr<Listener> listener)
+      : strand_(socket.get_executor()),
+        stream_(std::move(socket)),
+        listener_(std::move(listener)),
+        options_(listener_->options) {}
+
+  ~Session() {
+    std::lock_guard lock(listener_->mu);
+    listener_->sessions.erase(this);
+  }
 
   void Run() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
+    {
+      std::lock_guard lock(listener_->mu);
+      listener_->sessions.emplace(this, weak_from_this());
+    }
+    asio::dispatch(strand_, [self = shared_from_this()] { self->Read(); });
+  }
+
+  // From any thread: closes the connection on its strand.
+  void Shutdown() {
+    asio::post(strand_, [self = shared_from_this()] { self->Close(); });
   }
 
  private:
   void Read() {
+    if (closed_) return;
+    if (listener_->stopped.load(std::memory_order_relaxed)) return Close();
     parser_.emplace();
     parser_->body_limit(options_.body_limit);
     parser_->header_limit(static_cast<std::uint32_t>(options_.header_limit));
@@ -41,7 +89,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnRead(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
-        ec == asio::error::eof) {
+        ec == asio::error::eof || closed_) {
       return Close();
     }
     if (ec == http::error::body_limit) {
@@ -58,10 +106,11 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = request.version();
     stream_.expires_never();
     auto self = shared_from_this();
-    (*handler_)(std::move(request), [self](HttpResponse response) {
-      // To the connection's own thread (its io_context's executor, not the type-erased
-      // one of the stream: cheaper to post to).
-      asio::post(self->io_, [self, response = std::move(response)]() mutable {
+    listener_->handler(std::move(request), [self](HttpResponse response) {
+      // On the connection's strand: at once when the answer comes on it (a handler that
+      // answered inline), else queued to it. On the store client's I/O thread (sluiced),
+      // the queue is that thread's own: no other thread is woken.
+      asio::dispatch(self->strand_, [self, response = std::move(response)]() mutable {
         self->Write(std::move(response));
       });
     });
@@ -76,6 +125,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // string the session keeps for its next responses: no serializer, no allocation once
   // the string has grown to the usual response size.
   void Write(HttpResponse response) {
+    if (closed_) return;
     response.version(version_);
     response.keep_alive(keep_alive_);
     response.prepare_payload();
@@ -126,23 +176,66 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Close() {
+    if (closed_) return;
+    closed_ = true;
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.close();
   }
 
-  beast::tcp_stream stream_;
-  asio::io_context& io_;
-  const HttpServerOptions& options_;
-  std::shared_ptr<const HttpHandler> handler_;
+  Strand strand_;
+  Stream stream_;
+  std::shared_ptr<Listener> listener_;
+  const HttpServerOptions& options_;  // listener_'s
   beast::flat_buffer buffer_{8192};
   std::optional<http::request_parser<http::string_body>> parser_;
   std::string out_;  // the response being written
   bool keep_alive_ = false;
+  bool closed_ = false;
   unsigned version_ = 11;
 };
 
-}  // namespace
+void Listener::Accept() {
+  const Strand strand = asio::make_strand(executors[next++ % executors.size()]);
+  acceptor.async_accept(strand,
+                        [self = shared_from_this()](beast::error_code ec,
+                                                    asio::basic_stream_socket<tcp, Strand> socket) {
+                          if (ec == asio::error::operation_aborted || !self->acceptor.is_open() ||
+                              self->stopped.load(std::memory_order_relaxed))
+                            return;
+                          if (!ec) {
+                            socket.set_option(tcp::no_delay(true), ec);
+                            std::make_shared<Session>(std::move(socket), self)->Run();
+                          }
+                          self->Accept();
+                        });
+}
+
+void Listener::Stop() {
+  stopped.store(true);
+  std::promise<void> closed;
+  asio::post(acceptor.get_executor(), [this, &closed] {
+    beast::error_code ignored;
+    acceptor.close(ignored);
+    closed.set_value();
+  });
+  closed.get_future().wait();
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard lock(mu);
+    for (auto& [_, weak] : sessions) {
+      if (auto session = weak.lock()) open.push_back(std::move(session));
+    }
+  }
+  for (auto& session : open) session->Shutdown();
+}
+
+}  // namespace http_detail
+
+using http_detail::Listener;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using tcp = asio::ip::tcp;
 
 HttpResponse MakeResponse(http::status status, std::string body, std::string_view content_type) {
   HttpResponse response{status, 11};
@@ -152,23 +245,6 @@ HttpResponse MakeResponse(http::status status, std::string body, std::string_vie
   return response;
 }
 
-namespace {
-std::vector<std::unique_ptr<asio::io_context>> MakeContexts(int threads) {
-  std::vector<std::unique_ptr<asio::io_context>> ios;
-  for (int i = 0; i < std::max(1, threads); ++i)
-    ios.push_back(std::make_unique<asio::io_context>(1));
-  return ios;
-}
-}  // namespace
-
-HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
-    : options_(std::move(options)),
-      handler_(std::make_shared<const HttpHandler>(std::move(handler))),
-      ios_(MakeContexts(options_.threads)),
-      acceptor_(*ios_[0]) {
-  for (auto& io : ios_) work_.push_back(asio::make_work_guard(*io));
-}
-
 sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
                                                                 HttpHandler handler) {
   beast::error_code ec;
@@ -176,45 +252,50 @@ sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOption
   if (ec)
     return sluice::InvalidArgumentError("bad listen address '" + options.host +
                                         "': " + ec.message());
-  std::unique_ptr<HttpServer> server(new HttpServer(std::move(options), std::move(handler)));
-  const tcp::endpoint endpoint(address, server->options_.port);
-  auto& acceptor = server->acceptor_;
+  std::unique_ptr<HttpServer> server(new HttpServer());
+  std::vector<asio::io_context::executor_type> executors;
+  if (options.executor) {
+    executors.push_back(*options.executor);
+  } else {
+    // One io_context per thread: a connection's strand then never waits for another
+    // thread.
+    for (int i = 0; i < std::max(1, options.threads); ++i) {
+      server->ios_.push_back(std::make_unique<asio::io_context>(1));
+      executors.push_back(server->ios_.back()->get_executor());
+      server->work_.push_back(asio::make_work_guard(*server->ios_.back()));
+    }
+  }
+  const tcp::endpoint endpoint(address, options.port);
+  const std::string where = options.host + ":" + std::to_string(options.port);
+  auto listener = std::make_shared<Listener>(std::move(options), std::move(handler),
+                                             asio::make_strand(executors.front()));
+  listener->executors = std::move(executors);
+  auto& acceptor = listener->acceptor;
   if (acceptor.open(endpoint.protocol(), ec); !ec)
     acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return sluice::UnavailableError("cannot listen on " + server->options_.host + ":" +
-                                    std::to_string(server->options_.port) + ": " + ec.message());
-  }
+  if (ec) return sluice::UnavailableError("cannot listen on " + where + ": " + ec.message());
   server->port_ = acceptor.local_endpoint().port();
-  server->Accept();
+  server->listener_ = listener;
+  asio::post(acceptor.get_executor(), [listener] { listener->Accept(); });
   for (auto& io : server->ios_) {
     server->threads_.emplace_back([io = io.get()] { io->run(); });
   }
   return server;
 }
 
-void HttpServer::Accept() {
-  asio::io_context& io = *ios_[next_++ % ios_.size()];
-  acceptor_.async_accept(io, [this, &io](beast::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(std::move(socket), io, options_, handler_)->Run();
-    }
-    Accept();
-  });
-}
-
 void HttpServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  asio::post(acceptor_.get_executor(), [this] {
-    beast::error_code ignored;
-    acceptor_.close(ignored);
-  });
+  if (ios_.empty()) {
+    // On a given executor: close the acceptor and every connection there; what is
+    // still queued holds the listener until it has run.
+    listener_->Stop();
+    return;
+  }
   work_.clear();
+  listener_->Stop();
   for (auto& io : ios_) io->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();

@@ -1,6 +1,9 @@
 // service/http_server.h — a small HTTP/1.1 server on Boost.Beast: keep-alive, bounded
 // header and body sizes, a deadline on reading each request (a slow or idle client is
 // disconnected), and asynchronous handlers (a handler answers later, from any thread).
+// It runs on threads of its own, or on an executor it is given (sluiced's public
+// listener: the store client's I/O threads, sluice::IoExecutor), each connection on a
+// strand.
 //
 // Thread-safety: Start/Stop from one thread; handlers run on the server's threads.
 #pragma once
@@ -11,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,7 +37,12 @@ using HttpHandler = std::function<void(HttpRequest&&, Respond)>;
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: any free port (see HttpServer::port)
+  // Threads of its own; ignored when `executor` is set.
   int threads = 2;
+  // Run on this executor's threads instead (no threads of its own): sluiced passes the
+  // store client's (sluice::IoExecutor), so a response is written from the callback of
+  // the store's reply, on the thread that read it. Stop() closes every connection.
+  std::optional<boost::asio::io_context::executor_type> executor;
   std::size_t body_limit = 64 * 1024;
   std::size_t header_limit = 8 * 1024;
   // Reading one request (from the first byte, or from the end of the previous response
@@ -43,6 +52,10 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{10000};
 };
 
+namespace http_detail {
+struct Listener;
+}
+
 class HttpServer {
  public:
   // Binds and starts serving; InvalidArgument for a bad host, Unavailable when the
@@ -51,20 +64,20 @@ class HttpServer {
                                                              HttpHandler handler);
   ~HttpServer();
   uint16_t port() const { return port_; }
+  // Stops accepting and closes every connection (a response still being decided is
+  // dropped with its connection). Not from one of the server's own threads.
   void Stop();
 
  private:
-  HttpServer(HttpServerOptions options, HttpHandler handler);
-  void Accept();
+  HttpServer() = default;
 
-  HttpServerOptions options_;
-  std::shared_ptr<const HttpHandler> handler_;
-  // One io_context per thread: a connection lives on one thread (no strand needed).
+  // One io_context per own thread (none when running on a given executor).
   std::vector<std::unique_ptr<boost::asio::io_context>> ios_;
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
-  std::size_t next_ = 0;
-  boost::asio::ip::tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
+  // The acceptor and the connections: shared with their handlers, which may outlive
+  // this object on a given executor.
+  std::shared_ptr<http_detail::Listener> listener_;
   uint16_t port_ = 0;
   bool stopped_ = false;
 };

@@ -20,6 +20,7 @@
 #include "service/grpc_service.h"
 #include "service/http_server.h"
 #include "service/routes.h"
+#include "sluice/asio.h"
 
 namespace {
 
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
               admin_listen = "127.0.0.1:8082";
   std::string admin_token, audit_log = "sluiced-audit.log", prefix = "sluice",
                            default_policy = "open", log_level = "info";
-  int http_threads = 2, io_threads = 1, blocking_threads = 2;
+  int http_threads = 0, io_threads = 1, blocking_threads = 2;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
@@ -116,7 +117,10 @@ int main(int argc, char** argv) {
   app.add_option("--deadline-ms", deadline_ms, "Deadline of each store call")
       ->envname("SLUICED_DEADLINE_MS")
       ->capture_default_str();
-  app.add_option("--http-threads", http_threads, "HTTP threads")
+  app.add_option("--http-threads", http_threads,
+                 "HTTP threads of their own; 0: serve HTTP on the store client's I/O threads "
+                 "(no hand-off between threads per check)")
+      ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_HTTP_THREADS")
       ->capture_default_str();
   app.add_option("--io-threads", io_threads, "Store client I/O threads")
@@ -199,11 +203,14 @@ int main(int argc, char** argv) {
         redis);
   }
 
-  auto http = HttpServer::Start({.host = http_at.host,
-                                 .port = http_at.port,
-                                 .threads = http_threads,
-                                 .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
-                                PublicRoutes(**engine));
+  auto http = HttpServer::Start(
+      {.host = http_at.host,
+       .port = http_at.port,
+       .threads = http_threads,
+       .executor = http_threads == 0 ? std::optional(sluice::IoExecutor((*engine)->client()))
+                                     : std::nullopt,
+       .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
+      PublicRoutes(**engine));
   if (!http.ok()) {
     spdlog::error("{}", http.status().message());
     return 1;

@@ -22,12 +22,23 @@
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
 #include "sluice/client.h"
 #include "sluice/lease.h"
 
 namespace sluice {
+
+// The executor of `client`'s I/O threads (ClientOptions::io_threads), for a server that
+// wants its connections on the threads that talk to the store: a check started there
+// (CheckAsync, CheckCompositeAsync) and answered by the store calls back on the thread
+// that read the reply, and a response written from that callback leaves with no
+// hand-off between threads (sluiced's HTTP listener runs this way). What runs on it
+// must be short and never block: it delays every call of the client. With io_threads
+// > 1 its handlers run on any of those threads: give each connection a strand. In a
+// child forked after the client was made, nothing runs it.
+boost::asio::io_context::executor_type IoExecutor(const Client& client);
 
 template <typename CompletionToken>
 auto AsyncCheck(const Limiter& limiter, std::string_view id, const CheckOptions& options,

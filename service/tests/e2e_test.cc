@@ -137,9 +137,8 @@ TEST_F(E2e, EnvoyJsonEndpoint) {
   EXPECT_EQ(json::parse(unknown.body)["overallCode"], "OK");
 }
 
-TEST_F(E2e, BadRequestsGetClearErrorsAndNeverStickAWorker) {
-  Sluiced s(config_.path(), redis_.url(), Flags());
-  const int port = s.http_port();
+// The HTTP listener's robustness, on whichever threads it runs.
+void ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(int port) {
   HttpReply malformed = Call(port, "POST", "/v1/check", "{\"domain\":");
   EXPECT_EQ(malformed.status, 400);
   EXPECT_EQ(json::parse(malformed.body)["error"].get<std::string>().rfind("malformed JSON", 0), 0u);
@@ -182,6 +181,27 @@ TEST_F(E2e, BadRequestsGetClearErrorsAndNeverStickAWorker) {
     EXPECT_EQ(keep.Read().status, 200);
   }
   EXPECT_EQ(Call(port, "POST", "/v1/check", SignIn("after")).status, 200);
+}
+
+// Default: HTTP on the store client's I/O thread (--http-threads 0).
+TEST_F(E2e, BadRequestsGetClearErrorsAndNeverStickAWorker) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(s.http_port());
+}
+
+// HTTP on threads of its own: the same answers, and a clean stop with a connection
+// left open.
+TEST_F(E2e, OwnHttpThreadsAnswerTheSame) {
+  auto flags = Flags();
+  flags.insert(flags.end(), {"--http-threads", "2"});
+  Sluiced s(config_.path(), redis_.url(), flags);
+  ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(s.http_port());
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("own")).status, 200);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("own")).status, 429);
+  Connection open(s.http_port());
+  ASSERT_TRUE(open.Send(Request("GET", "/healthz")));
+  EXPECT_EQ(open.Read().status, 200);
 }
 
 TEST_F(E2e, LeasesAcquireHeartbeatRelease) {

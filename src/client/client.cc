@@ -15,6 +15,7 @@
 #include "memory/memory_store.h"
 #include "redis/cluster_store.h"
 #include "redis/redis_store.h"
+#include "sluice/asio.h"
 #include "sluice/client.h"
 #include "sluice/lease.h"
 
@@ -283,6 +284,10 @@ StoreHealth Client::Health() const {
   return {core_->store->connected(), std::string(internal::BreakerStateName(b.state())),
           b.consecutive_failures(),  b.opens(),
           b.short_circuited(),       b.RetryIn()};
+}
+
+boost::asio::io_context::executor_type IoExecutor(const Client& client) {
+  return internal::ClientFactory::CoreOf(client).io.get_executor();
 }
 
 }  // namespace sluice

@@ -98,6 +98,7 @@ class ClientFactory {
     client.core_->boot_now = std::move(now);
   }
   static const std::shared_ptr<Store>& StoreOf(const Client& client) { return client.core_->store; }
+  static ClientCore& CoreOf(const Client& client) { return *client.core_; }
 };
 
 }  // namespace sluice::internal
