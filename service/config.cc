@@ -249,6 +249,11 @@ struct Parser {
     if (const YAML::Node ls = descriptor["local_servers"]) {
       rule->local_servers = Integer(file, ls, "local_servers", 1, 1000000);
     }
+    if (const YAML::Node co = descriptor["colocate"]) {
+      rule->colocate = Bool(file, co, "colocate");
+      if (rule->colocate && rule->kind == RuleKind::kConcurrency)
+        Fail(file, co, "colocate applies to rate limits, not to algorithm: concurrency");
+    }
     if (descriptor["shadow_mode"])
       rule->shadow_mode = Bool(file, descriptor["shadow_mode"], "shadow_mode");
     if (descriptor["detailed_metric"])
@@ -271,7 +276,7 @@ struct Parser {
       if (!d.IsMap()) Fail(file, d, "a descriptor must be a map with a key");
       OnlyKeys(file, d, "descriptor",
                {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
-                "algorithm", "burst", "lease_ttl", "failure_mode", "local_servers"});
+                "algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate"});
       if (!d["key"]) Fail(file, d, "descriptor needs a key");
       DescriptorNode node;
       node.key = Scalar(file, d["key"], "key");
@@ -291,7 +296,7 @@ struct Parser {
         node.rule = ParseRule(d, d["rate_limit"], child_pieces, child_path);
       } else {
         for (const char* ext :
-             {"algorithm", "burst", "lease_ttl", "failure_mode", "local_servers"}) {
+             {"algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate"}) {
           if (d[ext])
             Fail(file, d[ext], std::string(ext) + " needs a rate_limit on the same descriptor");
         }

@@ -2,7 +2,7 @@
 // format unchanged (domain, nested descriptors, key, value, rate_limit{unit,
 // requests_per_unit, unlimited, name, replaces}, shadow_mode, detailed_metric) plus
 // sluice's extensions on a descriptor (algorithm, burst, lease_ttl, failure_mode,
-// local_servers).
+// local_servers, colocate).
 //
 // A Config is immutable once loaded and shared by every request of its generation; a
 // reload builds a new one. Errors name `file:line:column` (1-based) and what is wrong.
@@ -62,6 +62,11 @@ struct Rule {
   std::chrono::milliseconds lease_ttl{120000};
   sluice::FailurePolicy failure_mode = sluice::FailurePolicy::kDefault;
   int64_t local_servers = 0;
+  // `colocate: true`: the limit's keys sit in the Redis Cluster hash slot of the
+  // descriptor's first entry (sluice::LimiterOptions::colocate, separator ','), so the
+  // limits of one request whose descriptors start with the same entry are checked in
+  // one script on a cluster (one slot). Rate limits only.
+  bool colocate = false;
   Position position;
 
   // The sluice limit this rule enforces (not meaningful for concurrency/unlimited/0).

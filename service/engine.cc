@@ -107,10 +107,14 @@ StatusOr<std::shared_ptr<const Engine::Generation>> Engine::Build(
                                             cl.status().message());
       built.concurrency = std::move(*cl);
     } else if (!rule->unlimited && rule->requests_per_unit > 0) {
-      auto limiter = client_->MakeLimiter(rule->limiter_name, rule->ToLimit(),
-                                          {.on_failure = rule->failure_mode,
-                                           .servers = rule->local_servers,
-                                           .shadow = rule->shadow_mode});
+      auto limiter = client_->MakeLimiter(
+          rule->limiter_name, rule->ToLimit(),
+          {.on_failure = rule->failure_mode,
+           .servers = rule->local_servers,
+           .shadow = rule->shadow_mode,
+           .colocate = rule->colocate
+                           ? std::optional(sluice::LimiterOptions::Colocate{.separator = ','})
+                           : std::nullopt});
       if (!limiter.ok())
         return sluice::InvalidArgumentError(rule->position.ToString() + ": " +
                                             limiter.status().message());

@@ -122,6 +122,7 @@ descriptors:
     rate_limit: {requests_per_unit: 3}
   - key: f
     algorithm: fixed_window
+    colocate: true
     rate_limit: {unit: month, requests_per_unit: 1}
 )");
   ASSERT_TRUE(c.ok()) << c.status().message();
@@ -143,6 +144,8 @@ descriptors:
   EXPECT_EQ(r[5]->ToLimit().window, std::chrono::hours(24 * 30));
   EXPECT_EQ(r[0]->failure_mode == sluice::FailurePolicy::kDefault, false);
   EXPECT_EQ(r[3]->failure_mode, sluice::FailurePolicy::kDefault);
+  EXPECT_TRUE(r[5]->colocate);
+  EXPECT_FALSE(r[0]->colocate);
 }
 
 TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
@@ -157,7 +160,7 @@ TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
             "bad.yaml:4:5: unknown key 'rate_limt' in descriptor (expected one of: key, value, "
             "rate_limit, "
             "descriptors, shadow_mode, detailed_metric, algorithm, burst, lease_ttl, failure_mode, "
-            "local_servers)");
+            "local_servers, colocate)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - value: x\n"),
             "bad.yaml:3:5: descriptor needs a key");
   EXPECT_EQ(ErrorOf("descriptors: []\n"), "bad.yaml:1:1: missing domain");
@@ -185,6 +188,11 @@ TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, "
                     "requests_per_unit: 1, replaces: [{name: ghost}]}\n"),
             "bad.yaml:4:17: replaces names 'ghost', which no rate_limit of domain 'd' has");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    algorithm: concurrency\n    "
+                    "colocate: true\n    rate_limit: {requests_per_unit: 3}\n"),
+            "bad.yaml:5:15: colocate applies to rate limits, not to algorithm: concurrency");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    colocate: true\n"),
+            "bad.yaml:4:15: colocate needs a rate_limit on the same descriptor");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    shadow_mode: perhaps\n"),
             "bad.yaml:4:18: shadow_mode must be true or false");
   // YAML syntax errors carry the parser's position.

@@ -1,8 +1,11 @@
 // sluiced end to end: the built binary against a private redis-server, over HTTP.
 #include <nlohmann/json.hpp>
 
+#include <set>
 #include "service/tests/sluiced_process.h"
+
 #include "sluice/client.h"
+#include "testing/redis_cluster.h"
 #include "testing/redis_server.h"
 
 namespace sluiced {
@@ -494,6 +497,44 @@ TEST_F(E2e, MemoryStoreAndEnvironmentVariables) {
   EXPECT_EQ(Call(s.admin_port(), "GET", "/admin/breaker", "", "Authorization: Bearer from-env\r\n")
                 .status,
             200);
+}
+
+// `colocate: true` on a Redis Cluster: a tenant's limit and its users' limits sit in the
+// tenant's slot, so the two limits of one request are one script there (a composite
+// whose keys share a slot), and every key keeps its expiry.
+TEST(E2eCluster, ColocatedLimitsOfATenantShareItsSlot) {
+  sluice::testing::RedisCluster cluster;
+  TempDir config;
+  config.Write("co.yaml", R"(domain: co
+descriptors:
+  - key: tenant
+    colocate: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: user
+        colocate: true
+        rate_limit: {unit: minute, requests_per_unit: 2}
+)");
+  Sluiced s(config.path(), cluster.url(), {"--deadline-ms", "500"});
+  const std::vector<std::string> tenants = {"acme", "globex", "initech", "umbrella"};
+  for (const std::string& t : tenants) {
+    const std::string body = Check({{{"tenant", t}}, {{"tenant", t}, {"user", "u1"}}}, 0, "co");
+    EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", body).status, 200) << t;
+    EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", body).status, 200) << t;
+    HttpReply refused = Call(s.http_port(), "POST", "/v1/check", body);
+    EXPECT_EQ(refused.status, 429) << refused.body;
+  }
+  // A refused request spent nothing of the tenant's limit: 2 of 100 used.
+  HttpReply tenant_only =
+      Call(s.http_port(), "POST", "/v1/check", Check({{{"tenant", "acme"}}}, 0, "co"));
+  EXPECT_EQ(json::parse(tenant_only.body)["descriptors"][0]["remaining"], 97);
+  const std::vector<std::string> keys = cluster.Keys("sluice:*");
+  EXPECT_EQ(keys.size(), 2 * tenants.size());
+  std::set<uint16_t> slots;
+  for (const auto& k : keys) slots.insert(cluster.KeySlot(k));
+  // Two keys per tenant, one slot per tenant (fewer if two tenants share one).
+  EXPECT_LE(slots.size(), tenants.size());
+  EXPECT_EQ(cluster.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
 }
 
 }  // namespace
