@@ -4,19 +4,28 @@
 //    process is SIGKILLed holding counts it never pushed;
 //  - local budgets never admit more than the limit when a process is SIGKILLed holding
 //    a slice (that budget is lost until its window ends);
+//  - local budgets of sliding_window, token_bucket and gcra never go over the
+//    algorithm's own bound (the estimate of what was admitted, at every ms; what was
+//    admitted in every interval), and fill to within what the slices hold;
 //  - afterwards no key is without an expiry.
 // Admissions are counted in shared memory as they happen, so a killed process's count
-// up to its death is kept.
+// up to its death is kept. Each admission is also counted at the ms its call began and
+// the ms after it returned, on the wall clock, which is Redis's (same host): from those,
+// a lower and an upper bound of what was admitted in any span of ms on Redis's clock,
+// so the checks hold whatever the calls' latency (a slow call only loosens them).
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -36,9 +45,16 @@ using std::chrono::milliseconds;
 
 constexpr int64_t kWindowMs = 1000;
 constexpr int kSlots = 64;
+constexpr int kMsSlots = 16384;
 
 int64_t WallMs() {
   return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t WallUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
@@ -49,6 +65,11 @@ struct Counts {
   std::atomic<int64_t> admitted[kSlots];
   std::atomic<int64_t> local[kSlots];
   std::atomic<int64_t> errors{0};
+  // Admissions by the wall-clock ms (since base_ms) at which their call began, and by
+  // the ms after the one in which it returned (floor + 1: strictly after the return).
+  int64_t base_ms = 0;
+  std::atomic<int64_t> began[kMsSlots];
+  std::atomic<int64_t> ended[kMsSlots];
 };
 
 Counts* MapCounts() {
@@ -61,29 +82,67 @@ Counts* MapCounts() {
     c->admitted[i] = 0;
     c->local[i] = 0;
   }
+  c->base_ms = WallMs() - 100;
+  for (int i = 0; i < kMsSlots; ++i) {
+    c->began[i] = 0;
+    c->ended[i] = 0;
+  }
   return c;
 }
+
+// Bounds of what was admitted in the ms [a, b] of Redis's clock (ms since base_ms),
+// from the began/ended counts: an admission happened between its call's start and its
+// return, so it surely lies in [a, b] when its call began at or after a and returned
+// before b + 1, and possibly when its call began at or before b and returned after a.
+class Spans {
+ public:
+  explicit Spans(const Counts& c) {
+    began_.assign(kMsSlots + 1, 0);
+    ended_.assign(kMsSlots + 1, 0);
+    for (int i = 0; i < kMsSlots; ++i) {
+      began_[i + 1] = began_[i] + c.began[i];
+      ended_[i + 1] = ended_[i] + c.ended[i];
+    }
+  }
+  // #(began >= a) - #(ended > b + 1): no more than were admitted in [a, b].
+  int64_t AtLeast(int64_t a, int64_t b) const {
+    return (began_[kMsSlots] - began_[Clamp(a)]) - (ended_[kMsSlots] - ended_[Clamp(b + 2)]);
+  }
+  // #(began <= b) - #(ended <= a): no fewer than were admitted in [a, b].
+  int64_t AtMost(int64_t a, int64_t b) const { return began_[Clamp(b + 1)] - ended_[Clamp(a + 1)]; }
+
+ private:
+  static size_t Clamp(int64_t i) { return static_cast<size_t>(std::clamp<int64_t>(i, 0, kMsSlots)); }
+  std::vector<int64_t> began_, ended_;  // prefix sums
+};
 
 // A child: `threads` threads check one id until `until_ms`, counting each admission in
 // the window it counted in (the decision's end of window, rounded to a boundary: a
 // local decision's end is no later than the store's, by less than a call takes).
-[[noreturn]] void Hammer(const std::string& url, const LimiterOptions& options, int64_t limit,
-                         int threads, int64_t until_ms, Counts* counts) {
+[[noreturn]] void Hammer(const std::string& url, const LimiterOptions& options,
+                         const Limit& limit, int threads, int64_t until_ms, Counts* counts) {
   auto client = Client::Create({.url = url, .prefix = "hot", .deadline = milliseconds(2000)});
   if (!client.ok()) ::_exit(3);
-  auto limiter = (*client)->MakeLimiter(
-      "hot", {.limit = limit, .window = milliseconds(kWindowMs), .aligned = true}, options);
+  auto limiter = (*client)->MakeLimiter("hot", limit, options);
   if (!limiter.ok()) ::_exit(4);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
       while (WallMs() < until_ms) {
+        const int64_t began = WallUs() / 1000 - counts->base_ms;
         StatusOr<Decision> d = limiter->Check("tenant:1");
+        const int64_t ended = WallUs() / 1000 + 1 - counts->base_ms;
         if (!d.ok()) {
           ++counts->errors;
           continue;
         }
         if (!d->allowed) continue;
+        if (began < 0 || ended >= kMsSlots) {
+          ++counts->errors;
+          continue;
+        }
+        ++counts->began[began];
+        ++counts->ended[ended];
         const int64_t window = (WallMs() + d->reset_after.count() + kWindowMs / 2) / kWindowMs - 1;
         const int64_t slot = window - counts->base;
         if (slot < 0 || slot >= kSlots) {
@@ -102,12 +161,15 @@ Counts* MapCounts() {
 struct ProcessesRun {
   std::vector<int64_t> admitted;  // per window that lies wholly inside the run
   int64_t local = 0, total = 0;
+  std::optional<Spans> spans;
+  int64_t from_ms = 0, until_ms = 0;  // the run's measured part, ms since base_ms
+  int64_t base_ms = 0;
 };
 
 // `processes` children for `run_ms`; the one at index `kill` (if >= 0) is SIGKILLed
 // `kill_after_ms` in. Returns the admissions of the windows wholly inside the run.
 ProcessesRun RunProcesses(const testing::RedisServer& server, const LimiterOptions& options,
-                          int64_t limit, int processes, int64_t run_ms, int kill,
+                          const Limit& limit, int processes, int64_t run_ms, int kill,
                           int64_t kill_after_ms) {
   Counts* counts = MapCounts();
   const int64_t start = WallMs();
@@ -142,6 +204,10 @@ ProcessesRun RunProcesses(const testing::RedisServer& server, const LimiterOptio
       run.admitted.push_back(counts->admitted[i]);
     }
   }
+  run.spans.emplace(*counts);
+  run.base_ms = counts->base_ms;
+  run.from_ms = start + 1000 - counts->base_ms;
+  run.until_ms = until - counts->base_ms;
   ::munmap(counts, sizeof(Counts));
   return run;
 }
@@ -154,6 +220,7 @@ void Print(const char* what, const ProcessesRun& run) {
 
 constexpr int kProcesses = 4;
 constexpr int64_t kLimit = 2000;
+const Limit kFixed{.limit = kLimit, .window = milliseconds(kWindowMs), .aligned = true};
 // design.md §7: the fleet admits less than limit + (servers - 1) / servers x limit in a
 // window, whatever the timing; a process killed with unpushed counts does not change it.
 constexpr int64_t kSyncBound = kLimit + (kProcesses - 1) * kLimit / kProcesses;
@@ -175,7 +242,7 @@ LimiterOptions PrefetchOptions() {
 
 TEST(HotKeyRedis, SyncFromProcessesStaysWithinTheBound) {
   testing::RedisServer server;
-  const ProcessesRun run = RunProcesses(server, SyncOptions(), kLimit, kProcesses, 5000, -1, 0);
+  const ProcessesRun run = RunProcesses(server, SyncOptions(), kFixed, kProcesses, 5000, -1, 0);
   Print("sync", run);
   ASSERT_GE(run.admitted.size(), 2u);
   int64_t worst = 0;
@@ -195,7 +262,7 @@ TEST(HotKeyRedis, SyncFromProcessesStaysWithinTheBound) {
 // still holds: its share is one of the shares the bound adds up.
 TEST(HotKeyRedis, SyncWithAProcessKilledHoldingUnpushedCounts) {
   testing::RedisServer server;
-  const ProcessesRun run = RunProcesses(server, SyncOptions(), kLimit, kProcesses, 5000, 1, 2550);
+  const ProcessesRun run = RunProcesses(server, SyncOptions(), kFixed, kProcesses, 5000, 1, 2550);
   Print("sync, one process killed 2.55 s in", run);
   ASSERT_GE(run.admitted.size(), 2u);
   for (int64_t n : run.admitted) EXPECT_LE(n, kSyncBound);
@@ -208,13 +275,77 @@ TEST(HotKeyRedis, SyncWithAProcessKilledHoldingUnpushedCounts) {
 TEST(HotKeyRedis, PrefetchWithAProcessKilledHoldingASlice) {
   testing::RedisServer server;
   const ProcessesRun run =
-      RunProcesses(server, PrefetchOptions(), kLimit, kProcesses, 5000, 1, 2550);
+      RunProcesses(server, PrefetchOptions(), kFixed, kProcesses, 5000, 1, 2550);
   Print("prefetch, one process killed 2.55 s in", run);
   ASSERT_GE(run.admitted.size(), 2u);
   for (int64_t n : run.admitted) {
     EXPECT_LE(n, kLimit);
     EXPECT_GE(n, kLimit - (kProcesses + 1) * kLimit / 10);
   }
+  EXPECT_GT(run.local, run.total / 2) << "slices decided most requests";
+  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+}
+
+// Local budgets of the other algorithms, four processes flooding one id (demand far
+// above the limit): a sliding window's estimate of what was admitted (at least what
+// surely was) never goes over the limit at any ms, and every window admits at least the
+// limit less what the slices hold (at most what possibly was); a bucket admits in no
+// span [a, b] more than capacity + refill × (b − a), and in every second at least its
+// refill less what the slices hold.
+class HotKeyPrefetch : public ::testing::TestWithParam<Algorithm> {};
+
+std::string NameOf(const ::testing::TestParamInfo<Algorithm>& param) {
+  return std::string(AlgorithmName(param.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, HotKeyPrefetch,
+                         ::testing::Values(Algorithm::kSlidingWindow, Algorithm::kTokenBucket,
+                                           Algorithm::kGcra),
+                         NameOf);
+
+TEST_P(HotKeyPrefetch, NeverOverTheBoundAndFillsToWithinTheSlices) {
+  testing::RedisServer server;
+  const Limit limit{
+      .algorithm = GetParam(), .limit = kLimit, .window = milliseconds(kWindowMs)};
+  const ProcessesRun run = RunProcesses(server, PrefetchOptions(), limit, kProcesses, 5000, -1, 0);
+  ASSERT_TRUE(run.spans);
+  const Spans& spans = *run.spans;
+  // What the slices hold (max_slice: limit / 10), and one slice more of slack for a
+  // process the loaded machine stalls (as for fixed_window above).
+  const int64_t slices = (kProcesses + 1) * (kLimit / 10);
+  int64_t worst = INT64_MIN, least = INT64_MAX;
+  if (GetParam() == Algorithm::kSlidingWindow) {
+    // Windows aligned on Redis's clock: [k × w, (k + 1) × w).
+    const int64_t w = kWindowMs;
+    for (int64_t t = run.from_ms; t < run.until_ms; ++t) {
+      const int64_t at = run.base_ms + t;  // Redis's ms
+      const int64_t start = at - at % w - run.base_ms;
+      const int64_t e = at % w;
+      const int64_t previous = spans.AtLeast(start - w, start - 1);
+      const int64_t current = spans.AtLeast(start, t);
+      worst = std::max(worst, std::max<int64_t>(previous, 0) * (w - e) / w + current - kLimit);
+      if (e == w - 1 && start >= run.from_ms) {
+        least = std::min(least, spans.AtMost(start, t));
+      }
+    }
+  } else {
+    // Every span of up to 2 s; the rate is kLimit per kWindowMs.
+    for (int64_t a = run.from_ms; a < run.until_ms; ++a) {
+      for (int64_t b = a; b < run.until_ms && b - a <= 2000; ++b) {
+        worst = std::max(worst, spans.AtLeast(a, b) - (kLimit + kLimit * (b - a) / kWindowMs));
+      }
+      if (a + kWindowMs <= run.until_ms) {
+        least = std::min(least, spans.AtMost(a, a + kWindowMs - 1));
+      }
+    }
+  }
+  std::cout << AlgorithmName(GetParam()) << ": largest excess over the bound " << worst
+            << " (at most 0); least admitted in a window " << least << " (at least "
+            << kLimit - slices << "); " << run.local << " of " << run.total
+            << " decided locally\n";
+  EXPECT_LE(worst, 0);
+  EXPECT_GE(least, kLimit - slices);
+  EXPECT_LT(least, INT64_MAX);
   EXPECT_GT(run.local, run.total / 2) << "slices decided most requests";
   EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
 }
@@ -267,6 +398,58 @@ TEST(HotKeyRedis, TheSyncOpMatchesItsTwin) {
     }
   }
   std::cout << syncs << " syncs, " << dropped << " of them for an older window\n";
+  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+}
+
+// sliding_window.lua's take (5) and give-back (6) ops and their twin give the same
+// replies on random traces of consumes, takes and give-backs naming the current window,
+// the one before, older and later ones, across window ends.
+TEST(HotKeyRedis, TheTakeAndGiveBackOpsMatchTheirTwin) {
+  testing::RedisServer server;
+  auto clock = std::make_shared<testing::FakeClock>(1'700'000'000'000);
+  auto redis = Client::Create({.url = server.url(), .prefix = "hot", .model_clock = clock});
+  ASSERT_THAT(redis, testing::IsOk());
+  auto memory = Client::Create({.url = "memory://", .prefix = "hot", .model_clock = clock});
+  ASSERT_THAT(memory, testing::IsOk());
+  const auto decide = [](const std::shared_ptr<Client>& client, internal::CheckCall call) {
+    std::promise<StatusOr<Decision>> promise;
+    internal::ClientFactory::StoreOf(*client)->Check(
+        std::move(call), [&promise](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
+    return promise.get_future().get();
+  };
+  std::mt19937 rng(1616);
+  int takes = 0, given = 0;
+  for (int64_t w : {1000, 7}) {
+    int64_t known_end = 0;
+    for (int step = 0; step < 1500; ++step) {
+      clock->Advance(milliseconds(static_cast<int64_t>(rng() % static_cast<uint32_t>(w * 2 / 5 + 1))));
+      internal::CheckCall call;
+      call.key = "hot:{sw:" + std::to_string(w) + "}:sw";
+      call.limit = Limit{
+          .algorithm = Algorithm::kSlidingWindow, .limit = 30, .window = milliseconds(w)};
+      call.now_ms = clock->NowMs();
+      call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      const int kind = static_cast<int>(rng() % 3);
+      call.cost = 1 + static_cast<int64_t>(rng() % 8);
+      if (kind == 1) {
+        call.op = internal::Op::kTake;
+        ++takes;
+      } else if (kind == 2) {
+        call.op = internal::Op::kGiveBack;
+        const int64_t shift[] = {0, 0, -1, -2, 1};
+        call.limit.refill = known_end + shift[rng() % 5] * w + (rng() % 8 == 0 ? 1 : 0);
+        ++given;
+      }
+      StatusOr<Decision> a = decide(*redis, call);
+      StatusOr<Decision> b = decide(*memory, call);
+      ASSERT_THAT(a, testing::IsOk());
+      ASSERT_THAT(b, testing::IsOk());
+      ASSERT_EQ(a->ToString(), b->ToString()) << "step " << step;
+      ASSERT_EQ(a->retry_after, b->retry_after) << "step " << step;
+      if (call.op == internal::Op::kTake && a->allowed) known_end = a->retry_after.count();
+    }
+  }
+  std::cout << takes << " takes, " << given << " give-backs\n";
   EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
 }
 
