@@ -72,37 +72,37 @@ void Limiter::ExecuteBudgeted(internal::CheckCall call, std::string id,
   if (take) call.op = internal::Op::kTake;
   const std::shared_ptr<internal::LocalBudgets> budgets = budgets_;
   const Limiter self = *this;
-  ExecuteCall(
-      std::move(call), [self, budgets, alone = std::move(alone), id = std::move(id), cost, want,
-                        sent, take, done = std::move(done)](StatusOr<Decision> result) mutable {
-        int64_t window_end = 0;
-        if (take && result.ok() && result->allowed) {
-          window_end = result->retry_after.count();  // a take's: the window's end
-          result->retry_after = std::chrono::milliseconds(0);
-        }
-        if (result.ok() && result->source == DecisionSource::kStore && result->allowed) {
-          // The slice is this id's to spend, here (nothing when its life is over before
-          // it begins: a bucket that was nearly full, see LocalBudgets::SliceLifeMs).
-          internal::LocalBudgets::Leftover replaced;
-          result->remaining += budgets->Fill(id, want - cost, sent, result->reset_after.count(),
-                                             window_end, &replaced);
-          if (replaced.units > 0) self.GiveBackLeftover(id, replaced.units, replaced.window_end_ms);
-          done(std::move(result));
-          return;
-        }
-        if (result.ok() && result->source == DecisionSource::kStore) {
-          if (result->remaining >= cost) {
-            // Less left than cost + slice, enough for the cost: asked for alone.
-            self.ExecuteCall(std::move(alone), std::move(done));
-            return;
-          }
-          // Not even the cost is left: this refusal is the answer the cost alone would
-          // get (nothing frees units before its retry_after), and until then this id
-          // takes the plain path, where the denial cache answers.
-          budgets->Exhausted(id, sent + result->retry_after.count());
-        }
-        done(std::move(result));  // a failure policy decided, or an error: as without slices
-      });
+  ExecuteCall(std::move(call), [self, budgets, alone = std::move(alone), id = std::move(id), cost,
+                                want, sent, take,
+                                done = std::move(done)](StatusOr<Decision> result) mutable {
+    int64_t window_end = 0;
+    if (take && result.ok() && result->allowed) {
+      window_end = result->retry_after.count();  // a take's: the window's end
+      result->retry_after = std::chrono::milliseconds(0);
+    }
+    if (result.ok() && result->source == DecisionSource::kStore && result->allowed) {
+      // The slice is this id's to spend, here (nothing when its life is over before
+      // it begins: a bucket that was nearly full, see LocalBudgets::SliceLifeMs).
+      internal::LocalBudgets::Leftover replaced;
+      result->remaining +=
+          budgets->Fill(id, want - cost, sent, result->reset_after.count(), window_end, &replaced);
+      if (replaced.units > 0) self.GiveBackLeftover(id, replaced.units, replaced.window_end_ms);
+      done(std::move(result));
+      return;
+    }
+    if (result.ok() && result->source == DecisionSource::kStore) {
+      if (result->remaining >= cost) {
+        // Less left than cost + slice, enough for the cost: asked for alone.
+        self.ExecuteCall(std::move(alone), std::move(done));
+        return;
+      }
+      // Not even the cost is left: this refusal is the answer the cost alone would
+      // get (nothing frees units before its retry_after), and until then this id
+      // takes the plain path, where the denial cache answers.
+      budgets->Exhausted(id, sent + result->retry_after.count());
+    }
+    done(std::move(result));  // a failure policy decided, or an error: as without slices
+  });
 }
 
 std::string Limiter::KeyOf(std::string_view id, Algorithm algorithm) const {

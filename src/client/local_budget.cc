@@ -17,12 +17,8 @@ LocalBudgets::LocalBudgets(const LimiterOptions::LocalBudget& options, const Lim
 int64_t LocalBudgets::SliceLifeMs(const Limit& limit, int64_t extra, int64_t reset_after_ms) {
   int64_t life = 0;
   switch (limit.algorithm) {
-    case Algorithm::kFixedWindow:
-      life = reset_after_ms;
-      break;
-    case Algorithm::kSlidingWindow:
-      life = reset_after_ms - limit.window.count() - 1;
-      break;
+    case Algorithm::kFixedWindow: life = reset_after_ms; break;
+    case Algorithm::kSlidingWindow: life = reset_after_ms - limit.window.count() - 1; break;
     case Algorithm::kTokenBucket:
     case Algorithm::kGcra: {
       // extra tokens refill in extra × window / rate ms: rounded up.
@@ -32,8 +28,7 @@ int64_t LocalBudgets::SliceLifeMs(const Limit& limit, int64_t extra, int64_t res
       life = reset_after_ms - 2 - refill.quot - (refill.rem > 0 ? 1 : 0);
       break;
     }
-    default:
-      return 0;  // no slices for the others (MakeLimiter refuses the option)
+    default: return 0;  // no slices for the others (MakeLimiter refuses the option)
   }
   // At most a second, whatever the window: the store's clock and this host's monotonic
   // clock may run at slightly different rates (or the store's be stepped), and over a

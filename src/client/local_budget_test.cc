@@ -141,16 +141,14 @@ TEST(LocalBudget, ARefundOfASliceDecisionGoesBackToTheSlice) {
 
 TEST(LocalBudget, NotForTheSlidingLogAndOnlyWithSaneOptions) {
   auto client = MemoryClient(std::make_shared<FakeClock>(kStart));
-  EXPECT_THAT(client->MakeLimiter("log",
-                                  {.algorithm = Algorithm::kSlidingLog,
-                                   .limit = 10,
-                                   .window = milliseconds(1000)},
-                                  Budgeted()),
-              testing::StatusIs(StatusCode::kInvalidArgument));
-  for (const Limit& ok : {kPerSecond, Limit::TokenBucket(10, 10), Limit::Gcra(10, 10),
-                          Limit{.algorithm = Algorithm::kSlidingWindow,
-                                .limit = 10,
-                                .window = milliseconds(1000)}}) {
+  EXPECT_THAT(
+      client->MakeLimiter(
+          "log", {.algorithm = Algorithm::kSlidingLog, .limit = 10, .window = milliseconds(1000)},
+          Budgeted()),
+      testing::StatusIs(StatusCode::kInvalidArgument));
+  for (const Limit& ok :
+       {kPerSecond, Limit::TokenBucket(10, 10), Limit::Gcra(10, 10),
+        Limit{.algorithm = Algorithm::kSlidingWindow, .limit = 10, .window = milliseconds(1000)}}) {
     EXPECT_THAT(client->MakeLimiter("ok", ok, Budgeted()), testing::IsOk());
   }
   LimiterOptions bad = Budgeted();
@@ -187,9 +185,8 @@ TEST(LocalBudgets, ASliceLivesWhileItsUnitsStillCount) {
   EXPECT_EQ(LocalBudgets::SliceLifeMs(kPerSecond, 20, 400), 400);
   EXPECT_EQ(LocalBudgets::SliceLifeMs(kPerSecond, 20, 5000), LocalBudgets::kMaxSliceLifeMs);
   // Sliding window of 1 s: reset_after runs to the end of the next window.
-  const Limit sliding{.algorithm = Algorithm::kSlidingWindow,
-                      .limit = 1000,
-                      .window = milliseconds(1000)};
+  const Limit sliding{
+      .algorithm = Algorithm::kSlidingWindow, .limit = 1000, .window = milliseconds(1000)};
   EXPECT_EQ(LocalBudgets::SliceLifeMs(sliding, 20, 1400), 399);
   EXPECT_LE(LocalBudgets::SliceLifeMs(sliding, 20, 900), 0);
   // Buckets of 1,000 refilled at 1,000/s: 20 tokens refill in 20 ms; 1,000/s at 3/s:
@@ -344,9 +341,8 @@ TEST_P(Sliced, NeverOverTheBoundOnVariedDemand) {
   int64_t local = 0, store = 0;
   for (uint32_t seed = 1; seed <= 6; ++seed) {
     VariedDemand demand(4, 8000, seed);
-    const Admissions run =
-        Drive(TheLimit(), Budgeted(/*hot=*/20), 4, 8000,
-              [&](int server, int64_t t) { return demand(server, t); });
+    const Admissions run = Drive(TheLimit(), Budgeted(/*hot=*/20), 4, 8000,
+                                 [&](int server, int64_t t) { return demand(server, t); });
     EXPECT_LE(WorstExcess(run.per_ms), 0) << "seed " << seed;
     local += run.local;
     store += run.store;
@@ -388,8 +384,8 @@ TEST_P(Sliced, BelowTheLimitSlicesCarryTheLoad) {
                                [](int server, int64_t t) { return (t + server) % 5 == 0; });
   int64_t admitted = 0;
   for (int64_t n : run.per_ms) admitted += n;
-  std::cout << AlgorithmName(GetParam()) << ": " << admitted << " of 3200 admitted; "
-            << run.local << " from slices, " << run.store << " by the store\n";
+  std::cout << AlgorithmName(GetParam()) << ": " << admitted << " of 3200 admitted; " << run.local
+            << " from slices, " << run.store << " by the store\n";
   EXPECT_LE(WorstExcess(run.per_ms), 0);
   EXPECT_EQ(admitted, 3200);
   EXPECT_GT(run.local, 2 * run.store);
@@ -461,9 +457,8 @@ TEST_P(Sliced, AColdIdDecidesExactlyAsWithout) {
 TEST(LocalBudget, SlidingWindowLeftoversGoBackToTheirOwnWindow) {
   auto clock = std::make_shared<FakeClock>(kStart);
   auto client = MemoryClient(clock);
-  const Limit sliding{.algorithm = Algorithm::kSlidingWindow,
-                      .limit = 1000,
-                      .window = milliseconds(1000)};
+  const Limit sliding{
+      .algorithm = Algorithm::kSlidingWindow, .limit = 1000, .window = milliseconds(1000)};
   auto limiter = *client->MakeLimiter("sw", sliding, Budgeted(/*hot=*/5, /*max_slice=*/40));
   auto plain = *client->MakeLimiter("sw", sliding);  // the same key, no slices
   // A call a ms from 800 ms into window 0; stop right after a store call took a slice.
@@ -477,7 +472,7 @@ TEST(LocalBudget, SlidingWindowLeftoversGoBackToTheirOwnWindow) {
   ASSERT_EQ(took.source, DecisionSource::kStore);
   const Decision spent = *limiter.Check("x");
   ASSERT_EQ(spent.source, DecisionSource::kLocalBudget);
-  const int64_t held = spent.remaining;  // left in the slice
+  const int64_t held = spent.remaining;                       // left in the slice
   const int64_t counted = 1000 - plain.Peek("x")->remaining;  // window 0's count
   ASSERT_GT(held, 1);
   // Window 1: the slice is over; the next check gives its units back, then takes anew.
