@@ -399,33 +399,68 @@ TEST_P(HotKeyPrefetch, PhasedDemandStaysWithinTheBound) {
   EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
 }
 
-// fixed_window.lua's sync op (4) and its twin give the same replies on random traces of
-// syncs (of the live window, of an old one, of none known; with units or without) and
-// consumes, aligned and not, across window ends.
-TEST(HotKeyRedis, TheSyncOpMatchesItsTwin) {
-  testing::RedisServer server;
-  auto clock = std::make_shared<testing::FakeClock>(1'700'000'000'000);
-  auto redis = Client::Create({.url = server.url(), .prefix = "hot", .model_clock = clock});
-  ASSERT_THAT(redis, testing::IsOk());
-  auto memory = Client::Create({.url = "memory://", .prefix = "hot", .model_clock = clock});
-  ASSERT_THAT(memory, testing::IsOk());
-  const auto decide = [](const std::shared_ptr<Client>& client, internal::CheckCall call) {
+// A Redis client and an embedded one on one model clock; Decide sends a call to a
+// client's store directly (op and arguments as given): a script and its twin, side by
+// side.
+struct Twins {
+  Twins() {
+    auto r = Client::Create({.url = server.url(), .prefix = "hot", .model_clock = clock});
+    auto m = Client::Create({.url = "memory://", .prefix = "hot", .model_clock = clock});
+    EXPECT_THAT(r, testing::IsOk());
+    EXPECT_THAT(m, testing::IsOk());
+    if (r.ok()) redis = *r;
+    if (m.ok()) memory = *m;
+  }
+  static StatusOr<Decision> Decide(const std::shared_ptr<Client>& client,
+                                   internal::CheckCall call) {
     std::promise<StatusOr<Decision>> promise;
     internal::ClientFactory::StoreOf(*client)->Check(
         std::move(call), [&promise](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
     return promise.get_future().get();
-  };
+  }
+  // A call of `key` under `limit`, now on the model clock.
+  internal::CheckCall Call(std::string key, const Limit& limit) const {
+    internal::CheckCall call;
+    call.key = std::move(key);
+    call.limit = limit;
+    call.now_ms = clock->NowMs();
+    call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    return call;
+  }
+  // `call` on both stores: Redis's reply when both gave the same one (a test failure
+  // otherwise, and nullopt).
+  std::optional<Decision> Both(const internal::CheckCall& call, int step) const {
+    StatusOr<Decision> a = Decide(redis, call);
+    StatusOr<Decision> b = Decide(memory, call);
+    EXPECT_THAT(a, testing::IsOk());
+    EXPECT_THAT(b, testing::IsOk());
+    if (!a.ok() || !b.ok()) return std::nullopt;
+    EXPECT_EQ(a->ToString(), b->ToString()) << "step " << step;
+    EXPECT_EQ(a->retry_after, b->retry_after) << "step " << step;
+    if (a->ToString() != b->ToString() || a->retry_after != b->retry_after) return std::nullopt;
+    return *a;
+  }
+  testing::RedisServer server;
+  std::shared_ptr<testing::FakeClock> clock =
+      std::make_shared<testing::FakeClock>(1'700'000'000'000);
+  std::shared_ptr<Client> redis, memory;
+};
+
+// fixed_window.lua's sync op (4) and its twin give the same replies on random traces of
+// syncs (of the live window, of an old one, of none known; with units or without) and
+// consumes, aligned and not, across window ends.
+TEST(HotKeyRedis, TheSyncOpMatchesItsTwin) {
+  Twins twins;
+  ASSERT_TRUE(twins.redis && twins.memory);
   std::mt19937 rng(16);
   int syncs = 0, dropped = 0;
   for (bool aligned : {true, false}) {
     int64_t known_end = 0;
     for (int step = 0; step < 1500; ++step) {
-      clock->Advance(milliseconds(rng() % 120));
-      internal::CheckCall call;
-      call.key = "hot:{t:" + std::to_string(aligned) + "}:fw";
-      call.limit = Limit{.limit = 20, .window = milliseconds(1000), .aligned = aligned};
-      call.now_ms = clock->NowMs();
-      call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      twins.clock->Advance(milliseconds(rng() % 120));
+      internal::CheckCall call =
+          twins.Call("hot:{t:" + std::to_string(aligned) + "}:fw",
+                     Limit{.limit = 20, .window = milliseconds(1000), .aligned = aligned});
       const int kind = static_cast<int>(rng() % 4);
       if (kind == 0) {
         call.cost = 1 + static_cast<int64_t>(rng() % 3);
@@ -437,48 +472,31 @@ TEST(HotKeyRedis, TheSyncOpMatchesItsTwin) {
         if (call.limit.refill != 0 && call.limit.refill != known_end) ++dropped;
         ++syncs;
       }
-      StatusOr<Decision> a = decide(*redis, call);
-      StatusOr<Decision> b = decide(*memory, call);
-      ASSERT_THAT(a, testing::IsOk());
-      ASSERT_THAT(b, testing::IsOk());
-      ASSERT_EQ(a->ToString(), b->ToString()) << "step " << step;
-      ASSERT_EQ(a->retry_after, b->retry_after) << "step " << step;
+      const std::optional<Decision> a = twins.Both(call, step);
+      ASSERT_TRUE(a) << "step " << step;
       if (call.op == internal::Op::kSync) known_end = a->retry_after.count();
     }
   }
   std::cout << syncs << " syncs, " << dropped << " of them for an older window\n";
-  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+  EXPECT_EQ(twins.server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
 }
 
 // sliding_window.lua's take (5) and give-back (6) ops and their twin give the same
 // replies on random traces of consumes, takes and give-backs naming the current window,
 // the one before, older and later ones, across window ends.
 TEST(HotKeyRedis, TheTakeAndGiveBackOpsMatchTheirTwin) {
-  testing::RedisServer server;
-  auto clock = std::make_shared<testing::FakeClock>(1'700'000'000'000);
-  auto redis = Client::Create({.url = server.url(), .prefix = "hot", .model_clock = clock});
-  ASSERT_THAT(redis, testing::IsOk());
-  auto memory = Client::Create({.url = "memory://", .prefix = "hot", .model_clock = clock});
-  ASSERT_THAT(memory, testing::IsOk());
-  const auto decide = [](const std::shared_ptr<Client>& client, internal::CheckCall call) {
-    std::promise<StatusOr<Decision>> promise;
-    internal::ClientFactory::StoreOf(*client)->Check(
-        std::move(call), [&promise](StatusOr<Decision> d) { promise.set_value(std::move(d)); });
-    return promise.get_future().get();
-  };
+  Twins twins;
+  ASSERT_TRUE(twins.redis && twins.memory);
   std::mt19937 rng(1616);
   int takes = 0, given = 0;
   for (int64_t w : {1000, 7}) {
     int64_t known_end = 0;
     for (int step = 0; step < 1500; ++step) {
-      clock->Advance(
+      twins.clock->Advance(
           milliseconds(static_cast<int64_t>(rng() % static_cast<uint32_t>(w * 2 / 5 + 1))));
-      internal::CheckCall call;
-      call.key = "hot:{sw:" + std::to_string(w) + "}:sw";
-      call.limit =
-          Limit{.algorithm = Algorithm::kSlidingWindow, .limit = 30, .window = milliseconds(w)};
-      call.now_ms = clock->NowMs();
-      call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      internal::CheckCall call = twins.Call(
+          "hot:{sw:" + std::to_string(w) + "}:sw",
+          Limit{.algorithm = Algorithm::kSlidingWindow, .limit = 30, .window = milliseconds(w)});
       const int kind = static_cast<int>(rng() % 3);
       call.cost = 1 + static_cast<int64_t>(rng() % 8);
       if (kind == 1) {
@@ -490,17 +508,13 @@ TEST(HotKeyRedis, TheTakeAndGiveBackOpsMatchTheirTwin) {
         call.limit.refill = known_end + shift[rng() % 5] * w + (rng() % 8 == 0 ? 1 : 0);
         ++given;
       }
-      StatusOr<Decision> a = decide(*redis, call);
-      StatusOr<Decision> b = decide(*memory, call);
-      ASSERT_THAT(a, testing::IsOk());
-      ASSERT_THAT(b, testing::IsOk());
-      ASSERT_EQ(a->ToString(), b->ToString()) << "step " << step;
-      ASSERT_EQ(a->retry_after, b->retry_after) << "step " << step;
+      const std::optional<Decision> a = twins.Both(call, step);
+      ASSERT_TRUE(a) << "step " << step;
       if (call.op == internal::Op::kTake && a->allowed) known_end = a->retry_after.count();
     }
   }
   std::cout << takes << " takes, " << given << " give-backs\n";
-  EXPECT_EQ(server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
+  EXPECT_EQ(twins.server.KeysWithoutTtl("hot:*"), std::vector<std::string>{});
 }
 
 }  // namespace

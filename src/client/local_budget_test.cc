@@ -74,25 +74,6 @@ TEST(LocalBudget, ServersSharingAStoreNeverAdmitMoreThanTheLimit) {
   EXPECT_GT(local, 4 * store) << "local " << local << " store " << store;
 }
 
-TEST(LocalBudget, AColdIdDecidesExactlyAsWithout) {
-  auto clock = std::make_shared<FakeClock>(kStart);
-  auto client = MemoryClient(clock);
-  const Limit three{.limit = 3, .window = milliseconds(1000), .aligned = true};
-  auto budgeted = *client->MakeLimiter("cold", three, Budgeted(/*hot=*/1000));
-  auto plain = *client->MakeLimiter("plain", three);
-  for (int i = 0; i < 5; ++i) {
-    StatusOr<Decision> a = budgeted.Check("u");
-    StatusOr<Decision> b = plain.Check("u");
-    ASSERT_THAT(a, testing::IsOk());
-    ASSERT_THAT(b, testing::IsOk());
-    EXPECT_EQ(a->allowed, b->allowed) << i;
-    EXPECT_EQ(a->remaining, b->remaining) << i;
-    EXPECT_EQ(a->source, b->source) << i;  // the store, then cached denials, as without
-    EXPECT_NE(a->source, DecisionSource::kLocalBudget) << i;
-    clock->Advance(milliseconds(10));
-  }
-}
-
 TEST(LocalBudget, ASliceEndsWithTheWindowThatCountedIt) {
   auto clock = std::make_shared<FakeClock>(kStart);
   auto client = MemoryClient(clock);
@@ -431,7 +412,8 @@ TEST_P(Sliced, ASliceNeverOutlivesTheBudgetItCameFrom) {
   EXPECT_GT(spent_late, 0) << "the slices were spent at some of the offsets";
 }
 
-// A cold id decides field by field as without the option.
+// A cold id decides field by field as without the option (the store, then cached
+// denials, as without).
 TEST_P(Sliced, AColdIdDecidesExactlyAsWithout) {
   auto clock = std::make_shared<FakeClock>(kStart);
   auto client = MemoryClient(clock);
