@@ -5,7 +5,8 @@
 //   split   every server enforces limit / servers (rounded down) in its own memory
 //   shared  one store for all servers: what sluice does; the reference ("ideal")
 //   prefetch  one store, and each server takes slices of the hot id's budget
-//           (LimiterOptions::local_budget: fixed_window only)
+//           (LimiterOptions::local_budget: fixed_window, sliding_window, token_bucket,
+//           gcra)
 //   sync    one store, and each server counts the hot id locally and syncs every
 //           --sync-interval-ms of model time (LimiterOptions::sync, hot from the first
 //           request: fixed_window only); its store calls include the syncs

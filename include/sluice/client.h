@@ -160,17 +160,20 @@ struct LimiterOptions {
   // Shadow mode, for dark-launching a limit: checks are evaluated and counted, but a
   // refusal is returned as allowed with Decision::shadow_refused set. Default: false.
   bool shadow = false;
-  // Local budgets for ids hotter than one store key should carry (fixed_window only;
-  // docs/design.md §7). When this process sees an id called at least
-  // `hot_checks_per_second`, a check that goes to the store asks for cost + a slice
-  // (about `slice_period` of the id's rate, at most `max_slice`) in the same atomic
-  // step; later checks are admitted from the slice without a store call (source
-  // kLocalBudget) until it is spent or its window ends. Never over the limit: every unit
-  // of a slice was counted by the store, and is spent only inside the window that
-  // counted it. The price: units left in a slice when its window ends are not spent by
-  // anyone (at most servers x max_slice per window). Cold ids, Peek, Reset, per-call
-  // limits and shadow mode take the plain path. A refund of a kLocalBudget decision goes
-  // back to the slice while its window lasts. Memory: a small entry per id this limiter
+  // Local budgets for ids hotter than one store key should carry (fixed_window,
+  // sliding_window, token_bucket, gcra; docs/design.md §7). When this process sees an id
+  // called at least `hot_checks_per_second`, a check that goes to the store asks for
+  // cost + a slice (about `slice_period` of the id's rate, at most `max_slice`) in the
+  // same atomic step; later checks are admitted from the slice without a store call
+  // (source kLocalBudget) until it is spent or its life ends. Never over the limit:
+  // every unit of a slice was counted (or, for the buckets, withdrawn) by the store, and
+  // is spent only while that keeps the algorithm's own bound: inside the window that
+  // counted it (the window algorithms), or before the bucket would have refilled it
+  // (the buckets: a slice of k lives reset_after - k / refill). The price: units left
+  // in a slice when its life ends are not spent by anyone (at most servers x max_slice
+  // per window, or at any moment for the buckets). Cold ids, Peek, Reset, per-call
+  // limits and shadow mode take the plain path. A refund of a kLocalBudget decision
+  // goes back to the slice while it lasts. Memory: a small entry per id this limiter
   // saw in the last two seconds (swept as the table grows). Off by default.
   struct LocalBudget {
     bool enabled = false;
@@ -325,6 +328,9 @@ class Limiter {
   // A consume through the local budget: from the id's slice, or a store call that asks
   // for cost + a slice when the id is hot.
   void ExecuteBudgeted(internal::CheckCall call, std::string id, DecisionCallback done) const;
+  // Gives `units` a sliding_window slice did not spend back to the window ending at
+  // `window_end_ms` (store clock), asynchronously.
+  void GiveBackLeftover(std::string_view id, int64_t units, int64_t window_end_ms) const;
   int64_t BudgetNowMs() const;
   // A consume of a hot id under periodic sync (options_.sync).
   void ExecuteSynced(internal::CheckCall call, std::string id, DecisionCallback done) const;

@@ -10,8 +10,9 @@ Decision MakeDecision(const AlgoReply& reply, int64_t limit, Op op) {
   d.limit = limit;
   d.remaining = reply.remaining < 0 ? 0 : reply.remaining;
   d.reset_after = std::chrono::milliseconds(reply.reset_after_ms);
-  d.retry_after = d.allowed && op != Op::kSync ? std::chrono::milliseconds(0)
-                                               : std::chrono::milliseconds(reply.retry_after_ms);
+  d.retry_after = d.allowed && op != Op::kSync && op != Op::kTake
+                      ? std::chrono::milliseconds(0)
+                      : std::chrono::milliseconds(reply.retry_after_ms);
   d.reason = reply.code == 1   ? RefusalReason::kNone
              : reply.code == 2 ? RefusalReason::kCostExceedsLimit
                                : RefusalReason::kOverLimit;

@@ -5,7 +5,7 @@
 //   KEYS[1]  the id's key: `<prefix>:{<limiter>:<id>}`; an algorithm that needs more
 //            than one key derives them from KEYS[1] + a suffix (same hash tag, same slot)
 //   ARGV[1]  op: "0" consume, "1" peek, "2" refund, "3" reset, "4" sync (fixed_window
-//            only; Op below)
+//            only), "5" take, "6" give back (sliding_window only; Op below)
 //   ARGV[2]  model clock ms, or "" to read Redis TIME (the default; models are tests);
 //            the batch driver (src/algo/batch.lua) passes a Lua number there instead:
 //            Redis TIME it read once for the batch (no model-clock grace)
@@ -13,13 +13,14 @@
 //   ARGV[4]  limit    (Limit::limit)
 //   ARGV[5]  window   (Limit::window in ms)
 //   ARGV[6]  refill   (Limit::refill; 0 means `limit`); sync: the window end its units
-//            were counted in (0: none known)
+//            were counted in (0: none known); give back: the end of the window the
+//            units were counted in
 //   ARGV[7]  aligned  ("1" or "0")
 //   returns  {code, remaining, reset_after_ms, retry_after_ms}
 //            code 1: admitted (consume), would be admitted (peek), done (refund, reset);
 //            code 0: refused, over the limit; code 2: refused, cost > limit (never passes);
-//            sync: {1, remaining, reset_after_ms, window end ms} (the Decision carries the
-//            end in retry_after)
+//            sync, and take when admitted: {1, remaining, reset_after_ms, window end ms}
+//            (the Decision carries the end in retry_after)
 // Each twin is a function with the same inputs and outputs on an explicit state, and the
 // differential tests hold script and twin to identical replies.
 #pragma once
@@ -41,6 +42,13 @@ enum class Op : int {
   // never refusing, never above the limit; open a window when none is live; report the
   // window (fixed_window.lua's header).
   kSync = 4,
+  // sliding_window only (LimiterOptions::local_budget): a consume whose admitted reply
+  // carries the current window's end (ms on the store's clock) in retry_after.
+  kTake = 5,
+  // sliding_window only: take `cost` units back from the count of the window ending at
+  // `refill` (ms on the store's clock) alone, the current or the previous one, never
+  // below 0; nothing when that window is neither (sliding_window.lua's header).
+  kGiveBack = 6,
 };
 
 struct AlgoArgs {

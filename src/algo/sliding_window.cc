@@ -2,6 +2,7 @@
 
 #include "core/numbers.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace sluice::internal {
@@ -60,8 +61,12 @@ int64_t SlidingWindowUsed(const SlidingWindowState& state, int64_t w, int64_t no
   return c + (p > 0 ? MulDiv(p, w - e, w).q : 0);
 }
 
-AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const AlgoArgs& a,
+AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const AlgoArgs& args,
                             int64_t now, int64_t& expires_at_ms) {
+  // A take is decided as a consume; admitted, it reports the window's end.
+  const bool take = args.op == Op::kTake;
+  AlgoArgs a = args;
+  if (take) a.op = Op::kConsume;
   const int64_t w = a.window_ms;
   if (a.op == Op::kReset) {
     state.reset();
@@ -84,12 +89,14 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
     if (!ok || now >= zero) state.reset();
   }
   if (!state) {
-    if (a.cost > a.limit && a.op != Op::kRefund) return {2, a.limit, 0, 0};
+    if (a.cost > a.limit && a.op != Op::kRefund && a.op != Op::kGiveBack) {
+      return {2, a.limit, 0, 0};
+    }
     if (a.op != Op::kConsume) return {1, a.limit, 0, 0};
     state = SlidingWindowState{now - FloorMod(now, w), a.cost, 0, w};
     zero = SlidingWindowZeroAt(*state, w);
     expires_at_ms = zero;
-    return {1, a.limit - a.cost, zero - now, 0};
+    return {1, a.limit - a.cost, zero - now, take ? state->start_ms + w : 0};
   }
 
   // Live state; rolled into the next window only in this copy, as the script does.
@@ -106,8 +113,15 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
   int64_t used = c;
   if (p > 0) used += MulDiv(p, w - e, w).q;
 
-  if (a.op == Op::kRefund) {
-    if (a.cost <= c) {
+  if (a.op == Op::kRefund || a.op == Op::kGiveBack) {
+    if (a.op == Op::kGiveBack) {
+      // Only from the named window's own count (`refill`: its end), never below 0.
+      if (a.refill == s + w) {
+        c = std::max<int64_t>(0, c - a.cost);
+      } else if (a.refill == s) {
+        p = std::max<int64_t>(0, p - a.cost);
+      }
+    } else if (a.cost <= c) {
       c -= a.cost;
     } else {
       p -= a.cost - c;
@@ -137,7 +151,7 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
     zero = ZeroAt(s, c, p, w);
     state = SlidingWindowState{s, c, p, w};
     expires_at_ms = zero;
-    return {1, a.limit - used - a.cost, zero - now, 0};
+    return {1, a.limit - used - a.cost, zero - now, take ? s + w : 0};
   }
   expires_at_ms = zero;  // the stored state stays as it is (or as converted)
   if (code == 1) return {1, a.limit - used, zero - now, 0};

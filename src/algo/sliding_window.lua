@@ -9,6 +9,13 @@
 -- ARGV     op, now ("" = Redis TIME), cost (refund: amount), limit, window ms, refill
 --          (unused), aligned (unused: always aligned) (see src/algo/algorithm.h)
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}
+-- Op "5" (take, LimiterOptions::local_budget) is decided as consume; admitted, its
+-- reply's fourth field is the current window's end (ms on this clock), which the slice
+-- holder names when it gives units back. Op "6" (give back): `cost` units a slice of
+-- the window ending at ARGV[6] did not spend are taken from that window's own count —
+-- the current one's when it is still current, the previous one's when it has just
+-- ended — never below 0, and from nothing when that window is neither (a give-back that
+-- arrives late never lowers another window's count); never refused; replies as refund.
 --
 -- Estimate at time t, e = t - start (0 <= e < window):
 --   used = floor(previous * (window - e) / window) + current
@@ -48,6 +55,10 @@
 -- refuse only when that one misses by less than 1 unit, and never refuses one it admits.
 local key = KEYS[1]
 local op = ARGV[1]
+local take = op == '5'
+if take then
+  op = '0'
+end
 if op == '3' then
   redis.call('DEL', key)
   return {1, tonumber(ARGV[4]), 0, 0}
@@ -148,7 +159,7 @@ if v then
 end
 
 if not s then
-  if cost > limit and op ~= '2' then
+  if cost > limit and op ~= '2' and op ~= '6' then
     return {2, limit, 0, 0}
   end
   if op ~= '0' then
@@ -157,7 +168,7 @@ if not s then
   s = now - now % w
   zero = zero_at(s, cost, 0, w)
   redis.call('SET', key, struct.pack('<i8i6i6i6', s, cost, 0, w), 'PX', string.format('%d', zero - now + grace))
-  return {1, limit - cost, zero - now, 0}
+  return {1, limit - cost, zero - now, take and s + w or 0}
 end
 
 -- Live state. Rolling it into the next window changes neither decisions nor `zero`, so
@@ -176,8 +187,21 @@ if p > 0 then
   used = used + muldiv(p, w - e, w)
 end
 
-if op == '2' then
-  if cost <= c then
+if op == '2' or op == '6' then
+  if op == '6' then
+    local named = tonumber(ARGV[6])
+    if named == s + w then
+      c = c - cost
+      if c < 0 then
+        c = 0
+      end
+    elseif named == s then
+      p = p - cost
+      if p < 0 then
+        p = 0
+      end
+    end
+  elseif cost <= c then
     c = c - cost
   else
     p = p - (cost - c)
@@ -209,7 +233,7 @@ if code == 1 and op == '0' then
   c = c + cost
   zero = zero_at(s, c, p, w)
   redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))
-  return {1, limit - used - cost, zero - now, 0}
+  return {1, limit - used - cost, zero - now, take and s + w or 0}
 end
 if moved then
   redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))

@@ -25,9 +25,11 @@ struct Id {
   std::optional<SlidingWindowState> state;
   int64_t expires_at_ms = 0;
 
-  AlgoReply Call(Op op, int64_t cost, int64_t limit, int64_t window_ms, int64_t now_ms) {
+  AlgoReply Call(Op op, int64_t cost, int64_t limit, int64_t window_ms, int64_t now_ms,
+                 int64_t refill = 0) {
     if (state && expires_at_ms <= now_ms) state.reset();
-    return SlidingWindowStep(state, {op, cost, limit, window_ms, 0, false}, now_ms, expires_at_ms);
+    return SlidingWindowStep(state, {op, cost, limit, window_ms, refill, false}, now_ms,
+                             expires_at_ms);
   }
   AlgoReply Consume(int64_t now, int64_t limit, int64_t cost = 1, int64_t w = kW) {
     return Call(Op::kConsume, cost, limit, w, now);
@@ -249,6 +251,46 @@ TEST(SlidingWindowStep, RefundAfterRolloverGivesBackFromThePreviousWindow) {
   EXPECT_EQ(r.remaining, 4 - 1);  // floor(2 * 900 / 1000) = 1
   EXPECT_EQ(r.reset_after_ms, kT0 + 1501 - (kT0 + 1100));
   EXPECT_EQ(id.expires_at_ms, kT0 + 1501);
+}
+
+// Local budgets: a take is a consume whose reply names the window's end; a give-back
+// takes units from the named window's own count only.
+TEST(SlidingWindowStep, ATakeNamesItsWindowAndAGiveBackLandsOnlyInIt) {
+  Id id;
+  AlgoReply r = id.Call(Op::kTake, 6, 20, kW, kT0 + 300);
+  EXPECT_EQ(r, (AlgoReply{1, 14, kT0 + 2001 - 167 - (kT0 + 300), kT0 + 1000}));
+  r = id.Call(Op::kTake, 4, 20, kW, kT0 + 400);
+  EXPECT_EQ(r.retry_after_ms, kT0 + 1000);
+  ExpectState(id.state, kT0, 10, 0);
+  // A refused take is a refused consume (its retry_after).
+  Id twin = id;
+  EXPECT_EQ(id.Call(Op::kTake, 11, 20, kW, kT0 + 500), twin.Consume(kT0 + 500, 20, 11));
+  // Given back to the current window (named by its end): from its count only.
+  r = id.Call(Op::kGiveBack, 3, 20, kW, kT0 + 500, /*window end=*/kT0 + 1000);
+  EXPECT_EQ(r.code, 1);
+  ExpectState(id.state, kT0, 7, 0);
+  EXPECT_EQ(r.remaining, 13);
+  // A window that is neither current nor previous: nothing.
+  id.Call(Op::kGiveBack, 3, 20, kW, kT0 + 500, kT0);
+  id.Call(Op::kGiveBack, 3, 20, kW, kT0 + 500, kT0 + 2000);
+  id.Call(Op::kGiveBack, 3, 20, kW, kT0 + 500, kT0 + 999);
+  ExpectState(id.state, kT0, 7, 0);
+  // In the next window: 2 counted there; a give-back naming the window that ended takes
+  // from the previous count alone, never below 0.
+  ASSERT_EQ(id.Consume(kT0 + 1100, 20, 2).code, 1);
+  ExpectState(id.state, kT0 + 1000, 2, 7);
+  id.Call(Op::kGiveBack, 5, 20, kW, kT0 + 1200, kT0 + 1000);
+  ExpectState(id.state, kT0 + 1000, 2, 2);
+  id.Call(Op::kGiveBack, 5, 20, kW, kT0 + 1200, kT0 + 1000);
+  ExpectState(id.state, kT0 + 1000, 2, 0);
+  // Two windows later the named window is neither: the current count is untouched.
+  ASSERT_EQ(id.Consume(kT0 + 2100, 20, 1).code, 1);
+  id.Call(Op::kGiveBack, 5, 20, kW, kT0 + 2200, kT0 + 1000);
+  ExpectState(id.state, kT0 + 2000, 1, 2);
+  // With no state, a give-back (even of more than the limit) is a no-op.
+  Id none;
+  EXPECT_EQ(none.Call(Op::kGiveBack, 50, 20, kW, kT0, kT0 + 1000), (AlgoReply{1, 20, 0, 0}));
+  EXPECT_FALSE(none.state.has_value());
 }
 
 TEST(SlidingWindowStep, ResetForgetsTheId) {

@@ -227,10 +227,12 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
   }
   if (options.local_budget.enabled) {
     const LimiterOptions::LocalBudget& b = options.local_budget;
-    if (limit.algorithm != Algorithm::kFixedWindow) {
+    if (limit.algorithm != Algorithm::kFixedWindow &&
+        limit.algorithm != Algorithm::kSlidingWindow &&
+        limit.algorithm != Algorithm::kTokenBucket && limit.algorithm != Algorithm::kGcra) {
       return InvalidArgumentError(
-          "local_budget is built for fixed_window only (a slice must end with the window "
-          "that counted it), not " +
+          "local_budget is built for fixed_window, sliding_window, token_bucket and gcra "
+          "(a slice must know when its units stop counting), not " +
           std::string(AlgorithmName(limit.algorithm)));
     }
     if (b.hot_checks_per_second < 1 || b.slice_period.count() < 1 || b.max_slice < 0) {

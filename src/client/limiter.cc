@@ -22,7 +22,7 @@ Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, L
       options_(options),
       key_head_(internal::KeyHead(core_->options.prefix, name_)) {
   if (options_.local_budget.enabled) {
-    budgets_ = std::make_shared<internal::LocalBudgets>(options_.local_budget, limit_.limit);
+    budgets_ = std::make_shared<internal::LocalBudgets>(options_.local_budget, limit_);
   }
   if (options_.sync.enabled) {
     synced_ = internal::SyncedCounts::Make(core_, key_head_, limit_, options_);
@@ -38,11 +38,22 @@ int64_t Limiter::BudgetNowMs() const {
       .count();
 }
 
+void Limiter::GiveBackLeftover(std::string_view id, int64_t units, int64_t window_end_ms) const {
+  // Fire and forget: a give-back that fails leaves those units counted (stricter).
+  internal::CheckCall call;
+  if (!MakeCall(internal::Op::kGiveBack, id, {.cost = units}, call).ok()) return;
+  call.limit.refill = window_end_ms;  // the window that counted them (ARGV[6])
+  ExecuteCall(std::move(call), [](const StatusOr<Decision>&) {});
+}
+
 void Limiter::ExecuteBudgeted(internal::CheckCall call, std::string id,
                               DecisionCallback done) const {
   const int64_t cost = call.cost;
   const int64_t sent = BudgetNowMs();
-  if (std::optional<Decision> local = budgets_->TrySpend(id, cost, sent)) {
+  internal::LocalBudgets::Leftover leftover;
+  std::optional<Decision> local = budgets_->TrySpend(id, cost, sent, &leftover);
+  if (leftover.units > 0) GiveBackLeftover(id, leftover.units, leftover.window_end_ms);
+  if (local) {
     done(*local);
     return;
   }
@@ -56,30 +67,42 @@ void Limiter::ExecuteBudgeted(internal::CheckCall call, std::string id,
   internal::CheckCall alone = call;
   call.cost = want;
   call.cache_denials = false;  // a refusal of cost + slice says nothing about cost alone
+  // sliding_window: a take, whose reply names the window (for giving units back).
+  const bool take = call.limit.algorithm == Algorithm::kSlidingWindow;
+  if (take) call.op = internal::Op::kTake;
   const std::shared_ptr<internal::LocalBudgets> budgets = budgets_;
   const Limiter self = *this;
-  ExecuteCall(
-      std::move(call), [self, budgets, alone = std::move(alone), id = std::move(id), cost, want,
-                        sent, done = std::move(done)](StatusOr<Decision> result) mutable {
-        if (result.ok() && result->source == DecisionSource::kStore && result->allowed) {
-          budgets->Fill(id, want - cost, sent, result->reset_after.count());
-          result->remaining += want - cost;  // the slice is this id's to spend, here
-          done(std::move(result));
-          return;
-        }
-        if (result.ok() && result->source == DecisionSource::kStore) {
-          if (result->remaining >= cost) {
-            // Less left than cost + slice, enough for the cost: asked for alone.
-            self.ExecuteCall(std::move(alone), std::move(done));
-            return;
-          }
-          // Not even the cost is left: this refusal is the answer the cost alone would
-          // get (fixed_window refuses any cost over what is left until the window ends),
-          // and until then this id takes the plain path, where the denial cache answers.
-          budgets->Exhausted(id, sent + result->retry_after.count());
-        }
-        done(std::move(result));  // a failure policy decided, or an error: as without slices
-      });
+  ExecuteCall(std::move(call), [self, budgets, alone = std::move(alone), id = std::move(id), cost,
+                                want, sent, take,
+                                done = std::move(done)](StatusOr<Decision> result) mutable {
+    int64_t window_end = 0;
+    if (take && result.ok() && result->allowed) {
+      window_end = result->retry_after.count();  // a take's: the window's end
+      result->retry_after = std::chrono::milliseconds(0);
+    }
+    if (result.ok() && result->source == DecisionSource::kStore && result->allowed) {
+      // The slice is this id's to spend, here (nothing when its life is over before
+      // it begins: a bucket that was nearly full, see LocalBudgets::SliceLifeMs).
+      internal::LocalBudgets::Leftover replaced;
+      result->remaining +=
+          budgets->Fill(id, want - cost, sent, result->reset_after.count(), window_end, &replaced);
+      if (replaced.units > 0) self.GiveBackLeftover(id, replaced.units, replaced.window_end_ms);
+      done(std::move(result));
+      return;
+    }
+    if (result.ok() && result->source == DecisionSource::kStore) {
+      if (result->remaining >= cost) {
+        // Less left than cost + slice, enough for the cost: asked for alone.
+        self.ExecuteCall(std::move(alone), std::move(done));
+        return;
+      }
+      // Not even the cost is left: this refusal is the answer the cost alone would
+      // get (nothing frees units before its retry_after), and until then this id
+      // takes the plain path, where the denial cache answers.
+      budgets->Exhausted(id, sent + result->retry_after.count());
+    }
+    done(std::move(result));  // a failure policy decided, or an error: as without slices
+  });
 }
 
 std::string Limiter::KeyOf(std::string_view id, Algorithm algorithm) const {
@@ -196,8 +219,8 @@ StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
   CheckOptions with = options;
   with.cost = amount;
   if (options.counted_by == DecisionSource::kLocalBudget) {
-    // Units from a slice go back to it while its window lasts; after, the window that
-    // counted them is over and there is nothing to give back to.
+    // Units from a slice go back to it while it lasts; after, they would be spent past
+    // the slice's end (docs/design.md §7), so nothing is given back.
     if (id.empty()) return InvalidArgumentError("id is empty");
     if (amount < 1 || amount > kMaxLimit) {
       return InvalidArgumentError("amount must be between 1 and " + std::to_string(kMaxLimit) +

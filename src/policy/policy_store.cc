@@ -113,7 +113,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
     done(nothing);
     return;
   }
-  const bool decision = call.op == Op::kConsume || call.op == Op::kPeek;
+  const bool decision = call.op == Op::kConsume || call.op == Op::kPeek || call.op == Op::kTake;
   if (call.op == Op::kSync) syncs_.fetch_add(1, std::memory_order_relaxed);
   const bool cache = denials_ && call.cache_denials && call.op == Op::kConsume;
   if (cache) {
