@@ -1,6 +1,8 @@
 // grpc_load: a closed-loop load generator for sluiced's ShouldRateLimit (bench/service.sh).
 // Keeps --concurrency calls in flight on --connections channels for --seconds, each call
 // for one of --ids distinct ids, and prints checks/s and latency percentiles.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -85,6 +87,14 @@ class Caller {
   std::vector<double> latencies_;
 };
 
+// This process's CPU time (user + system), to say what the load generator itself cost.
+static double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"grpc_load: closed-loop load on ShouldRateLimit"};
   std::string target = "127.0.0.1:8081", domain = "bench";
@@ -126,11 +136,11 @@ int main(int argc, char** argv) {
   const uint64_t total = shared.ok + shared.over + shared.errors;
   std::printf(
       "grpc checks=%llu ok=%llu over_limit=%llu errors=%llu seconds=%.2f checks_per_s=%.0f "
-      "p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
+      "p50_ms=%.3f p99_ms=%.3f max_ms=%.3f client_cpu_s=%.2f\n",
       static_cast<unsigned long long>(total), static_cast<unsigned long long>(shared.ok.load()),
       static_cast<unsigned long long>(shared.over.load()),
       static_cast<unsigned long long>(shared.errors.load()), elapsed,
       static_cast<double>(total) / elapsed, pct(0.5) / 1000, pct(0.99) / 1000,
-      l.empty() ? 0.0 : l.back() / 1000);
+      l.empty() ? 0.0 : l.back() / 1000, CpuSeconds());
   return shared.errors > 0 ? 1 : 0;
 }
