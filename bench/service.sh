@@ -11,7 +11,9 @@
 #      DEADLINE_MS (sluiced --deadline-ms, 5), SLUICED (the sluiced binary to measure,
 #      $BIN/sluiced), GRPC_LOAD (h2: sluiced_h2_load, the lean one-thread HTTP/2 client,
 #      the default; grpcpp: sluiced_grpc_load, grpc++'s callback client, which costs
-#      several times more CPU per call on the same cores), ONLY (http or grpc: one run).
+#      several times more CPU per call on the same cores), GRPC_RATE (h2 only: calls/s on
+#      a fixed schedule, open loop, latency from each call's scheduled start; default:
+#      closed loop), ONLY (http or grpc: one run).
 # A check that misses its deadline is answered by its failure policy (here: open) and a
 # run of them opens the breaker: the "store" column says which share of the checks Redis
 # actually decided. Figures with a low share measure the fallback, not the service.
@@ -109,7 +111,8 @@ fi
 grpc_line="grpc checks=0 checks_per_s=- p50_ms=- p99_ms=- client_cpu_s=0" gs=0 gr=0
 if [ "${ONLY:-grpc}" = grpc ] || [ -z "${ONLY:-}" ]; then
   run grpc "$GRPC_LOADER" --target "127.0.0.1:$GRPC_PORT" --seconds "$SECONDS_PER_RUN" \
-    --concurrency "${GRPC_CONCURRENCY:-64}" --connections "${GRPC_CONNECTIONS:-4}" --ids "${IDS:-10000}"
+    --concurrency "${GRPC_CONCURRENCY:-64}" --connections "${GRPC_CONNECTIONS:-4}" --ids "${IDS:-10000}" \
+    ${GRPC_RATE:+--rate "$GRPC_RATE"}
   grpc_line=$(grep '^grpc ' "$WORK/grpc.out" || true)
   [ -n "$grpc_line" ] || { cat "$WORK/grpc.out"; exit 1; }
   read -r gs gr <"$WORK/grpc.cpu"
@@ -125,7 +128,7 @@ printf '| %-30s | %10s | %8s | %8s | %6s | %18s | %16s | %17s |\n' "run (${SECON
 printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "--------------------------------" "------------" "----------" "----------" "--------" "--------------------" "------------------" "-------------------"
 printf '| %-30s | %10s | %8s | %8s | %6s | %15s us | %13s us | %17s |\n' "HTTP /v1/check (wrk, c=${HTTP_CONNECTIONS:-64})" "$http_rps" "$http_p50" "$http_p99" "$(cat "$WORK/http.store")" \
   "$(per_check "$hs" "$http_total")" "$(per_check "$hr" "$http_total")" "-"
-printf '| %-30s | %10s | %6sms | %6sms | %6s | %15s us | %13s us | %14s us |\n' "gRPC ShouldRateLimit (${GRPC_LOAD:-h2}, c=${GRPC_CONCURRENCY:-64})" "$(kv checks_per_s)" "$(kv p50_ms)" "$(kv p99_ms)" "$(cat "$WORK/grpc.store")" \
+printf '| %-30s | %10s | %6sms | %6sms | %6s | %15s us | %13s us | %14s us |\n' "gRPC ShouldRateLimit (${GRPC_LOAD:-h2}, ${GRPC_RATE:+rate=$GRPC_RATE/s }c=${GRPC_CONCURRENCY:-64})" "$(kv checks_per_s)" "$(kv p50_ms)" "$(kv p99_ms)" "$(cat "$WORK/grpc.store")" \
   "$(per_check "$gs" "$(kv checks)")" "$(per_check "$gr" "$(kv checks)")" "$(awk -v c="$(kv client_cpu_s)" -v n="$(kv checks)" 'BEGIN { if (n > 0) printf "%.1f", c / n * 1e6; else print "-" }')"
 [ -z "$http_non2xx" ] || echo "HTTP non-2xx answers: $http_non2xx"
 echo "gRPC: $grpc_line"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 
@@ -133,8 +134,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection& operator=(const Connection&) = delete;
 
   asio::io_context& io() { return io_; }
+  // Whether a reply finished on this thread is written from it.
+  bool reply_here() const { return options_.reply_from_completion_thread || OnOwnThread(); }
 
+  // On the connection's thread.
   void Start() {
+    std::lock_guard lock(mu_);
     accepted_ = last_input_ = Clock::now();
     if (nghttp2_session_server_new2(&session_, shared_->callbacks, this, shared_->option) != 0)
       return Close();
@@ -150,8 +155,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     MaybeRead();
   }
 
-  // A unary call's answer, on this connection's thread.
+  // A unary call's answer, on any thread: written from there (no hand-over to the
+  // connection's thread) unless the options say otherwise.
   void OnReply(int32_t stream_id, std::string message, GrpcStatus status) {
+    std::lock_guard lock(mu_);
     --in_flight_;
     if (closed_) return;
     auto it = streams_.find(stream_id);
@@ -165,8 +172,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       Answer(s, std::move(status));
     }
-    ScheduleFlush();
+    if (!OnOwnThread()) return Flush();
+    // On the connection's thread: the handlers' dispatch flushes after it; replies
+    // handed over from other threads are flushed together once the ones queued ran.
+    if (!dispatching_) ScheduleFlush();
   }
+
+  bool OnOwnThread() const { return io_.get_executor().running_in_this_thread(); }
 
   // nghttp2's callbacks (user_data is the Connection).
   static int OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
@@ -374,8 +386,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         "more than " + std::to_string(options_.max_calls_in_flight) +
                             " calls in flight on this connection"});
     ++in_flight_;
-    const std::string message = std::move(s.message);
-    s.method->unary(message, UnaryReply(shared_from_this(), s.id));
+    // Called after mem_recv, without the lock: a handler may finish its reply at once,
+    // or call into code that finishes other replies.
+    pending_.push_back({s.method, s.id, std::move(s.message)});
   }
 
   // Response HEADERS with a data provider (once per stream), or resumes the provider.
@@ -425,6 +438,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     deadline_at_ = at;
     deadline_timer_.expires_at(at);
     deadline_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      std::lock_guard lock(self->mu_);
       if (ec == asio::error::operation_aborted || self->closed_) return;
       self->deadline_armed_ = false;
       self->OnDeadlines();
@@ -452,6 +466,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Tick() {
     tick_.expires_after(shared_->tick);
     tick_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      std::lock_guard lock(self->mu_);
       if (ec == asio::error::operation_aborted || self->closed_) return;
       self->OnTick();
     });
@@ -490,23 +505,43 @@ class Connection : public std::enable_shared_from_this<Connection> {
     reading_ = true;
     socket_.async_read_some(asio::buffer(in_),
                             [self = shared_from_this()](boost::system::error_code ec, size_t n) {
-                              self->reading_ = false;
                               self->OnRead(ec, n);
                             });
   }
 
+  struct PendingCall {
+    const GrpcMethod* method;
+    int32_t stream_id;
+    std::string message;
+  };
+
   void OnRead(boost::system::error_code ec, size_t n) {
-    if (closed_) return;
-    if (ec) return Close();
-    last_input_ = Clock::now();
-    in_recv_ = true;
-    const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
-    in_recv_ = false;
-    if (rv < 0) {
-      // Not HTTP/2, or a protocol error: send the GOAWAY nghttp2 may have queued, close.
-      Flush();
-      return Close();
+    std::vector<PendingCall> calls;
+    {
+      std::lock_guard lock(mu_);
+      reading_ = false;
+      if (closed_) return;
+      if (ec) return Close();
+      last_input_ = Clock::now();
+      in_recv_ = true;
+      const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
+      in_recv_ = false;
+      if (rv < 0) {
+        // Not HTTP/2, or a protocol error: send the GOAWAY nghttp2 may have queued, close.
+        Flush();
+        return Close();
+      }
+      if (pending_.empty()) {
+        Flush();
+        return MaybeRead();
+      }
+      calls.swap(pending_);
+      dispatching_ = true;
     }
+    auto self = shared_from_this();
+    for (auto& call : calls) call.method->unary(call.message, UnaryReply(self, call.stream_id));
+    std::lock_guard lock(mu_);
+    dispatching_ = false;
     Flush();
     MaybeRead();
   }
@@ -515,6 +550,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (in_recv_ || flush_posted_ || closed_) return;
     flush_posted_ = true;
     asio::post(io_, [self = shared_from_this()] {
+      std::lock_guard lock(self->mu_);
       self->flush_posted_ = false;
       self->Flush();
       self->MaybeRead();
@@ -522,8 +558,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Everything nghttp2 has to send, in one non-blocking send when it fits the socket;
-  // the rest asynchronously (and no reading until it is written: a client that does not
-  // read its answers gets no more of them computed).
+  // the rest asynchronously, from the connection's thread (and no reading until it is
+  // written: a client that does not read its answers gets no more of them computed).
+  // Any thread, with the lock held.
   void Flush() {
     while (!closed_ && !writing_) {
       out_.clear();
@@ -544,19 +581,39 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (sent == out_.size()) continue;
       writing_ = true;
       write_started_ = Clock::now();
-      asio::async_write(socket_, asio::buffer(out_) + sent,
-                        [self = shared_from_this()](boost::system::error_code wec, size_t) {
-                          self->writing_ = false;
-                          if (self->closed_) return;
-                          if (wec) return self->Close();
-                          self->Flush();
-                          self->MaybeRead();
-                        });
+      out_sent_ = sent;
+      if (OnOwnThread()) return WriteRest();
+      asio::post(io_, [self = shared_from_this()] {
+        std::lock_guard lock(self->mu_);
+        if (!self->closed_) self->WriteRest();
+      });
+      return;
     }
   }
 
+  // The rest of out_ (from out_sent_), on the connection's thread.
+  void WriteRest() {
+    asio::async_write(socket_, asio::buffer(out_) + out_sent_,
+                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                        std::lock_guard lock(self->mu_);
+                        self->writing_ = false;
+                        if (self->closed_) return;
+                        if (ec) return self->Close();
+                        self->Flush();
+                        self->MaybeRead();
+                      });
+  }
+
+  // Any thread, with the lock held: the socket is closed on the connection's thread.
   void Close() {
     if (closed_) return;
+    if (!OnOwnThread()) {
+      asio::post(io_, [self = shared_from_this()] {
+        std::lock_guard lock(self->mu_);
+        self->Close();
+      });
+      return;
+    }
     closed_ = true;
     boost::system::error_code ignored;
     tick_.cancel();
@@ -572,7 +629,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
   std::array<uint8_t, 16384> in_{};
+  // Guards everything below (and the socket's use): the connection's thread holds it
+  // while it handles input and timers, a completion thread while it writes a reply.
+  // Never held while a unary handler runs. Recursive: a reply finished on the
+  // connection's thread while it holds the lock.
+  std::recursive_mutex mu_;
   std::string out_;
+  std::size_t out_sent_ = 0;
+  std::vector<PendingCall> pending_;  // unary calls to hand to their handlers
   std::vector<std::string> replies_;
   asio::steady_timer tick_;
   asio::steady_timer deadline_timer_;
@@ -583,6 +647,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool deadline_armed_ = false;
   bool handshake_done_ = false;
   bool reading_ = false, writing_ = false, in_recv_ = false, flush_posted_ = false;
+  bool dispatching_ = false;  // the connection's thread is running handlers
   bool going_away_ = false, closed_ = false;
 };
 
@@ -593,7 +658,7 @@ UnaryReply::UnaryReply(std::shared_ptr<h2internal::Connection> connection, int32
 
 void UnaryReply::Finish(std::string message) {
   auto& io = connection_->io();
-  if (io.get_executor().running_in_this_thread()) {
+  if (connection_->reply_here()) {
     connection_->OnReply(stream_id_, std::move(message), {});
     return;
   }
@@ -605,7 +670,7 @@ void UnaryReply::Finish(std::string message) {
 void UnaryReply::Fail(GrpcStatus status) {
   if (status.ok()) status = {GrpcCode::kUnknown, "Fail called with OK"};
   auto& io = connection_->io();
-  if (io.get_executor().running_in_this_thread()) {
+  if (connection_->reply_here()) {
     connection_->OnReply(stream_id_, {}, std::move(status));
     return;
   }

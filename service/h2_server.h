@@ -11,7 +11,8 @@
 // has its connection closed; a handler never runs for it.
 //
 // Thread-safety: Start/Stop from one thread. Handlers run on the server's threads (one
-// connection stays on one thread); a UnaryReply may be finished from any thread.
+// connection stays on one thread) without any server lock held; a UnaryReply may be
+// finished from any thread (see GrpcServerOptions::reply_from_completion_thread).
 #pragma once
 
 #include <utility>  // before Boost (asio 1.74 under g++ 12)
@@ -116,6 +117,13 @@ struct GrpcServerOptions {
   // A connection without streams and without input for this long is closed (GOAWAY).
   // Default: 5 min.
   std::chrono::milliseconds idle_timeout{300000};
+  // A unary reply finished on another thread (a store client's completion) is handed to
+  // the connection's thread, which writes the replies that complete together in one
+  // send. True writes it from the finishing thread instead, under the connection's lock
+  // (one thread wake-up less per call, one send per reply): measured slower under
+  // closed-loop load on 2 cores (the store client's one I/O thread then also makes every
+  // reply's send; README: gRPC figures). Default: false.
+  bool reply_from_completion_thread = false;
 };
 
 class H2GrpcServer {

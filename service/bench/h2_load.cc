@@ -1,7 +1,10 @@
-// h2_load: a closed-loop load generator for sluiced's ShouldRateLimit (bench/service.sh)
-// on the lean HTTP/2 client (bench/h2_client.h): one thread, --connections connections
-// with --concurrency calls in flight in all, each for one of --ids distinct ids (requests
-// serialized once, up front), for --seconds. Prints checks/s and latency percentiles in
+// h2_load: a load generator for sluiced's ShouldRateLimit (bench/service.sh) on the lean
+// HTTP/2 client (bench/h2_client.h): one thread, --connections connections, each call for
+// one of --ids distinct ids (requests serialized once, up front), for --seconds. Closed
+// loop by default (--concurrency calls in flight in all); with --rate, open loop: calls
+// start on a fixed schedule (at most --concurrency in flight; calls the schedule could not
+// start are counted as unsent) and latency counts from each call's scheduled start, so a
+// server that falls behind is not hidden. Prints checks/s and latency percentiles in
 // grpc_load's format. It costs a fraction of a grpc++ client's CPU, so on a shared box
 // the figure measures sluiced rather than the client.
 #include <poll.h>
@@ -49,13 +52,14 @@ int main(int argc, char** argv) {
   CLI::App app{"h2_load: closed-loop load on ShouldRateLimit over a lean HTTP/2 client"};
   std::string target = "127.0.0.1:8081", domain = "bench", grpc_timeout;
   int concurrency = 64, connections = 4, ids = 10000;
-  double seconds = 10;
+  double seconds = 10, rate = 0;
   app.add_option("--target", target);
   app.add_option("--domain", domain);
   app.add_option("--concurrency", concurrency);
   app.add_option("--connections", connections);
   app.add_option("--ids", ids);
   app.add_option("--seconds", seconds);
+  app.add_option("--rate", rate, "calls per second, open loop (0: closed loop)");
   app.add_option("--grpc-timeout", grpc_timeout, "grpc-timeout header to send (e.g. 20m)");
   CLI11_PARSE(app, argc, argv);
   const auto colon = target.rfind(':');
@@ -118,14 +122,40 @@ int main(int argc, char** argv) {
           first_error = "grpc-status " + std::to_string(call.GrpcStatus()) + " " +
                         call.GrpcMessage() + " rst " + std::to_string(call.reset_code);
       }
-      if (running) submit(*c);
+      if (running && rate <= 0) submit(*c);
     };
   }
-  for (int i = 0; i < concurrency; ++i) submit(*clients[static_cast<std::size_t>(i % connections)]);
+  uint64_t scheduled = 0, unsent = 0;
+  std::size_t next_client = 0;
+  if (rate <= 0) {
+    for (int i = 0; i < concurrency; ++i)
+      submit(*clients[static_cast<std::size_t>(i % connections)]);
+  }
+  // Open loop: start the calls whose scheduled time has come (latency counts from it).
+  auto start_due = [&](Clock::time_point now) {
+    const auto due =
+        static_cast<uint64_t>(std::chrono::duration<double>(now - start).count() * rate);
+    std::size_t in_flight = 0;
+    for (auto& c : clients) in_flight += c->open_calls();
+    for (; scheduled < due; ++scheduled) {
+      if (in_flight >= static_cast<std::size_t>(concurrency)) {
+        ++unsent;
+        continue;
+      }
+      H2Client& c = *clients[next_client++ % clients.size()];
+      const int32_t id = c.Submit(kPath, bodies[rng() % bodies.size()], extra);
+      if (id > 0)
+        c.call(id)->started =
+            start + std::chrono::duration_cast<Clock::duration>(
+                        std::chrono::duration<double>(static_cast<double>(scheduled) / rate));
+      ++in_flight;
+    }
+  };
   std::vector<pollfd> fds(clients.size());
   while (true) {
     const auto now = Clock::now();
     if (running && now >= end) running = false;
+    if (running && rate > 0) start_due(now);
     std::size_t open = 0;
     for (auto& c : clients) open += c->open() ? c->open_calls() : 0;
     if (!running && (open == 0 || now >= end + std::chrono::seconds(5))) break;
@@ -134,7 +164,9 @@ int main(int argc, char** argv) {
       fds[i] = {clients[i]->fd(),
                 static_cast<short>(POLLIN | (clients[i]->WantsWrite() ? POLLOUT : 0)), 0};
     }
-    if (::poll(fds.data(), fds.size(), 50) < 0) break;
+    // Open loop: wake at least every 100 us to keep the schedule.
+    const timespec wait{0, rate > 0 ? 100'000 : 50'000'000};
+    if (::ppoll(fds.data(), fds.size(), &wait, nullptr) < 0) break;
     for (std::size_t i = 0; i < clients.size(); ++i) {
       if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !clients[i]->OnReadable()) {
         std::fprintf(stderr, "h2_load: connection %zu closed\n", i);
@@ -153,11 +185,11 @@ int main(int argc, char** argv) {
   const uint64_t total = ok + over + errors;
   std::printf(
       "grpc checks=%llu ok=%llu over_limit=%llu errors=%llu seconds=%.2f checks_per_s=%.0f "
-      "p50_ms=%.3f p99_ms=%.3f max_ms=%.3f client_cpu_s=%.2f\n",
+      "p50_ms=%.3f p99_ms=%.3f max_ms=%.3f client_cpu_s=%.2f unsent=%llu\n",
       static_cast<unsigned long long>(total), static_cast<unsigned long long>(ok),
       static_cast<unsigned long long>(over), static_cast<unsigned long long>(errors), elapsed,
       static_cast<double>(total) / elapsed, pct(0.5) / 1000, pct(0.99) / 1000,
-      l.empty() ? 0.0 : l.back() / 1000, CpuSeconds());
+      l.empty() ? 0.0 : l.back() / 1000, CpuSeconds(), static_cast<unsigned long long>(unsent));
   if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
   return errors > 0 ? 1 : 0;
 }

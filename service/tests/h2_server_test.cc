@@ -199,8 +199,10 @@ TEST_F(H2Server, GrpcTimeoutExpiresUnansweredCalls) {
   EXPECT_FALSE(ParseGrpcTimeout("m", t));
 }
 
-TEST_F(H2Server, ManyConcurrentStreamsOnFewConnections) {
-  Start();
+class H2ServerReplyMode : public H2Server, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(H2ServerReplyMode, ManyConcurrentStreamsOnFewConnections) {
+  Start({.reply_from_completion_thread = GetParam()});
   std::vector<std::unique_ptr<H2Client>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(Connect());
   int ok = 0, done = 0;
@@ -220,6 +222,9 @@ TEST_F(H2Server, ManyConcurrentStreamsOnFewConnections) {
   EXPECT_EQ(done, 1000);
   EXPECT_EQ(ok, 1000);
 }
+
+INSTANTIATE_TEST_SUITE_P(HandedOverOrWrittenByTheFinishingThread, H2ServerReplyMode,
+                         ::testing::Bool());
 
 TEST_F(H2Server, CallsInFlightPerConnectionAreBounded) {
   Start({.max_calls_in_flight = 4});
