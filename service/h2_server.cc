@@ -155,8 +155,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     MaybeRead();
   }
 
-  // A unary call's answer, on any thread: written from there (no hand-over to the
-  // connection's thread) unless the options say otherwise.
+  // A unary call's answer: on the connection's thread (handed over by UnaryReply), or
+  // on the finishing thread with GrpcServerOptions::reply_from_completion_thread.
   void OnReply(int32_t stream_id, std::string message, GrpcStatus status) {
     std::lock_guard lock(mu_);
     --in_flight_;

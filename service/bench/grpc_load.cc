@@ -1,8 +1,6 @@
 // grpc_load: a closed-loop load generator for sluiced's ShouldRateLimit (bench/service.sh).
 // Keeps --concurrency calls in flight on --connections channels for --seconds, each call
 // for one of --ids distinct ids, and prints checks/s and latency percentiles.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "service/bench/load_report.h"
 
 namespace rls = envoy::service::ratelimit::v3;
 using Clock = std::chrono::steady_clock;
@@ -87,14 +86,6 @@ class Caller {
   std::vector<double> latencies_;
 };
 
-// This process's CPU time (user + system), to say what the load generator itself cost.
-static double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"grpc_load: closed-loop load on ShouldRateLimit"};
   std::string target = "127.0.0.1:8081", domain = "bench";
@@ -126,21 +117,7 @@ int main(int argc, char** argv) {
   for (auto& c : callers) c->Start();
   while (shared.running.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  auto& l = shared.latencies_us;
-  std::sort(l.begin(), l.end());
-  auto pct = [&l](double p) {
-    return l.empty() ? 0.0
-                     : l[std::min(l.size() - 1,
-                                  static_cast<std::size_t>(p * static_cast<double>(l.size())))];
-  };
-  const uint64_t total = shared.ok + shared.over + shared.errors;
-  std::printf(
-      "grpc checks=%llu ok=%llu over_limit=%llu errors=%llu seconds=%.2f checks_per_s=%.0f "
-      "p50_ms=%.3f p99_ms=%.3f max_ms=%.3f client_cpu_s=%.2f\n",
-      static_cast<unsigned long long>(total), static_cast<unsigned long long>(shared.ok.load()),
-      static_cast<unsigned long long>(shared.over.load()),
-      static_cast<unsigned long long>(shared.errors.load()), elapsed,
-      static_cast<double>(total) / elapsed, pct(0.5) / 1000, pct(0.99) / 1000,
-      l.empty() ? 0.0 : l.back() / 1000, CpuSeconds());
+  sluiced::bench::PrintLoadReport(shared.ok, shared.over, shared.errors, elapsed,
+                                  shared.latencies_us);
   return shared.errors > 0 ? 1 : 0;
 }

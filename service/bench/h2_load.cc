@@ -9,8 +9,6 @@
 // the figure measures sluiced rather than the client.
 #include <poll.h>
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +20,7 @@
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "service/bench/h2_client.h"
+#include "service/bench/load_report.h"
 
 namespace rls = envoy::service::ratelimit::v3;
 using Clock = std::chrono::steady_clock;
@@ -39,14 +38,6 @@ int OverallCode(const std::string& message) {
 }
 
 }  // namespace
-
-// This process's CPU time (user + system), to say what the load generator itself cost.
-static double CpuSeconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
 
 int main(int argc, char** argv) {
   CLI::App app{"h2_load: closed-loop load on ShouldRateLimit over a lean HTTP/2 client"};
@@ -175,21 +166,8 @@ int main(int argc, char** argv) {
     }
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  auto& l = latencies_us;
-  std::sort(l.begin(), l.end());
-  auto pct = [&l](double p) {
-    return l.empty() ? 0.0
-                     : l[std::min(l.size() - 1,
-                                  static_cast<std::size_t>(p * static_cast<double>(l.size())))];
-  };
-  const uint64_t total = ok + over + errors;
-  std::printf(
-      "grpc checks=%llu ok=%llu over_limit=%llu errors=%llu seconds=%.2f checks_per_s=%.0f "
-      "p50_ms=%.3f p99_ms=%.3f max_ms=%.3f client_cpu_s=%.2f unsent=%llu\n",
-      static_cast<unsigned long long>(total), static_cast<unsigned long long>(ok),
-      static_cast<unsigned long long>(over), static_cast<unsigned long long>(errors), elapsed,
-      static_cast<double>(total) / elapsed, pct(0.5) / 1000, pct(0.99) / 1000,
-      l.empty() ? 0.0 : l.back() / 1000, CpuSeconds(), static_cast<unsigned long long>(unsent));
+  sluiced::bench::PrintLoadReport(ok, over, errors, elapsed, latencies_us,
+                                  " unsent=" + std::to_string(unsent));
   if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
   return errors > 0 ? 1 : 0;
 }
