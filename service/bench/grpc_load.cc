@@ -88,16 +88,13 @@ class Caller {
 
 int main(int argc, char** argv) {
   CLI::App app{"grpc_load: closed-loop load on ShouldRateLimit"};
-  std::string target = "127.0.0.1:8081", domain = "bench";
-  int concurrency = 64, connections = 4, ids = 10000;
-  double seconds = 10;
-  app.add_option("--target", target);
-  app.add_option("--domain", domain);
-  app.add_option("--concurrency", concurrency);
-  app.add_option("--connections", connections);
-  app.add_option("--ids", ids);
-  app.add_option("--seconds", seconds);
+  sluiced::bench::LoadOptions o;
+  sluiced::bench::AddLoadOptions(app, o);
   CLI11_PARSE(app, argc, argv);
+  const std::string& target = o.target;
+  const std::string& domain = o.domain;
+  const int concurrency = o.concurrency, connections = o.connections, ids = o.ids;
+  const double seconds = o.seconds;
   std::vector<std::unique_ptr<rls::RateLimitService::Stub>> stubs;
   for (int c = 0; c < connections; ++c) {
     grpc::ChannelArguments args;

@@ -41,18 +41,17 @@ int OverallCode(const std::string& message) {
 
 int main(int argc, char** argv) {
   CLI::App app{"h2_load: closed-loop load on ShouldRateLimit over a lean HTTP/2 client"};
-  std::string target = "127.0.0.1:8081", domain = "bench", grpc_timeout;
-  int concurrency = 64, connections = 4, ids = 10000;
-  double seconds = 10, rate = 0;
-  app.add_option("--target", target);
-  app.add_option("--domain", domain);
-  app.add_option("--concurrency", concurrency);
-  app.add_option("--connections", connections);
-  app.add_option("--ids", ids);
-  app.add_option("--seconds", seconds);
+  sluiced::bench::LoadOptions o;
+  std::string grpc_timeout;
+  double rate = 0;
+  sluiced::bench::AddLoadOptions(app, o);
   app.add_option("--rate", rate, "calls per second, open loop (0: closed loop)");
   app.add_option("--grpc-timeout", grpc_timeout, "grpc-timeout header to send (e.g. 20m)");
   CLI11_PARSE(app, argc, argv);
+  const std::string& target = o.target;
+  const std::string& domain = o.domain;
+  const int concurrency = o.concurrency, connections = o.connections, ids = o.ids;
+  const double seconds = o.seconds;
   const auto colon = target.rfind(':');
   if (colon == std::string::npos || connections < 1 || concurrency < 1 || ids < 1) {
     std::fprintf(stderr, "h2_load: bad --target, --connections, --concurrency or --ids\n");

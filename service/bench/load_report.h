@@ -1,6 +1,6 @@
-// service/bench/load_report.h — the result line both gRPC load generators print (and
-// bench/service.sh reads): counts, checks/s, latency percentiles and the generator's
-// own CPU time.
+// service/bench/load_report.h — what both gRPC load generators share: their common
+// options, and the result line they print (bench/service.sh reads it): counts, checks/s,
+// latency percentiles and the generator's own CPU time.
 #pragma once
 
 #include <sys/resource.h>
@@ -11,7 +11,27 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 namespace sluiced::bench {
+
+struct LoadOptions {
+  std::string target = "127.0.0.1:8081";
+  std::string domain = "bench";
+  int concurrency = 64;  // calls in flight, over all connections
+  int connections = 4;
+  int ids = 10000;  // distinct ids the calls spread over
+  double seconds = 10;
+};
+
+inline void AddLoadOptions(CLI::App& app, LoadOptions& o) {
+  app.add_option("--target", o.target);
+  app.add_option("--domain", o.domain);
+  app.add_option("--concurrency", o.concurrency);
+  app.add_option("--connections", o.connections);
+  app.add_option("--ids", o.ids);
+  app.add_option("--seconds", o.seconds);
+}
 
 // This process's CPU time (user + system): what the load generator itself cost.
 inline double CpuSeconds() {
