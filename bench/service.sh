@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# sluiced's throughput: wrk (keep-alive, POST /v1/check via a Lua script) and
-# sluiced_grpc_load (ShouldRateLimit, closed loop) against one sluiced and one private
-# redis-server on this box. Prints checks/s, p50, p99 and the CPU that sluiced and Redis
-# spent per check (from /proc/<pid>/stat). Stops what it started, by pid.
+# sluiced's throughput: wrk (keep-alive, POST /v1/check via a Lua script) and a gRPC
+# load generator (ShouldRateLimit, closed loop) against one sluiced and one private
+# redis-server on this box. Prints checks/s, p50, p99 and the CPU that sluiced, Redis and
+# the gRPC load generator spent per check (from /proc/<pid>/stat and the generator's own
+# getrusage). Stops what it started, by pid.
 #
 #   bench/service.sh [seconds]        (default 10 s per run)
 # Env: HTTP_CONNECTIONS (64), WRK_THREADS (1), GRPC_CONCURRENCY (64), GRPC_CONNECTIONS (4),
 #      HTTP_THREADS (sluiced --http-threads, 0), IO_THREADS (1), IDS (10000),
-#      DEADLINE_MS (sluiced --deadline-ms, 5).
+#      DEADLINE_MS (sluiced --deadline-ms, 5), SLUICED (the sluiced binary to measure,
+#      $BIN/sluiced), GRPC_LOAD (h2: sluiced_h2_load, the lean one-thread HTTP/2 client,
+#      the default; grpcpp: sluiced_grpc_load, grpc++'s callback client, which costs
+#      several times more CPU per call on the same cores), GRPC_RATE (h2 only: calls/s on
+#      a fixed schedule, open loop, latency from each call's scheduled start; default:
+#      closed loop), ONLY (http or grpc: one run).
 # A check that misses its deadline is answered by its failure policy (here: open) and a
 # run of them opens the breaker: the "store" column says which share of the checks Redis
 # actually decided. Figures with a low share measure the fallback, not the service.
@@ -23,7 +29,13 @@ stop() {
   rm -rf "$WORK"
 }
 trap stop EXIT
-for tool in wrk redis-server "$BIN/sluiced" "$BIN/sluiced_grpc_load"; do
+SLUICED=${SLUICED:-$BIN/sluiced}
+case "${GRPC_LOAD:-h2}" in
+  h2) GRPC_LOADER="$BIN/sluiced_h2_load" ;;
+  grpcpp) GRPC_LOADER="$BIN/sluiced_grpc_load" ;;
+  *) echo "GRPC_LOAD: h2 or grpcpp, not '$GRPC_LOAD'" >&2; exit 2 ;;
+esac
+for tool in wrk redis-server "$SLUICED" "$GRPC_LOADER"; do
   command -v "$tool" >/dev/null || { echo "missing $tool (make build; scripts/setup.sh)" >&2; exit 1; }
 done
 
@@ -35,7 +47,7 @@ REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" --logfile "$WORK/redis.log" &
 REDIS_PID=$!
 for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
-"$BIN/sluiced" --config examples/bench --redis "redis://127.0.0.1:$REDIS_PORT" \
+"$SLUICED" --config examples/bench --redis "redis://127.0.0.1:$REDIS_PORT" \
   --http-listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --http-threads "${HTTP_THREADS:-0}" --io-threads "${IO_THREADS:-1}" --log-level warn \
   --deadline-ms "${DEADLINE_MS:-5}" \
@@ -83,6 +95,8 @@ run() {  # run NAME COMMAND...: the tool's output, the CPU per check, the store'
   awk -v a="$d0" -v b="$d1" 'BEGIN { split(a, x, " "); split(b, y, " "); n = y[2] - x[2]; if (n > 0) printf "%.1f%%\n", 100 * (y[1] - x[1]) / n; else print "-" }' >"$WORK/$name.store"
 }
 
+http_rps=- http_p50=- http_p99=- http_total=0 http_non2xx="" hs=0 hr=0
+if [ "${ONLY:-http}" = http ] || [ -z "${ONLY:-}" ]; then
 run http wrk -t"${WRK_THREADS:-1}" -c"${HTTP_CONNECTIONS:-64}" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/check.lua" "http://127.0.0.1:$HTTP_PORT"
 http_rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/http.out")
 http_p50=$(awk '$1=="50%" {print $2}' "$WORK/http.out")
@@ -90,22 +104,31 @@ http_p99=$(awk '$1=="99%" {print $2}' "$WORK/http.out")
 http_total=$(awk '/requests in/ {print $1}' "$WORK/http.out")
 http_non2xx=$(awk '/Non-2xx/ {print $4}' "$WORK/http.out")
 read -r hs hr <"$WORK/http.cpu"
+else
+  echo "-" >"$WORK/http.store"
+fi
 
-run grpc "$BIN/sluiced_grpc_load" --target "127.0.0.1:$GRPC_PORT" --seconds "$SECONDS_PER_RUN" \
-  --concurrency "${GRPC_CONCURRENCY:-64}" --connections "${GRPC_CONNECTIONS:-4}" --ids "${IDS:-10000}"
-grpc_line=$(grep '^grpc ' "$WORK/grpc.out" || true)
-[ -n "$grpc_line" ] || { cat "$WORK/grpc.out"; exit 1; }
+grpc_line="grpc checks=0 checks_per_s=- p50_ms=- p99_ms=- client_cpu_s=0" gs=0 gr=0
+if [ "${ONLY:-grpc}" = grpc ] || [ -z "${ONLY:-}" ]; then
+  run grpc "$GRPC_LOADER" --target "127.0.0.1:$GRPC_PORT" --seconds "$SECONDS_PER_RUN" \
+    --concurrency "${GRPC_CONCURRENCY:-64}" --connections "${GRPC_CONNECTIONS:-4}" --ids "${IDS:-10000}" \
+    ${GRPC_RATE:+--rate "$GRPC_RATE"}
+  grpc_line=$(grep '^grpc ' "$WORK/grpc.out" || true)
+  [ -n "$grpc_line" ] || { cat "$WORK/grpc.out"; exit 1; }
+  read -r gs gr <"$WORK/grpc.cpu"
+else
+  echo "-" >"$WORK/grpc.store"
+fi
 kv() { sed -E "s/.*$1=([^ ]+).*/\1/" <<<"$grpc_line"; }
-read -r gs gr <"$WORK/grpc.cpu"
 
 per_check() { awk -v t="$1" -v n="$2" -v hz="$HZ" 'BEGIN { if (n > 0) printf "%.1f", t / hz / n * 1e6; else print "-" }'; }
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-printf '| %-28s | %10s | %8s | %8s | %6s | %18s | %16s |\n' "run (${SECONDS_PER_RUN} s)" "checks/s" "p50" "p99" "store" "sluiced CPU/check" "Redis CPU/check"
-printf '|%s|%s|%s|%s|%s|%s|%s|\n' "------------------------------" "------------" "----------" "----------" "--------" "--------------------" "------------------"
-printf '| %-28s | %10s | %8s | %8s | %6s | %15s us | %13s us |\n' "HTTP /v1/check (wrk, c=${HTTP_CONNECTIONS:-64})" "$http_rps" "$http_p50" "$http_p99" "$(cat "$WORK/http.store")" \
-  "$(per_check "$hs" "$http_total")" "$(per_check "$hr" "$http_total")"
-printf '| %-28s | %10s | %6sms | %6sms | %6s | %15s us | %13s us |\n' "gRPC ShouldRateLimit (c=${GRPC_CONCURRENCY:-64})" "$(kv checks_per_s)" "$(kv p50_ms)" "$(kv p99_ms)" "$(cat "$WORK/grpc.store")" \
-  "$(per_check "$gs" "$(kv checks)")" "$(per_check "$gr" "$(kv checks)")"
+printf '| %-30s | %10s | %8s | %8s | %6s | %18s | %16s | %17s |\n' "run (${SECONDS_PER_RUN} s)" "checks/s" "p50" "p99" "store" "sluiced CPU/check" "Redis CPU/check" "client CPU/check"
+printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "--------------------------------" "------------" "----------" "----------" "--------" "--------------------" "------------------" "-------------------"
+printf '| %-30s | %10s | %8s | %8s | %6s | %15s us | %13s us | %17s |\n' "HTTP /v1/check (wrk, c=${HTTP_CONNECTIONS:-64})" "$http_rps" "$http_p50" "$http_p99" "$(cat "$WORK/http.store")" \
+  "$(per_check "$hs" "$http_total")" "$(per_check "$hr" "$http_total")" "-"
+printf '| %-30s | %10s | %6sms | %6sms | %6s | %15s us | %13s us | %14s us |\n' "gRPC ShouldRateLimit (${GRPC_LOAD:-h2}, ${GRPC_RATE:+rate=$GRPC_RATE/s }c=${GRPC_CONCURRENCY:-64})" "$(kv checks_per_s)" "$(kv p50_ms)" "$(kv p99_ms)" "$(cat "$WORK/grpc.store")" \
+  "$(per_check "$gs" "$(kv checks)")" "$(per_check "$gr" "$(kv checks)")" "$(awk -v c="$(kv client_cpu_s)" -v n="$(kv checks)" 'BEGIN { if (n > 0) printf "%.1f", c / n * 1e6; else print "-" }')"
 [ -z "$http_non2xx" ] || echo "HTTP non-2xx answers: $http_non2xx"
 echo "gRPC: $grpc_line"

@@ -18,7 +18,9 @@ PACKAGES=(
   # sluiced (service/):
   libyaml-cpp-dev                     # the rate limit config (envoy-ratelimit's YAML)
   libspdlog-dev                       # sluiced's logs
-  libgrpc++-dev libprotobuf-dev       # Envoy RLS v3 gRPC server (+ health, reflection)
+  libnghttp2-dev                      # HTTP/2 of sluiced's gRPC server and of its lean test/bench client
+  libprotobuf-dev                     # RLS v3, health and reflection messages
+  libgrpc++-dev                       # the tests' C++ gRPC client (wire-compatibility proof)
   protobuf-compiler protobuf-compiler-grpc  # protoc and grpc_cpp_plugin for service/proto
   python3-grpcio python3-grpc-tools   # the Python RLS client of sluiced's tests
   prometheus                          # promtool: tests check /metrics with it

@@ -1,15 +1,21 @@
 #include "service/grpc_service.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
 
-#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include <set>
+
+#include "envoy/service/ratelimit/v3/rls.pb.h"
+#include "grpc/health/v1/health.pb.h"
+#include "grpc/reflection/v1alpha/reflection.pb.h"
 #include "service/json_api.h"
 
 namespace sluiced {
 
 namespace rls = envoy::service::ratelimit::v3;
+namespace health = grpc::health::v1;
+namespace reflection = grpc::reflection::v1alpha;
+namespace pb = google::protobuf;
 
 namespace {
 
@@ -70,90 +76,207 @@ std::string Convert(const rls::RateLimitRequest& in, CheckRequest& out) {
   return {};
 }
 
+rls::RateLimitResponse ToProto(const CheckResult& result) {
+  rls::RateLimitResponse response;
+  // An unknown domain limits nothing (as envoy-ratelimit answers it): OK.
+  response.set_overall_code(result.overall == Code::kOk ? rls::RateLimitResponse::OK
+                                                        : rls::RateLimitResponse::OVER_LIMIT);
+  for (const auto& s : result.statuses) {
+    auto* st = response.add_statuses();
+    st->set_code(s.code == Code::kOk ? rls::RateLimitResponse::OK
+                                     : rls::RateLimitResponse::OVER_LIMIT);
+    if (s.rule && !s.rule->unlimited && s.rule->kind != RuleKind::kConcurrency) {
+      auto* limit = st->mutable_current_limit();
+      limit->set_requests_per_unit(static_cast<uint32_t>(std::min<int64_t>(s.limit, UINT32_MAX)));
+      limit->set_unit(ToProtoUnit(s.unit));
+      limit->set_name(s.rule->name);
+    }
+    if (s.decision) {
+      st->set_limit_remaining(
+          static_cast<uint32_t>(std::min<int64_t>(s.decision->remaining, UINT32_MAX)));
+      const int64_t ms = s.decision->reset_after.count();
+      st->mutable_duration_until_reset()->set_seconds(ms / 1000);
+      st->mutable_duration_until_reset()->set_nanos(static_cast<int32_t>(ms % 1000) * 1000000);
+    }
+  }
+  for (auto& [k, v] : RateLimitHeaders(result)) {
+    auto* h = response.add_response_headers_to_add();
+    h->set_key(k);
+    h->set_value(v);
+  }
+  if (result.overall == Code::kUnavailable) {
+    // A `closed` limit refused because the store failed: not over a limit, say so.
+    auto* h = response.add_response_headers_to_add();
+    h->set_key("x-sluice-reason");
+    h->set_value("store_unavailable");
+  }
+  return response;
+}
+
+constexpr const char* kServices[] = {"envoy.service.ratelimit.v3.RateLimitService",
+                                     "grpc.health.v1.Health",
+                                     "grpc.reflection.v1alpha.ServerReflection"};
+
+bool Serves(const std::string& service) {
+  if (service.empty()) return true;  // the server as a whole
+  for (const char* s : kServices)
+    if (service == s) return true;
+  return false;
+}
+
+// `file` and the files it depends on, each once, as serialized FileDescriptorProtos.
+void AddFiles(const pb::FileDescriptor* file, reflection::FileDescriptorResponse& out) {
+  std::set<const pb::FileDescriptor*> seen;
+  std::vector<const pb::FileDescriptor*> todo{file};
+  while (!todo.empty()) {
+    const pb::FileDescriptor* f = todo.back();
+    todo.pop_back();
+    if (!seen.insert(f).second) continue;
+    pb::FileDescriptorProto proto;
+    f->CopyTo(&proto);
+    out.add_file_descriptor_proto(proto.SerializeAsString());
+    for (int i = f->dependency_count() - 1; i >= 0; --i) todo.push_back(f->dependency(i));
+  }
+}
+
+// One ServerReflectionInfo request, answered from the generated descriptor pool (every
+// proto sluiced is built with).
+GrpcStatus Reflect(std::string_view in, std::vector<std::string>& replies) {
+  reflection::ServerReflectionRequest request;
+  if (!request.ParseFromArray(in.data(), static_cast<int>(in.size())))
+    return {GrpcCode::kInvalidArgument, "cannot parse ServerReflectionRequest"};
+  reflection::ServerReflectionResponse response;
+  response.set_valid_host(request.host());
+  *response.mutable_original_request() = request;
+  const pb::DescriptorPool* pool = pb::DescriptorPool::generated_pool();
+  auto error = [&response](GrpcCode code, const std::string& message) {
+    response.mutable_error_response()->set_error_code(static_cast<int>(code));
+    response.mutable_error_response()->set_error_message(message);
+  };
+  using R = reflection::ServerReflectionRequest;
+  switch (request.message_request_case()) {
+    case R::kFileByFilename:
+      if (const auto* f = pool->FindFileByName(request.file_by_filename()))
+        AddFiles(f, *response.mutable_file_descriptor_response());
+      else
+        error(GrpcCode::kNotFound, "file not found: " + request.file_by_filename());
+      break;
+    case R::kFileContainingSymbol:
+      if (const auto* f = pool->FindFileContainingSymbol(request.file_containing_symbol()))
+        AddFiles(f, *response.mutable_file_descriptor_response());
+      else
+        error(GrpcCode::kNotFound, "symbol not found: " + request.file_containing_symbol());
+      break;
+    case R::kFileContainingExtension: {
+      const auto& ext = request.file_containing_extension();
+      const auto* type = pool->FindMessageTypeByName(ext.containing_type());
+      const auto* field =
+          type != nullptr ? pool->FindExtensionByNumber(type, ext.extension_number()) : nullptr;
+      if (field != nullptr)
+        AddFiles(field->file(), *response.mutable_file_descriptor_response());
+      else
+        error(GrpcCode::kNotFound, "extension not found: " + ext.containing_type() + " " +
+                                       std::to_string(ext.extension_number()));
+      break;
+    }
+    case R::kAllExtensionNumbersOfType: {
+      const auto* type = pool->FindMessageTypeByName(request.all_extension_numbers_of_type());
+      if (type == nullptr) {
+        error(GrpcCode::kNotFound, "type not found: " + request.all_extension_numbers_of_type());
+        break;
+      }
+      std::vector<const pb::FieldDescriptor*> extensions;
+      pool->FindAllExtensions(type, &extensions);
+      auto* numbers = response.mutable_all_extension_numbers_response();
+      numbers->set_base_type_name(type->full_name());
+      for (const auto* e : extensions) numbers->add_extension_number(e->number());
+      break;
+    }
+    case R::kListServices:
+      for (const char* s : kServices)
+        response.mutable_list_services_response()->add_service()->set_name(s);
+      break;
+    default: error(GrpcCode::kInvalidArgument, "empty ServerReflectionRequest"); break;
+  }
+  replies.push_back(response.SerializeAsString());
+  return {};
+}
+
+bool ParseHealth(std::string_view in, health::HealthCheckRequest& request) {
+  return request.ParseFromArray(in.data(), static_cast<int>(in.size()));
+}
+
+std::string HealthReply(health::HealthCheckResponse::ServingStatus status) {
+  health::HealthCheckResponse response;
+  response.set_status(status);
+  return response.SerializeAsString();
+}
+
 }  // namespace
 
-class RlsService final : public rls::RateLimitService::CallbackService {
- public:
-  explicit RlsService(Engine& engine) : engine_(engine) {}
-
-  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* context,
-                                            const rls::RateLimitRequest* request,
-                                            rls::RateLimitResponse* response) override {
-    engine_.metrics().Request(true);
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    CheckRequest check;
-    if (std::string error = Convert(*request, check); !error.empty()) {
-      engine_.metrics().BadRequest();
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error));
-      return reactor;
-    }
-    engine_.Check(std::move(check), [reactor, response](CheckResult result) {
-      // An unknown domain limits nothing (as envoy-ratelimit answers it): OK.
-      response->set_overall_code(result.overall == Code::kOk ? rls::RateLimitResponse::OK
-                                                             : rls::RateLimitResponse::OVER_LIMIT);
-      for (const auto& s : result.statuses) {
-        auto* st = response->add_statuses();
-        st->set_code(s.code == Code::kOk ? rls::RateLimitResponse::OK
-                                         : rls::RateLimitResponse::OVER_LIMIT);
-        if (s.rule && !s.rule->unlimited && s.rule->kind != RuleKind::kConcurrency) {
-          auto* limit = st->mutable_current_limit();
-          limit->set_requests_per_unit(
-              static_cast<uint32_t>(std::min<int64_t>(s.limit, UINT32_MAX)));
-          limit->set_unit(ToProtoUnit(s.unit));
-          limit->set_name(s.rule->name);
-        }
-        if (s.decision) {
-          st->set_limit_remaining(
-              static_cast<uint32_t>(std::min<int64_t>(s.decision->remaining, UINT32_MAX)));
-          const int64_t ms = s.decision->reset_after.count();
-          st->mutable_duration_until_reset()->set_seconds(ms / 1000);
-          st->mutable_duration_until_reset()->set_nanos(static_cast<int32_t>(ms % 1000) * 1000000);
-        }
-      }
-      for (auto& [k, v] : RateLimitHeaders(result)) {
-        auto* h = response->add_response_headers_to_add();
-        h->set_key(k);
-        h->set_value(v);
-      }
-      if (result.overall == Code::kUnavailable) {
-        // A `closed` limit refused because the store failed: not over a limit, say so.
-        auto* h = response->add_response_headers_to_add();
-        h->set_key("x-sluice-reason");
-        h->set_value("store_unavailable");
-      }
-      reactor->Finish(grpc::Status::OK);
-    });
-    return reactor;
-  }
-
- private:
-  Engine& engine_;
-};
-
 sluice::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
-                                                                const std::string& host_port) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+                                                                const std::string& host_port,
+                                                                GrpcServerOptions options) {
+  const auto colon = host_port.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : host_port.substr(colon + 1);
+  if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
+    return sluice::InvalidArgumentError("expected HOST:PORT for gRPC, not '" + host_port + "'");
+  options.host = host_port.substr(0, colon);
+  if (options.host.size() > 2 && options.host.front() == '[' && options.host.back() == ']')
+    options.host = options.host.substr(1, options.host.size() - 2);
+  options.port = static_cast<uint16_t>(std::stoi(port));
+
+  std::vector<GrpcMethod> methods;
+  methods.push_back({.path = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                     .unary = [&engine](std::string_view in, UnaryReply reply) {
+                       engine.metrics().Request(true);
+                       rls::RateLimitRequest request;
+                       CheckRequest check;
+                       std::string error;
+                       if (!request.ParseFromArray(in.data(), static_cast<int>(in.size())))
+                         error = "cannot parse RateLimitRequest";
+                       else
+                         error = Convert(request, check);
+                       if (!error.empty()) {
+                         engine.metrics().BadRequest();
+                         return reply.Fail({GrpcCode::kInvalidArgument, std::move(error)});
+                       }
+                       engine.Check(std::move(check),
+                                    [reply = std::move(reply)](CheckResult result) mutable {
+                                      reply.Finish(ToProto(result).SerializeAsString());
+                                    });
+                     }});
+  methods.push_back(
+      {.path = "/grpc.health.v1.Health/Check", .unary = [](std::string_view in, UnaryReply reply) {
+         health::HealthCheckRequest request;
+         if (!ParseHealth(in, request))
+           return reply.Fail({GrpcCode::kInvalidArgument, "cannot parse HealthCheckRequest"});
+         if (!Serves(request.service()))
+           return reply.Fail({GrpcCode::kNotFound, "unknown service " + request.service()});
+         reply.Finish(HealthReply(health::HealthCheckResponse::SERVING));
+       }});
+  // Watch: the status once; it never changes while sluiced serves, so the stream then
+  // stays open until the client cancels it.
+  methods.push_back(
+      {.path = "/grpc.health.v1.Health/Watch",
+       .stream = [](std::string_view in, std::vector<std::string>& replies) -> GrpcStatus {
+         health::HealthCheckRequest request;
+         if (!ParseHealth(in, request))
+           return {GrpcCode::kInvalidArgument, "cannot parse HealthCheckRequest"};
+         replies.push_back(HealthReply(Serves(request.service())
+                                           ? health::HealthCheckResponse::SERVING
+                                           : health::HealthCheckResponse::SERVICE_UNKNOWN));
+         return {};
+       },
+       .finish_on_half_close = false});
+  methods.push_back({.path = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                     .stream = &Reflect});
+  auto h2 = H2GrpcServer::Start(std::move(options), std::move(methods));
+  if (!h2.ok()) return h2.status();
   std::unique_ptr<GrpcServer> server(new GrpcServer());
-  server->service_ = std::make_unique<RlsService>(engine);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(host_port, grpc::InsecureServerCredentials(), &server->port_);
-  builder.RegisterService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(1 << 20);
-  server->server_ = builder.BuildAndStart();
-  if (!server->server_ || server->port_ == 0) {
-    return sluice::UnavailableError("cannot listen for gRPC on " + host_port);
-  }
+  server->server_ = std::move(*h2);
   return server;
-}
-
-void GrpcServer::Stop() {
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-}
-
-GrpcServer::~GrpcServer() {
-  Stop();
-  if (server_) server_->Wait();
 }
 
 }  // namespace sluiced

@@ -1,36 +1,32 @@
 // service/grpc_service.h — Envoy's RLS v3 (envoy.service.ratelimit.v3.RateLimitService/
-// ShouldRateLimit) on gRPC's callback API: a call's thread never waits for Redis; the
-// reply is finished from the check's completion. Also grpc.health.v1 and reflection.
+// ShouldRateLimit), grpc.health.v1.Health (Check, Watch) and server reflection
+// (grpc.reflection.v1alpha) on sluiced's own HTTP/2 gRPC server (service/h2_server.h):
+// a call's thread never waits for Redis; the reply is finished from the check's
+// completion.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "service/engine.h"
+#include "service/h2_server.h"
 #include "sluice/status.h"
-
-namespace grpc {
-class Server;
-}
 
 namespace sluiced {
 
-class RlsService;
-
 class GrpcServer {
  public:
-  // Listens on host:port (port 0: any free port, see port()).
+  // Listens on host:port (port 0: any free port, see port()); `options` gives the
+  // bounds and timeouts (its host and port are taken from host_port).
   static sluice::StatusOr<std::unique_ptr<GrpcServer>> Start(Engine& engine,
-                                                             const std::string& host_port);
-  ~GrpcServer();
-  int port() const { return port_; }
-  void Stop();
+                                                             const std::string& host_port,
+                                                             GrpcServerOptions options = {});
+  int port() const { return server_->port(); }
+  void Stop() { server_->Stop(); }
 
  private:
   GrpcServer() = default;
-  std::unique_ptr<RlsService> service_;
-  std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
+  std::unique_ptr<H2GrpcServer> server_;
 };
 
 }  // namespace sluiced

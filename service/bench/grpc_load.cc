@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "service/bench/load_report.h"
 
 namespace rls = envoy::service::ratelimit::v3;
 using Clock = std::chrono::steady_clock;
@@ -87,16 +88,13 @@ class Caller {
 
 int main(int argc, char** argv) {
   CLI::App app{"grpc_load: closed-loop load on ShouldRateLimit"};
-  std::string target = "127.0.0.1:8081", domain = "bench";
-  int concurrency = 64, connections = 4, ids = 10000;
-  double seconds = 10;
-  app.add_option("--target", target);
-  app.add_option("--domain", domain);
-  app.add_option("--concurrency", concurrency);
-  app.add_option("--connections", connections);
-  app.add_option("--ids", ids);
-  app.add_option("--seconds", seconds);
+  sluiced::bench::LoadOptions o;
+  sluiced::bench::AddLoadOptions(app, o);
   CLI11_PARSE(app, argc, argv);
+  const std::string& target = o.target;
+  const std::string& domain = o.domain;
+  const int concurrency = o.concurrency, connections = o.connections, ids = o.ids;
+  const double seconds = o.seconds;
   std::vector<std::unique_ptr<rls::RateLimitService::Stub>> stubs;
   for (int c = 0; c < connections; ++c) {
     grpc::ChannelArguments args;
@@ -116,21 +114,7 @@ int main(int argc, char** argv) {
   for (auto& c : callers) c->Start();
   while (shared.running.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  auto& l = shared.latencies_us;
-  std::sort(l.begin(), l.end());
-  auto pct = [&l](double p) {
-    return l.empty() ? 0.0
-                     : l[std::min(l.size() - 1,
-                                  static_cast<std::size_t>(p * static_cast<double>(l.size())))];
-  };
-  const uint64_t total = shared.ok + shared.over + shared.errors;
-  std::printf(
-      "grpc checks=%llu ok=%llu over_limit=%llu errors=%llu seconds=%.2f checks_per_s=%.0f "
-      "p50_ms=%.3f p99_ms=%.3f max_ms=%.3f\n",
-      static_cast<unsigned long long>(total), static_cast<unsigned long long>(shared.ok.load()),
-      static_cast<unsigned long long>(shared.over.load()),
-      static_cast<unsigned long long>(shared.errors.load()), elapsed,
-      static_cast<double>(total) / elapsed, pct(0.5) / 1000, pct(0.99) / 1000,
-      l.empty() ? 0.0 : l.back() / 1000);
+  sluiced::bench::PrintLoadReport(shared.ok, shared.over, shared.errors, elapsed,
+                                  shared.latencies_us);
   return shared.errors > 0 ? 1 : 0;
 }

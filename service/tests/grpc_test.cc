@@ -1,8 +1,16 @@
 // Envoy RLS v3 over gRPC against a running sluiced: a C++ client generated from
 // service/proto, and a Python client (Debian's grpcio, stubs generated at test time).
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <set>
+
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "grpc/health/v1/health.pb.h"
+#include "grpc/reflection/v1alpha/reflection.pb.h"
+#include "service/bench/h2_client.h"
 #include "service/tests/sluiced_process.h"
 #include "testing/redis_server.h"
 
@@ -50,6 +58,32 @@ class Grpc : public ::testing::Test {
     e->set_key("account");
     e->set_value(account);
     return r;
+  }
+
+  // A unary call by method name with grpc++'s generic stub (bytes in, bytes out).
+  grpc::Status GenericCall(const std::string& method, const std::string& request,
+                           std::string* response = nullptr) {
+    grpc::GenericStub stub(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::CompletionQueue cq;
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1), out;
+    auto call = stub.PrepareUnaryCall(&context, method, in, &cq);
+    call->StartCall();
+    grpc::Status status;
+    call->Finish(&out, &status, reinterpret_cast<void*>(1));
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    if (response != nullptr) {
+      std::vector<grpc::Slice> slices;
+      response->clear();
+      if (out.Dump(&slices).ok())
+        for (const auto& sl : slices)
+          response->append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    }
+    return status;
   }
 
   sluice::testing::RedisServer redis_;
@@ -173,6 +207,121 @@ TEST_F(Grpc, ClosedPolicyWhenRedisIsDown) {
     reason |= h.key() == "x-sluice-reason" && h.value() == "store_unavailable";
   EXPECT_TRUE(reason);
   redis_.Start();
+}
+
+TEST_F(Grpc, UnknownMethodOversizedMessageAndManyCallsFromCpp) {
+  grpc::Status status = GenericCall("/envoy.service.ratelimit.v3.RateLimitService/Nope", "");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(status.error_message(),
+            "unknown method /envoy.service.ratelimit.v3.RateLimitService/Nope");
+  // Not a RateLimitRequest: INVALID_ARGUMENT.
+  status = GenericCall("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                       std::string("\xff\xff\xff", 3));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Over the 1 MiB message limit.
+  rls::RateLimitRequest big = SignIn("x");
+  big.set_domain(std::string(2 << 20, 'd'));
+  Call(big, &status);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // 300 calls in flight on one channel (3x the server's concurrent streams).
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0, ok = 0;
+  struct One {
+    grpc::ClientContext context;
+    rls::RateLimitRequest request;
+    rls::RateLimitResponse response;
+  };
+  std::vector<std::unique_ptr<One>> calls;
+  for (int i = 0; i < 300; ++i) {
+    auto one = std::make_unique<One>();
+    one->request = SignIn("many-" + std::to_string(i));
+    one->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    One* o = one.get();
+    calls.push_back(std::move(one));
+    stub_->async()->ShouldRateLimit(&o->context, &o->request, &o->response, [&, o](grpc::Status s) {
+      std::lock_guard lock(mu);
+      ++done;
+      ok += s.ok() && o->response.overall_code() == rls::RateLimitResponse::OK;
+      cv.notify_all();
+    });
+  }
+  std::unique_lock lock(mu);
+  cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == 300; });
+  EXPECT_EQ(done, 300);
+  EXPECT_EQ(ok, 300);
+}
+
+TEST_F(Grpc, HealthAndReflection) {
+  namespace health = ::grpc::health::v1;
+  namespace reflection = ::grpc::reflection::v1alpha;
+  std::string out;
+  health::HealthCheckResponse reply;
+  ASSERT_TRUE(GenericCall("/grpc.health.v1.Health/Check", "", &out).ok());
+  ASSERT_TRUE(reply.ParseFromString(out));
+  EXPECT_EQ(reply.status(), health::HealthCheckResponse::SERVING);
+  health::HealthCheckRequest named;
+  named.set_service("envoy.service.ratelimit.v3.RateLimitService");
+  ASSERT_TRUE(GenericCall("/grpc.health.v1.Health/Check", named.SerializeAsString(), &out).ok());
+  named.set_service("nope");
+  EXPECT_EQ(GenericCall("/grpc.health.v1.Health/Check", named.SerializeAsString()).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  // Reflection and Watch through the lean client (streams).
+  std::string error;
+  auto client = bench::H2Client::Connect("127.0.0.1", sluiced_->grpc_port(), error);
+  ASSERT_TRUE(client) << error;
+  auto framed = [](const std::string& m) {
+    const auto n = static_cast<uint32_t>(m.size());
+    return std::string{0, static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                       static_cast<char>(n >> 8), static_cast<char>(n)} +
+           m;
+  };
+  auto reflect = [&](const reflection::ServerReflectionRequest& r) {
+    const int32_t id =
+        client->Submit("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                       framed(r.SerializeAsString()));
+    EXPECT_TRUE(
+        client->PumpUntil([&] { return client->call(id)->closed; }, std::chrono::seconds(10)));
+    EXPECT_EQ(client->call(id)->GrpcStatus(), 0);
+    reflection::ServerReflectionResponse response;
+    EXPECT_TRUE(response.ParseFromString(client->call(id)->Message()));
+    return response;
+  };
+  reflection::ServerReflectionRequest r;
+  r.set_list_services("");
+  reflection::ServerReflectionResponse listed = reflect(r);
+  std::set<std::string> services;
+  for (const auto& sv : listed.list_services_response().service()) services.insert(sv.name());
+  EXPECT_EQ(services, (std::set<std::string>{"envoy.service.ratelimit.v3.RateLimitService",
+                                             "grpc.health.v1.Health",
+                                             "grpc.reflection.v1alpha.ServerReflection"}));
+  r.set_file_containing_symbol("envoy.service.ratelimit.v3.RateLimitService");
+  reflection::ServerReflectionResponse files = reflect(r);
+  std::vector<std::string> names;
+  for (const auto& bytes : files.file_descriptor_response().file_descriptor_proto()) {
+    google::protobuf::FileDescriptorProto file;
+    ASSERT_TRUE(file.ParseFromString(bytes));
+    names.push_back(file.name());
+  }
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names[0], "envoy/service/ratelimit/v3/rls.proto");
+  EXPECT_NE(std::find(names.begin(), names.end(), "google/protobuf/duration.proto"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "envoy/type/v3/ratelimit_unit.proto"),
+            names.end());
+  r.set_file_by_filename("grpc/health/v1/health.proto");
+  EXPECT_EQ(reflect(r).file_descriptor_response().file_descriptor_proto_size(), 1);
+  r.set_file_containing_symbol("no.such.Symbol");
+  EXPECT_EQ(reflect(r).error_response().error_code(), 5);
+
+  // Watch: SERVING, and the stream stays open.
+  const int32_t watch = client->Submit("/grpc.health.v1.Health/Watch", framed(""));
+  ASSERT_TRUE(client->PumpUntil([&] { return !client->call(watch)->data.empty(); },
+                                std::chrono::seconds(10)));
+  ASSERT_TRUE(reply.ParseFromString(client->call(watch)->Message()));
+  EXPECT_EQ(reply.status(), health::HealthCheckResponse::SERVING);
+  client->Pump(std::chrono::milliseconds(50));
+  EXPECT_FALSE(client->call(watch)->closed);
 }
 
 TEST_F(Grpc, PythonClientFromDebianGrpcio) {

@@ -1,0 +1,773 @@
+#include "service/h2_server.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+namespace sluiced {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+struct H2GrpcServer::Shared {
+  GrpcServerOptions options;
+  std::unordered_map<std::string, GrpcMethod> methods;  // by path
+  Clock::duration tick{};                               // housekeeping period
+  nghttp2_session_callbacks* callbacks = nullptr;
+  nghttp2_option* option = nullptr;
+  ~Shared() {
+    nghttp2_session_callbacks_del(callbacks);
+    nghttp2_option_del(option);
+  }
+};
+
+std::string PercentEncode(std::string_view message) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(message.size());
+  for (const char ch : message) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c <= 0x7e && c != '%') {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+bool ParseGrpcTimeout(std::string_view value, std::chrono::nanoseconds& out) {
+  if (value.size() < 2 || value.size() > 9) return false;
+  int64_t n = 0;
+  for (const char c : value.substr(0, value.size() - 1)) {
+    if (c < '0' || c > '9') return false;
+    n = n * 10 + (c - '0');
+  }
+  long double unit_ns = 0;
+  switch (value.back()) {
+    case 'H': unit_ns = 3600e9L; break;
+    case 'M': unit_ns = 60e9L; break;
+    case 'S': unit_ns = 1e9L; break;
+    case 'm': unit_ns = 1e6L; break;
+    case 'u': unit_ns = 1e3L; break;
+    case 'n': unit_ns = 1; break;
+    default: return false;
+  }
+  // 99999999 hours does not fit in int64 nanoseconds: about 30 years is forever enough.
+  constexpr int64_t kMaxNs = 1'000'000'000'000'000'000;
+  const long double ns = static_cast<long double>(n) * unit_ns;
+  out = std::chrono::nanoseconds(ns >= static_cast<long double>(kMaxNs) ? kMaxNs
+                                                                        : static_cast<int64_t>(ns));
+  return true;
+}
+
+namespace h2internal {
+namespace {
+
+nghttp2_nv Nv(std::string_view name, std::string_view value, uint8_t flags = NGHTTP2_NV_FLAG_NONE) {
+  // nghttp2 copies names and values unless told not to; it never writes through these.
+  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
+          flags};
+}
+constexpr uint8_t kStatic = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+
+// The 5-byte gRPC message prefix (uncompressed) and the message.
+void AppendFramed(std::string& out, std::string_view message) {
+  const auto n = static_cast<uint32_t>(message.size());
+  const char prefix[5] = {0, static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                          static_cast<char>(n >> 8), static_cast<char>(n)};
+  out.append(prefix, 5);
+  out.append(message);
+}
+
+}  // namespace
+
+struct Stream {
+  int32_t id = 0;
+  const GrpcMethod* method = nullptr;
+  std::string path;
+  std::string content_type;
+  std::string timeout;  // grpc-timeout as sent
+  bool has_timeout = false;
+  bool post = false;
+  std::size_t header_bytes = 0;
+  Clock::time_point started;
+  std::optional<Clock::time_point> deadline;
+  std::string in;       // request bytes not yet taken as messages
+  std::string message;  // a unary call's request message
+  bool have_message = false;
+  int messages = 0;            // request messages taken
+  bool request_ended = false;  // the client's END_STREAM arrived
+  bool answered = false;       // the final status is submitted
+  bool headers_sent = false;   // response HEADERS submitted with a data provider
+  bool data_deferred = false;  // the data provider is waiting for more replies
+  std::string out;             // response bytes not yet taken by nghttp2
+  std::size_t out_taken = 0;
+  std::optional<GrpcStatus> trailers;  // sent once `out` is taken
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, asio::io_context& io,
+             std::shared_ptr<const H2GrpcServer::Shared> shared)
+      : socket_(std::move(socket)),
+        io_(io),
+        shared_(std::move(shared)),
+        options_(shared_->options),
+        tick_(io),
+        deadline_timer_(io) {}
+  ~Connection() { nghttp2_session_del(session_); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  asio::io_context& io() { return io_; }
+  // Whether a reply finished on this thread is written from it.
+  bool reply_here() const { return options_.reply_from_completion_thread || OnOwnThread(); }
+
+  // On the connection's thread.
+  void Start() {
+    std::lock_guard lock(mu_);
+    accepted_ = last_input_ = Clock::now();
+    if (nghttp2_session_server_new2(&session_, shared_->callbacks, this, shared_->option) != 0)
+      return Close();
+    const nghttp2_settings_entry settings[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE,
+         static_cast<uint32_t>(options_.max_header_list_bytes)},
+    };
+    if (nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, std::size(settings)) != 0)
+      return Close();
+    Tick();
+    Flush();
+    MaybeRead();
+  }
+
+  // A unary call's answer: on the connection's thread (handed over by UnaryReply), or
+  // on the finishing thread with GrpcServerOptions::reply_from_completion_thread.
+  void OnReply(int32_t stream_id, std::string message, GrpcStatus status) {
+    std::lock_guard lock(mu_);
+    --in_flight_;
+    if (closed_) return;
+    auto it = streams_.find(stream_id);
+    if (it == streams_.end() || it->second->answered) return;
+    Stream& s = *it->second;
+    if (status.ok()) {
+      AppendFramed(s.out, message);
+      s.trailers = GrpcStatus{};
+      s.answered = true;
+      SubmitHeaders(s);
+    } else {
+      Answer(s, std::move(status));
+    }
+    if (!OnOwnThread()) return Flush();
+    // On the connection's thread: the handlers' dispatch flushes after it; replies
+    // handed over from other threads are flushed together once the ones queued ran.
+    if (!dispatching_) ScheduleFlush();
+  }
+
+  bool OnOwnThread() const { return io_.get_executor().running_in_this_thread(); }
+
+  // nghttp2's callbacks (user_data is the Connection).
+  static int OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    auto* c = static_cast<Connection*>(user);
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    auto s = std::make_unique<Stream>();
+    s->id = frame->hd.stream_id;
+    s->started = Clock::now();
+    c->streams_[s->id] = std::move(s);
+    return 0;
+  }
+
+  static int OnHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name_data,
+                      size_t name_len, const uint8_t* value_data, size_t value_len, uint8_t,
+                      void* user) {
+    auto* c = static_cast<Connection*>(user);
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    Stream* s = c->Find(frame->hd.stream_id);
+    if (s == nullptr) return 0;
+    s->header_bytes += name_len + value_len + 32;  // as SETTINGS_MAX_HEADER_LIST_SIZE counts
+    if (s->header_bytes > c->options_.max_header_list_bytes) {
+      s->answered = true;
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;  // nghttp2 resets the stream
+    }
+    const std::string_view name(reinterpret_cast<const char*>(name_data), name_len);
+    const std::string_view value(reinterpret_cast<const char*>(value_data), value_len);
+    if (name == ":path") {
+      s->path = value;
+    } else if (name == ":method") {
+      s->post = value == "POST";
+    } else if (name == "content-type") {
+      s->content_type = value;
+    } else if (name == "grpc-timeout") {
+      s->timeout = value;
+      s->has_timeout = true;
+    }
+    return 0;
+  }
+
+  static int OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+    auto* c = static_cast<Connection*>(user);
+    if (frame->hd.type == NGHTTP2_SETTINGS) c->handshake_done_ = true;
+    if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
+    Stream* s = c->Find(frame->hd.stream_id);
+    if (s == nullptr) return 0;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+      c->OnRequestHeaders(*s);
+    if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) c->OnEndOfRequest(*s);
+    return 0;
+  }
+
+  static int OnDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data,
+                         size_t len, void* user) {
+    auto* c = static_cast<Connection*>(user);
+    Stream* s = c->Find(stream_id);
+    if (s == nullptr || s->answered) return 0;  // answered early: the rest is dropped
+    s->in.append(reinterpret_cast<const char*>(data), len);
+    c->buffered_ += len;
+    if (c->buffered_ > c->options_.max_connection_buffer_bytes) {
+      c->Answer(*s, {GrpcCode::kResourceExhausted,
+                     "more than " + std::to_string(c->options_.max_connection_buffer_bytes) +
+                         " request bytes buffered on this connection"});
+      return 0;
+    }
+    c->TakeMessages(*s);
+    return 0;
+  }
+
+  static int OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+    auto* c = static_cast<Connection*>(user);
+    if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0)
+      return 0;
+    // Answered before the request ended: the rest of the request is not wanted.
+    Stream* s = c->Find(frame->hd.stream_id);
+    if (s != nullptr && !s->request_ended)
+      nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+    return 0;
+  }
+
+  static int OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user) {
+    auto* c = static_cast<Connection*>(user);
+    auto it = c->streams_.find(stream_id);
+    if (it != c->streams_.end()) {
+      c->buffered_ -= it->second->in.size();
+      c->streams_.erase(it);
+    }
+    return 0;
+  }
+
+  static ssize_t ReadData(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
+                          uint32_t* flags, nghttp2_data_source* source, void*) {
+    auto* s = static_cast<Stream*>(source->ptr);
+    const std::size_t n = std::min(length, s->out.size() - s->out_taken);
+    std::memcpy(buf, s->out.data() + s->out_taken, n);
+    s->out_taken += n;
+    if (s->out_taken < s->out.size()) return static_cast<ssize_t>(n);
+    s->out.clear();
+    s->out_taken = 0;
+    if (s->trailers) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      const std::string code = std::to_string(static_cast<int>(s->trailers->code));
+      const std::string message = PercentEncode(s->trailers->message);
+      nghttp2_nv trailers[] = {Nv("grpc-status", code), Nv("grpc-message", message)};
+      if (nghttp2_submit_trailer(session, stream_id, trailers, message.empty() ? 1 : 2) != 0)
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+      return static_cast<ssize_t>(n);
+    }
+    if (n == 0) {
+      s->data_deferred = true;
+      return NGHTTP2_ERR_DEFERRED;
+    }
+    return static_cast<ssize_t>(n);
+  }
+
+ private:
+  Stream* Find(int32_t id) {
+    auto it = streams_.find(id);
+    return it == streams_.end() ? nullptr : it->second.get();
+  }
+
+  void OnRequestHeaders(Stream& s) {
+    if (s.answered) return;
+    if (!s.post) return Answer(s, {GrpcCode::kUnimplemented, "gRPC calls are POST requests"});
+    if (s.content_type.rfind("application/grpc", 0) != 0 ||
+        (s.content_type.size() > 16 && s.content_type[16] != '+' && s.content_type[16] != ';'))
+      return Answer(s, {GrpcCode::kInvalidArgument,
+                        "content-type must be application/grpc, not '" + s.content_type + "'"});
+    auto it = shared_->methods.find(s.path);
+    if (it == shared_->methods.end())
+      return Answer(s, {GrpcCode::kUnimplemented, "unknown method " + s.path});
+    s.method = &it->second;
+    if (s.has_timeout) {
+      std::chrono::nanoseconds timeout{};
+      if (!ParseGrpcTimeout(s.timeout, timeout))
+        return Answer(s,
+                      {GrpcCode::kInvalidArgument, "malformed grpc-timeout '" + s.timeout + "'"});
+      s.deadline = s.started + std::chrono::duration_cast<Clock::duration>(timeout);
+      ArmDeadline(*s.deadline);
+    }
+  }
+
+  // Takes the complete messages out of s.in: a streaming method's handler sees each, a
+  // unary call keeps its one message for the end of the request.
+  void TakeMessages(Stream& s) {
+    std::size_t pos = 0;
+    while (!s.answered && s.method != nullptr && s.in.size() - pos >= 5) {
+      const auto* p = reinterpret_cast<const unsigned char*>(s.in.data() + pos);
+      const uint32_t len =
+          (uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 8) | uint32_t{p[4]};
+      if (p[0] == 1) {
+        Answer(s, {GrpcCode::kUnimplemented,
+                   "compressed messages are not supported (grpc-encoding identity only)"});
+        break;
+      }
+      if (p[0] != 0) {
+        Answer(s, {GrpcCode::kInvalidArgument,
+                   "malformed gRPC message prefix (flags byte " + std::to_string(p[0]) + ")"});
+        break;
+      }
+      if (len > options_.max_message_bytes) {
+        Answer(s, {GrpcCode::kResourceExhausted,
+                   "request message of " + std::to_string(len) + " bytes is larger than the " +
+                       std::to_string(options_.max_message_bytes) + "-byte limit"});
+        break;
+      }
+      if (s.in.size() - pos - 5 < len) break;
+      const std::string_view message(s.in.data() + pos + 5, len);
+      pos += 5 + len;
+      ++s.messages;
+      if (s.method->stream) {
+        replies_.clear();
+        GrpcStatus status = s.method->stream(message, replies_);
+        for (const auto& r : replies_) AppendFramed(s.out, r);
+        if (!replies_.empty()) SubmitHeaders(s);
+        if (!status.ok()) Answer(s, std::move(status));
+      } else if (s.have_message) {
+        Answer(s, {GrpcCode::kInvalidArgument, "a unary call takes one request message"});
+      } else {
+        s.message.assign(message);
+        s.have_message = true;
+      }
+    }
+    if (s.answered) pos = s.in.size();
+    buffered_ -= pos;
+    s.in.erase(0, pos);
+  }
+
+  void OnEndOfRequest(Stream& s) {
+    s.request_ended = true;
+    if (s.answered) return;
+    if (s.method == nullptr) return Answer(s, {GrpcCode::kInternal, "request without headers"});
+    if (!s.in.empty())
+      return Answer(
+          s, {GrpcCode::kInvalidArgument, "the request ends inside a gRPC message (" +
+                                              std::to_string(s.in.size()) + " bytes left over)"});
+    if (s.method->stream) {
+      if (s.method->finish_on_half_close) Answer(s, {});
+      return;
+    }
+    if (!s.have_message)
+      return Answer(s, {GrpcCode::kInvalidArgument, "a unary call takes one request message"});
+    if (in_flight_ >= options_.max_calls_in_flight)
+      return Answer(s, {GrpcCode::kResourceExhausted,
+                        "more than " + std::to_string(options_.max_calls_in_flight) +
+                            " calls in flight on this connection"});
+    ++in_flight_;
+    // Called after mem_recv, without the lock: a handler may finish its reply at once,
+    // or call into code that finishes other replies.
+    pending_.push_back({s.method, s.id, std::move(s.message)});
+  }
+
+  // Response HEADERS with a data provider (once per stream), or resumes the provider.
+  void SubmitHeaders(Stream& s) {
+    if (s.headers_sent) {
+      if (s.data_deferred) {
+        s.data_deferred = false;
+        nghttp2_session_resume_data(session_, s.id);
+      }
+      return;
+    }
+    s.headers_sent = true;
+    const nghttp2_nv headers[] = {Nv(":status", "200", kStatic),
+                                  Nv("content-type", "application/grpc", kStatic)};
+    nghttp2_data_provider provider{};
+    provider.source.ptr = &s;
+    provider.read_callback = &Connection::ReadData;
+    if (nghttp2_submit_response(session_, s.id, headers, std::size(headers), &provider) != 0)
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s.id, NGHTTP2_INTERNAL_ERROR);
+  }
+
+  // Ends the call with `status`: after the replies already queued, or as a
+  // Trailers-Only response when nothing was sent.
+  void Answer(Stream& s, GrpcStatus status) {
+    if (s.answered) return;
+    s.answered = true;
+    buffered_ -= s.in.size();
+    s.in.clear();
+    s.in.shrink_to_fit();
+    if (s.headers_sent || !s.out.empty()) {
+      s.trailers = std::move(status);
+      SubmitHeaders(s);
+      return;
+    }
+    const std::string code = std::to_string(static_cast<int>(status.code));
+    const std::string message = PercentEncode(status.message);
+    const nghttp2_nv headers[] = {Nv(":status", "200", kStatic),
+                                  Nv("content-type", "application/grpc", kStatic),
+                                  Nv("grpc-status", code), Nv("grpc-message", message)};
+    if (nghttp2_submit_response(session_, s.id, headers, message.empty() ? 3 : 4, nullptr) != 0)
+      nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s.id, NGHTTP2_INTERNAL_ERROR);
+  }
+
+  void ArmDeadline(Clock::time_point at) {
+    if (deadline_armed_ && at >= deadline_at_) return;
+    deadline_armed_ = true;
+    deadline_at_ = at;
+    deadline_timer_.expires_at(at);
+    deadline_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      std::lock_guard lock(self->mu_);
+      if (ec == asio::error::operation_aborted || self->closed_) return;
+      self->deadline_armed_ = false;
+      self->OnDeadlines();
+    });
+  }
+
+  void OnDeadlines() {
+    const auto now = Clock::now();
+    std::optional<Clock::time_point> next;
+    for (auto& [id, s] : streams_) {
+      if (s->answered || !s->deadline) continue;
+      if (*s->deadline <= now) {
+        Answer(*s, {GrpcCode::kDeadlineExceeded,
+                    "deadline exceeded (grpc-timeout " + s->timeout + ")"});
+      } else if (!next || *s->deadline < *next) {
+        next = s->deadline;
+      }
+    }
+    if (next) ArmDeadline(*next);
+    Flush();
+    MaybeRead();
+  }
+
+  // Housekeeping: handshake, slow requests, blocked writes, idle connections.
+  void Tick() {
+    tick_.expires_after(shared_->tick);
+    tick_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      std::lock_guard lock(self->mu_);
+      if (ec == asio::error::operation_aborted || self->closed_) return;
+      self->OnTick();
+    });
+  }
+
+  void OnTick() {
+    const auto now = Clock::now();
+    if (!handshake_done_ && now - accepted_ > options_.handshake_timeout) return Close();
+    if (writing_ && now - write_started_ > options_.write_timeout) return Close();
+    for (auto& [id, s] : streams_) {
+      // A request must arrive in time; a streaming call that has had a message may stay
+      // open (a reflection client between its requests).
+      const bool streaming = s->method != nullptr && s->method->stream;
+      if (s->answered || s->request_ended || (streaming && s->messages > 0) ||
+          now - s->started <= options_.read_timeout)
+        continue;
+      Answer(*s, {GrpcCode::kDeadlineExceeded, "request not received within " +
+                                                   std::to_string(options_.read_timeout.count()) +
+                                                   " ms"});
+    }
+    if (streams_.empty() && !going_away_ && now - last_input_ > options_.idle_timeout) {
+      going_away_ = true;
+      nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);
+    }
+    Flush();
+    MaybeRead();
+    if (!closed_) Tick();
+  }
+
+  void MaybeRead() {
+    if (closed_ || reading_ || writing_) return;
+    if (!nghttp2_session_want_read(session_)) {
+      if (!nghttp2_session_want_write(session_)) Close();
+      return;
+    }
+    reading_ = true;
+    socket_.async_read_some(asio::buffer(in_),
+                            [self = shared_from_this()](boost::system::error_code ec, size_t n) {
+                              self->OnRead(ec, n);
+                            });
+  }
+
+  struct PendingCall {
+    const GrpcMethod* method;
+    int32_t stream_id;
+    std::string message;
+  };
+
+  void OnRead(boost::system::error_code ec, size_t n) {
+    std::vector<PendingCall> calls;
+    {
+      std::lock_guard lock(mu_);
+      reading_ = false;
+      if (closed_) return;
+      if (ec) return Close();
+      last_input_ = Clock::now();
+      in_recv_ = true;
+      const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
+      in_recv_ = false;
+      if (rv < 0) {
+        // Not HTTP/2, or a protocol error: send the GOAWAY nghttp2 may have queued, close.
+        Flush();
+        return Close();
+      }
+      if (pending_.empty()) {
+        Flush();
+        return MaybeRead();
+      }
+      calls.swap(pending_);
+      dispatching_ = true;
+    }
+    auto self = shared_from_this();
+    for (auto& call : calls) call.method->unary(call.message, UnaryReply(self, call.stream_id));
+    std::lock_guard lock(mu_);
+    dispatching_ = false;
+    Flush();
+    MaybeRead();
+  }
+
+  void ScheduleFlush() {
+    if (in_recv_ || flush_posted_ || closed_) return;
+    flush_posted_ = true;
+    asio::post(io_, [self = shared_from_this()] {
+      std::lock_guard lock(self->mu_);
+      self->flush_posted_ = false;
+      self->Flush();
+      self->MaybeRead();
+    });
+  }
+
+  // Everything nghttp2 has to send, in one non-blocking send when it fits the socket;
+  // the rest asynchronously, from the connection's thread (and no reading until it is
+  // written: a client that does not read its answers gets no more of them computed).
+  // Any thread, with the lock held.
+  void Flush() {
+    while (!closed_ && !writing_) {
+      out_.clear();
+      while (out_.size() < (256u << 10)) {
+        const uint8_t* data = nullptr;
+        const ssize_t n = nghttp2_session_mem_send(session_, &data);
+        if (n < 0) return Close();
+        if (n == 0) break;
+        out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+      }
+      if (out_.empty()) {
+        if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) Close();
+        return;
+      }
+      boost::system::error_code ec;
+      const std::size_t sent = socket_.send(asio::buffer(out_), 0, ec);
+      if (ec && ec != asio::error::would_block && ec != asio::error::try_again) return Close();
+      if (sent == out_.size()) continue;
+      writing_ = true;
+      write_started_ = Clock::now();
+      out_sent_ = sent;
+      if (OnOwnThread()) return WriteRest();
+      asio::post(io_, [self = shared_from_this()] {
+        std::lock_guard lock(self->mu_);
+        if (!self->closed_) self->WriteRest();
+      });
+      return;
+    }
+  }
+
+  // The rest of out_ (from out_sent_), on the connection's thread.
+  void WriteRest() {
+    asio::async_write(socket_, asio::buffer(out_) + out_sent_,
+                      [self = shared_from_this()](boost::system::error_code ec, size_t) {
+                        std::lock_guard lock(self->mu_);
+                        self->writing_ = false;
+                        if (self->closed_) return;
+                        if (ec) return self->Close();
+                        self->Flush();
+                        self->MaybeRead();
+                      });
+  }
+
+  // Any thread, with the lock held: the socket is closed on the connection's thread.
+  void Close() {
+    if (closed_) return;
+    if (!OnOwnThread()) {
+      asio::post(io_, [self = shared_from_this()] {
+        std::lock_guard lock(self->mu_);
+        self->Close();
+      });
+      return;
+    }
+    closed_ = true;
+    boost::system::error_code ignored;
+    tick_.cancel();
+    deadline_timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
+
+  tcp::socket socket_;
+  asio::io_context& io_;
+  std::shared_ptr<const H2GrpcServer::Shared> shared_;
+  const GrpcServerOptions& options_;
+  nghttp2_session* session_ = nullptr;
+  std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
+  std::array<uint8_t, 16384> in_{};
+  // Guards everything below (and the socket's use): the connection's thread holds it
+  // while it handles input and timers, a completion thread while it writes a reply.
+  // Never held while a unary handler runs. Recursive: a reply finished on the
+  // connection's thread while it holds the lock.
+  std::recursive_mutex mu_;
+  std::string out_;
+  std::size_t out_sent_ = 0;
+  std::vector<PendingCall> pending_;  // unary calls to hand to their handlers
+  std::vector<std::string> replies_;
+  asio::steady_timer tick_;
+  asio::steady_timer deadline_timer_;
+  Clock::time_point deadline_at_;
+  Clock::time_point accepted_, last_input_, write_started_;
+  std::size_t buffered_ = 0;   // request bytes held in streams' `in`
+  std::size_t in_flight_ = 0;  // unary calls with a handler, not answered
+  bool deadline_armed_ = false;
+  bool handshake_done_ = false;
+  bool reading_ = false, writing_ = false, in_recv_ = false, flush_posted_ = false;
+  bool dispatching_ = false;  // the connection's thread is running handlers
+  bool going_away_ = false, closed_ = false;
+};
+
+}  // namespace h2internal
+
+UnaryReply::UnaryReply(std::shared_ptr<h2internal::Connection> connection, int32_t stream_id)
+    : connection_(std::move(connection)), stream_id_(stream_id) {}
+
+void UnaryReply::Finish(std::string message) {
+  auto& io = connection_->io();
+  if (connection_->reply_here()) {
+    connection_->OnReply(stream_id_, std::move(message), {});
+    return;
+  }
+  asio::post(io, [c = std::move(connection_), id = stream_id_, m = std::move(message)]() mutable {
+    c->OnReply(id, std::move(m), {});
+  });
+}
+
+void UnaryReply::Fail(GrpcStatus status) {
+  if (status.ok()) status = {GrpcCode::kUnknown, "Fail called with OK"};
+  auto& io = connection_->io();
+  if (connection_->reply_here()) {
+    connection_->OnReply(stream_id_, {}, std::move(status));
+    return;
+  }
+  asio::post(io, [c = std::move(connection_), id = stream_id_, s = std::move(status)]() mutable {
+    c->OnReply(id, {}, std::move(s));
+  });
+}
+
+sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
+    GrpcServerOptions options, std::vector<GrpcMethod> methods) {
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(options.host, ec);
+  if (ec)
+    return sluice::InvalidArgumentError("bad listen address '" + options.host +
+                                        "': " + ec.message());
+  auto shared = std::make_shared<Shared>();
+  shared->options = std::move(options);
+  for (auto& m : methods) {
+    std::string path = m.path;
+    shared->methods.emplace(std::move(path), std::move(m));
+  }
+  const auto& o = shared->options;
+  const auto shortest =
+      std::min({o.handshake_timeout, o.read_timeout, o.write_timeout, o.idle_timeout});
+  shared->tick = std::clamp<Clock::duration>(shortest / 4, std::chrono::milliseconds(5),
+                                             std::chrono::seconds(1));
+  nghttp2_session_callbacks_new(&shared->callbacks);
+  auto* cb = shared->callbacks;
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cb,
+                                                          &h2internal::Connection::OnBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(cb, &h2internal::Connection::OnHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, &h2internal::Connection::OnFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb,
+                                                            &h2internal::Connection::OnDataChunk);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cb, &h2internal::Connection::OnFrameSend);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb,
+                                                         &h2internal::Connection::OnStreamClose);
+  nghttp2_option_new(&shared->option);
+  // Our replies are small; a client that floods PINGs or SETTINGS without reading the
+  // acknowledgements is cut off early.
+  nghttp2_option_set_max_outbound_ack(shared->option, 100);
+  nghttp2_option_set_max_settings(shared->option, 32);
+
+  std::unique_ptr<H2GrpcServer> server(new H2GrpcServer());
+  server->shared_ = std::move(shared);
+  for (int i = 0; i < std::max(1, server->shared_->options.threads); ++i) {
+    server->ios_.push_back(std::make_unique<asio::io_context>(1));
+    server->work_.push_back(asio::make_work_guard(*server->ios_.back()));
+  }
+  server->acceptor_ = std::make_unique<tcp::acceptor>(*server->ios_[0]);
+  auto& acceptor = *server->acceptor_;
+  const tcp::endpoint endpoint(address, server->shared_->options.port);
+  if (acceptor.open(endpoint.protocol(), ec); !ec)
+    acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return sluice::UnavailableError("cannot listen for gRPC on " + o.host + ":" +
+                                    std::to_string(o.port) + ": " + ec.message());
+  }
+  server->port_ = acceptor.local_endpoint().port();
+  server->Accept();
+  for (auto& io : server->ios_) server->threads_.emplace_back([io = io.get()] { io->run(); });
+  return server;
+}
+
+void H2GrpcServer::Accept() {
+  asio::io_context& io = *ios_[next_++ % ios_.size()];
+  acceptor_->async_accept(io, [this, &io](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      socket.non_blocking(true, ec);
+      if (!ec) {
+        auto connection = std::make_shared<h2internal::Connection>(std::move(socket), io, shared_);
+        asio::post(io, [connection] { connection->Start(); });
+      }
+    }
+    Accept();
+  });
+}
+
+void H2GrpcServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  asio::post(acceptor_->get_executor(), [this] {
+    boost::system::error_code ignored;
+    acceptor_->close(ignored);
+  });
+  work_.clear();
+  for (auto& io : ios_) io->stop();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+H2GrpcServer::~H2GrpcServer() {
+  Stop();
+}
+
+}  // namespace sluiced

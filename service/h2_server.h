@@ -1,0 +1,162 @@
+// service/h2_server.h — sluiced's own gRPC server: HTTP/2 over cleartext TCP (h2c with
+// prior knowledge, as gRPC clients connect) on libnghttp2 and Boost.Asio. It speaks the
+// gRPC wire format (length-prefixed messages, `grpc-status` / `grpc-message` trailers,
+// `grpc-timeout`) for unary methods answered asynchronously from any thread, and for
+// streaming methods answered message by message on the connection's thread.
+//
+// Bounds: concurrent streams and header list size per connection (advertised in SETTINGS
+// and enforced), message size, bytes buffered and calls in flight per connection, and
+// timeouts for the connection preface, for each request (first header to end of
+// stream), for each write, and for idle connections. A client that breaks the protocol
+// has its connection closed; a handler never runs for it.
+//
+// Thread-safety: Start/Stop from one thread. Handlers run on the server's threads (one
+// connection stays on one thread) without any server lock held; a UnaryReply may be
+// finished from any thread (see GrpcServerOptions::reply_from_completion_thread).
+#pragma once
+
+#include <utility>  // before Boost (asio 1.74 under g++ 12)
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include "sluice/status.h"
+
+namespace sluiced {
+
+// gRPC's status codes (the subset sluiced answers with).
+enum class GrpcCode : int {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kResourceExhausted = 8,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+};
+
+struct GrpcStatus {
+  GrpcCode code = GrpcCode::kOk;
+  std::string message;
+  bool ok() const { return code == GrpcCode::kOk; }
+};
+
+namespace h2internal {
+class Connection;
+}
+
+// The answer to one unary call: call Finish once, from any thread. A call whose client
+// went away (stream reset, connection closed, grpc-timeout passed) ignores it.
+class UnaryReply {
+ public:
+  UnaryReply(std::shared_ptr<h2internal::Connection> connection, int32_t stream_id);
+  // OK with `message` (a serialized protobuf), or an error status (no message).
+  void Finish(std::string message);
+  void Fail(GrpcStatus status);
+
+ private:
+  std::shared_ptr<h2internal::Connection> connection_;
+  int32_t stream_id_;
+};
+
+// A unary method: `request` is the request message (valid during the call only).
+using UnaryHandler = std::function<void(std::string_view request, UnaryReply reply)>;
+// A streaming method: called on the connection's thread for each request message; the
+// replies it appends are sent in order. A non-OK status ends the call with it.
+using StreamHandler =
+    std::function<GrpcStatus(std::string_view request, std::vector<std::string>& replies)>;
+
+struct GrpcMethod {
+  std::string path;  // "/package.Service/Method"
+  UnaryHandler unary;
+  StreamHandler stream;  // set for streaming methods (then unary is empty)
+  // Streaming methods: end the call with OK when the client half-closes. False keeps
+  // it open until the client cancels (server-streaming watches). Default: true.
+  bool finish_on_half_close = true;
+};
+
+struct GrpcServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;  // 0: any free port (see H2GrpcServer::port)
+  // Threads, each with its own connections. Default: 2.
+  int threads = 2;
+  // SETTINGS_MAX_CONCURRENT_STREAMS per connection. Default: 100.
+  uint32_t max_concurrent_streams = 100;
+  // SETTINGS_MAX_HEADER_LIST_SIZE: a request whose header list is larger is reset (and
+  // its connection closed). Default: 16 KiB.
+  std::size_t max_header_list_bytes = 16 * 1024;
+  // A larger message is answered RESOURCE_EXHAUSTED. Default: 1 MiB.
+  std::size_t max_message_bytes = 1 << 20;
+  // Request bytes buffered on one connection; the stream that goes over is answered
+  // RESOURCE_EXHAUSTED. Default: 8 MiB.
+  std::size_t max_connection_buffer_bytes = 8 << 20;
+  // Unary calls handed to handlers and not answered yet, per connection; more are
+  // answered RESOURCE_EXHAUSTED (bounds work queued by clients that reset streams).
+  // Default: 1024.
+  std::size_t max_calls_in_flight = 1024;
+  // The client's connection preface and first SETTINGS. Default: 10 s.
+  std::chrono::milliseconds handshake_timeout{10000};
+  // One request, from its first header to its end of stream (the stream is reset
+  // after). Default: 10 s.
+  std::chrono::milliseconds read_timeout{10000};
+  // One blocked write (a client that stops reading is disconnected). Default: 10 s.
+  std::chrono::milliseconds write_timeout{10000};
+  // A connection without streams and without input for this long is closed (GOAWAY).
+  // Default: 5 min.
+  std::chrono::milliseconds idle_timeout{300000};
+  // A unary reply finished on another thread (a store client's completion) is handed to
+  // the connection's thread, which writes the replies that complete together in one
+  // send. True writes it from the finishing thread instead, under the connection's lock
+  // (one thread wake-up less per call, one send per reply): measured slower under
+  // closed-loop load on 2 cores (the store client's one I/O thread then also makes every
+  // reply's send; README: gRPC figures). Default: false.
+  bool reply_from_completion_thread = false;
+};
+
+class H2GrpcServer {
+ public:
+  // Binds and starts serving `methods`; InvalidArgument for a bad host, Unavailable
+  // when the address cannot be bound.
+  static sluice::StatusOr<std::unique_ptr<H2GrpcServer>> Start(GrpcServerOptions options,
+                                                               std::vector<GrpcMethod> methods);
+  ~H2GrpcServer();
+  uint16_t port() const { return port_; }
+  // Stops accepting and serving; unanswered calls are dropped. Idempotent.
+  void Stop();
+
+  struct Shared;
+
+ private:
+  H2GrpcServer() = default;
+  void Accept();
+
+  std::shared_ptr<const Shared> shared_;
+  // One io_context per thread: a connection lives on one thread (no strand needed).
+  std::vector<std::unique_ptr<boost::asio::io_context>> ios_;
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::size_t next_ = 0;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::vector<std::thread> threads_;
+  uint16_t port_ = 0;
+  bool stopped_ = false;
+};
+
+// gRPC's grpc-message encoding: bytes outside printable ASCII, and '%', as %XX.
+std::string PercentEncode(std::string_view message);
+// grpc-timeout ("<1-8 digits><H|M|S|m|u|n>") in nanoseconds; false when malformed.
+bool ParseGrpcTimeout(std::string_view value, std::chrono::nanoseconds& out);
+
+}  // namespace sluiced

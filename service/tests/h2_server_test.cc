@@ -1,0 +1,341 @@
+// sluiced's own HTTP/2 gRPC server (service/h2_server.h) in-process with test methods,
+// driven by the lean client (service/bench/h2_client.h), which can send what a gRPC
+// library never does: bad prefixes, truncated and oversized messages, garbage, requests
+// that never end, and a client that stops reading.
+#include "service/h2_server.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "service/bench/h2_client.h"
+
+namespace sluiced {
+namespace {
+
+using bench::H2Call;
+using bench::H2Client;
+using namespace std::chrono_literals;
+
+std::string Framed(std::string_view message, uint8_t flags = 0) {
+  const auto n = static_cast<uint32_t>(message.size());
+  std::string out = {static_cast<char>(flags), static_cast<char>(n >> 24),
+                     static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+  return out + std::string(message);
+}
+
+class H2Server : public ::testing::Test {
+ protected:
+  void SetUp() override {}
+  void TearDown() override {
+    if (server_) server_->Stop();
+    for (auto& t : repliers_) t.join();
+  }
+
+  void Start(GrpcServerOptions options = {}) {
+    std::vector<GrpcMethod> methods;
+    methods.push_back({.path = "/test.Echo/Unary", .unary = [](std::string_view in, UnaryReply r) {
+                         r.Finish(std::string(in));
+                       }});
+    // Answers from another thread, as the engine's completions do.
+    methods.push_back(
+        {.path = "/test.Echo/Async", .unary = [this](std::string_view in, UnaryReply r) {
+           std::lock_guard lock(mu_);
+           repliers_.emplace_back([r, m = std::string(in)]() mutable {
+             std::this_thread::sleep_for(2ms);
+             r.Finish(m);
+           });
+         }});
+    // Never answers (the replies are kept until the test ends).
+    methods.push_back({.path = "/test.Echo/Never", .unary = [this](std::string_view, UnaryReply r) {
+                         std::lock_guard lock(mu_);
+                         kept_.push_back(std::move(r));
+                       }});
+    // Answers with as many bytes as the request's decimal number says.
+    methods.push_back({.path = "/test.Echo/Big", .unary = [](std::string_view in, UnaryReply r) {
+                         r.Finish(std::string(std::stoul(std::string(in)), 'x'));
+                       }});
+    methods.push_back(
+        {.path = "/test.Echo/Stream",
+         .stream = [](std::string_view in, std::vector<std::string>& out) -> GrpcStatus {
+           if (in == "fail") return {GrpcCode::kInvalidArgument, "asked to fail: 100% sure"};
+           out.emplace_back("echo:" + std::string(in));
+           return {};
+         }});
+    options.threads = 1;  // one thread: a stuck connection would stall every other one
+    auto server = H2GrpcServer::Start(options, std::move(methods));
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(*server);
+  }
+
+  std::unique_ptr<H2Client> Connect() {
+    std::string error;
+    auto client = H2Client::Connect("127.0.0.1", server_->port(), error);
+    EXPECT_TRUE(client) << error;
+    return client;
+  }
+
+  // One call on a fresh connection, pumped until it closes.
+  H2Call Call(const std::string& path, std::string body,
+              const std::vector<std::pair<std::string, std::string>>& extra = {}) {
+    auto client = Connect();
+    const int32_t id = client->Submit(path, std::move(body), extra);
+    EXPECT_GT(id, 0);
+    client->PumpUntil([&] { return client->call(id)->closed; }, 10s);
+    EXPECT_TRUE(client->call(id)->closed);
+    return *client->call(id);
+  }
+
+  // The server still answers a new connection.
+  void ExpectServing() {
+    const H2Call c = Call("/test.Echo/Unary", Framed("still here"));
+    EXPECT_EQ(c.GrpcStatus(), 0);
+    EXPECT_EQ(c.Message(), "still here");
+  }
+
+  std::unique_ptr<H2GrpcServer> server_;
+  std::mutex mu_;
+  std::vector<std::thread> repliers_;
+  std::vector<UnaryReply> kept_;
+};
+
+TEST_F(H2Server, UnaryCallHasHeadersMessageAndTrailers) {
+  Start();
+  const H2Call c = Call("/test.Echo/Unary", Framed("hello"));
+  EXPECT_EQ(c.headers.at(":status"), "200");
+  EXPECT_EQ(c.headers.at("content-type"), "application/grpc");
+  EXPECT_EQ(c.Message(), "hello");
+  EXPECT_EQ(c.trailers.at("grpc-status"), "0");
+  EXPECT_EQ(c.trailers.count("grpc-message"), 0u);
+  EXPECT_EQ(c.reset_code, 0u);
+  // An empty message is a message.
+  EXPECT_EQ(Call("/test.Echo/Unary", Framed("")).GrpcStatus(), 0);
+}
+
+TEST_F(H2Server, UnknownMethodIsUnimplemented) {
+  Start();
+  const H2Call c = Call("/test.Echo/Nope", Framed("x"));
+  EXPECT_EQ(c.GrpcStatus(), 12);
+  EXPECT_EQ(c.GrpcMessage(), "unknown method /test.Echo/Nope");
+  EXPECT_TRUE(c.data.empty());  // Trailers-Only
+}
+
+TEST_F(H2Server, MalformedMessagesAreAnsweredWithStatuses) {
+  Start();
+  // Flags byte other than 0 or 1.
+  H2Call c = Call("/test.Echo/Unary", Framed("x", 7));
+  EXPECT_EQ(c.GrpcStatus(), 3);
+  EXPECT_EQ(c.GrpcMessage(), "malformed gRPC message prefix (flags byte 7)");
+  // Compressed: not supported.
+  EXPECT_EQ(Call("/test.Echo/Unary", Framed("x", 1)).GrpcStatus(), 12);
+  // Truncated: the prefix promises 100 bytes, 3 come.
+  c = Call("/test.Echo/Unary", Framed(std::string(100, 'a')).substr(0, 8));
+  EXPECT_EQ(c.GrpcStatus(), 3);
+  EXPECT_NE(c.GrpcMessage().find("ends inside a gRPC message"), std::string::npos);
+  // A prefix cut short.
+  EXPECT_EQ(Call("/test.Echo/Unary", std::string("\0\0", 2)).GrpcStatus(), 3);
+  // No message, two messages.
+  EXPECT_EQ(Call("/test.Echo/Unary", "").GrpcStatus(), 3);
+  EXPECT_EQ(Call("/test.Echo/Unary", Framed("a") + Framed("b")).GrpcStatus(), 3);
+  // Not application/grpc.
+  EXPECT_EQ(Call("/test.Echo/Unary", Framed("a"), {{"content-type", "text/plain"}}).GrpcStatus(),
+            3);
+  ExpectServing();
+}
+
+TEST_F(H2Server, GrpcMessageIsPercentEncoded) {
+  Start();
+  const H2Call c = Call("/test.Echo/Stream", Framed("fail"));
+  EXPECT_EQ(c.GrpcStatus(), 3);
+  EXPECT_EQ(c.GrpcMessage(), "asked to fail: 100%25 sure");
+  EXPECT_EQ(PercentEncode("a\nb%\xff"), "a%0Ab%25%FF");
+}
+
+TEST_F(H2Server, OversizedMessageIsResourceExhaustedAtOnce) {
+  Start();
+  // Exactly the limit passes.
+  const std::string limit(1 << 20, 'm');
+  H2Call c = Call("/test.Echo/Unary", Framed(limit));
+  EXPECT_EQ(c.GrpcStatus(), 0);
+  EXPECT_EQ(c.Message().size(), limit.size());
+  // One byte more is refused from its prefix alone, before the body is sent.
+  auto client = Connect();
+  const std::string prefix = Framed(std::string((1 << 20) + 1, 'm')).substr(0, 5);
+  const int32_t id = client->Submit("/test.Echo/Unary", prefix + "mm", {}, /*end_stream=*/false);
+  ASSERT_TRUE(client->PumpUntil([&] { return client->call(id)->closed; }, 10s));
+  EXPECT_EQ(client->call(id)->GrpcStatus(), 8);
+  EXPECT_EQ(client->call(id)->GrpcMessage(),
+            "request message of 1048577 bytes is larger than the 1048576-byte limit");
+  ExpectServing();
+}
+
+TEST_F(H2Server, GrpcTimeoutExpiresUnansweredCalls) {
+  Start();
+  auto client = Connect();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int32_t expiring =
+      client->Submit("/test.Echo/Never", Framed("x"), {{"grpc-timeout", "50m"}});
+  const int32_t answered =
+      client->Submit("/test.Echo/Unary", Framed("y"), {{"grpc-timeout", "50m"}});
+  ASSERT_TRUE(client->PumpUntil([&] { return client->call(expiring)->closed; }, 10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(client->call(expiring)->GrpcStatus(), 4);
+  EXPECT_EQ(client->call(expiring)->GrpcMessage(), "deadline exceeded (grpc-timeout 50m)");
+  EXPECT_EQ(client->call(answered)->GrpcStatus(), 0);
+  // Malformed timeouts are refused.
+  EXPECT_EQ(Call("/test.Echo/Unary", Framed("x"), {{"grpc-timeout", "5x"}}).GrpcStatus(), 3);
+  EXPECT_EQ(Call("/test.Echo/Unary", Framed("x"), {{"grpc-timeout", "123456789S"}}).GrpcStatus(),
+            3);
+  std::chrono::nanoseconds t{};
+  EXPECT_TRUE(ParseGrpcTimeout("99999999H", t));
+  EXPECT_GT(t, std::chrono::hours(24 * 365 * 10));
+  EXPECT_TRUE(ParseGrpcTimeout("1500u", t));
+  EXPECT_EQ(t, std::chrono::microseconds(1500));
+  EXPECT_FALSE(ParseGrpcTimeout("m", t));
+}
+
+class H2ServerReplyMode : public H2Server, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(H2ServerReplyMode, ManyConcurrentStreamsOnFewConnections) {
+  Start({.reply_from_completion_thread = GetParam()});
+  std::vector<std::unique_ptr<H2Client>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(Connect());
+  int ok = 0, done = 0;
+  for (auto& c : clients) {
+    c->on_close = [&](H2Call& call) {
+      ++done;
+      ok += call.GrpcStatus() == 0 && call.Message() == "m" ? 1 : 0;
+    };
+    // 250 per connection: more than the 100 concurrent streams the server allows, so
+    // the client queues the rest until streams close.
+    for (int i = 0; i < 250; ++i) c->Submit("/test.Echo/Async", Framed("m"));
+  }
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (done < 1000 && std::chrono::steady_clock::now() < until) {
+    for (auto& c : clients) c->Pump(1ms);
+  }
+  EXPECT_EQ(done, 1000);
+  EXPECT_EQ(ok, 1000);
+}
+
+INSTANTIATE_TEST_SUITE_P(HandedOverOrWrittenByTheFinishingThread, H2ServerReplyMode,
+                         ::testing::Bool());
+
+TEST_F(H2Server, CallsInFlightPerConnectionAreBounded) {
+  Start({.max_calls_in_flight = 4});
+  auto client = Connect();
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 6; ++i) ids.push_back(client->Submit("/test.Echo/Never", Framed("x")));
+  ASSERT_TRUE(client->PumpUntil(
+      [&] { return client->call(ids[4])->closed && client->call(ids[5])->closed; }, 10s));
+  EXPECT_EQ(client->call(ids[4])->GrpcStatus(), 8);
+  EXPECT_EQ(client->call(ids[5])->GrpcStatus(), 8);
+  EXPECT_FALSE(client->call(ids[0])->closed);
+  // Resetting the held streams does not free their slots: the handlers still have them.
+  for (int i = 0; i < 4; ++i) client->Reset(ids[static_cast<std::size_t>(i)]);
+  const int32_t after = client->Submit("/test.Echo/Never", Framed("x"));
+  ASSERT_TRUE(client->PumpUntil([&] { return client->call(after)->closed; }, 10s));
+  EXPECT_EQ(client->call(after)->GrpcStatus(), 8);
+}
+
+TEST_F(H2Server, StreamingMethodAnswersEachMessage) {
+  Start();
+  const H2Call c = Call("/test.Echo/Stream", Framed("a") + Framed("bc"));
+  EXPECT_EQ(c.GrpcStatus(), 0);
+  EXPECT_EQ(c.data, Framed("echo:a") + Framed("echo:bc"));
+  // Replies come before the client half-closes.
+  auto client = Connect();
+  const int32_t id = client->Submit("/test.Echo/Stream", Framed("q"), {}, /*end_stream=*/false);
+  ASSERT_TRUE(client->PumpUntil([&] { return client->call(id)->data == Framed("echo:q"); }, 10s));
+  EXPECT_FALSE(client->call(id)->closed);
+}
+
+TEST_F(H2Server, GarbageClosesTheConnection) {
+  // A handshake timeout longer than the test waits: only the protocol error closes.
+  Start({.handshake_timeout = 60s});
+  {
+    std::string error;
+    auto client = H2Client::Connect("127.0.0.1", server_->port(), error);
+    ASSERT_TRUE(client);
+    // HTTP/1.1 instead of the HTTP/2 preface (nghttp2 has queued its own preface, which
+    // goes after: the server sees "GET / ..." first).
+    int fd = client->fd();
+    ASSERT_GT(::send(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27, MSG_NOSIGNAL), 0);
+    EXPECT_TRUE(client->PumpUntil([&] { return !client->open(); }, 10s));
+  }
+  {
+    // A valid preface, then a GOAWAY frame on a stream (a protocol error).
+    auto client = Connect();
+    ASSERT_TRUE(client->Pump(10ms));
+    client->SendRaw(std::string("\x00\x00\x08\x07\x00\x00\x00\x00\x05garbage!", 17));
+    EXPECT_TRUE(client->PumpUntil([&] { return !client->open(); }, 10s));
+  }
+  ExpectServing();
+}
+
+TEST_F(H2Server, HeaderListLargerThanTheLimitIsRefused) {
+  Start({.max_header_list_bytes = 4096});
+  auto client = Connect();
+  const int32_t id =
+      client->Submit("/test.Echo/Unary", Framed("x"), {{"x-big", std::string(6000, 'h')}});
+  client->PumpUntil([&] { return !client->open() || client->call(id)->closed; }, 10s);
+  const H2Call* c = client->call(id);
+  EXPECT_TRUE(!client->open() || (c->closed && c->GrpcStatus() != 0));
+  ExpectServing();
+}
+
+TEST_F(H2Server, SlowRequestsAndSilentConnectionsAreCutOff) {
+  Start({.handshake_timeout = 300ms, .read_timeout = 300ms, .idle_timeout = 500ms});
+  // A request that never ends: DEADLINE_EXCEEDED, then the stream is reset.
+  auto client = Connect();
+  const int32_t id = client->Submit("/test.Echo/Unary", Framed("x").substr(0, 3), {}, false);
+  ASSERT_TRUE(client->PumpUntil([&] { return client->call(id)->closed; }, 10s));
+  EXPECT_EQ(client->call(id)->GrpcStatus(), 4);
+  EXPECT_EQ(client->call(id)->GrpcMessage(), "request not received within 300 ms");
+  // Then the connection has nothing open: idle, GOAWAY, closed.
+  EXPECT_TRUE(client->PumpUntil([&] { return !client->open(); }, 10s));
+  EXPECT_TRUE(client->goaway_received());
+  // A TCP connection that never sends the preface (only reads the server's SETTINGS)
+  // is closed.
+  std::string error;
+  auto silent = H2Client::Connect("127.0.0.1", server_->port(), error);
+  ASSERT_TRUE(silent);
+  bool closed = false;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!closed && std::chrono::steady_clock::now() < until) {
+    pollfd p{silent->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[256];
+    closed = ::recv(silent->fd(), buf, sizeof buf, 0) <= 0;
+  }
+  EXPECT_TRUE(closed);
+}
+
+TEST_F(H2Server, AClientThatStopsReadingIsDisconnected) {
+  Start({.write_timeout = 300ms});
+  auto stalled = Connect();
+  ASSERT_TRUE(stalled->Pump(10ms));
+  stalled->set_reading(false);
+  // 64 MiB of answers: far more than the socket buffers hold.
+  for (int i = 0; i < 64; ++i) stalled->Submit("/test.Echo/Big", Framed("1048576"));
+  for (int i = 0; i < 20; ++i) stalled->Pump(5ms);
+  // Meanwhile another client on the same server thread is served.
+  ExpectServing();
+  std::this_thread::sleep_for(1s);
+  ExpectServing();
+  // The stalled client finds its connection closed once it reads again.
+  stalled->set_reading(true);
+  EXPECT_TRUE(stalled->PumpUntil([&] { return !stalled->open(); }, 20s));
+  std::size_t done = 0;
+  for (int32_t id = 1; id < 128; id += 2)
+    if (stalled->call(id) != nullptr && stalled->call(id)->GrpcStatus() == 0) ++done;
+  EXPECT_LT(done, 64u);
+}
+
+}  // namespace
+}  // namespace sluiced
