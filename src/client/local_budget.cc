@@ -40,16 +40,10 @@ LocalBudgets::Entry& LocalBudgets::Touch(std::string_view id, int64_t now_ms) {
   auto it = entries_.find(std::string(id));
   if (it == entries_.end()) {
     if (entries_.size() >= sweep_at_) Sweep(now_ms);
-    it = entries_.emplace(std::string(id), Entry{.second_ms = now_ms}).first;
+    it = entries_.emplace(std::string(id), Entry{.rate = {.second_ms = now_ms}}).first;
   }
   Entry& e = it->second;
-  if (now_ms - e.second_ms >= 1000) {
-    // A new second: the one that ended is the rate (a gap of more than a second: 0).
-    e.last_calls = now_ms - e.second_ms < 2000 ? e.calls : 0;
-    e.calls = 0;
-    e.second_ms = now_ms;
-  }
-  ++e.calls;
+  e.rate.Count(now_ms);
   return e;
 }
 
@@ -58,7 +52,7 @@ void LocalBudgets::Sweep(int64_t now_ms) {
   // sweep again when the table has doubled from what is left (amortized O(1) a call).
   std::erase_if(entries_, [now_ms](const auto& kv) {
     const Entry& e = kv.second;
-    return (e.units == 0 || now_ms >= e.expires_ms) && now_ms - e.second_ms >= 2000;
+    return (e.units == 0 || now_ms >= e.expires_ms) && now_ms - e.rate.second_ms >= 2000;
   });
   sweep_at_ = std::max<std::size_t>(4096, 2 * entries_.size());
 }
@@ -92,8 +86,9 @@ int64_t LocalBudgets::Want(std::string_view id, int64_t cost, int64_t now_ms) {
   const Entry& e = it->second;
   if (now_ms < e.exhausted_until_ms) return cost;
   // The rate: the last full second's calls, or this second's when it already has more.
-  const int64_t elapsed = std::max<int64_t>(1, now_ms - e.second_ms);
-  const int64_t rate = std::max(e.last_calls, e.calls * 1000 / std::max<int64_t>(elapsed, 100));
+  const int64_t elapsed = std::max<int64_t>(1, now_ms - e.rate.second_ms);
+  const int64_t rate =
+      std::max(e.rate.last_calls, e.rate.calls * 1000 / std::max<int64_t>(elapsed, 100));
   if (rate < hot_) return cost;
   const int64_t slice = std::clamp<int64_t>(rate * period_ms_ / 1000, 1, max_slice_);
   return std::min(limit_, cost + slice);
@@ -113,7 +108,7 @@ int64_t LocalBudgets::Fill(std::string_view id, int64_t extra, int64_t sent_ms,
   MutexLock lock(mu_);
   auto it = entries_.find(std::string(id));
   if (it == entries_.end()) {
-    it = entries_.emplace(std::string(id), Entry{.second_ms = sent_ms}).first;
+    it = entries_.emplace(std::string(id), Entry{.rate = {.second_ms = sent_ms}}).first;
   }
   Entry& e = it->second;
   // A slice whose life ended is dropped; units of a live one (taken by two misses at

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "client/call_rate.h"
 #include "core/mutex.h"
 #include "sluice/client.h"
 #include "sluice/decision.h"
@@ -90,9 +91,7 @@ class LocalBudgets {
     int64_t units = 0;          // the slice
     int64_t expires_ms = 0;     // spendable while now < expires_ms
     int64_t window_end_ms = 0;  // sliding_window: the end of the window that counted it
-    int64_t second_ms = 0;      // start of the current one-second rate bucket
-    int64_t calls = 0;          // calls in that second
-    int64_t last_calls = 0;     // calls in the second before
+    CallRate rate;              // its calls per second
     int64_t exhausted_until_ms = 0;
   };
   Entry& Touch(std::string_view id, int64_t now_ms) SLUICE_REQUIRES(mu_);

@@ -83,10 +83,10 @@ void SyncedCounts::Run() {
 }
 
 int64_t SyncedCounts::Rate(const Entry& e, int64_t now_ms) {
-  const int64_t elapsed = now_ms - e.second_ms;
+  const int64_t elapsed = now_ms - e.rate.second_ms;
   if (elapsed >= 2000) return 0;
-  if (elapsed >= 1000) return e.calls;  // that second is over: it is the last full one
-  return std::max(e.last_calls, e.calls * 1000 / std::max<int64_t>(elapsed, 100));
+  if (elapsed >= 1000) return e.rate.calls;  // that second is over: it is the last full one
+  return std::max(e.rate.last_calls, e.rate.calls * 1000 / std::max<int64_t>(elapsed, 100));
 }
 
 SyncedCounts::Entry& SyncedCounts::Touch(std::string_view id, int64_t now_ms) {
@@ -96,19 +96,14 @@ SyncedCounts::Entry& SyncedCounts::Touch(std::string_view id, int64_t now_ms) {
       // Forget cold ids not called in the last two seconds (amortized O(1) a call).
       std::erase_if(entries_, [now_ms](const auto& kv) {
         const Entry& e = kv.second;
-        return !e.hot && !e.syncing && e.unsynced == 0 && now_ms - e.second_ms >= 2000;
+        return !e.hot && !e.syncing && e.unsynced == 0 && now_ms - e.rate.second_ms >= 2000;
       });
       sweep_at_ = std::max<std::size_t>(4096, 2 * entries_.size());
     }
-    it = entries_.emplace(std::string(id), Entry{.second_ms = now_ms}).first;
+    it = entries_.emplace(std::string(id), Entry{.rate = {.second_ms = now_ms}}).first;
   }
   Entry& e = it->second;
-  if (now_ms - e.second_ms >= 1000) {
-    e.last_calls = now_ms - e.second_ms < 2000 ? e.calls : 0;
-    e.calls = 0;
-    e.second_ms = now_ms;
-  }
-  ++e.calls;
+  e.rate.Count(now_ms);
   return e;
 }
 

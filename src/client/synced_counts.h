@@ -40,6 +40,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "client/call_rate.h"
 #include "core/mutex.h"
 #include "sluice/client.h"
 #include "sluice/decision.h"
@@ -83,9 +84,7 @@ class SyncedCounts : public std::enable_shared_from_this<SyncedCounts> {
     int64_t sent_ms = 0;     // local clock
   };
   struct Entry {
-    int64_t second_ms = 0;   // start of the current one-second rate bucket
-    int64_t calls = 0;       // checks in that second
-    int64_t last_calls = 0;  // checks in the second before
+    CallRate rate;  // its calls per second
     bool hot = false;
     bool known = false;      // a sync answered: window_end, local_end and share are set
     int64_t window_end = 0;  // the window's end on the store's clock
