@@ -13,6 +13,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "service/accept_backoff.h"
+
 namespace sluiced {
 
 namespace asio = boost::asio;
@@ -718,9 +720,11 @@ sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
   server->shared_ = std::move(shared);
   for (int i = 0; i < std::max(1, server->shared_->options.threads); ++i) {
     server->ios_.push_back(std::make_unique<asio::io_context>(1));
+    CreateReactorNow(*server->ios_.back());
     server->work_.push_back(asio::make_work_guard(*server->ios_.back()));
   }
   server->acceptor_ = std::make_unique<tcp::acceptor>(*server->ios_[0]);
+  server->accept_backoff_ = std::make_unique<asio::steady_timer>(*server->ios_[0]);
   auto& acceptor = *server->acceptor_;
   const tcp::endpoint endpoint(address, server->shared_->options.port);
   if (acceptor.open(endpoint.protocol(), ec); !ec)
@@ -741,6 +745,14 @@ void H2GrpcServer::Accept() {
   asio::io_context& io = *ios_[next_++ % ios_.size()];
   acceptor_->async_accept(io, [this, &io](boost::system::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
+    NoteAcceptResult("grpc", ec, accept_failing_);
+    if (AcceptNeedsBackoff(ec)) {
+      accept_backoff_->expires_after(kAcceptBackoff);
+      accept_backoff_->async_wait([this](boost::system::error_code e) {
+        if (!e && acceptor_->is_open()) Accept();
+      });
+      return;
+    }
     if (!ec) {
       socket.set_option(tcp::no_delay(true), ec);
       socket.non_blocking(true, ec);
@@ -759,6 +771,7 @@ void H2GrpcServer::Stop() {
   asio::post(acceptor_->get_executor(), [this] {
     boost::system::error_code ignored;
     acceptor_->close(ignored);
+    accept_backoff_->cancel();
   });
   work_.clear();
   for (auto& io : ios_) io->stop();

@@ -29,6 +29,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 
 #include "sluice/status.h"
 
@@ -149,6 +150,10 @@ class H2GrpcServer {
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::size_t next_ = 0;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
+  // Waits before the next accept after an error accepting at once cannot clear
+  // (accept_backoff.h); like the acceptor, touched only on ios_[0]'s thread.
+  std::unique_ptr<boost::asio::steady_timer> accept_backoff_;
+  bool accept_failing_ = false;
   std::vector<std::thread> threads_;
   uint16_t port_ = 0;
   bool stopped_ = false;

@@ -8,10 +8,12 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 
+#include "service/accept_backoff.h"
 #include "service/json_api.h"
 
 namespace sluiced {
@@ -31,15 +33,22 @@ class Session;
 // they may run after the HttpServer is gone (until the executor drops them).
 struct Listener : std::enable_shared_from_this<Listener> {
   Listener(HttpServerOptions o, HttpHandler h, Strand accept_strand)
-      : options(std::move(o)), handler(std::move(h)), acceptor(accept_strand) {}
+      : options(std::move(o)),
+        handler(std::move(h)),
+        acceptor(accept_strand),
+        accept_backoff(accept_strand) {}
 
   void Accept();
+  // After an accept error that accepting again at once cannot clear (accept_backoff.h).
+  void AcceptLater();
   // Stops accepting and closes every connection (asynchronously, each on its strand).
   void Stop();
 
   const HttpServerOptions options;
   const HttpHandler handler;
   tcp::acceptor acceptor;  // on its own strand; touched only there (and before Accept)
+  asio::steady_timer accept_backoff;  // on the acceptor's strand
+  bool accept_failing = false;        // on the acceptor's strand
   std::vector<asio::io_context::executor_type> executors;  // connections go round robin
   std::size_t next = 0;                                    // on the acceptor's strand
   std::atomic<bool> stopped{false};
@@ -203,6 +212,8 @@ void Listener::Accept() {
                           if (ec == asio::error::operation_aborted || !self->acceptor.is_open() ||
                               self->stopped.load(std::memory_order_relaxed))
                             return;
+                          NoteAcceptResult("http", ec, self->accept_failing);
+                          if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
                           if (!ec) {
                             socket.set_option(tcp::no_delay(true), ec);
                             std::make_shared<Session>(std::move(socket), self)->Run();
@@ -211,12 +222,21 @@ void Listener::Accept() {
                         });
 }
 
+void Listener::AcceptLater() {
+  accept_backoff.expires_after(kAcceptBackoff);
+  accept_backoff.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || !self->acceptor.is_open() || self->stopped.load(std::memory_order_relaxed)) return;
+    self->Accept();
+  });
+}
+
 void Listener::Stop() {
   stopped.store(true);
   std::promise<void> closed;
   asio::post(acceptor.get_executor(), [this, &closed] {
     beast::error_code ignored;
     acceptor.close(ignored);
+    accept_backoff.cancel();
     closed.set_value();
   });
   closed.get_future().wait();
@@ -261,6 +281,7 @@ sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOption
     // thread.
     for (int i = 0; i < std::max(1, options.threads); ++i) {
       server->ios_.push_back(std::make_unique<asio::io_context>(1));
+      CreateReactorNow(*server->ios_.back());
       executors.push_back(server->ios_.back()->get_executor());
       server->work_.push_back(asio::make_work_guard(*server->ios_.back()));
     }

@@ -1,6 +1,8 @@
 // sluiced end to end: the built binary against a private redis-server, over HTTP.
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <set>
 #include "service/tests/sluiced_process.h"
 
@@ -502,6 +504,78 @@ TEST_F(E2e, MemoryStoreAndEnvironmentVariables) {
 // `colocate: true` on a Redis Cluster: a tenant's limit and its users' limits sit in the
 // tenant's slot, so the two limits of one request are one script there (a composite
 // whose keys share a slot), and every key keeps its expiry.
+// CPU time (user + system, clock ticks) a process has used so far.
+long CpuTicks(pid_t pid) {
+  const std::string stat = testing::ReadAll("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return utime + stime;
+}
+
+// Out of descriptors, a listener must not spin: the pending connection stays in the
+// backlog and the listening socket stays readable, so an accept retried at once fails at
+// once for as long as the shortage lasts (accept_backoff.h). Shown to fail with the
+// retry made immediate: sluiced then burns ~2 cores (both listeners' threads spinning).
+TEST_F(E2e, ListenersBackOffWhenOutOfDescriptorsAndRecover) {
+  Sluiced s(config_.path(), "memory://", Flags());
+  ASSERT_TRUE(s.running());
+  const pid_t pid = s.pid();
+  std::size_t open_fds = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    ++open_fds;
+  rlimit old{};
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, nullptr, &old), 0);
+  // Room for one more connection (and one spare for whatever sluiced opens meanwhile).
+  rlimit tight = old;
+  tight.rlim_cur = open_fds + 2;
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, &tight, nullptr), 0);
+  std::vector<std::unique_ptr<Connection>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(std::make_unique<Connection>(s.http_port()));
+    ASSERT_TRUE(held.back()->Send(testing::Request("GET", "/healthz")));
+  }
+  // Connected by the kernel (the backlog), not accepted by sluiced.
+  std::vector<std::unique_ptr<Connection>> waiting;
+  for (int i = 0; i < 3; ++i) {
+    waiting.push_back(std::make_unique<Connection>(s.http_port()));
+    waiting.push_back(std::make_unique<Connection>(s.grpc_port()));
+    ASSERT_TRUE(waiting.back()->connected());
+  }
+  ASSERT_TRUE(waiting.front()->Send(testing::Request("GET", "/healthz")));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (s.log().find("http listener: accept failed") == std::string::npos ||
+          s.log().find("grpc listener: accept failed") == std::string::npos))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_NE(s.log().find("http listener: accept failed"), std::string::npos) << s.log();
+  ASSERT_NE(s.log().find("grpc listener: accept failed"), std::string::npos) << s.log();
+  // A busy loop would use about one second of CPU per second per listener; backing off
+  // uses next to nothing. The bound is far from both.
+  const long before = CpuTicks(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const long used = CpuTicks(pid) - before;
+  EXPECT_LT(used, ::sysconf(_SC_CLK_TCK) * 3 / 10)
+      << "sluiced used " << used << " ticks in 1 s while out of descriptors";
+  // Descriptors back: the waiting connections are accepted and served; nothing was lost.
+  ASSERT_EQ(::prlimit(pid, RLIMIT_NOFILE, &old, nullptr), 0);
+  held.clear();
+  HttpReply late = waiting.front()->Read();
+  EXPECT_EQ(late.status, 200) << s.log();
+  EXPECT_EQ(Call(s.http_port(), "GET", "/healthz").status, 200);
+  const auto again = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < again &&
+         s.log().find("grpc listener: accepting again") == std::string::npos)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_NE(s.log().find("http listener: accepting again"), std::string::npos) << s.log();
+  EXPECT_NE(s.log().find("grpc listener: accepting again"), std::string::npos) << s.log();
+}
+
 TEST(E2eCluster, ColocatedLimitsOfATenantShareItsSlot) {
   sluice::testing::RedisCluster cluster;
   TempDir config;

@@ -26,8 +26,11 @@ class Grpc : public ::testing::Test {
   void SetUp() override {
     config_.Write("shop.yaml",
                   testing::ReadAll(std::string(SLUICED_SOURCE_DIR) + "/examples/config/shop.yaml"));
+    // 2 s: these tests check answers, not deadlines. With 200 ms, a first call (connect,
+    // load the scripts) under a loaded parallel ctest run once missed it and sign_in's
+    // closed policy answered OVER_LIMIT (ShouldRateLimitFromCpp, 1 run in ~10).
     sluiced_ = std::make_unique<Sluiced>(config_.path(), redis_.url(),
-                                         std::vector<std::string>{"--deadline-ms", "200"});
+                                         std::vector<std::string>{"--deadline-ms", "2000"});
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(sluiced_->grpc_port()),
                                    grpc::InsecureChannelCredentials());
     stub_ = rls::RateLimitService::NewStub(channel_);

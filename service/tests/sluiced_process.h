@@ -161,6 +161,7 @@ class Sluiced {
     if (pid_ > 0) ::kill(pid_, sig);
   }
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   int http_port() const { return http_port_; }
   int grpc_port() const { return grpc_port_; }
   int admin_port() const { return admin_port_; }
