@@ -2,8 +2,8 @@
 # sluiced's throughput: wrk (keep-alive, POST /v1/check via a Lua script) and a gRPC
 # load generator (ShouldRateLimit, closed loop) against one sluiced and one private
 # redis-server on this box. Prints checks/s, p50, p99 and the CPU that sluiced, Redis and
-# the gRPC load generator spent per check (from /proc/<pid>/stat and the generator's own
-# getrusage). Stops what it started, by pid.
+# the load generator (wrk, or the gRPC one) spent per check (from /proc/<pid>/stat and the
+# generators' getrusage). Stops what it started, by pid.
 #
 #   bench/service.sh [seconds]        (default 10 s per run)
 # Env: HTTP_CONNECTIONS (64), WRK_THREADS (1), GRPC_CONCURRENCY (64), GRPC_CONNECTIONS (4),
@@ -65,18 +65,31 @@ for p in $ports; do
 done
 [ -n "$HTTP_PORT" ] && [ -n "$GRPC_PORT" ] || { echo "could not find sluiced's ports: $ports" >&2; cat "$WORK/sluiced.log"; exit 1; }
 
+# The requests are formatted once, in init (ids round robin): wrk's per-request Lua then
+# only indexes a table, so the load generator takes less of the CPU it shares with
+# sluiced and Redis on this box (formatting each request anew cost wrk ~2x its CPU).
 cat >"$WORK/check.lua" <<LUA
 local ids = ${IDS:-10000}
+local requests = {}
 local n = 0
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
+init = function(args)
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+  for i = 0, ids - 1 do
+    local body = '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"u' .. i .. '"}]}]}'
+    requests[i] = wrk.format(nil, "/v1/check", nil, body)
+  end
+end
 request = function()
   n = n + 1
-  local body = '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"u' .. (n % ids) .. '"}]}]}'
-  return wrk.format(nil, "/v1/check", nil, body)
+  return requests[n % ids]
 end
 LUA
-
+# Runs a command and prints the CPU it used (its own getrusage of children) last.
+CHILD_CPU='import resource, subprocess, sys
+subprocess.run(sys.argv[1:])
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+print("client_cpu_s=%.3f" % (r.ru_utime + r.ru_stime))'
 echo "machine: $(nproc) cores; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # warm-up (connections, scripts loaded)
 wrk -t1 -c8 -d1s -s "$WORK/check.lua" "http://127.0.0.1:$HTTP_PORT" >/dev/null
@@ -95,14 +108,15 @@ run() {  # run NAME COMMAND...: the tool's output, the CPU per check, the store'
   awk -v a="$d0" -v b="$d1" 'BEGIN { split(a, x, " "); split(b, y, " "); n = y[2] - x[2]; if (n > 0) printf "%.1f%%\n", 100 * (y[1] - x[1]) / n; else print "-" }' >"$WORK/$name.store"
 }
 
-http_rps=- http_p50=- http_p99=- http_total=0 http_non2xx="" hs=0 hr=0
+http_rps=- http_p50=- http_p99=- http_total=0 http_non2xx="" http_client_cpu="" hs=0 hr=0
 if [ "${ONLY:-http}" = http ] || [ -z "${ONLY:-}" ]; then
-run http wrk -t"${WRK_THREADS:-1}" -c"${HTTP_CONNECTIONS:-64}" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/check.lua" "http://127.0.0.1:$HTTP_PORT"
+run http python3 -c "$CHILD_CPU" wrk -t"${WRK_THREADS:-1}" -c"${HTTP_CONNECTIONS:-64}" -d"${SECONDS_PER_RUN}s" --latency -s "$WORK/check.lua" "http://127.0.0.1:$HTTP_PORT"
 http_rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/http.out")
 http_p50=$(awk '$1=="50%" {print $2}' "$WORK/http.out")
 http_p99=$(awk '$1=="99%" {print $2}' "$WORK/http.out")
 http_total=$(awk '/requests in/ {print $1}' "$WORK/http.out")
 http_non2xx=$(awk '/Non-2xx/ {print $4}' "$WORK/http.out")
+http_client_cpu=$(sed -n 's/^client_cpu_s=//p' "$WORK/http.out")
 read -r hs hr <"$WORK/http.cpu"
 else
   echo "-" >"$WORK/http.store"
@@ -127,7 +141,8 @@ echo
 printf '| %-30s | %10s | %8s | %8s | %6s | %18s | %16s | %17s |\n' "run (${SECONDS_PER_RUN} s)" "checks/s" "p50" "p99" "store" "sluiced CPU/check" "Redis CPU/check" "client CPU/check"
 printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' "--------------------------------" "------------" "----------" "----------" "--------" "--------------------" "------------------" "-------------------"
 printf '| %-30s | %10s | %8s | %8s | %6s | %15s us | %13s us | %17s |\n' "HTTP /v1/check (wrk, c=${HTTP_CONNECTIONS:-64})" "$http_rps" "$http_p50" "$http_p99" "$(cat "$WORK/http.store")" \
-  "$(per_check "$hs" "$http_total")" "$(per_check "$hr" "$http_total")" "-"
+  "$(per_check "$hs" "$http_total")" "$(per_check "$hr" "$http_total")" \
+  "$(awk -v c="$http_client_cpu" -v n="$http_total" 'BEGIN { if (n > 0 && c != "") printf "%.1f us", c / n * 1e6; else print "-" }')"
 printf '| %-30s | %10s | %6sms | %6sms | %6s | %15s us | %13s us | %14s us |\n' "gRPC ShouldRateLimit (${GRPC_LOAD:-h2}, ${GRPC_RATE:+rate=$GRPC_RATE/s }c=${GRPC_CONCURRENCY:-64})" "$(kv checks_per_s)" "$(kv p50_ms)" "$(kv p99_ms)" "$(cat "$WORK/grpc.store")" \
   "$(per_check "$gs" "$(kv checks)")" "$(per_check "$gr" "$(kv checks)")" "$(awk -v c="$(kv client_cpu_s)" -v n="$(kv checks)" 'BEGIN { if (n > 0) printf "%.1f", c / n * 1e6; else print "-" }')"
 [ -z "$http_non2xx" ] || echo "HTTP non-2xx answers: $http_non2xx"
