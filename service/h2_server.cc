@@ -4,13 +4,15 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
 #include "service/accept_backoff.h"
@@ -20,6 +22,11 @@ namespace sluiced {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
+// A connection's executor: its handlers never run concurrently, on its own threads or on
+// a given executor run by several (GrpcServerOptions::executor).
+using Strand = asio::strand<asio::io_context::executor_type>;
+using Socket = asio::basic_stream_socket<tcp, Strand>;
+using Timer = asio::basic_waitable_timer<Clock, asio::wait_traits<Clock>, Strand>;
 
 struct H2GrpcServer::Shared {
   GrpcServerOptions options;
@@ -121,27 +128,54 @@ struct Stream {
   std::optional<GrpcStatus> trailers;  // sent once `out` is taken
 };
 
+class Connection;
+
+// The acceptor and what every connection shares. Connections and pending handlers hold
+// it: on a given executor they may run after the H2GrpcServer is gone.
+struct Listener : std::enable_shared_from_this<Listener> {
+  Listener(std::shared_ptr<const H2GrpcServer::Shared> s, Strand accept_strand)
+      : shared(std::move(s)), acceptor(accept_strand), accept_backoff(accept_strand) {}
+
+  void Accept();
+  // After an accept error that accepting again at once cannot clear (accept_backoff.h).
+  void AcceptLater();
+  // Stops accepting and closes every connection (each on its strand). Not from the
+  // acceptor's strand.
+  void Stop();
+
+  const std::shared_ptr<const H2GrpcServer::Shared> shared;
+  tcp::acceptor acceptor;  // on its own strand; touched only there (and before Accept)
+  Timer accept_backoff;    // on the acceptor's strand
+  bool accept_failing = false;                             // on the acceptor's strand
+  std::vector<asio::io_context::executor_type> executors;  // connections go round robin
+  std::size_t next = 0;                                    // on the acceptor's strand
+  std::atomic<bool> stopped{false};
+  std::mutex mu;  // guards connections
+  std::unordered_map<const Connection*, std::weak_ptr<Connection>> connections;
+};
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, asio::io_context& io,
-             std::shared_ptr<const H2GrpcServer::Shared> shared)
-      : socket_(std::move(socket)),
-        io_(io),
-        shared_(std::move(shared)),
+  Connection(Socket socket, std::shared_ptr<Listener> listener)
+      : strand_(socket.get_executor()),
+        socket_(std::move(socket)),
+        listener_(std::move(listener)),
+        shared_(listener_->shared),
         options_(shared_->options),
-        tick_(io),
-        deadline_timer_(io) {}
-  ~Connection() { nghttp2_session_del(session_); }
+        tick_(strand_),
+        deadline_timer_(strand_) {}
+  ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  asio::io_context& io() { return io_; }
+  const Strand& strand() const { return strand_; }
   // Whether a reply finished on this thread is written from it.
   bool reply_here() const { return options_.reply_from_completion_thread || OnOwnThread(); }
 
   // On the connection's thread.
   void Start() {
     std::lock_guard lock(mu_);
+    if (closed_) return;  // stopped before it started
     accepted_ = last_input_ = Clock::now();
     if (nghttp2_session_server_new2(&session_, shared_->callbacks, this, shared_->option) != 0)
       return Close();
@@ -180,7 +214,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (!dispatching_) ScheduleFlush();
   }
 
-  bool OnOwnThread() const { return io_.get_executor().running_in_this_thread(); }
+  // On the connection's strand (its handlers, or a reply finished inside one of them).
+  bool OnOwnThread() const { return strand_.running_in_this_thread(); }
+
+  // From any thread: closes the connection on its strand (H2GrpcServer::Stop).
+  void Shutdown() {
+    asio::post(strand_, [self = shared_from_this()] {
+      std::lock_guard lock(self->mu_);
+      self->Close();
+    });
+  }
 
   // nghttp2's callbacks (user_data is the Connection).
   static int OnBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user) {
@@ -551,7 +594,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void ScheduleFlush() {
     if (in_recv_ || flush_posted_ || closed_) return;
     flush_posted_ = true;
-    asio::post(io_, [self = shared_from_this()] {
+    asio::post(strand_, [self = shared_from_this()] {
       std::lock_guard lock(self->mu_);
       self->flush_posted_ = false;
       self->Flush();
@@ -585,7 +628,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       write_started_ = Clock::now();
       out_sent_ = sent;
       if (OnOwnThread()) return WriteRest();
-      asio::post(io_, [self = shared_from_this()] {
+      asio::post(strand_, [self = shared_from_this()] {
         std::lock_guard lock(self->mu_);
         if (!self->closed_) self->WriteRest();
       });
@@ -610,7 +653,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Close() {
     if (closed_) return;
     if (!OnOwnThread()) {
-      asio::post(io_, [self = shared_from_this()] {
+      asio::post(strand_, [self = shared_from_this()] {
         std::lock_guard lock(self->mu_);
         self->Close();
       });
@@ -624,8 +667,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.close(ignored);
   }
 
-  tcp::socket socket_;
-  asio::io_context& io_;
+  Strand strand_;
+  Socket socket_;
+  std::shared_ptr<Listener> listener_;  // registers this connection for Stop
   std::shared_ptr<const H2GrpcServer::Shared> shared_;
   const GrpcServerOptions& options_;
   nghttp2_session* session_ = nullptr;
@@ -640,8 +684,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t out_sent_ = 0;
   std::vector<PendingCall> pending_;  // unary calls to hand to their handlers
   std::vector<std::string> replies_;
-  asio::steady_timer tick_;
-  asio::steady_timer deadline_timer_;
+  Timer tick_;
+  Timer deadline_timer_;
   Clock::time_point deadline_at_;
   Clock::time_point accepted_, last_input_, write_started_;
   std::size_t buffered_ = 0;   // request bytes held in streams' `in`
@@ -653,30 +697,89 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool going_away_ = false, closed_ = false;
 };
 
+Connection::~Connection() {
+  nghttp2_session_del(session_);
+  std::lock_guard lock(listener_->mu);
+  listener_->connections.erase(this);
+}
+
+void Listener::Accept() {
+  const Strand strand = asio::make_strand(executors[next++ % executors.size()]);
+  acceptor.async_accept(strand, [self = shared_from_this()](boost::system::error_code ec,
+                                                            Socket socket) {
+    if (ec == asio::error::operation_aborted || !self->acceptor.is_open() ||
+        self->stopped.load(std::memory_order_relaxed))
+      return;
+    NoteAcceptResult("grpc", ec, self->accept_failing);
+    if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      socket.non_blocking(true, ec);
+      if (!ec) {
+        auto connection = std::make_shared<Connection>(std::move(socket), self);
+        {
+          std::lock_guard lock(self->mu);
+          self->connections.emplace(connection.get(), connection);
+        }
+        asio::post(connection->strand(), [connection] { connection->Start(); });
+      }
+    }
+    self->Accept();
+  });
+}
+
+void Listener::AcceptLater() {
+  accept_backoff.expires_after(kAcceptBackoff);
+  accept_backoff.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || !self->acceptor.is_open() || self->stopped.load(std::memory_order_relaxed)) return;
+    self->Accept();
+  });
+}
+
+void Listener::Stop() {
+  stopped.store(true);
+  std::promise<void> closed;
+  asio::post(acceptor.get_executor(), [this, &closed] {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    accept_backoff.cancel();
+    closed.set_value();
+  });
+  closed.get_future().wait();
+  std::vector<std::shared_ptr<Connection>> open;
+  {
+    std::lock_guard lock(mu);
+    for (auto& [_, weak] : connections) {
+      if (auto connection = weak.lock()) open.push_back(std::move(connection));
+    }
+  }
+  for (auto& connection : open) connection->Shutdown();
+}
+
 }  // namespace h2internal
 
 UnaryReply::UnaryReply(std::shared_ptr<h2internal::Connection> connection, int32_t stream_id)
     : connection_(std::move(connection)), stream_id_(stream_id) {}
 
 void UnaryReply::Finish(std::string message) {
-  auto& io = connection_->io();
+  const Strand& strand = connection_->strand();
   if (connection_->reply_here()) {
     connection_->OnReply(stream_id_, std::move(message), {});
     return;
   }
-  asio::post(io, [c = std::move(connection_), id = stream_id_, m = std::move(message)]() mutable {
+  asio::post(strand, [c = std::move(connection_), id = stream_id_, m = std::move(message)]() mutable {
     c->OnReply(id, std::move(m), {});
   });
 }
 
 void UnaryReply::Fail(GrpcStatus status) {
   if (status.ok()) status = {GrpcCode::kUnknown, "Fail called with OK"};
-  auto& io = connection_->io();
+  const Strand& strand = connection_->strand();
   if (connection_->reply_here()) {
     connection_->OnReply(stream_id_, {}, std::move(status));
     return;
   }
-  asio::post(io, [c = std::move(connection_), id = stream_id_, s = std::move(status)]() mutable {
+  asio::post(strand, [c = std::move(connection_), id = stream_id_, s = std::move(status)]() mutable {
     c->OnReply(id, {}, std::move(s));
   });
 }
@@ -717,62 +820,42 @@ sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
   nghttp2_option_set_max_settings(shared->option, 32);
 
   std::unique_ptr<H2GrpcServer> server(new H2GrpcServer());
-  server->shared_ = std::move(shared);
-  for (int i = 0; i < std::max(1, server->shared_->options.threads); ++i) {
-    server->ios_.push_back(std::make_unique<asio::io_context>(1));
-    CreateReactorNow(*server->ios_.back());
-    server->work_.push_back(asio::make_work_guard(*server->ios_.back()));
+  std::vector<asio::io_context::executor_type> executors;
+  if (o.executor) {
+    executors.push_back(*o.executor);
+  } else {
+    for (int i = 0; i < std::max(1, o.threads); ++i) {
+      server->ios_.push_back(std::make_unique<asio::io_context>(1));
+      CreateReactorNow(*server->ios_.back());
+      server->work_.push_back(asio::make_work_guard(*server->ios_.back()));
+      executors.push_back(server->ios_.back()->get_executor());
+    }
   }
-  server->acceptor_ = std::make_unique<tcp::acceptor>(*server->ios_[0]);
-  server->accept_backoff_ = std::make_unique<asio::steady_timer>(*server->ios_[0]);
-  auto& acceptor = *server->acceptor_;
-  const tcp::endpoint endpoint(address, server->shared_->options.port);
+  const tcp::endpoint endpoint(address, o.port);
+  const std::string where = o.host + ":" + std::to_string(o.port);
+  auto listener =
+      std::make_shared<h2internal::Listener>(std::move(shared), asio::make_strand(executors.front()));
+  listener->executors = std::move(executors);
+  auto& acceptor = listener->acceptor;
   if (acceptor.open(endpoint.protocol(), ec); !ec)
     acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return sluice::UnavailableError("cannot listen for gRPC on " + o.host + ":" +
-                                    std::to_string(o.port) + ": " + ec.message());
-  }
+  if (ec) return sluice::UnavailableError("cannot listen for gRPC on " + where + ": " + ec.message());
   server->port_ = acceptor.local_endpoint().port();
-  server->Accept();
+  server->listener_ = listener;
+  asio::post(acceptor.get_executor(), [listener] { listener->Accept(); });
   for (auto& io : server->ios_) server->threads_.emplace_back([io = io.get()] { io->run(); });
   return server;
-}
-
-void H2GrpcServer::Accept() {
-  asio::io_context& io = *ios_[next_++ % ios_.size()];
-  acceptor_->async_accept(io, [this, &io](boost::system::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted || !acceptor_->is_open()) return;
-    NoteAcceptResult("grpc", ec, accept_failing_);
-    if (AcceptNeedsBackoff(ec)) {
-      accept_backoff_->expires_after(kAcceptBackoff);
-      accept_backoff_->async_wait([this](boost::system::error_code e) {
-        if (!e && acceptor_->is_open()) Accept();
-      });
-      return;
-    }
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true), ec);
-      socket.non_blocking(true, ec);
-      if (!ec) {
-        auto connection = std::make_shared<h2internal::Connection>(std::move(socket), io, shared_);
-        asio::post(io, [connection] { connection->Start(); });
-      }
-    }
-    Accept();
-  });
 }
 
 void H2GrpcServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  asio::post(acceptor_->get_executor(), [this] {
-    boost::system::error_code ignored;
-    acceptor_->close(ignored);
-    accept_backoff_->cancel();
-  });
+  // Closes the acceptor and every connection; on a given executor that is all (what is
+  // still queued there holds the listener until it has run).
+  listener_->Stop();
+  if (ios_.empty()) return;
   work_.clear();
   for (auto& io : ios_) io->stop();
   for (auto& t : threads_) t.join();

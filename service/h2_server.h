@@ -10,8 +10,9 @@
 // stream), for each write, and for idle connections. A client that breaks the protocol
 // has its connection closed; a handler never runs for it.
 //
-// Thread-safety: Start/Stop from one thread. Handlers run on the server's threads (one
-// connection stays on one thread) without any server lock held; a UnaryReply may be
+// Thread-safety: Start/Stop from one thread. Handlers run on the server's threads, or on
+// a given executor's (GrpcServerOptions::executor), each connection on a strand (its
+// handlers never run concurrently), without any server lock held; a UnaryReply may be
 // finished from any thread (see GrpcServerOptions::reply_from_completion_thread).
 #pragma once
 
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -29,7 +31,6 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 
 #include "sluice/status.h"
 
@@ -57,6 +58,7 @@ struct GrpcStatus {
 
 namespace h2internal {
 class Connection;
+struct Listener;
 }
 
 // The answer to one unary call: call Finish once, from any thread. A call whose client
@@ -92,8 +94,13 @@ struct GrpcMethod {
 struct GrpcServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: any free port (see H2GrpcServer::port)
-  // Threads, each with its own connections. Default: 2.
+  // Threads, each with its own connections; ignored when `executor` is set. Default: 2.
   int threads = 2;
+  // Run on this executor's threads instead (no threads of its own): sluiced passes the
+  // store client's (sluice::IoExecutor), so a call is read, its check started, the
+  // store's reply read and the answer written on one thread, with no hand-off between
+  // threads. Stop() closes every connection.
+  std::optional<boost::asio::io_context::executor_type> executor;
   // SETTINGS_MAX_CONCURRENT_STREAMS per connection. Default: 100.
   uint32_t max_concurrent_streams = 100;
   // SETTINGS_MAX_HEADER_LIST_SIZE: a request whose header list is larger is reset (and
@@ -142,19 +149,14 @@ class H2GrpcServer {
 
  private:
   H2GrpcServer() = default;
-  void Accept();
 
-  std::shared_ptr<const Shared> shared_;
-  // One io_context per thread: a connection lives on one thread (no strand needed).
+  // One io_context per own thread (none when running on a given executor).
   std::vector<std::unique_ptr<boost::asio::io_context>> ios_;
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
-  std::size_t next_ = 0;
-  std::unique_ptr<boost::asio::ip::tcp::acceptor> acceptor_;
-  // Waits before the next accept after an error accepting at once cannot clear
-  // (accept_backoff.h); like the acceptor, touched only on ios_[0]'s thread.
-  std::unique_ptr<boost::asio::steady_timer> accept_backoff_;
-  bool accept_failing_ = false;
   std::vector<std::thread> threads_;
+  // The acceptor and the connections: shared with their handlers, which may outlive
+  // this object on a given executor. After ios_: released before they are destroyed.
+  std::shared_ptr<h2internal::Listener> listener_;
   uint16_t port_ = 0;
   bool stopped_ = false;
 };

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
               admin_listen = "127.0.0.1:8082";
   std::string admin_token, audit_log = "sluiced-audit.log", prefix = "sluice",
                            default_policy = "open", log_level = "info";
-  int http_threads = 0, io_threads = 1, blocking_threads = 2;
+  int http_threads = 0, grpc_threads = 0, io_threads = 1, blocking_threads = 2;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
@@ -122,6 +122,12 @@ int main(int argc, char** argv) {
                  "(no hand-off between threads per check)")
       ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_HTTP_THREADS")
+      ->capture_default_str();
+  app.add_option("--grpc-threads", grpc_threads,
+                 "gRPC threads of their own; 0: serve gRPC on the store client's I/O threads "
+                 "(no hand-off between threads per check)")
+      ->check(CLI::NonNegativeNumber)
+      ->envname("SLUICED_GRPC_THREADS")
       ->capture_default_str();
   app.add_option("--io-threads", io_threads, "Store client I/O threads")
       ->envname("SLUICED_IO_THREADS")
@@ -226,7 +232,11 @@ int main(int argc, char** argv) {
     spdlog::error("{}", admin.status().message());
     return 1;
   }
-  auto grpc = GrpcServer::Start(**engine, grpc_listen);
+  auto grpc = GrpcServer::Start(
+      **engine, grpc_listen,
+      {.threads = grpc_threads,
+       .executor = grpc_threads == 0 ? std::optional(sluice::IoExecutor((*engine)->client()))
+                                     : std::nullopt});
   if (!grpc.ok()) {
     spdlog::error("{}", grpc.status().message());
     return 1;

@@ -226,6 +226,45 @@ TEST_P(H2ServerReplyMode, ManyConcurrentStreamsOnFewConnections) {
 INSTANTIATE_TEST_SUITE_P(HandedOverOrWrittenByTheFinishingThread, H2ServerReplyMode,
                          ::testing::Bool());
 
+// On a given executor run by two threads (as sluiced runs it on a store client with
+// --io-threads 2): each connection's handlers on its strand, every call answered; Stop
+// closes every connection while the executor runs on.
+TEST_F(H2Server, OnAGivenExecutorOfTwoThreadsAndStopClosesEveryConnection) {
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) threads.emplace_back([&io] { io.run(); });
+  Start({.executor = io.get_executor()});
+  std::vector<std::unique_ptr<H2Client>> clients;
+  for (int i = 0; i < 4; ++i) clients.push_back(Connect());
+  int ok = 0, done = 0;
+  for (auto& c : clients) {
+    c->on_close = [&](H2Call& call) {
+      ++done;
+      ok += call.GrpcStatus() == 0 && call.Message() == "m" ? 1 : 0;
+    };
+    for (int i = 0; i < 250; ++i)
+      c->Submit(i % 2 ? "/test.Echo/Async" : "/test.Echo/Unary", Framed("m"));
+  }
+  const auto until = std::chrono::steady_clock::now() + 60s;
+  while (done < 1000 && std::chrono::steady_clock::now() < until) {
+    for (auto& c : clients) c->Pump(1ms);
+  }
+  EXPECT_EQ(done, 1000);
+  EXPECT_EQ(ok, 1000);
+  {
+    // Every reply is in: the repliers posted to `io` for the last time.
+    std::lock_guard lock(mu_);
+    for (auto& t : repliers_) t.join();
+    repliers_.clear();
+  }
+  server_->Stop();
+  for (auto& c : clients) EXPECT_TRUE(c->PumpUntil([&] { return !c->open(); }, 10s));
+  server_.reset();
+  work.reset();
+  for (auto& t : threads) t.join();
+}
+
 TEST_F(H2Server, CallsInFlightPerConnectionAreBounded) {
   Start({.max_calls_in_flight = 4});
   auto client = Connect();
