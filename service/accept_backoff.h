@@ -15,11 +15,11 @@
 #include <chrono>
 #include <string_view>
 
+#include <spdlog/spdlog.h>
 #include <boost/asio/error.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/system/error_code.hpp>
-#include <spdlog/spdlog.h>
 
 namespace sluiced {
 

@@ -144,9 +144,9 @@ struct Listener : std::enable_shared_from_this<Listener> {
   void Stop();
 
   const std::shared_ptr<const H2GrpcServer::Shared> shared;
-  tcp::acceptor acceptor;  // on its own strand; touched only there (and before Accept)
-  Timer accept_backoff;    // on the acceptor's strand
-  bool accept_failing = false;                             // on the acceptor's strand
+  tcp::acceptor acceptor;       // on its own strand; touched only there (and before Accept)
+  Timer accept_backoff;         // on the acceptor's strand
+  bool accept_failing = false;  // on the acceptor's strand
   std::vector<asio::io_context::executor_type> executors;  // connections go round robin
   std::size_t next = 0;                                    // on the acceptor's strand
   std::atomic<bool> stopped{false};
@@ -705,27 +705,27 @@ Connection::~Connection() {
 
 void Listener::Accept() {
   const Strand strand = asio::make_strand(executors[next++ % executors.size()]);
-  acceptor.async_accept(strand, [self = shared_from_this()](boost::system::error_code ec,
-                                                            Socket socket) {
-    if (ec == asio::error::operation_aborted || !self->acceptor.is_open() ||
-        self->stopped.load(std::memory_order_relaxed))
-      return;
-    NoteAcceptResult("grpc", ec, self->accept_failing);
-    if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
-    if (!ec) {
-      socket.set_option(tcp::no_delay(true), ec);
-      socket.non_blocking(true, ec);
-      if (!ec) {
-        auto connection = std::make_shared<Connection>(std::move(socket), self);
-        {
-          std::lock_guard lock(self->mu);
-          self->connections.emplace(connection.get(), connection);
+  acceptor.async_accept(
+      strand, [self = shared_from_this()](boost::system::error_code ec, Socket socket) {
+        if (ec == asio::error::operation_aborted || !self->acceptor.is_open() ||
+            self->stopped.load(std::memory_order_relaxed))
+          return;
+        NoteAcceptResult("grpc", ec, self->accept_failing);
+        if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
+        if (!ec) {
+          socket.set_option(tcp::no_delay(true), ec);
+          socket.non_blocking(true, ec);
+          if (!ec) {
+            auto connection = std::make_shared<Connection>(std::move(socket), self);
+            {
+              std::lock_guard lock(self->mu);
+              self->connections.emplace(connection.get(), connection);
+            }
+            asio::post(connection->strand(), [connection] { connection->Start(); });
+          }
         }
-        asio::post(connection->strand(), [connection] { connection->Start(); });
-      }
-    }
-    self->Accept();
-  });
+        self->Accept();
+      });
 }
 
 void Listener::AcceptLater() {
@@ -767,9 +767,8 @@ void UnaryReply::Finish(std::string message) {
     connection_->OnReply(stream_id_, std::move(message), {});
     return;
   }
-  asio::post(strand, [c = std::move(connection_), id = stream_id_, m = std::move(message)]() mutable {
-    c->OnReply(id, std::move(m), {});
-  });
+  asio::post(strand, [c = std::move(connection_), id = stream_id_,
+                      m = std::move(message)]() mutable { c->OnReply(id, std::move(m), {}); });
 }
 
 void UnaryReply::Fail(GrpcStatus status) {
@@ -779,9 +778,8 @@ void UnaryReply::Fail(GrpcStatus status) {
     connection_->OnReply(stream_id_, {}, std::move(status));
     return;
   }
-  asio::post(strand, [c = std::move(connection_), id = stream_id_, s = std::move(status)]() mutable {
-    c->OnReply(id, {}, std::move(s));
-  });
+  asio::post(strand, [c = std::move(connection_), id = stream_id_,
+                      s = std::move(status)]() mutable { c->OnReply(id, {}, std::move(s)); });
 }
 
 sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
@@ -833,15 +831,16 @@ sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
   }
   const tcp::endpoint endpoint(address, o.port);
   const std::string where = o.host + ":" + std::to_string(o.port);
-  auto listener =
-      std::make_shared<h2internal::Listener>(std::move(shared), asio::make_strand(executors.front()));
+  auto listener = std::make_shared<h2internal::Listener>(std::move(shared),
+                                                         asio::make_strand(executors.front()));
   listener->executors = std::move(executors);
   auto& acceptor = listener->acceptor;
   if (acceptor.open(endpoint.protocol(), ec); !ec)
     acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return sluice::UnavailableError("cannot listen for gRPC on " + where + ": " + ec.message());
+  if (ec)
+    return sluice::UnavailableError("cannot listen for gRPC on " + where + ": " + ec.message());
   server->port_ = acceptor.local_endpoint().port();
   server->listener_ = listener;
   asio::post(acceptor.get_executor(), [listener] { listener->Accept(); });

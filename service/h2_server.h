@@ -59,7 +59,7 @@ struct GrpcStatus {
 namespace h2internal {
 class Connection;
 struct Listener;
-}
+}  // namespace h2internal
 
 // The answer to one unary call: call Finish once, from any thread. A call whose client
 // went away (stream reset, connection closed, grpc-timeout passed) ignores it.

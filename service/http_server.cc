@@ -46,7 +46,7 @@ struct Listener : std::enable_shared_from_this<Listener> {
 
   const HttpServerOptions options;
   const HttpHandler handler;
-  tcp::acceptor acceptor;  // on its own strand; touched only there (and before Accept)
+  tcp::acceptor acceptor;             // on its own strand; touched only there (and before Accept)
   asio::steady_timer accept_backoff;  // on the acceptor's strand
   bool accept_failing = false;        // on the acceptor's strand
   std::vector<asio::io_context::executor_type> executors;  // connections go round robin
