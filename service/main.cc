@@ -298,6 +298,14 @@ int main(int argc, char** argv) {
   (*http)->Stop();
   (*admin)->Stop();
   (*grpc)->Stop();
-  engine->reset();  // callbacks still out land on stopped servers, which are destroyed after
+  // The servers go before the engine: the HTTP and gRPC listeners run on the store
+  // client's io_context, and an acceptor or timer must not outlive it (ASan: a
+  // use-after-free when the gRPC listener was released after it). What their handlers
+  // still hold (a listener, connections) is released as the client's io_context shuts
+  // down, with the engine; a check's callback still out holds what it answers to.
+  http->reset();
+  admin->reset();
+  grpc->reset();
+  engine->reset();
   return 0;
 }

@@ -521,6 +521,8 @@ long CpuTicks(pid_t pid) {
 // backlog and the listening socket stays readable, so an accept retried at once fails at
 // once for as long as the shortage lasts (accept_backoff.h). Shown to fail with the
 // retry made immediate: sluiced then burns ~2 cores (both listeners' threads spinning).
+// Not run under the sanitizers (Makefile: SANITIZED_TESTS): their runtime needs a free
+// descriptor of its own (UBSan's vptr check probes memory through a pipe).
 TEST_F(E2e, ListenersBackOffWhenOutOfDescriptorsAndRecover) {
   Sluiced s(config_.path(), "memory://", Flags());
   ASSERT_TRUE(s.running());
