@@ -4,7 +4,7 @@
 #               up, stopped and back; everything it starts is stopped by pid)
 #   make test   install what is missing, build, run every test (unit, differential,
 #               integration, chaos) against private redis-servers on free loopback ports;
-#               first the unit and integration tests under AddressSanitizer+UBSan
+#               first the unit, integration and service tests under AddressSanitizer+UBSan
 #   make test-sanitizers
 #               every test under AddressSanitizer+UBSan (build/asan), then under
 #               ThreadSanitizer (build/tsan): too long for `make test` (README: Testing)
@@ -37,12 +37,15 @@ test: build test-asan
 # as invalid and stops the process). A finding fails the test that hit it.
 SANITIZED_TESTS = -E '^(Style|PackageConfig|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
 
-# AddressSanitizer+UBSan over the unit and integration tests: the part of the sanitizer
-# runs that fits in `make test` (README: Testing).
+# AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
+# built instrumented, its end-to-end tests included: they found a use-after-free at exit
+# that no other run saw): the part of the sanitizer runs that fits in `make test`
+# (README: Testing).
 test-asan: setup
 	cmake --preset asan
-	cmake --build --preset asan -j $(JOBS) --target unit_tests integration_tests layering_tests
-	ctest --preset asan -j $(JOBS) --timeout 1200 -L 'unit|integration' $(SANITIZED_TESTS)
+	cmake --build --preset asan -j $(JOBS) --target unit_tests integration_tests layering_tests \
+	  sluiced service_tests sluiced_e2e_tests h2_server_tests
+	ctest --preset asan -j $(JOBS) --timeout 1200 -L 'unit|integration|service' $(SANITIZED_TESTS)
 
 # Under tsan the exactness tests' forked client processes cannot start threads (TSan
 # cannot follow a fork of a process that runs threads: "dup thread with used id"), so
