@@ -155,10 +155,14 @@ else
   return {code, limit - count, ttl, ttl}
 end
 
--- Redis's clock: the value is the count, the key's expiry the window's end.
+-- Redis's clock: the value is the count, the key's expiry the window's end. `+ 0`
+-- converts a string once (tonumber converts it twice); in a batch the driver may have
+-- converted limit and window already (src/algo/batch.lua's NUMERIC), never the cost,
+-- which goes to INCRBY as sent. The usual cost, "1", is a string compare (Lua interns
+-- strings: a pointer compare) instead of a strtod.
 local key = KEYS[1]
-local cost = tonumber(ARGV[3])
-local limit = tonumber(ARGV[4])
+local cost = ARGV[3] == '1' and 1 or ARGV[3] + 0
+local limit = ARGV[4] + 0
 if op == '3' then
   redis.call('DEL', key)
   return {1, limit, 0, 0}
@@ -177,14 +181,16 @@ local ends
 if op == '0' and cost <= limit then
   -- The hot path: count first, then look at the window the count landed in.
   local n = redis.pcall('INCRBY', key, ARGV[3])
-  if type(n) ~= 'number' or n < cost then
-    -- Not an integer (another type, the model's "count:end", anything foreign), or a
-    -- negative count sluice never writes: replaced by a new window.
+  if n == cost then
+    if redis.call('PEXPIREAT', key, string.format('%d', latest), 'NX') == 1 then
+      -- No key before (or one without an expiry holding 0): a new window.
+      return {1, limit - cost, latest - now, 0}
+    end
+    -- A window a sync opened with 0 units: it keeps its end.
+  elseif type(n) ~= 'number' or n < cost then
+    -- Not an integer (another type, the model's "count:end", anything foreign: an error
+    -- reply, a table), or a negative count sluice never writes: replaced by a new window.
     redis.call('SET', key, ARGV[3], 'PXAT', string.format('%d', latest))
-    return {1, limit - cost, latest - now, 0}
-  end
-  if n == cost and redis.call('PEXPIREAT', key, string.format('%d', latest), 'NX') == 1 then
-    -- No key before (or one without an expiry holding 0): a new window.
     return {1, limit - cost, latest - now, 0}
   end
   ends = redis.call('PEXPIRETIME', key)
