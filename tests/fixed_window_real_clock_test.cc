@@ -504,6 +504,33 @@ TEST_F(FixedWindowOnRedisClock, RefusalsLeaveTheCountAndTheWindowAlone) {
   ExpectEveryKeyHasAnExpiry();
 }
 
+// An error that is not about the value (here NOPERM: a user without INCRBY and DECRBY)
+// is the caller's: returned, never taken for a foreign value to replace (which would
+// open a new window at every call and admit them all).
+TEST_F(FixedWindowOnRedisClock, AnErrorThatIsNotAForeignValueIsReturned) {
+  ASSERT_EQ(server_
+                .Command({"ACL", "SETUSER", "noincr", "on", ">pw", "~*", "&*", "+@all", "-incrby",
+                          "-decrby"})
+                .str,
+            "OK");
+  auto client =
+      Client::Create({.url = "redis://noincr:pw@127.0.0.1:" + std::to_string(server_.port()),
+                      .prefix = "rk",
+                      .deadline = milliseconds(2000),
+                      .on_failure = FailurePolicy::kClosed});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto limiter = (*client)->MakeLimiter("acl", {.limit = 2, .window = milliseconds(60'000)});
+  ASSERT_TRUE(limiter.ok());
+  for (int i = 0; i < 4; ++i) {
+    auto d = limiter->Check("u");
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    EXPECT_FALSE(d->allowed) << d->ToString();
+    EXPECT_NE(d->source, DecisionSource::kStore) << d->ToString();
+  }
+  EXPECT_EQ(server_.Command({"EXISTS", "rk:{acl:u}:fw2"}).integer, 0);
+  EXPECT_FALSE(limiter->Refund("u", 1).ok());
+}
+
 // During a rolling deploy old servers count under `…}:fw` ("count:end") and new ones
 // under `…}:fw2`: neither reads, let alone deletes, the other's key.
 TEST_F(FixedWindowOnRedisClock, TheEarlierFormatsKeyIsLeftAlone) {
