@@ -21,9 +21,10 @@
 -- call that creates the key; INCRBY, DECRBY keep it. A key found without an expiry
 -- (lost TTL: PERSIST, a foreign write) is given the end of a window opened now by the
 -- call that reads it, its count kept: at most one window of lock-out, never a key that
--- lives for ever. A value that is not an integer (any Redis type: the errors of INCRBY,
--- DECRBY and GET are caught) is not sluice's: it is overwritten or deleted, and the call
--- decides as if there were none.
+-- lives for ever. A value that is not an integer (any Redis type: the WRONGTYPE, "not an
+-- integer" and overflow errors of INCRBY, DECRBY and GET are caught) is not sluice's: it
+-- is overwritten or deleted, and the call decides as if there were none. Any other error
+-- (NOPERM, OOM …) is returned: it says nothing about the value.
 -- Limits are arguments: a stored window never ends later than a window opened now
 -- would (now + window, or the aligned end when aligned), so a shortened window applies
 -- at once. A call that finds a later end moves the expiry there, even when it refuses
