@@ -8,8 +8,10 @@
 // own --timeout), so memory stays bounded whatever the number of leaked keys.
 //
 // Which TTL: --ttl when given. Otherwise one at least as long as the key's state can
-// last, from its own value: fixed_window (window end), token_bucket (full again), gcra
-// (TAT) and concurrency sets (the last lease's expiry) get exactly that; sliding_window
+// last, from its own value: fixed_window's earlier `fw` keys (window end), token_bucket
+// (full again), gcra (TAT) and concurrency sets (the last lease's expiry) get exactly
+// that; a `fw2` key (fixed_window's count, whose window end was the expiry it lost) gets
+// the longest window, 366 days, which its next call shortens to its own; sliding_window
 // gets window start + 2 windows (it counts the current and the previous window), with the
 // window its value records (2 x 366 days, the longest window a Limit accepts, for a value
 // of the earlier form that records none); sliding_log entries hold no window, so a log
@@ -84,6 +86,11 @@ Planned Plan(const ScannedKey& k, int64_t now_ms, int64_t ttl_s) {
   const std::chrono::seconds ttl(std::max<int64_t>(1, (left_ms + 999) / 1000));
   if (left_ms <= 0) return {k.key, ttl, "state already over"};
   if (k.ends_at_is_bound) {
+    if (suffix == "fw2") {
+      return {k.key, ttl,
+              "the longest window (366 days): the window end was the key's expiry; the next "
+              "call shortens it to the end of a window opened then"};
+    }
     return {k.key, ttl,
             suffix == "sw" ? "the longest its state can last: window start + 2 windows (the "
                              "value's window, or 366 days for a value that records none)"
@@ -221,8 +228,10 @@ void AddRepair(CLI::App& app, int& exit_code) {
       "touches keys that have an expiry or foreign keys (type and expiry are checked in the "
       "script that sets it).\n"
       "TTL: --ttl if given; else at least as long as the key's state can last, from its "
-      "value: when it is over (fixed_window, token_bucket, gcra, concurrency), or the longest "
-      "it can last (sliding_window: window start + 2 windows, 732 days for a value that records "
+      "value: when it is over (fixed_window's earlier fw keys, token_bucket, gcra, "
+      "concurrency), or the longest it can last (fixed_window fw2: 366 days, which its next "
+      "call shortens to its window; sliding_window: window start + 2 windows, 732 days for a value "
+      "that records "
       "no window; sliding_log: newest entry + 366 days, a log holds no window length); capped at "
       "366 days (732 for sliding_window). A TTL at least as long as the state never changes "
       "a decision; a shorter --ttl can forget counted units and admit more than the limit.\n"

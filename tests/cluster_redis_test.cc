@@ -294,10 +294,10 @@ TEST_F(ClusterRedis, CoLocatedCompositeIsOneScriptOnItsSlot) {
   EXPECT_EQ(cluster_->KeySlot(*user.KeyFor("acme:u1")), slot);
   EXPECT_EQ(cluster_->KeySlot(*user.KeyFor("acme:u2")), slot);
   EXPECT_EQ(cluster_->KeySlot(*route.KeyFor("acme:/export")), slot);
-  EXPECT_EQ(*user.KeyFor("acme:u1"), Prefix() + ":{@acme}:user:acme:u1:fw");
+  EXPECT_EQ(*user.KeyFor("acme:u1"), Prefix() + ":{@acme}:user:acme:u1:fw2");
   // A limiter that does not ask keeps its key name exactly.
   auto plain = *client->MakeLimiter("user", {.limit = 5, .window = seconds(60)});
-  EXPECT_EQ(*plain.KeyFor("acme:u1"), Prefix() + ":{user:acme:u1}:fw");
+  EXPECT_EQ(*plain.KeyFor("acme:u1"), Prefix() + ":{user:acme:u1}:fw2");
 
   const long long before = ScriptCalls(*cluster_);
   int admitted_u1 = 0, admitted_u2 = 0;

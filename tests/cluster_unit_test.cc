@@ -88,7 +88,7 @@ TEST(ClusterKeySlot, CoLocatedLimitsOfOneTenantShareItsSlot) {
             KeySlot(MakeColocatedKey("sluice", "user", ':', "beta:u42", "fw")));
   // A plain key never equals a co-located one, and keeps its old name.
   EXPECT_EQ(MakeKey(KeyHead("sluice", "user"), "acme:u42", Algorithm::kFixedWindow),
-            "sluice:{user:acme:u42}:fw");
+            "sluice:{user:acme:u42}:fw2");
 }
 
 TEST(ClusterKeySlot, SlotTagIsThePartBeforeTheFirstSeparator) {

@@ -53,8 +53,7 @@ TEST_F(FixedWindowRedis, AdmitsTheLimitAndDoesNotCountRefusals) {
   }
   // Refusals did not count: the stored count is still 3.
   std::string key = *limiter.KeyFor("account:101");
-  std::string value = server_.Command({"GET", key}).str;
-  EXPECT_EQ(value.substr(0, value.find(':')), "3");
+  EXPECT_EQ(server_.Command({"GET", key}).str, "3");
   // Another id has its own budget.
   EXPECT_TRUE(limiter.Check("account:402")->allowed);
 }
@@ -69,7 +68,7 @@ TEST_F(FixedWindowRedis, CostIsAllOrNothing) {
   auto too_big = limiter.Check("v", {.cost = 11});
   EXPECT_FALSE(too_big->allowed);
   EXPECT_EQ(too_big->reason, RefusalReason::kCostExceedsLimit);
-  EXPECT_TRUE(server_.Keys("fwtest:{upload:v}:fw").empty()) << "a refusal created a key";
+  EXPECT_TRUE(server_.Keys("fwtest:{upload:v}:fw2").empty()) << "a refusal created a key";
 }
 
 TEST_F(FixedWindowRedis, KeysAreHashTaggedEscapedAndExpire) {
@@ -78,7 +77,7 @@ TEST_F(FixedWindowRedis, KeysAreHashTaggedEscapedAndExpire) {
   ASSERT_THAT(limiter.Check(hostile), IsOk());
   auto keys = server_.Keys("fwtest:*");
   ASSERT_EQ(keys.size(), 1u);
-  EXPECT_EQ(keys[0], "fwtest:{api:a%7Db%7Bc%25d%00e%23}:fw");
+  EXPECT_EQ(keys[0], "fwtest:{api:a%7Db%7Bc%25d%00e%23}:fw2");
   long long pttl = server_.Command({"PTTL", keys[0]}).integer;
   EXPECT_GT(pttl, 29'000);
   EXPECT_LE(pttl, 30'000);

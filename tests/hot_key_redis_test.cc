@@ -493,7 +493,7 @@ TEST(HotKeyRedis, TheSyncOpMatchesItsTwin) {
     for (int step = 0; step < 1500; ++step) {
       twins.clock->Advance(milliseconds(rng() % 120));
       internal::CheckCall call =
-          twins.Call("hot:{t:" + std::to_string(aligned) + "}:fw",
+          twins.Call("hot:{t:" + std::to_string(aligned) + "}:fw2",
                      Limit{.limit = 20, .window = milliseconds(1000), .aligned = aligned});
       const int kind = static_cast<int>(rng() % 4);
       if (kind == 0) {

@@ -59,7 +59,7 @@ TEST_F(SentinelTest, DecidesThroughTheSentinels) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter->Check("a")->allowed);
   EXPECT_FALSE(limiter->Check("a")->allowed);
   // The count lives on the primary the sentinels name.
-  EXPECT_EQ(set_.data_node(0).Command({"GET", "sen:{via:a}:fw"}).type,
+  EXPECT_EQ(set_.data_node(0).Command({"GET", "sen:{via:a}:fw2"}).type,
             testing::RedisValue::Type::kString);
   auto streams =
       (*client)->MakeConcurrencyLimiter("streams", {.limit = 1, .lease_ttl = seconds(10)});
@@ -143,8 +143,8 @@ void FailoverUnderLoad(testing::RedisSentinelSet& set, const std::function<void(
       seconds(60), milliseconds(20));
   // And they land on the new primary: its count of one id keeps growing.
   auto count = [&] {
-    testing::RedisValue v = set.DataNodeOnPort(new_port).Command({"GET", "sen:{load:id-0}:fw"});
-    return v.type == testing::RedisValue::Type::kString ? std::stoll(v.str) : 0;  // "<count>:..."
+    testing::RedisValue v = set.DataNodeOnPort(new_port).Command({"GET", "sen:{load:id-0}:fw2"});
+    return v.type == testing::RedisValue::Type::kString ? std::stoll(v.str) : 0;  // the count
   };
   const int64_t at_promotion = count();
   EXPECT_TRUE(testing::Eventually([&] { return count() > at_promotion + 50; }, seconds(10)))
@@ -198,7 +198,7 @@ TEST(SentinelTls, DecidesAndFollowsAFailoverOverTls) {
   EXPECT_TRUE(limiter->Check("a")->allowed);
   EXPECT_TRUE(limiter->Check("a")->allowed);
   EXPECT_FALSE(limiter->Check("a")->allowed);
-  EXPECT_EQ(set.data_node(0).Command({"GET", "sen:{tls:a}:fw"}).type,
+  EXPECT_EQ(set.data_node(0).Command({"GET", "sen:{tls:a}:fw2"}).type,
             testing::RedisValue::Type::kString);
   FailoverUnderLoad(
       set,

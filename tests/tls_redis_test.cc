@@ -153,7 +153,7 @@ TEST_F(TlsTest, ReconnectsAfterTheTlsServerRestarts) {
         return d.ok() && d->source == DecisionSource::kStore && d->allowed;
       },
       seconds(10)));
-  EXPECT_EQ(server_.Command({"GET", "tls:{restart:a}:fw"}).type,
+  EXPECT_EQ(server_.Command({"GET", "tls:{restart:a}:fw2"}).type,
             testing::RedisValue::Type::kString);
 }
 

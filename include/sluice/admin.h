@@ -117,7 +117,8 @@ struct KeyName {
   std::string limiter;
   std::string encoded_id;         // as written in the key (see README, Keys)
   std::optional<std::string> id;  // decoded; nullopt for a hashed id (`#` + SHA-256)
-  std::string suffix;             // fw, sw, sl, tb, gcra, cc or audit
+  std::string suffix;             // fw2, sw, sl, tb, gcra, cc, audit, or fw (fixed_window
+                                  // before v2: read, never written)
   // A co-located key's tag as written in it (the part of the id that chose its slot);
   // empty for every other key.
   std::string encoded_slot_tag;
@@ -128,7 +129,7 @@ struct KeyName {
 // sluice's canonical encoding.
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key);
 
-// The Redis type sluice stores under `suffix`: kString for fw, sw, tb, gcra; kZset for
+// The Redis type sluice stores under `suffix`: kString for fw2, fw, sw, tb, gcra; kZset for
 // sl and cc; kStream for audit; kNone for a suffix sluice does not write.
 KeyType ExpectedKeyType(std::string_view suffix);
 
@@ -151,11 +152,12 @@ struct ScannedKey {
   // otherwise.
   int64_t stale = -1;
   // With ScanOptions::read_leaked_values, for a key without an expiry: when its state is
-  // over, on the Redis clock. Read from the value for fixed_window (window end),
-  // token_bucket (full again), gcra (TAT) and concurrency (last lease expiry): exact
-  // (see KeyState::ends_at_ms). sliding_window: window start + 2 windows (the state
-  // counts the current and the previous window), with the window its value records, or
-  // kMaxWindow (366 days) for a value of the earlier form that records none;
+  // over, on the Redis clock. Read from the value for fixed_window's earlier `fw` keys
+  // (window end), token_bucket (full again), gcra (TAT) and concurrency (last lease
+  // expiry): exact (see KeyState::ends_at_ms). fixed_window `fw2` (the window end was the
+  // key's expiry): now + kMaxWindow, `ends_at_is_bound` set. sliding_window: window start + 2
+  // windows (the state counts the current and the previous window), with the window its value
+  // records, or kMaxWindow (366 days) for a value of the earlier form that records none;
   // sliding_log, whose entries hold no window: newest entry + kMaxWindow; for both
   // `ends_at_is_bound` is set. -1 otherwise (a value that does not decode).
   int64_t ends_at_ms = -1;
@@ -211,7 +213,7 @@ struct KeyState {
   std::string problem;
   // The algorithm's state in its own terms (README, "Operating sluice", lists them).
   std::vector<StateField> fields;
-  // How much of the budget the state holds now: units counted (fw, sw, sl), tokens
+  // How much of the budget the state holds now: units counted (fw2, fw, sw, sl), tokens
   // missing (tb), ms until full (gcra), live leases (cc); `used_unit` says which.
   // -1 when unknown.
   int64_t used = -1;

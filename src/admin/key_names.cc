@@ -32,7 +32,7 @@ std::string_view KeyTypeName(KeyType type) {
 }
 
 KeyType ExpectedKeyType(std::string_view suffix) {
-  if (suffix == "fw" || suffix == "sw" || suffix == "tb" || suffix == "gcra") {
+  if (suffix == "fw2" || suffix == "fw" || suffix == "sw" || suffix == "tb" || suffix == "gcra") {
     return KeyType::kString;
   }
   if (suffix == "sl" || suffix == "cc") return KeyType::kZset;
@@ -41,7 +41,7 @@ KeyType ExpectedKeyType(std::string_view suffix) {
 }
 
 std::string_view SuffixAlgorithm(std::string_view suffix) {
-  if (suffix == "fw") return "fixed_window";
+  if (suffix == "fw2" || suffix == "fw") return "fixed_window";
   if (suffix == "sw") return "sliding_window";
   if (suffix == "sl") return "sliding_log";
   if (suffix == "tb") return "token_bucket";

@@ -30,6 +30,28 @@ int64_t SaturatingAdd(int64_t a, int64_t b) {
   return sum;
 }
 
+// v2 (`fw2`): the count, the window's end being the key's expiry (`s.ttl_ms`, read with
+// the value). A key without an expiry has a count and no known end: the next call gives
+// it the end of a window opened then (fixed_window.lua).
+void DescribeFixedWindowV2(std::string_view v, int64_t now, KeyState& s) {
+  const auto count = DecodeFixedWindowCount(v);
+  if (!count) {
+    s.problem = "value is not an integer count";
+    return;
+  }
+  Add(s, "count", *count);
+  s.used_unit = "units in the window";
+  if (s.ttl_ms < 0) {
+    s.used = *count;
+    return;
+  }
+  Add(s, "window_end_ms", now + s.ttl_ms);
+  Add(s, "window_ends_in_ms", s.ttl_ms);
+  s.used = *count;
+  s.ends_at_ms = now + s.ttl_ms;
+}
+
+// v1 (`fw`, written before v2): "<count>:<window end ms>"; such keys expire on their own.
 void DescribeFixedWindow(std::string_view v, int64_t now, KeyState& s) {
   const auto state = DecodeFixedWindowValue(v);
   if (!state) {
@@ -124,6 +146,7 @@ std::optional<int64_t> ParseScore(const Reply& r) {
 
 void DescribeStringValue(std::string_view suffix, std::string_view value, int64_t now_ms,
                          KeyState& state) {
+  if (suffix == "fw2") DescribeFixedWindowV2(value, now_ms, state);
   if (suffix == "fw") DescribeFixedWindow(value, now_ms, state);
   if (suffix == "sw") DescribeSlidingWindow(value, state);
   if (suffix == "tb") DescribeTokenBucket(value, now_ms, state);
@@ -200,6 +223,13 @@ std::optional<int64_t> StateEndsAt(std::string_view suffix, const Reply& value, 
         state->window_ms >= 1 && state->window_ms <= longest ? state->window_ms : longest;
     is_bound = true;
     return SaturatingAdd(state->start_ms, 2 * window);
+  }
+  if (suffix == "fw2") {
+    // The window's end was the key's expiry, now lost: the longest window bounds it (the
+    // next call moves the end to that of a window opened then, never later).
+    if (!DecodeFixedWindowCount(value.str)) return std::nullopt;
+    is_bound = true;
+    return SaturatingAdd(now_ms, longest);
   }
   KeyState state;  // fw, tb, gcra: the value says when it is over
   DescribeStringValue(suffix, value.str, now_ms, state);

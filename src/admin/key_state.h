@@ -13,9 +13,10 @@
 
 namespace sluice::internal {
 
-// The string value of a `fw`, `sw`, `tb` or `gcra` key (`suffix`), at `now_ms` on the
+// The string value of a `fw2`, `fw`, `sw`, `tb` or `gcra` key (`suffix`), at `now_ms` on the
 // Redis clock, into `state` (fields, used, ends_at_ms; or `problem` when the value is
-// not sluice's).
+// not sluice's). A `fw2` key's window ends with the key: `state.ttl_ms` must hold its
+// PTTL, read with the value.
 void DescribeStringValue(std::string_view suffix, std::string_view value, int64_t now_ms,
                          KeyState& state);
 
@@ -32,8 +33,8 @@ std::optional<int64_t> ParseScore(const Reply& reply);
 
 // When the state of a key with no expiry is over, from what the scan batch read of it
 // (`value`: a string's bytes, or a sorted set's highest score), for `sluice repair`'s
-// TTL: the exact end (fw, tb, gcra, cc: `is_bound` false) or an upper bound (sw, sl:
-// true). nullopt when the value does not say.
+// TTL: the exact end (fw, tb, gcra, cc: `is_bound` false) or an upper bound (sw, sl,
+// fw2: true). nullopt when the value does not say.
 std::optional<int64_t> StateEndsAt(std::string_view suffix, const Reply& value, int64_t now_ms,
                                    bool& is_bound);
 

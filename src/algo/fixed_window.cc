@@ -79,4 +79,8 @@ std::optional<FixedWindowState> DecodeFixedWindowValue(std::string_view value) {
   return FixedWindowState{*count, *ends};
 }
 
+std::optional<int64_t> DecodeFixedWindowCount(std::string_view value) {
+  return ParseDecimal(value);
+}
+
 }  // namespace sluice::internal

@@ -97,7 +97,10 @@ std::string KeyHead(std::string_view prefix, std::string_view limiter) {
 
 std::string_view AlgorithmSuffix(Algorithm algorithm) {
   switch (algorithm) {
-    case Algorithm::kFixedWindow: return "fw";
+    // v2 (a plain count, the window's end in the key's expiry): a new name, so a server
+    // still on the "count:end" format ("fw") and one on v2 never delete each other's
+    // state as foreign during a rolling deploy (docs/design.md §2).
+    case Algorithm::kFixedWindow: return "fw2";
     case Algorithm::kSlidingWindow: return "sw";
     case Algorithm::kSlidingLog: return "sl";
     case Algorithm::kTokenBucket: return "tb";

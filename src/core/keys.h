@@ -1,6 +1,7 @@
 // Key layout (docs/design.md §2): `<prefix>:{<limiter>:<id>}:<suffix>`.
 //
-// The suffix names the algorithm (fw, sw, sl, tb, gcra; cc for concurrency leases): a limiter whose
+// The suffix names the algorithm (fw2, sw, sl, tb, gcra; cc for concurrency leases; fw for
+// fixed_window's earlier format, read by the admin API only): a limiter whose
 // algorithm is changed in a config starts on a fresh key instead of reading another algorithm's
 // state (and Redis answering WRONGTYPE); the old key expires on its own.
 // The hash tag holds the limiter name and the id, so every key of one decision sits in
@@ -53,14 +54,20 @@ bool DecodeId(std::string_view encoded, std::optional<std::string>& id);
 // "<prefix>:{<limiter>:" — the part shared by all keys of one limiter.
 std::string KeyHead(std::string_view prefix, std::string_view limiter);
 
-// "fw", "sw", "sl", "tb", "gcra".
+// "fw2", "sw", "sl", "tb", "gcra".
 std::string_view AlgorithmSuffix(Algorithm algorithm);
 
 // The suffix of a concurrency limiter's lease set.
 inline constexpr std::string_view kLeaseSuffix = "cc";
 
-// Every suffix of an id's keys: the algorithms' (AlgorithmSuffix) and the lease set's.
-inline constexpr std::string_view kKeySuffixes[] = {"fw", "sw", "sl", "tb", "gcra", "cc"};
+// The suffix fixed_window wrote before its v2 format ("<count>:<window end ms>", the
+// window end in the value): no release writes it any more; the admin API still reads
+// such keys until they expire (docs/design.md §2).
+inline constexpr std::string_view kFixedWindowV1Suffix = "fw";
+
+// Every suffix of an id's keys: the algorithms' (AlgorithmSuffix), the lease set's, and
+// fixed_window's earlier one (read by the admin API, never written).
+inline constexpr std::string_view kKeySuffixes[] = {"fw2", "sw", "sl", "tb", "gcra", "cc", "fw"};
 
 // KeyHead + EncodeId(id) + "}:" + kLeaseSuffix.
 std::string MakeLeaseKey(std::string_view key_head, std::string_view id);

@@ -129,8 +129,8 @@ TEST(EncodeId, HugeIdIsHashedToABoundedLength) {
 
   const std::string key = MakeKey(KeyHead("sluice", "login"), id, Algorithm::kFixedWindow);
   EXPECT_EQ(key.rfind("sluice:{login:#", 0), 0u) << key.substr(0, 40);
-  EXPECT_EQ(key.size(), std::string("sluice:{login:}:fw").size() + 65);
-  EXPECT_TRUE(key.ends_with("}:fw")) << key.substr(key.size() - 10);
+  EXPECT_EQ(key.size(), std::string("sluice:{login:}:fw2").size() + 65);
+  EXPECT_TRUE(key.ends_with("}:fw2")) << key.substr(key.size() - 10);
 }
 
 TEST(EncodeId, HugeIdOfSpecialBytesIsHashed) {
@@ -206,10 +206,10 @@ TEST(KeyHead, LayoutIsPrefixColonBraceLimiterColon) {
 
 TEST(MakeKey, LayoutIsPrefixTagLimiterEncodedId) {
   EXPECT_EQ(MakeKey(KeyHead("sluice", "login"), "alice", Algorithm::kFixedWindow),
-            "sluice:{login:alice}:fw");
-  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "a{b}", Algorithm::kFixedWindow), "p:{l:a%7Bb%7D}:fw");
-  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "\0"s, Algorithm::kFixedWindow), "p:{l:%00}:fw");
-  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "x y#", Algorithm::kFixedWindow), "p:{l:x%20y%23}:fw");
+            "sluice:{login:alice}:fw2");
+  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "a{b}", Algorithm::kFixedWindow), "p:{l:a%7Bb%7D}:fw2");
+  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "\0"s, Algorithm::kFixedWindow), "p:{l:%00}:fw2");
+  EXPECT_EQ(MakeKey(KeyHead("p", "l"), "x y#", Algorithm::kFixedWindow), "p:{l:x%20y%23}:fw2");
 }
 
 TEST(MakeKey, TagHoldsExactlyOneOpenAndOneCloseBrace) {
@@ -218,7 +218,7 @@ TEST(MakeKey, TagHoldsExactlyOneOpenAndOneCloseBrace) {
     EXPECT_EQ(std::count(key.begin(), key.end(), '{'), 1) << key;
     EXPECT_EQ(std::count(key.begin(), key.end(), '}'), 1) << key;
     EXPECT_EQ(key.find('{'), std::string("sluice:").size()) << key;
-    EXPECT_TRUE(key.ends_with("}:fw")) << key;
+    EXPECT_TRUE(key.ends_with("}:fw2")) << key;
   }
 }
 
