@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -15,7 +13,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
-#include "service/accept_backoff.h"
+#include "service/listener.h"
 
 namespace sluiced {
 
@@ -129,38 +127,15 @@ struct Stream {
 };
 
 class Connection;
-
-// The acceptor and what every connection shares. Connections and pending handlers hold
-// it: on a given executor they may run after the H2GrpcServer is gone.
-struct Listener : std::enable_shared_from_this<Listener> {
-  Listener(std::shared_ptr<const H2GrpcServer::Shared> s, Strand accept_strand)
-      : shared(std::move(s)), acceptor(accept_strand), accept_backoff(accept_strand) {}
-
-  void Accept();
-  // After an accept error that accepting again at once cannot clear (accept_backoff.h).
-  void AcceptLater();
-  // Stops accepting and closes every connection (each on its strand). Not from the
-  // acceptor's strand.
-  void Stop();
-
-  const std::shared_ptr<const H2GrpcServer::Shared> shared;
-  tcp::acceptor acceptor;       // on its own strand; touched only there (and before Accept)
-  Timer accept_backoff;         // on the acceptor's strand
-  bool accept_failing = false;  // on the acceptor's strand
-  std::vector<asio::io_context::executor_type> executors;  // connections go round robin
-  std::size_t next = 0;                                    // on the acceptor's strand
-  std::atomic<bool> stopped{false};
-  std::mutex mu;  // guards connections
-  std::unordered_map<const Connection*, std::weak_ptr<Connection>> connections;
-};
+using GrpcListener = Listener<Connection, std::shared_ptr<const H2GrpcServer::Shared>>;
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(Socket socket, std::shared_ptr<Listener> listener)
+  Connection(Socket socket, std::shared_ptr<GrpcListener> listener)
       : strand_(socket.get_executor()),
         socket_(std::move(socket)),
         listener_(std::move(listener)),
-        shared_(listener_->shared),
+        shared_(listener_->context),
         options_(shared_->options),
         tick_(strand_),
         deadline_timer_(strand_) {}
@@ -172,8 +147,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Whether a reply finished on this thread is written from it.
   bool reply_here() const { return options_.reply_from_completion_thread || OnOwnThread(); }
 
-  // On the connection's thread.
+  // Once, registered, from the acceptor's strand.
   void Start() {
+    asio::post(strand_, [self = shared_from_this()] { self->Begin(); });
+  }
+
+  // On the connection's strand.
+  void Begin() {
     std::lock_guard lock(mu_);
     if (closed_) return;  // stopped before it started
     accepted_ = last_input_ = Clock::now();
@@ -669,7 +649,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   Strand strand_;
   Socket socket_;
-  std::shared_ptr<Listener> listener_;  // registers this connection for Stop
+  std::shared_ptr<GrpcListener> listener_;  // registers this connection for Stop
   std::shared_ptr<const H2GrpcServer::Shared> shared_;
   const GrpcServerOptions& options_;
   nghttp2_session* session_ = nullptr;
@@ -699,61 +679,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 Connection::~Connection() {
   nghttp2_session_del(session_);
-  std::lock_guard lock(listener_->mu);
-  listener_->connections.erase(this);
-}
-
-void Listener::Accept() {
-  const Strand strand = asio::make_strand(executors[next++ % executors.size()]);
-  acceptor.async_accept(
-      strand, [self = shared_from_this()](boost::system::error_code ec, Socket socket) {
-        if (ec == asio::error::operation_aborted || !self->acceptor.is_open() ||
-            self->stopped.load(std::memory_order_relaxed))
-          return;
-        NoteAcceptResult("grpc", ec, self->accept_failing);
-        if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
-        if (!ec) {
-          socket.set_option(tcp::no_delay(true), ec);
-          socket.non_blocking(true, ec);
-          if (!ec) {
-            auto connection = std::make_shared<Connection>(std::move(socket), self);
-            {
-              std::lock_guard lock(self->mu);
-              self->connections.emplace(connection.get(), connection);
-            }
-            asio::post(connection->strand(), [connection] { connection->Start(); });
-          }
-        }
-        self->Accept();
-      });
-}
-
-void Listener::AcceptLater() {
-  accept_backoff.expires_after(kAcceptBackoff);
-  accept_backoff.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    if (ec || !self->acceptor.is_open() || self->stopped.load(std::memory_order_relaxed)) return;
-    self->Accept();
-  });
-}
-
-void Listener::Stop() {
-  stopped.store(true);
-  std::promise<void> closed;
-  asio::post(acceptor.get_executor(), [this, &closed] {
-    boost::system::error_code ignored;
-    acceptor.close(ignored);
-    accept_backoff.cancel();
-    closed.set_value();
-  });
-  closed.get_future().wait();
-  std::vector<std::shared_ptr<Connection>> open;
-  {
-    std::lock_guard lock(mu);
-    for (auto& [_, weak] : connections) {
-      if (auto connection = weak.lock()) open.push_back(std::move(connection));
-    }
-  }
-  for (auto& connection : open) connection->Shutdown();
+  listener_->Forget(this);
 }
 
 }  // namespace h2internal
@@ -831,19 +757,21 @@ sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
   }
   const tcp::endpoint endpoint(address, o.port);
   const std::string where = o.host + ":" + std::to_string(o.port);
-  auto listener = std::make_shared<h2internal::Listener>(std::move(shared),
-                                                         asio::make_strand(executors.front()));
-  listener->executors = std::move(executors);
-  auto& acceptor = listener->acceptor;
-  if (acceptor.open(endpoint.protocol(), ec); !ec)
-    acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
+  using h2internal::GrpcListener;
+  auto listener = std::make_shared<GrpcListener>(
+      "grpc", std::move(shared), std::move(executors),
+      [](GrpcListener::Socket socket,
+         std::shared_ptr<GrpcListener> on) -> std::shared_ptr<h2internal::Connection> {
+        boost::system::error_code failed;
+        socket.non_blocking(true, failed);
+        if (failed) return nullptr;
+        return std::make_shared<h2internal::Connection>(std::move(socket), std::move(on));
+      });
+  if (ec = listener->Listen(endpoint); ec)
     return sluice::UnavailableError("cannot listen for gRPC on " + where + ": " + ec.message());
-  server->port_ = acceptor.local_endpoint().port();
+  server->port_ = listener->port();
   server->listener_ = listener;
-  asio::post(acceptor.get_executor(), [listener] { listener->Accept(); });
+  listener->Start();
   for (auto& io : server->ios_) server->threads_.emplace_back([io = io.get()] { io->run(); });
   return server;
 }

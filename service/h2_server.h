@@ -32,6 +32,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "service/listener.h"
 #include "sluice/status.h"
 
 namespace sluiced {
@@ -58,7 +59,6 @@ struct GrpcStatus {
 
 namespace h2internal {
 class Connection;
-struct Listener;
 }  // namespace h2internal
 
 // The answer to one unary call: call Finish once, from any thread. A call whose client
@@ -156,7 +156,7 @@ class H2GrpcServer {
   std::vector<std::thread> threads_;
   // The acceptor and the connections: shared with their handlers, which may outlive
   // this object on a given executor. After ios_: released before they are destroyed.
-  std::shared_ptr<h2internal::Listener> listener_;
+  std::shared_ptr<Listener<h2internal::Connection, std::shared_ptr<const Shared>>> listener_;
   uint16_t port_ = 0;
   bool stopped_ = false;
 };

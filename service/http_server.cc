@@ -1,19 +1,13 @@
 #include "service/http_server.h"
 
-#include <atomic>
 #include <charconv>
-#include <future>
-#include <mutex>
-#include <unordered_map>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 
-#include "service/accept_backoff.h"
 #include "service/json_api.h"
 
 namespace sluiced {
@@ -27,53 +21,20 @@ using Strand = asio::strand<asio::io_context::executor_type>;
 // every completion).
 using Stream = beast::basic_stream<tcp, Strand>;
 
-class Session;
-
-// The acceptor and what every connection shares. Handlers hold it: on a given executor
-// they may run after the HttpServer is gone (until the executor drops them).
-struct Listener : std::enable_shared_from_this<Listener> {
-  Listener(HttpServerOptions o, HttpHandler h, Strand accept_strand)
-      : options(std::move(o)),
-        handler(std::move(h)),
-        acceptor(accept_strand),
-        accept_backoff(accept_strand) {}
-
-  void Accept();
-  // After an accept error that accepting again at once cannot clear (accept_backoff.h).
-  void AcceptLater();
-  // Stops accepting and closes every connection (asynchronously, each on its strand).
-  void Stop();
-
-  const HttpServerOptions options;
-  const HttpHandler handler;
-  tcp::acceptor acceptor;             // on its own strand; touched only there (and before Accept)
-  asio::steady_timer accept_backoff;  // on the acceptor's strand
-  bool accept_failing = false;        // on the acceptor's strand
-  std::vector<asio::io_context::executor_type> executors;  // connections go round robin
-  std::size_t next = 0;                                    // on the acceptor's strand
-  std::atomic<bool> stopped{false};
-  std::mutex mu;  // guards sessions
-  std::unordered_map<const Session*, std::weak_ptr<Session>> sessions;
-};
+using HttpListener = Listener<Session, HttpContext>;
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(asio::basic_stream_socket<tcp, Strand> socket, std::shared_ptr<Listener> listener)
+  Session(HttpListener::Socket socket, std::shared_ptr<HttpListener> listener)
       : strand_(socket.get_executor()),
         stream_(std::move(socket)),
         listener_(std::move(listener)),
-        options_(listener_->options) {}
+        options_(listener_->context.options) {}
 
-  ~Session() {
-    std::lock_guard lock(listener_->mu);
-    listener_->sessions.erase(this);
-  }
+  ~Session() { listener_->Forget(this); }
 
-  void Run() {
-    {
-      std::lock_guard lock(listener_->mu);
-      listener_->sessions.emplace(this, weak_from_this());
-    }
+  // Once, registered, from the acceptor's strand.
+  void Start() {
     asio::dispatch(strand_, [self = shared_from_this()] { self->Read(); });
   }
 
@@ -85,7 +46,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void Read() {
     if (closed_) return;
-    if (listener_->stopped.load(std::memory_order_relaxed)) return Close();
+    if (listener_->stopped()) return Close();
     parser_.emplace();
     parser_->body_limit(options_.body_limit);
     parser_->header_limit(static_cast<std::uint32_t>(options_.header_limit));
@@ -115,7 +76,7 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = request.version();
     stream_.expires_never();
     auto self = shared_from_this();
-    listener_->handler(std::move(request), [self](HttpResponse response) {
+    listener_->context.handler(std::move(request), [self](HttpResponse response) {
       // On the connection's strand: at once when the answer comes on it (a handler that
       // answered inline), else queued to it. On the store client's I/O thread (sluiced),
       // the queue is that thread's own: no other thread is woken.
@@ -194,7 +155,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Strand strand_;
   Stream stream_;
-  std::shared_ptr<Listener> listener_;
+  std::shared_ptr<HttpListener> listener_;
   const HttpServerOptions& options_;  // listener_'s
   beast::flat_buffer buffer_{8192};
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -204,55 +165,10 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned version_ = 11;
 };
 
-void Listener::Accept() {
-  const Strand strand = asio::make_strand(executors[next++ % executors.size()]);
-  acceptor.async_accept(strand,
-                        [self = shared_from_this()](beast::error_code ec,
-                                                    asio::basic_stream_socket<tcp, Strand> socket) {
-                          if (ec == asio::error::operation_aborted || !self->acceptor.is_open() ||
-                              self->stopped.load(std::memory_order_relaxed))
-                            return;
-                          NoteAcceptResult("http", ec, self->accept_failing);
-                          if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
-                          if (!ec) {
-                            socket.set_option(tcp::no_delay(true), ec);
-                            std::make_shared<Session>(std::move(socket), self)->Run();
-                          }
-                          self->Accept();
-                        });
-}
-
-void Listener::AcceptLater() {
-  accept_backoff.expires_after(kAcceptBackoff);
-  accept_backoff.async_wait([self = shared_from_this()](beast::error_code ec) {
-    if (ec || !self->acceptor.is_open() || self->stopped.load(std::memory_order_relaxed)) return;
-    self->Accept();
-  });
-}
-
-void Listener::Stop() {
-  stopped.store(true);
-  std::promise<void> closed;
-  asio::post(acceptor.get_executor(), [this, &closed] {
-    beast::error_code ignored;
-    acceptor.close(ignored);
-    accept_backoff.cancel();
-    closed.set_value();
-  });
-  closed.get_future().wait();
-  std::vector<std::shared_ptr<Session>> open;
-  {
-    std::lock_guard lock(mu);
-    for (auto& [_, weak] : sessions) {
-      if (auto session = weak.lock()) open.push_back(std::move(session));
-    }
-  }
-  for (auto& session : open) session->Shutdown();
-}
-
 }  // namespace http_detail
 
-using http_detail::Listener;
+using http_detail::HttpListener;
+using http_detail::Session;
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 using tcp = asio::ip::tcp;
@@ -288,18 +204,16 @@ sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOption
   }
   const tcp::endpoint endpoint(address, options.port);
   const std::string where = options.host + ":" + std::to_string(options.port);
-  auto listener = std::make_shared<Listener>(std::move(options), std::move(handler),
-                                             asio::make_strand(executors.front()));
-  listener->executors = std::move(executors);
-  auto& acceptor = listener->acceptor;
-  if (acceptor.open(endpoint.protocol(), ec); !ec)
-    acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) acceptor.bind(endpoint, ec);
-  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return sluice::UnavailableError("cannot listen on " + where + ": " + ec.message());
-  server->port_ = acceptor.local_endpoint().port();
+  auto listener = std::make_shared<HttpListener>(
+      "http", http_detail::HttpContext{std::move(options), std::move(handler)},
+      std::move(executors), [](HttpListener::Socket socket, std::shared_ptr<HttpListener> on) {
+        return std::make_shared<Session>(std::move(socket), std::move(on));
+      });
+  if (ec = listener->Listen(endpoint); ec)
+    return sluice::UnavailableError("cannot listen on " + where + ": " + ec.message());
+  server->port_ = listener->port();
   server->listener_ = listener;
-  asio::post(acceptor.get_executor(), [listener] { listener->Accept(); });
+  listener->Start();
   for (auto& io : server->ios_) {
     server->threads_.emplace_back([io = io.get()] { io->run(); });
   }

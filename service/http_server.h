@@ -24,6 +24,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/http.hpp>
 
+#include "service/listener.h"
 #include "sluice/status.h"
 
 namespace sluiced {
@@ -53,8 +54,13 @@ struct HttpServerOptions {
 };
 
 namespace http_detail {
-struct Listener;
-}
+class Session;
+// What every connection of one server shares.
+struct HttpContext {
+  HttpServerOptions options;
+  HttpHandler handler;
+};
+}  // namespace http_detail
 
 class HttpServer {
  public:
@@ -77,7 +83,7 @@ class HttpServer {
   std::vector<std::thread> threads_;
   // The acceptor and the connections: shared with their handlers, which may outlive
   // this object on a given executor.
-  std::shared_ptr<http_detail::Listener> listener_;
+  std::shared_ptr<Listener<http_detail::Session, http_detail::HttpContext>> listener_;
   uint16_t port_ = 0;
   bool stopped_ = false;
 };
