@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -89,6 +90,29 @@ class H2Server : public ::testing::Test {
     client->PumpUntil([&] { return client->call(id)->closed; }, 10s);
     EXPECT_TRUE(client->call(id)->closed);
     return *client->call(id);
+  }
+
+  // 250 calls "m" on each of `clients` (more than the server's 100 concurrent streams:
+  // the client queues the rest until streams close), path(i) for the i-th; pumped until
+  // all are answered (60 s at most). Returns how many were answered "m" with OK.
+  int ManyCalls(std::vector<std::unique_ptr<H2Client>>& clients,
+                const std::function<std::string(int)>& path) {
+    int ok = 0, done = 0;
+    const int all = 250 * static_cast<int>(clients.size());
+    for (auto& c : clients) {
+      c->on_close = [&](H2Call& call) {
+        ++done;
+        ok += call.GrpcStatus() == 0 && call.Message() == "m" ? 1 : 0;
+      };
+      for (int i = 0; i < 250; ++i) c->Submit(path(i), Framed("m"));
+    }
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (done < all && std::chrono::steady_clock::now() < until) {
+      for (auto& c : clients) c->Pump(1ms);
+    }
+    EXPECT_EQ(done, all);
+    for (auto& c : clients) c->on_close = nullptr;
+    return ok;
   }
 
   // The server still answers a new connection.
@@ -205,22 +229,7 @@ TEST_P(H2ServerReplyMode, ManyConcurrentStreamsOnFewConnections) {
   Start({.reply_from_completion_thread = GetParam()});
   std::vector<std::unique_ptr<H2Client>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(Connect());
-  int ok = 0, done = 0;
-  for (auto& c : clients) {
-    c->on_close = [&](H2Call& call) {
-      ++done;
-      ok += call.GrpcStatus() == 0 && call.Message() == "m" ? 1 : 0;
-    };
-    // 250 per connection: more than the 100 concurrent streams the server allows, so
-    // the client queues the rest until streams close.
-    for (int i = 0; i < 250; ++i) c->Submit("/test.Echo/Async", Framed("m"));
-  }
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (done < 1000 && std::chrono::steady_clock::now() < until) {
-    for (auto& c : clients) c->Pump(1ms);
-  }
-  EXPECT_EQ(done, 1000);
-  EXPECT_EQ(ok, 1000);
+  EXPECT_EQ(ManyCalls(clients, [](int) { return "/test.Echo/Async"; }), 1000);
 }
 
 INSTANTIATE_TEST_SUITE_P(HandedOverOrWrittenByTheFinishingThread, H2ServerReplyMode,
@@ -237,21 +246,9 @@ TEST_F(H2Server, OnAGivenExecutorOfTwoThreadsAndStopClosesEveryConnection) {
   Start({.executor = io.get_executor()});
   std::vector<std::unique_ptr<H2Client>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(Connect());
-  int ok = 0, done = 0;
-  for (auto& c : clients) {
-    c->on_close = [&](H2Call& call) {
-      ++done;
-      ok += call.GrpcStatus() == 0 && call.Message() == "m" ? 1 : 0;
-    };
-    for (int i = 0; i < 250; ++i)
-      c->Submit(i % 2 ? "/test.Echo/Async" : "/test.Echo/Unary", Framed("m"));
-  }
-  const auto until = std::chrono::steady_clock::now() + 60s;
-  while (done < 1000 && std::chrono::steady_clock::now() < until) {
-    for (auto& c : clients) c->Pump(1ms);
-  }
-  EXPECT_EQ(done, 1000);
-  EXPECT_EQ(ok, 1000);
+  EXPECT_EQ(
+      ManyCalls(clients, [](int i) { return i % 2 ? "/test.Echo/Async" : "/test.Echo/Unary"; }),
+      1000);
   {
     // Every reply is in: the repliers posted to `io` for the last time.
     std::lock_guard lock(mu_);
