@@ -21,8 +21,10 @@
 #include <condition_variable>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/post.hpp>
 
@@ -159,7 +161,12 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
   bool released SLUICE_GUARDED_BY(mu) = false;         // the owner let go
   bool release_pending SLUICE_GUARDED_BY(mu) = false;  // its release has not landed
   bool release_retried SLUICE_GUARDED_BY(mu) = false;  // a ReleaseRetry was started
-  bool counted SLUICE_GUARDED_BY(mu) = true;           // still in the `held` gauge
+  // A release is on its way to the store: a second Release() (the handle's destructor
+  // after ReleaseAsync, the common pattern) waits for its answer instead of sending the
+  // same ZREM again.
+  bool release_in_flight SLUICE_GUARDED_BY(mu) = false;
+  std::vector<std::function<void(Status)>> release_waiters SLUICE_GUARDED_BY(mu);
+  bool counted SLUICE_GUARDED_BY(mu) = true;  // still in the `held` gauge
   LeaseLoss loss SLUICE_GUARDED_BY(mu) = LeaseLoss::kNone;
 
   bool Heartbeats() const { return source != DecisionSource::kFailOpen; }
@@ -330,7 +337,13 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
         Uncount();
         release_pending = Heartbeats() && loss != LeaseLoss::kGone;
       }
+      if (release_pending && release_in_flight) {
+        // The release on its way answers this call too.
+        if (done) release_waiters.push_back(std::move(done));
+        return;
+      }
       send = release_pending;
+      if (send) release_in_flight = true;
     }
     if (!send) {
       if (done) core->Post([done] { done(Status()); });
@@ -338,24 +351,34 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
     }
     core->store->RunLease(
         Call(LeaseOp::kRelease, core->options.deadline),
-        [self = shared_from_this(), done = std::move(done)](StatusOr<LeaseResult> r) {
+        [self = shared_from_this(), done = std::move(done)](StatusOr<LeaseResult> r) mutable {
           Status status = r.ok() ? Status() : r.status();
-          self->OnReleased(status);
-          if (done) self->core->Post([done, status] { done(status); });
+          std::vector<std::function<void(Status)>> waiters = self->OnReleased(status);
+          if (done) waiters.push_back(std::move(done));
+          if (waiters.empty()) return;
+          self->core->Post([waiters = std::move(waiters), status] {
+            for (const auto& w : waiters) w(status);
+          });
         });
   }
 
-  void OnReleased(const Status& status) {
+  // The release's answer; returns the callers that waited for it.
+  std::vector<std::function<void(Status)>> OnReleased(const Status& status) {
     BootClock::time_point until;
+    std::vector<std::function<void(Status)>> waiters;
     {
       MutexLock lock(mu);
+      release_in_flight = false;
+      waiters.swap(release_waiters);
       if (status.ok()) {
         release_pending = false;
-        return;
+        return waiters;
       }
       until = believable_until;
-      if (release_retried) return;  // one background retry per lease is enough
-      if (status.code() == StatusCode::kInvalidArgument || core->boot_now() >= until) return;
+      if (release_retried) return waiters;  // one background retry per lease is enough
+      if (status.code() == StatusCode::kInvalidArgument || core->boot_now() >= until) {
+        return waiters;
+      }
       release_retried = true;
     }
     auto retry = std::make_shared<ReleaseRetry>(
@@ -363,6 +386,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
         std::clamp(interval / 4, milliseconds(10), milliseconds(1000)));
     core->Keep(retry);
     retry->OnResult(status);  // schedules the first retry
+    return waiters;
   }
 };
 
