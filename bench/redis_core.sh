@@ -18,7 +18,9 @@
 # Usage: bench/redis_core.sh [seconds per measurement, default 3] [runs, default 3]
 # Env: SLUICE (the sluice binary, default ./build/bin/sluice), ALGORITHMS (space-separated
 # subset of: fixed_window sliding_window sliding_log token_bucket gcra concurrency),
-# CONCURRENCY (default "1 50 500"), RLF=0 to skip rate-limiter-flexible.
+# CONCURRENCY (default "1 50 500"), RLF=0 to skip rate-limiter-flexible, SHAPES=0 to skip
+# the shape floors (each state shape's commands alone, bench/shape_floors/*.lua, by
+# redis-benchmark: what no script keeping that state can go below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_RUN=${1:-3}
@@ -58,6 +60,11 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -n "$rlf_dir" ] && echo "rate-limiter-flexible $(node -p "require('$rlf_dir/node_modules/rate-limiter-flexible/package.json').version"), ioredis $(node -p "require('$rlf_dir/node_modules/ioredis/package.json').version"), node $(node --version)"
 
 declare -A rate cpu client p50 p99 per floor_us floor_rps
+SHAPES_LIST=(count_expiry one_value sorted_log lease_cycle)
+declare -A SHAPE_LABEL=([count_expiry]="count + expiry (fw v2)" [one_value]="one value: GET + SET PX"
+  [sorted_log]="sorted-set log" [lease_cycle]="lease cycle (4 commands)")
+declare -A SHAPE_ROWS=([count_expiry]="fixed_window" [one_value]="sliding_window token_bucket gcra"
+  [sorted_log]="sliding_log" [lease_cycle]="lease acquire+release")
 for run in $(seq 1 "$RUNS"); do
   # The floor: INCR, pipelined 128 deep by 50 clients.
   n=$((400000 * SECONDS_PER_RUN))
@@ -68,6 +75,23 @@ for run in $(seq 1 "$RUNS"); do
   floor_rps[$run]=$rps
   floor_us[$run]=$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN{printf "%.3f", (b-a)*1e6/n}')
   cli FLUSHALL >/dev/null
+  # Shape floors: per state shape, a script doing only that shape's commands for 50 keys
+  # per call (bench/shape_floors/*.lua): the least any per-decision script keeping that
+  # state costs, in the same units and the same run as the rows it bounds.
+  if [ "${SHAPES:-1}" = "1" ]; then
+    for shape in "${SHAPES_LIST[@]}"; do
+      sha=$(cli SCRIPT LOAD "$(cat "bench/shape_floors/$shape.lua")")
+      args=(EVALSHA "$sha" 50)
+      for i in $(seq 1 50); do args+=("shape:{x:__rand_int__}:$shape"); done
+      for i in $(seq 1 50); do args+=("m:__rand_int__"); done
+      m=$((8000 * SECONDS_PER_RUN))
+      c0=$(redis_cpu)
+      redis-benchmark -p "$port" -c 50 -P 4 -n "$m" -r 10000 "${args[@]}" >/dev/null 2>&1
+      c1=$(redis_cpu)
+      cpu[shape/$shape]+=" $(awk -v a="$c0" -v b="$c1" -v n=$((m * 50)) 'BEGIN{printf "%.3f", (b-a)*1e6/n}')"
+      cli FLUSHALL >/dev/null
+    done
+  fi
   for a in "${ALGORITHMS[@]}"; do
     for c in "${LEVELS[@]}"; do
       out=$("$SLUICE" bench --redis "redis://127.0.0.1:$port" --algorithm "$a" --concurrency "$c" \
@@ -148,6 +172,15 @@ for a in fixed_window concurrency; do
     [ -n "${rate[unbatched-$a/$c]:-}" ] && row "$label" "unbatched-$a/$c"
   done
 done
+if [ "${SHAPES:-1}" = "1" ]; then
+  echo
+  echo "shape floors: only the commands of each state shape, 50 keys per script call (bench/shape_floors)"
+  for shape in "${SHAPES_LIST[@]}"; do
+    u=$(echo "${cpu[shape/$shape]:-}" | median)
+    printf '%-28s %5s %12s %11.2f %7.1f %9s   bounds %s\n' "${SHAPE_LABEL[$shape]}" - - "$u" \
+      "$(awk -v u="$u" -v f="$floor" 'BEGIN{print u/f}')" 50 "${SHAPE_ROWS[$shape]}"
+  done
+fi
 if [ -n "$rlf_dir" ]; then
   for c in "${LEVELS[@]}"; do row "rate-limiter-flexible fw" "rlf/$c"; done
   if [[ " ${ALGORITHMS[*]} " == *" fixed_window "* ]]; then
