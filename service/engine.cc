@@ -152,6 +152,11 @@ void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Cloc
   const Decision& d = *result.decision;
   built.counters->decisions[OutcomeOf(d)][static_cast<int>(d.source)].fetch_add(
       1, std::memory_order_relaxed);
+  if (built.rule->detailed_metric) {
+    metrics_.ForDescriptor(built.rule->domain, built.rule->DisplayName(), result.id)
+        ->decisions[OutcomeOf(d)]
+        .fetch_add(1, std::memory_order_relaxed);
+  }
   switch (d.source) {
     case DecisionSource::kStore: metrics_.ObserveStoreLatency(took); break;
     case DecisionSource::kFailOpen:

@@ -44,6 +44,25 @@ RuleCounters* Metrics::ForRule(const std::string& domain, const std::string& lim
   return slot.get();
 }
 
+DescriptorCounters* Metrics::ForDescriptor(const std::string& domain, const std::string& limit,
+                                           const std::string& descriptor) {
+  const std::string head = domain + '\0' + limit + '\0';
+  std::lock_guard lock(mu_);
+  auto it = descriptors_.find(head + descriptor);
+  if (it != descriptors_.end()) return it->second.get();
+  const bool named = descriptor_series_ < kMaxDescriptorSeries;
+  // "_other" cannot be a counter id (every id holds a '='), so it names no descriptor.
+  auto& slot = descriptors_[head + (named ? descriptor : std::string("_other"))];
+  if (!slot) {
+    slot = std::make_unique<DescriptorCounters>();
+    slot->domain = domain;
+    slot->limit = limit;
+    slot->descriptor = named ? descriptor : "_other";
+    if (named) ++descriptor_series_;
+  }
+  return slot.get();
+}
+
 void Metrics::ObserveStoreLatency(std::chrono::steady_clock::duration took) {
   const double ms = std::chrono::duration<double, std::milli>(took).count();
   std::size_t i = 0;
@@ -68,6 +87,24 @@ std::string Metrics::Format(std::size_t held_leases) const {
                  Escape(r->limit) + "\",outcome=\"" + kOutcomeNames[o] + "\",source=\"" +
                  std::string(sluice::DecisionSourceName(static_cast<sluice::DecisionSource>(s))) +
                  "\"} " + std::to_string(v) + "\n";
+        }
+      }
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!descriptors_.empty()) {
+      out +=
+          "# HELP sluiced_descriptor_decisions_total Decisions by descriptor, for the limits "
+          "with detailed_metric.\n";
+      out += "# TYPE sluiced_descriptor_decisions_total counter\n";
+      for (const auto& [key, d] : descriptors_) {
+        for (int o = 0; o < kOutcomes; ++o) {
+          const uint64_t v = d->decisions[o].load(std::memory_order_relaxed);
+          if (v == 0) continue;
+          out += "sluiced_descriptor_decisions_total{domain=\"" + Escape(d->domain) +
+                 "\",limit=\"" + Escape(d->limit) + "\",descriptor=\"" + Escape(d->descriptor) +
+                 "\",outcome=\"" + kOutcomeNames[o] + "\"} " + std::to_string(v) + "\n";
         }
       }
     }

@@ -1,5 +1,6 @@
 // service/metrics.h — sluiced's own counters (the library's come from Client::Metrics):
-// decisions by domain, limit, outcome and source; store latency; store errors; config
+// decisions by domain, limit, outcome and source (and by descriptor for the limits with
+// detailed_metric); store latency; store errors; config
 // reloads. Counters live as long as the process, so a reload never resets them.
 //
 // Thread-safety: all members are thread-safe; a decision costs two relaxed atomic adds.
@@ -25,8 +26,24 @@ struct RuleCounters {
   std::array<std::array<std::atomic<uint64_t>, kSources>, kOutcomes> decisions{};
 };
 
+// One descriptor's counters under a limit with `detailed_metric: true`.
+struct DescriptorCounters {
+  std::string domain;
+  std::string limit;
+  std::string descriptor;  // the counter id, "key=value,key2=value2"
+  std::array<std::atomic<uint64_t>, kOutcomes> decisions{};
+};
+
 class Metrics {
  public:
+  // At most this many descriptor series (detailed_metric) per process: the ids after them
+  // are counted under descriptor="_other", so a flood of distinct values cannot grow
+  // sluiced's memory or the scrape without bound.
+  static constexpr std::size_t kMaxDescriptorSeries = 10000;
+  // The counters of one descriptor of a detailed_metric limit (created on first use,
+  // kept forever, up to kMaxDescriptorSeries).
+  DescriptorCounters* ForDescriptor(const std::string& domain, const std::string& limit,
+                                    const std::string& descriptor);
   // The counters of one limit (created on first use, kept forever).
   RuleCounters* ForRule(const std::string& domain, const std::string& limit);
   void ObserveStoreLatency(std::chrono::steady_clock::duration took);
@@ -48,6 +65,8 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<RuleCounters>> rules_;
+  std::map<std::string, std::unique_ptr<DescriptorCounters>> descriptors_;
+  std::size_t descriptor_series_ = 0;  // named ones, "_other" series not counted
   std::array<std::atomic<uint64_t>, kBucketsMs.size() + 1> latency_buckets_{};
   std::atomic<uint64_t> latency_sum_us_{0};
   std::atomic<uint64_t> latency_count_{0};

@@ -1,5 +1,8 @@
 #include "service/routes.h"
 
+#include <atomic>
+#include <chrono>
+
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
@@ -164,6 +167,25 @@ HttpHandler PublicRoutes(Engine& engine) {
   };
 }
 
+// One log line per refused admin call, at most one a second (the others are counted and
+// named in the next line): a caller guessing tokens cannot flood the log.
+static void LogRefusedAdminCall(const HttpRequest& request) {
+  static std::atomic<int64_t> last_ms{0};
+  static std::atomic<uint64_t> suppressed{0};
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_ms.load(std::memory_order_relaxed);
+  if (now - last < 1000 || !last_ms.compare_exchange_strong(last, now)) {
+    suppressed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t more = suppressed.exchange(0, std::memory_order_relaxed);
+  spdlog::warn("admin call refused (no or wrong bearer token): {} {}{}",
+               std::string(request.method_string()), std::string(PathOf(request)),
+               more ? " (and " + std::to_string(more) + " more refused since the last line)" : "");
+}
+
 HttpHandler AdminRoutes(Engine& engine, std::string token) {
   return [&engine, token = std::move(token)](HttpRequest&& request, Respond respond) {
     const auto raw_auth = request[http::field::authorization];
@@ -171,6 +193,7 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
     constexpr std::string_view kBearer = "Bearer ";
     if (token.empty() || auth.substr(0, kBearer.size()) != kBearer ||
         !ConstantTimeEquals(auth.substr(kBearer.size()), token)) {
+      LogRefusedAdminCall(request);
       HttpResponse r = MakeResponse(http::status::unauthorized,
                                     ErrorJson("admin calls need Authorization: Bearer <token>"));
       r.set(http::field::www_authenticate, "Bearer");
@@ -199,6 +222,7 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
                          {"at", r->position.ToString()}});
       }
       json j = {{"files", config->files}, {"rules", rules}};
+      spdlog::info("admin config rules={}", config->rules.size());
       return respond(
           MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
     }
@@ -210,6 +234,7 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
                 {"breaker_opens", h.breaker_opens},
                 {"short_circuited", h.short_circuited},
                 {"probe_in_ms", h.probe_in.count()}};
+      spdlog::info("admin breaker state={}", h.breaker);
       return respond(MakeResponse(http::status::ok, j.dump()));
     }
     if ((path == "/admin/leases/release" || path == "/admin/leases/list" ||
@@ -249,7 +274,13 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
         }
         if (path == "/admin/leases/list") {
           auto r = engine.ListLeases(match);
-          if (!r.ok()) return Error(respond, StatusFor(r.status()), r.status().message());
+          if (!r.ok()) {
+            spdlog::warn("admin list_leases limiter={} id={} failed: {}", match.rule->limiter_name,
+                         match.id, r.status().ToString());
+            return Error(respond, StatusFor(r.status()), r.status().message());
+          }
+          spdlog::info("admin list_leases limiter={} id={} leases={}", match.rule->limiter_name,
+                       match.id, r->size());
           json leases = json::array();
           for (const auto& l : *r)
             leases.push_back({{"id", l.id},
@@ -260,7 +291,13 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
                                       j.dump(-1, ' ', false, json::error_handler_t::replace)));
         }
         auto r = engine.Inspect(match);
-        if (!r.ok()) return Error(respond, StatusFor(r.status()), r.status().message());
+        if (!r.ok()) {
+          spdlog::warn("admin inspect limiter={} id={} failed: {}", match.rule->limiter_name,
+                       match.id, r.status().ToString());
+          return Error(respond, StatusFor(r.status()), r.status().message());
+        }
+        spdlog::info("admin inspect limiter={} id={} keys={}", match.rule->limiter_name, match.id,
+                     r->keys.size());
         json keys = json::array();
         for (const auto& k : r->keys) {
           json fields = json::object();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing of sluiced's config loader and JSON request parsers with
-# libFuzzer (clang-14; Debian: apt-get install clang-14 libfuzzer-14-dev), under
+# libFuzzer (clang-14, whose libclang_rt.fuzzer Debian's clang-14 package ships; scripts/setup.sh installs it), under
 # AddressSanitizer + UBSan, for longer runs than `make test`'s bounded driver
 # (service/tests/fuzz_test.cc). The two parsers are compiled with clang and coverage
 # here; the rest comes from the release build (make build first).
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 SECONDS_PER_TARGET=${1:-600}
 JOBS=${2:-1}
 CXX=${CXX_FUZZ:-clang++-14}
-command -v "$CXX" >/dev/null || { echo "missing $CXX (apt-get install clang-14 libfuzzer-14-dev)" >&2; exit 2; }
+command -v "$CXX" >/dev/null || { echo "missing $CXX (apt-get install clang-14)" >&2; exit 2; }
 LIBS=build/release
 for lib in "$LIBS/service/libsluiced_lib.a" "$LIBS/libsluice.a"; do
   [ -f "$lib" ] || { echo "missing $lib: make build first" >&2; exit 2; }

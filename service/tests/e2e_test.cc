@@ -284,6 +284,20 @@ TEST_F(E2e, AdminNeedsTheBearerToken) {
       Call(s.admin_port(), "GET", "/admin/breaker", "", "Authorization: Bearer s3cret\r\n");
   ASSERT_EQ(breaker.status, 200);
   EXPECT_EQ(json::parse(breaker.body)["breaker"], "closed");
+  // One log line per admin action; refused calls too (at most one a second, the rest
+  // counted in the next line).
+  auto logged = [&](const std::string& line) {
+    for (int i = 0; i < 100; ++i) {
+      if (s.log().find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  EXPECT_TRUE(logged("admin call refused (no or wrong bearer token): GET /admin/config"))
+      << s.log();
+  EXPECT_TRUE(logged("admin config rules=8")) << s.log();
+  EXPECT_TRUE(logged("admin breaker state=closed")) << s.log();
+  EXPECT_EQ(s.log().find("s3cre"), std::string::npos) << "a token never reaches the log";
   // Admin calls are not on the public listener.
   EXPECT_EQ(
       Call(s.http_port(), "GET", "/admin/config", "", "Authorization: Bearer s3cret\r\n").status,
@@ -291,10 +305,31 @@ TEST_F(E2e, AdminNeedsTheBearerToken) {
 }
 
 TEST_F(E2e, MetricsPassPromtoolAndCountDecisions) {
+  // A limit with detailed_metric: a series per descriptor (envoy-ratelimit's per-value
+  // stats) beside the limit's own.
+  config_.Write("det.yaml",
+                "domain: det\ndescriptors:\n  - key: user\n    detailed_metric: true\n"
+                "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 1}\n");
   Sluiced s(config_.path(), redis_.url(), Flags());
   for (int i = 0; i < 4; ++i) Call(s.http_port(), "POST", "/v1/check", SignIn("m"));
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", Check({{{"user", "u1"}}}, 0, "det")).status,
+            200);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", Check({{{"user", "u1"}}}, 0, "det")).status,
+            429);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", Check({{{"user", "u2"}}}, 0, "det")).status,
+            200);
   HttpReply m = Call(s.http_port(), "GET", "/metrics");
   ASSERT_EQ(m.status, 200);
+  for (
+      const char* line :
+      {R"(sluiced_descriptor_decisions_total{domain="det",limit="per_user",descriptor="user=u1",outcome="allowed"} 1)",
+       R"(sluiced_descriptor_decisions_total{domain="det",limit="per_user",descriptor="user=u1",outcome="over_limit"} 1)",
+       R"(sluiced_descriptor_decisions_total{domain="det",limit="per_user",descriptor="user=u2",outcome="allowed"} 1)",
+       R"(sluiced_decisions_total{domain="det",limit="per_user",outcome="allowed",source="store"} 2)"}) {
+    EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
+  }
+  EXPECT_EQ(m.body.find("descriptor=\"account=m\""), std::string::npos)
+      << "a limit without detailed_metric has no per-descriptor series";
   EXPECT_NE(
       m.body.find(
           R"(sluiced_decisions_total{domain="shop",limit="sign_in",outcome="allowed",source="store"} 3)"),
