@@ -509,6 +509,58 @@ TEST_F(E2e, RedisStoppedAndRestarted) {
   EXPECT_NE(m.body.find(R"(outcome="unavailable",source="fail_closed")"), std::string::npos);
 }
 
+TEST_F(E2e, LocalPolicyAndLeasesWhileRedisIsDown) {
+  // failure_mode: local answers from sluiced's own store with the limit divided by
+  // local_servers (here 2 of 4 per minute: 2 admitted, then 429, source local_fallback);
+  // leases: a closed cap refuses with 503, an open one grants a lease no store holds,
+  // and a lease granted before Redis went away is released without an error surfacing.
+  config_.Write("loc.yaml",
+                "domain: loc\ndescriptors:\n"
+                "  - key: user\n    failure_mode: local\n    local_servers: 2\n"
+                "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 4}\n"
+                "  - key: job\n    algorithm: concurrency\n    failure_mode: closed\n"
+                "    rate_limit: {name: jobs, requests_per_unit: 1}\n"
+                "  - key: task\n    algorithm: concurrency\n    failure_mode: open\n"
+                "    rate_limit: {name: tasks, requests_per_unit: 1}\n");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  const std::string user = Check({{{"user", "u1"}}}, 0, "loc");
+  const std::string job = R"({"domain":"loc","entries":[{"key":"job","value":"j1"}]})";
+  const std::string task = R"({"domain":"loc","entries":[{"key":"task","value":"t1"}]})";
+  HttpReply held = Call(port, "POST", "/v1/leases", job);
+  ASSERT_EQ(held.status, 201) << held.body;
+  const std::string handle = json::parse(held.body)["lease"];
+  redis_.Kill();
+  for (int i = 0; i < 2; ++i) {
+    HttpReply r = Call(port, "POST", "/v1/check", user);
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["descriptors"][0]["source"], "local_fallback");
+  }
+  HttpReply over = Call(port, "POST", "/v1/check", user);
+  EXPECT_EQ(over.status, 429) << over.body;
+  EXPECT_EQ(json::parse(over.body)["descriptors"][0]["source"], "local_fallback");
+  EXPECT_FALSE(over.header("retry-after").empty());
+  HttpReply refused = Call(port, "POST", "/v1/leases",
+                           R"({"domain":"loc","entries":[{"key":"job","value":"j2"}]})");
+  EXPECT_EQ(refused.status, 503) << refused.body;
+  EXPECT_FALSE(refused.header("retry-after").empty());
+  HttpReply granted = Call(port, "POST", "/v1/leases", task);
+  EXPECT_EQ(granted.status, 201) << granted.body;
+  // The lease granted while Redis was up: its release is kept and retried by sluiced,
+  // the caller is answered at once.
+  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + handle).status, 204);
+  redis_.Start();
+  // Back: the store decides again, and j1's slot is free (the retried release, or the
+  // restart's empty data).
+  HttpReply again;
+  for (int i = 0; i < 100 && again.status != 201; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    again = Call(port, "POST", "/v1/leases", job);
+  }
+  EXPECT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(json::parse(again.body)["source"], "store") << again.body;
+}
+
 TEST_F(E2e, StartsAndServesWhenRedisIsDown) {
   {
     redis_.Kill();
