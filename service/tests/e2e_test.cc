@@ -3,6 +3,7 @@
 
 #include <sys/resource.h>
 
+#include <regex>
 #include <set>
 #include "service/tests/sluiced_process.h"
 
@@ -255,11 +256,20 @@ TEST_F(E2e, LeasesAcquireHeartbeatRelease) {
   EXPECT_EQ(json::parse(released.body)["released"], 3);
   EXPECT_NE(s.audit_log().find("\"actor\":\"ops@example\""), std::string::npos) << s.audit_log();
   EXPECT_NE(s.log().find("admin release_all"), std::string::npos);
+  // Inspect: the id's key as Redis holds it, decoded (2 of sign-in's 3 spent).
+  for (int i = 0; i < 2; ++i)
+    ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("zoe")).status, 200);
   HttpReply inspect = Call(
       s.admin_port(), "POST", "/admin/inspect",
       R"({"domain":"shop","entries":[{"key":"route","value":"sign_in"},{"key":"account","value":"zoe"}]})",
       auth);
-  EXPECT_EQ(inspect.status, 200) << inspect.body;
+  ASSERT_EQ(inspect.status, 200) << inspect.body;
+  const json seen = json::parse(inspect.body);
+  ASSERT_EQ(seen["keys"].size(), 1u) << inspect.body;
+  EXPECT_EQ(seen["keys"][0]["used"], 2) << inspect.body;
+  EXPECT_GT(seen["keys"][0]["ttl_ms"], 0) << inspect.body;
+  EXPECT_LE(seen["keys"][0]["ttl_ms"], 60000) << inspect.body;
+  EXPECT_EQ(seen["keys"][0]["problem"], "") << inspect.body;
 }
 
 TEST_F(E2e, AdminNeedsTheBearerToken) {
@@ -318,8 +328,29 @@ TEST_F(E2e, MetricsPassPromtoolAndCountDecisions) {
             429);
   EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", Check({{{"user", "u2"}}}, 0, "det")).status,
             200);
+  ASSERT_EQ(Call(s.http_port(), "POST", "/v1/leases",
+                 R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"m"}]})")
+                .status,
+            201);
   HttpReply m = Call(s.http_port(), "GET", "/metrics");
   ASSERT_EQ(m.status, 200);
+  // Every series the Grafana dashboard of examples/ queries is on the page.
+  const json dashboard = json::parse(
+      testing::ReadAll(std::string(SLUICED_SOURCE_DIR) + "/examples/grafana-dashboard.json"));
+  const std::regex metric_name(R"(\bsluiced?_[a-z_]+)");
+  std::set<std::string> queried;
+  for (const auto& panel : dashboard["panels"]) {
+    if (!panel.contains("targets")) continue;
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      for (std::sregex_iterator it(expr.begin(), expr.end(), metric_name), end; it != end; ++it)
+        queried.insert(it->str());
+    }
+  }
+  EXPECT_GE(queried.size(), 10u);
+  for (const auto& name : queried)
+    EXPECT_NE(m.body.find("\n" + name), std::string::npos)
+        << "the dashboard queries " << name << ", which /metrics does not have";
   for (
       const char* line :
       {R"(sluiced_descriptor_decisions_total{domain="det",limit="per_user",descriptor="user=u1",outcome="allowed"} 1)",
@@ -395,6 +426,29 @@ TEST_F(E2e, ReloadKeepsOldConfigOnErrorAndNeverResetsCounters) {
   HttpReply m = Call(s.http_port(), "GET", "/metrics");
   EXPECT_NE(m.body.find("sluiced_config_reload_failures_total 1"), std::string::npos);
   EXPECT_NE(m.body.find("sluiced_config_reloads_total 2"), std::string::npos);
+  // The other two ways: a broken file noticed by the watcher (no signal) is refused too,
+  // and a good file loaded by SIGHUP applies at once.
+  auto appears = [&](const std::string& line) {
+    for (int i = 0; i < 150; ++i) {
+      if (s.log().find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  config_.Write("r.yaml", "domain: r\ndescriptors:\n  - key: [user\n");
+  EXPECT_TRUE(appears("config reload (file change) refused, keeping the previous config: " +
+                      config_.path() + "/r.yaml:"))
+      << s.log();
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 429) << "the old limits stay";
+  config_.Write("r.yaml",
+                "domain: r\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: "
+                "minute, requests_per_unit: 6}\n");
+  s.Signal(SIGHUP);
+  ASSERT_TRUE(appears("config reloaded (SIGHUP)")) << s.log();
+  HttpReply sixth = Call(s.http_port(), "POST", "/v1/check", u);
+  EXPECT_EQ(sixth.status, 200) << "5 spent of 6";
+  EXPECT_EQ(sixth.header("ratelimit-policy"), "\"per_user\";q=6;w=60");
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 429);
 }
 
 TEST_F(E2e, ShadowModeReplacesOverridesAndLeaseExpiry) {
