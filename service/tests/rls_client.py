@@ -27,10 +27,14 @@ def main():
     channel = grpc.insecure_channel("127.0.0.1:" + port)
     stub = rls_pb2_grpc.RateLimitServiceStub(channel)
 
-    def request(account, hits=0, domain="shop"):
+    from google.protobuf import wrappers_pb2
+
+    def request(account, hits=0, domain="shop", descriptor_hits=None):
         d = ratelimit_pb2.RateLimitDescriptor(entries=[
             ratelimit_pb2.RateLimitDescriptor.Entry(key="route", value="seat_map"),
             ratelimit_pb2.RateLimitDescriptor.Entry(key="session", value=account)])
+        if descriptor_hits is not None:
+            d.hits_addend.CopyFrom(wrappers_pb2.UInt64Value(value=descriptor_hits))
         return rls_pb2.RateLimitRequest(domain=domain, descriptors=[d], hits_addend=hits)
 
     ok = rls_pb2.RateLimitResponse.OK
@@ -48,6 +52,19 @@ def main():
     assert r.overall_code == ok and r.statuses[0].limit_remaining == 0, r
     r = stub.ShouldRateLimit(request("x", domain="unknown-domain"), timeout=5)
     assert r.overall_code == ok, r
+    # Per-descriptor hits_addend: an explicit 0 checks without spending, 4 spends 4 of 5
+    # (the request's own hits_addend of 2 is overridden), then 1 is left.
+    r = stub.ShouldRateLimit(request("py-peek", descriptor_hits=0), timeout=5)
+    assert r.overall_code == ok and r.statuses[0].limit_remaining == 5, r
+    r = stub.ShouldRateLimit(request("py-peek", hits=2, descriptor_hits=4), timeout=5)
+    assert r.overall_code == ok and r.statuses[0].limit_remaining == 1, r
+    r = stub.ShouldRateLimit(request("py-peek", descriptor_hits=2), timeout=5)
+    assert r.overall_code == over, r
+    r = stub.ShouldRateLimit(request("py-peek"), timeout=5)
+    assert r.overall_code == ok and r.statuses[0].limit_remaining == 0, r
+    # No descriptors at all: nothing to limit.
+    r = stub.ShouldRateLimit(rls_pb2.RateLimitRequest(domain="shop"), timeout=5)
+    assert r.overall_code == ok and len(r.statuses) == 0, r
     # grpc.health.v1 Check with an empty request: status SERVING (field 1 = 1).
     health = channel.unary_unary("/grpc.health.v1.Health/Check",
                                  request_serializer=lambda b: b, response_deserializer=lambda b: b)
