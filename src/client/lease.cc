@@ -354,7 +354,7 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
         [self = shared_from_this(), done = std::move(done)](StatusOr<LeaseResult> r) mutable {
           Status status = r.ok() ? Status() : r.status();
           std::vector<std::function<void(Status)>> waiters = self->OnReleased(status);
-          if (done) waiters.push_back(std::move(done));
+          if (done) waiters.insert(waiters.begin(), std::move(done));  // the first caller first
           if (waiters.empty()) return;
           self->core->Post([waiters = std::move(waiters), status] {
             for (const auto& w : waiters) w(status);
