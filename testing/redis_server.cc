@@ -320,6 +320,13 @@ std::vector<std::string> RedisServer::Keys(const std::string& pattern) const {
   return keys;
 }
 
+int64_t RedisServer::CommandCalls(const std::string& command) const {
+  const std::string stats = Command({"INFO", "commandstats"}).str;
+  const std::string head = "cmdstat_" + command + ":calls=";
+  const size_t at = stats.find(head);
+  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + head.size()));
+}
+
 std::vector<std::string> RedisServer::KeysWithoutTtl(const std::string& pattern) const {
   std::vector<std::string> leaked;
   for (const auto& key : Keys(pattern)) {

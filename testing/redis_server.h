@@ -83,6 +83,10 @@ class RedisServer {
   // All keys matching `pattern` (SCAN), and those among them with no expiry.
   std::vector<std::string> Keys(const std::string& pattern) const;
   std::vector<std::string> KeysWithoutTtl(const std::string& pattern) const;
+  // How many times Redis ran `command` (lower case, e.g. "zrem"; inside scripts too)
+  // since it started or the last CONFIG RESETSTAT: INFO commandstats' calls=, 0 when
+  // it never ran.
+  int64_t CommandCalls(const std::string& command) const;
 
  private:
   RedisServerOptions options_;

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -260,18 +259,16 @@ TEST_F(ClusterRedis, CompositesAcrossSlotsCountExactly) {
   EXPECT_NE(cluster_->KeySlot(*user.KeyFor("u1")), cluster_->KeySlot(*tenant.KeyFor("t")));
 }
 
-// Script calls Redis ran (EVALSHA and EVAL, INFO commandstats), summed over every primary:
-// what the cluster itself counted, whatever the client batched or retried.
+// Script calls (EVALSHA and EVAL) a node has run so far.
+int64_t ScriptCalls(const testing::RedisServer& node) {
+  return node.CommandCalls("evalsha") + node.CommandCalls("eval");
+}
+
+// Script calls Redis ran, summed over every primary: what the cluster itself counted,
+// whatever the client batched or retried.
 long long ScriptCalls(RedisCluster& cluster) {
   long long calls = 0;
-  for (uint16_t port : cluster.PrimaryPorts()) {
-    const std::string info = cluster.NodeOnPort(port).Command({"INFO", "commandstats"}).str;
-    for (const std::string command : {"evalsha", "eval"}) {
-      const std::string head = "cmdstat_" + command + ":calls=";
-      const auto at = info.find(head);
-      if (at != std::string::npos) calls += std::stoll(info.substr(at + head.size()));
-    }
-  }
+  for (uint16_t port : cluster.PrimaryPorts()) calls += ScriptCalls(cluster.NodeOnPort(port));
   return calls;
 }
 
@@ -605,17 +602,6 @@ TEST_F(ClusterRedis, MovedUpdatesTheSlotAndIsFollowed) {
   EXPECT_GE(router.store().router_stats().moved, 1u);
   EXPECT_EQ(router.store().NodeOf(slot), "127.0.0.1:" + std::to_string(to));
   EXPECT_EQ(cluster_->NodeOnPort(to).Command({"EXISTS", key}).integer, 1);
-}
-
-// Script calls (EVALSHA and EVAL) a node has run so far.
-int64_t ScriptCalls(testing::RedisServer& node) {
-  const std::string info = node.Command({"INFO", "commandstats"}).str;
-  int64_t total = 0;
-  for (const char* name : {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="}) {
-    const auto at = info.find(name);
-    if (at != std::string::npos) total += std::stoll(info.substr(at + std::strlen(name)));
-  }
-  return total;
 }
 
 // `n` keys of distinct slots, all served by the primary on `port`.

@@ -505,14 +505,6 @@ TEST(LeaseRedis, AReleaseThatFailedIsSentAgainUntilItLands) {
   })) << "the dropped Lease's failed release was never retried";
 }
 
-// The calls of `command` Redis has run since the last CONFIG RESETSTAT (inside scripts too).
-int64_t CommandCalls(testing::RedisServer& server, const std::string& command) {
-  const std::string stats = server.Command({"INFO", "commandstats"}).str;
-  const std::string tag = "cmdstat_" + command + ":calls=";
-  const size_t at = stats.find(tag);
-  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + tag.size()));
-}
-
 TEST(LeaseRedis, ReleasesWhileOneIsOnItsWaySendOneZrem) {
   // ReleaseAsync, then the handle dropped (the usual pattern) or released again, while
   // the first release is on its way: one ZREM reaches Redis, and every caller is told
@@ -537,7 +529,7 @@ TEST(LeaseRedis, ReleasesWhileOneIsOnItsWaySendOneZrem) {
   EXPECT_TRUE(held.Release().ok()) << "a blocking Release() waits for the one on its way";
   EXPECT_EQ(server.Command({"ZCARD", *cap.KeyFor("job")}).integer, 0);
   std::this_thread::sleep_for(milliseconds(100));  // anything sent late would land by now
-  EXPECT_EQ(CommandCalls(server, "zrem"), 2) << "two leases, two releases";
+  EXPECT_EQ(server.CommandCalls("zrem"), 2) << "two leases, two releases";
 }
 
 TEST(LeaseRedis, AGrantThatArrivesAfterTheCallerGaveUpIsReleased) {
