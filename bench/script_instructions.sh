@@ -9,7 +9,8 @@
 # arguments and (as one limiter's calls go) the 49 after the first sharing its arguments. Every call admitted
 # (limit 1e9 per 60 s) over 10k ids, Redis TIME.
 # Usage: bench/script_instructions.sh [algorithm ...]   (default: all five)
-# Env: BEFORE (git revision for the "before" scripts), N (calls per measurement, default
+# Env: BEFORE (git revision for the "before" scripts), GENERATED (the generated scripts of
+# another build directory, to compare two builds), N (calls per measurement, default
 # 10000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ ALGORITHMS=("$@")
 [ ${#ALGORITHMS[@]} -gt 0 ] || ALGORITHMS=(fixed_window sliding_window sliding_log token_bucket gcra)
 BEFORE=${BEFORE:-6e33174}
 N=${N:-10000}
-GENERATED=build/release/generated/lua_scripts.cc
+GENERATED=${GENERATED:-build/release/generated/lua_scripts.cc}  # another build's, to compare
 [ -f "$GENERATED" ] || { echo "build first: make build" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "valgrind not found" >&2; exit 2; }
 source bench/lib.sh

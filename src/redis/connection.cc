@@ -842,17 +842,33 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
     }
     return;
   }
-  if (reply->type != REDIS_REPLY_ARRAY || reply->elements != n) {
-    const Status bad = InternalError("redis " + endpoint_.Describe() +
-                                     ": the batch script returned an unexpected reply");
-    for (size_t i = 0; i < n; ++i) {
-      if (calls[i].done) calls[i].done(bad, nullptr);
-    }
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
+  // One flat array (src/algo/batch.lua): per call an error reply; or w >= 0 and then its
+  // w items, handed to the call as an array of its own (a view into the batch's reply,
+  // which outlives the callbacks); or -1 and then its one value.
+  const size_t total = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
+  size_t at = 0;
+  size_t i = 0;
+  for (; i < n && at < total; ++i) {
     Request& call = calls[i];
-    redisReply* own = reply->element[i];
+    redisReply* head = reply->element[at];
+    redisReply view{};
+    redisReply* own = nullptr;
+    if (head->type == REDIS_REPLY_ERROR) {
+      own = head;
+      at += 1;
+    } else if (head->type == REDIS_REPLY_INTEGER && head->integer == -1 && at + 1 < total) {
+      own = reply->element[at + 1];
+      at += 2;
+    } else if (head->type == REDIS_REPLY_INTEGER && head->integer >= 0 &&
+               static_cast<uint64_t>(head->integer) <= total - at - 1) {
+      view.type = REDIS_REPLY_ARRAY;
+      view.elements = static_cast<size_t>(head->integer);
+      view.element = view.elements > 0 ? reply->element + at + 1 : nullptr;
+      own = &view;
+      at += 1 + view.elements;
+    } else {
+      break;
+    }
     if (call.done) {
       if (own->type == REDIS_REPLY_ERROR) {
         call.done(ErrorReplyToStatus(std::string_view(own->str, own->len), endpoint_.Describe()),
@@ -862,6 +878,15 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
       }
     } else if (call.late && own->type != REDIS_REPLY_ERROR) {
       call.late(Status::Ok(), own);
+    }
+  }
+  if (i < n || at != total) {
+    // Not the layout above (a script of another version under the same SHA cannot be:
+    // the SHA is of the source): the calls not yet answered fail, none is guessed at.
+    const Status bad = InternalError("redis " + endpoint_.Describe() +
+                                     ": the batch script returned an unexpected reply");
+    for (; i < n; ++i) {
+      if (calls[i].done) calls[i].done(bad, nullptr);
     }
   }
 }

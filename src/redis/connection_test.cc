@@ -4,6 +4,7 @@
 // batches: one reply per call, NOSCRIPT on a batch.
 #include "sluice/boost_first.h"  // before any Boost header
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -333,6 +334,91 @@ TEST_P(ConnectionBatchTags, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
 INSTANTIATE_TEST_SUITE_P(DeclaredAndUndeclaredKeys, ConnectionBatchTags,
                          ::testing::Values(0u, internal::Connection::kAnySlot));
 
+// Any call of the batch, made into one line: "<type>" then its items, or "error: …".
+std::string Describe(const Status& s, const redisReply* r) {
+  if (!s.ok()) return "error: " + s.ToString();
+  if (r->type == REDIS_REPLY_INTEGER) return "int " + std::to_string(r->integer);
+  if (r->type != REDIS_REPLY_ARRAY) return "type " + std::to_string(r->type);
+  std::string out = "array";
+  for (size_t i = 0; i < r->elements; ++i) {
+    const redisReply* e = r->element[i];
+    out += e->type == REDIS_REPLY_INTEGER  ? " " + std::to_string(e->integer)
+           : e->type == REDIS_REPLY_STRING ? " '" + std::string(e->str, e->len) + "'"
+                                           : " ?";
+  }
+  return out;
+}
+
+// One call of concurrency.lua's (function 5) or a release's (6) by Connection::Call.
+std::future<std::string> LeaseCall(internal::Connection& conn, int function, const std::string& key,
+                                   std::vector<std::string> argv) {
+  std::string args;
+  for (const std::string& a : argv) internal::AppendBulk(args, a);
+  auto promise = std::make_shared<std::promise<std::string>>();
+  conn.Call({.script = function == 6 ? -1 : internal::kConcurrencyScript,
+             .command = function == 6 ? "ZREM" : "",
+             .function = function,
+             .key = key,
+             .args = std::move(args),
+             .arg_items = static_cast<int>(argv.size())},
+            steady_clock::now() + seconds(10), [promise](const Status& s, const redisReply* r) {
+              promise->set_value(Describe(s, r));
+            });
+  return promise->get_future();
+}
+
+// The batch's reply is one flat array (src/algo/batch.lua): tables of 4 items, a list of
+// any length, an empty one, a release's bare integer and an error, side by side, each
+// reach their own call whole.
+TEST(Connection, RepliesOfEveryShapeInOneBatchReachTheirCalls) {
+  RedisServer server;
+  IoThreads threads(1);
+  auto conn = StartBatchingConnection(threads.io(), server.url());
+  // Two leases on l, one on m, taken first (each a batch of its own or alone).
+  conn->Cork();
+  auto a = LeaseCall(*conn, 5, "f:{l}:c", {"0", "", "ta", "5", "60000"});
+  auto b = LeaseCall(*conn, 5, "f:{l}:c", {"0", "", "tb", "5", "60000"});
+  auto c = LeaseCall(*conn, 5, "f:{m}:c", {"0", "", "tc", "5", "60000"});
+  conn->Uncork();
+  ASSERT_EQ(a.get().rfind("array 1 1 ", 0), 0u);
+  ASSERT_EQ(b.get().rfind("array 1 2 ", 0), 0u);
+  ASSERT_EQ(c.get().rfind("array 1 1 ", 0), 0u);
+  const auto members = server.Command({"ZRANGE", "f:{l}:c", "0", "-1"});
+  ASSERT_EQ(members.elements.size(), 2u);
+  const std::string member_a = members.elements[0].str;  // "<ms>:ta"
+  ASSERT_NE(member_a.find(":ta"), std::string::npos);
+
+  const uint64_t batches = conn->stats().batches;
+  conn->Cork();
+  auto list_l = LeaseCall(*conn, 5, "f:{l}:c", {"4", "", "", "", ""});       // 1 + 2 x 2 items
+  auto consume = Consume(*conn, "f:{x}:fw", "1");                            // 4 items
+  auto release = LeaseCall(*conn, 6, "f:{l}:c", {member_a});                 // a bare 1
+  auto again = LeaseCall(*conn, 6, "f:{l}:c", {member_a});                   // a bare 0
+  auto bad = Consume(*conn, "f:{x}:fw", "not a number");                     // an error
+  auto list_m = LeaseCall(*conn, 5, "f:{m}:c", {"4", "", "", "", ""});       // 3 items
+  auto release_all = LeaseCall(*conn, 5, "f:{n}:c", {"3", "", "", "", ""});  // none there: 4 items
+  auto list_l2 = LeaseCall(*conn, 5, "f:{l}:c", {"4", "", "", "", ""});      // 3 items: b's only
+  auto last = Consume(*conn, "f:{x}:fw", "2");  // 4 items, after the error
+  conn->Uncork();
+  const std::string l = list_l.get();
+  EXPECT_EQ(l.rfind("array ", 0), 0u) << l;
+  EXPECT_NE(l.find("'" + member_a + "'"), std::string::npos) << l;
+  EXPECT_NE(l.find(":tb'"), std::string::npos) << l;
+  EXPECT_EQ(consume.get(), "1:9");
+  EXPECT_EQ(release.get(), "int 1");
+  EXPECT_EQ(again.get(), "int 0");
+  EXPECT_EQ(bad.get().rfind("error: ", 0), 0u);
+  const std::string m = list_m.get();
+  EXPECT_NE(m.find(":tc'"), std::string::npos) << m;
+  EXPECT_EQ(std::count(m.begin(), m.end(), ' '), 3) << m;  // "array now member expires"
+  EXPECT_EQ(release_all.get().rfind("array 1 0 ", 0), 0u);
+  const std::string l2 = list_l2.get();
+  EXPECT_EQ(l2.find(":ta'"), std::string::npos) << l2;
+  EXPECT_NE(l2.find(":tb'"), std::string::npos) << l2;
+  EXPECT_EQ(last.get(), "1:7");
+  EXPECT_EQ(conn->stats().batches, batches + 1);  // all nine in one script call
+  conn->Shutdown();
+}
 TEST(Connection, ABatchThatMeetsNoscriptIsSentAgainWithTheSource) {
   RedisServer server;
   IoThreads threads(1);
