@@ -123,6 +123,38 @@ TEST_F(AclTest, TheLimiterWorksUnderItsRules) {
   EXPECT_EQ(server_.Command({"XLEN", "sluice:audit"}).integer, 1);
 }
 
+// A user set up by the docs before the one-value scripts wrote with SETRANGE (no
+// +setrange): those scripts fall back to SET … PX, so an upgrade decides as before, with
+// every key's expiry, before anyone changes the ACL.
+TEST_F(AclTest, AUserWithoutSetrangeStillDecidesEveryOneValueAlgorithm) {
+  server_.Command({"ACL", "SETUSER", "sluice-app", "-setrange"});
+  auto client = Client::Create({.url = Url("sluice-app"),
+                                .deadline = milliseconds(2000),
+                                .on_failure = FailurePolicy::kClosed});
+  ASSERT_THAT(client, IsOk());
+  for (auto algorithm : {Algorithm::kSlidingWindow, Algorithm::kTokenBucket, Algorithm::kGcra}) {
+    const std::string name(AlgorithmName(algorithm));
+    auto limiter =
+        (*client)->MakeLimiter(name, {.algorithm = algorithm, .limit = 3, .window = seconds(60)});
+    ASSERT_THAT(limiter, IsOk());
+    for (int i = 0; i < 3; ++i) {
+      auto d = limiter->Check("u");
+      ASSERT_THAT(d, IsOk());
+      EXPECT_EQ(d->source, DecisionSource::kStore) << name;
+      EXPECT_TRUE(d->allowed) << name;
+      EXPECT_EQ(d->remaining, 2 - i) << name;
+    }
+    auto refused = limiter->Check("u");
+    ASSERT_THAT(refused, IsOk());
+    EXPECT_FALSE(refused->allowed) << name;
+    EXPECT_EQ(refused->source, DecisionSource::kStore) << name;
+  }
+  // Each id's state was written (3 keys), each with its expiry (TearDown).
+  EXPECT_EQ(server_.Command({"DBSIZE"}).integer, 3);
+  // Written by the fallback: one SET … PX per admitted request (a refusal writes nothing).
+  EXPECT_EQ(server_.CommandCalls("set"), 9);
+}
+
 TEST_F(AclTest, WhatLiesOutsideTheLimitersRulesIsRefused) {
   auto endpoint = internal::ParseRedisUrl(Url("sluice-app"));
   ASSERT_THAT(endpoint, IsOk());

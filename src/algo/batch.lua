@@ -2,11 +2,11 @@
 -- flight, decided in one script call, in order, each exactly as its own script decides
 -- it alone (docs/design.md §7). This file is the driver only and does not run alone: the
 -- build (CMakeLists.txt) puts in front of it every algorithm's script and the
--- concurrency script, each wrapped as `local function <name>(KEYS, ARGV) <file> end`,
--- the release of one lease (a plain ZREM), and the tables FUNCTIONS, ARITY (ARGV items
--- each takes), keyed by the index as sent: '0' fixed_window, '1' sliding_window,
--- '2' sliding_log, '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release
--- (1), and NUMERIC (the arguments a function reads only as numbers), so no algorithm's
+-- concurrency script, each wrapped as a function `<name>(KEYS, ARGV)` (the helpers above
+-- a script's `--[[ per call ]]` line are made once, outside it), the release of one
+-- lease (a plain ZREM), and the tables FUNCTIONS, ARITY (ARGV items each takes), keyed by
+-- the index as sent: '0' fixed_window, '1' sliding_window, '2' sliding_log,
+-- '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release (1), and NUMERIC (the arguments a function reads only as numbers), so no algorithm's
 -- code is copied.
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
 --          Or no KEYS at all: then ARGV[1] is the number of calls n and ARGV[2..n+1]

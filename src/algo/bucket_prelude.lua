@@ -1,14 +1,15 @@
 -- sluice bucket prelude: what token_bucket.lua and gcra.lua share, put in front of each
--- of them at build time (CMakeLists.txt), so each script as Redis runs it is this file
--- followed by the algorithm's own. Not a script alone.
+-- of them at build time (CMakeLists.txt): each script as Redis runs it is this file's
+-- helpers, the algorithm's helpers, then this file's per-call part and the algorithm's
+-- (each file splits at its `--[[ per call ]]` line). Not a script alone.
 -- Reads the calling convention of src/algo/algorithm.h into locals: op, now (Redis TIME
 -- or the model clock), grace (60 s under a model clock, see fixed_window.lua), cost,
 -- limit, window, rate (the refill; 0 means limit); and defines H and wide(), the exact
--- integer arithmetic both buckets need.
+-- integer arithmetic both buckets need, and put(), how both write their value. H,
+-- wide() and put() sit above the `--[[ per call ]]` line (CMakeLists.txt): they read no
+-- argument, so the batch and the composite make them once per script call.
 local H = 4503599627370496 -- 2^52: the horizon in ms, and the bound of exact products
 local call = redis.call
-local argv = ARGV
-local key = KEYS[1]
 
 -- floor(a*b/d) and a*b % d for integers 0 <= a, b <= 2^52 and 1 <= d < 2^41, when
 -- a*b >= 2^52 (below, p % d and (p - p % d) / d are exact). Exact when the quotient is
@@ -37,6 +38,27 @@ local function wide(a, b, d)
   return q + q0, r
 end
 
+-- Writes the bucket's 32-byte value over the one there (SETRANGE: Redis keeps the key's
+-- value object; the caller has deleted any longer value), then its expiry `ttl` ms from
+-- `now`: at that absolute ms on Redis's clock (PEXPIREAT), relative with the grace under
+-- a model clock, whose `now` is not Redis's. Cheaper for Redis than one SET … PX, which
+-- frees the old value and the old expiry to make new ones and rewrites itself to PXAT
+-- for replication. A SETRANGE refused (an ACL user set up by the earlier docs, without
+-- +setrange: NOPERM) writes the value with SET … PX instead, as before: an upgrade never
+-- needs the ACL changed first. (The check is a number compare: an error reply is a table.)
+local function put(key, value, now, ttl, grace)
+  if redis.pcall('SETRANGE', key, '0', value) ~= #value then
+    call('SET', key, value, 'PX', string.format('%d', ttl + grace))
+  elseif grace == 0 then
+    call('PEXPIREAT', key, string.format('%d', now + ttl))
+  else
+    call('PEXPIRE', key, string.format('%d', ttl + grace))
+  end
+end
+
+--[[ per call ]]
+local argv = ARGV
+local key = KEYS[1]
 local op = argv[1]
 local now, grace = argv[2], 60000
 if now == '' then

@@ -39,6 +39,29 @@
 -- on an id with leases 5 (+ ZREMRANGEBYSCORE); a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE).
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
 -- argument with a costly '%.17g').
+-- The two helpers above `--[[ per call ]]` take what they use as arguments: in the batch
+-- they are made once per script call (CMakeLists.txt), not once per lease.
+
+-- Gives a key that lost its expiry one at its latest score.
+local function restore_ttl(key, now, grace)
+  if redis.call('PTTL', key) == -1 then
+    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if top[2] then
+      redis.call('PEXPIRE', key, string.format('%d', tonumber(top[2]) - now + grace))
+    end
+  end
+end
+
+-- The key's expiry follows a score moved forward to `ms` (text) from now.
+local function follow(key, now, grace, ms, fresh)
+  if fresh then
+    redis.call('PEXPIRE', key, ms)
+  elseif redis.call('PEXPIRE', key, ms, 'GT') == 0 then
+    restore_ttl(key, now, grace)
+  end
+end
+
+--[[ per call ]]
 local key = KEYS[1]
 local op = ARGV[1]
 local now, grace
@@ -51,25 +74,6 @@ elseif type(ARGV[2]) == 'number' then
 else
   now = tonumber(ARGV[2])
   grace = 60000
-end
-
--- Gives a key that lost its expiry one at its latest score.
-local function restore_ttl()
-  if redis.call('PTTL', key) == -1 then
-    local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if top[2] then
-      redis.call('PEXPIRE', key, string.format('%d', tonumber(top[2]) - now + grace))
-    end
-  end
-end
-
--- The key's expiry follows a score moved forward to `ms` (text) from now.
-local function follow(ms, fresh)
-  if fresh then
-    redis.call('PEXPIRE', key, ms)
-  elseif redis.call('PEXPIRE', key, ms, 'GT') == 0 then
-    restore_ttl()
-  end
 end
 
 if op == '0' then
@@ -85,11 +89,11 @@ if op == '0' then
   if count < limit then
     local expires = now + tonumber(ARGV[5])
     redis.call('ZADD', key, string.format('%d', expires), string.format('%d:%s', now, ARGV[3]))
-    follow(grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), count == 0)
+    follow(key, now, grace, grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), count == 0)
     return {1, count + 1, now, expires}
   end
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  restore_ttl()
+  restore_ttl(key, now, grace)
   return {0, count, now, tonumber(first[2])}
 end
 
@@ -101,23 +105,23 @@ if op == '1' then
     return {0, 0, now, 0}
   end
   if not score then
-    restore_ttl()
+    restore_ttl(key, now, grace)
     return {0, 0, now, 0}
   end
   score = tonumber(score)
   if score <= now then
     -- Expired but not yet pruned: gone for good (ZADD XX GT alone would revive it).
     redis.call('ZREM', key, member)
-    restore_ttl()
+    restore_ttl(key, now, grace)
     return {0, 0, now, 0}
   end
   local expires = now + tonumber(ARGV[5])
   if expires > score then
     redis.call('ZADD', key, string.format('%d', expires), member)
-    follow(grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), false)
+    follow(key, now, grace, grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), false)
     return {1, 0, now, expires}
   end
-  restore_ttl()
+  restore_ttl(key, now, grace)
   return {1, 0, now, score}
 end
 
@@ -141,7 +145,7 @@ if op == '4' then
     out[#out + 1] = rows[i]
     out[#out + 1] = tonumber(rows[i + 1])
   end
-  restore_ttl()
+  restore_ttl(key, now, grace)
   return out
 end
 

@@ -10,8 +10,8 @@
 -- ARGV     op, now ("" = Redis TIME), cost, limit, window ms, refill (0 = limit),
 --          aligned (unused) (see src/algo/algorithm.h)
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}
--- TTL rule: every write is SET … PX <until the TAT>, so the key expires exactly when the
--- bucket is full again and an idle id costs no memory; a call that reads a live TAT
+-- TTL rule: every write puts the value (SETRANGE) and its expiry at the TAT (PEXPIREAT),
+-- so the key expires exactly when the bucket is full again and an idle id costs no memory; a call that reads a live TAT
 -- without writing it gives the key back an expiry if it lost one (PEXPIRE … NX, never
 -- moving an existing one). A TAT that is past (the key lost its TTL), a value sluice did
 -- not write, or a bucket found full is deleted by the call that reads it. Refused
@@ -34,8 +34,22 @@
 -- speed are obtained: docs/algorithms.md, "Exactness of the buckets" and "Why the bucket
 -- scripts look as they do".
 -- The locals H, call, argv, key, op, now, grace, cost, limit, window, rate and the
--- function wide() come from src/algo/bucket_prelude.lua, which the build puts in front
--- of this file.
+-- functions wide() and put() come from src/algo/bucket_prelude.lua, which the build puts
+-- in front of this file. The helper above `--[[ per call ]]` takes everything it uses as
+-- arguments (CMakeLists.txt makes it once per script call).
+
+-- Stores the TAT now + m + f/rate ms (under this refill and window); returns the ms until
+-- it.
+local function store(key, now, grace, rate, window, m, f)
+  local ttl = m
+  if f > 0 then
+    ttl = m + 1
+  end
+  put(key, struct.pack('>dddd', now + m, f, rate, window), now, ttl, grace)
+  return ttl
+end
+
+--[[ per call ]]
 
 -- The capacity in force: `limit`, unless refilling it would take longer than H.
 local cap = limit
@@ -49,8 +63,8 @@ end
 -- The deficit: xm ms + xf/vr ms until the bucket is full, as written under refill vr and
 -- window vw.
 local v = redis.pcall('GET', key)
-if v and v.err then
-  call('DEL', key) -- not a string (an error reply): not sluice's
+if v and (v.err or #v > 32) then
+  call('DEL', key) -- not a string (an error reply), or too long: not sluice's
   v = false
 end
 local live = false
@@ -87,16 +101,6 @@ if op == '3' then
   return {1, cap, 0, 0}
 end
 
--- Stores the TAT now + m + f/rate ms; returns the ms until it.
-local function store(m, f)
-  local ttl = m
-  if f > 0 then
-    ttl = m + 1
-  end
-  call('SET', key, struct.pack('>dddd', now + m, f, rate, window), 'PX', string.format('%d', ttl + grace))
-  return ttl
-end
-
 if not live then
   if v and (op ~= '0' or cost > cap) then
     call('DEL', key)
@@ -114,7 +118,7 @@ if not live then
   else
     nm, nf = wide(cost, window, rate)
   end
-  return {1, cap - cost, store(nm, nf), 0}
+  return {1, cap - cost, store(key, now, grace, rate, window, nm, nf), 0}
 end
 
 -- Whole tokens missing, ceil(deficit * vr / vw) — or, past 2^52 (a TAT written under a
@@ -180,7 +184,7 @@ if op == '2' then
   if used - cost < cap then
     remaining = cap - (used - cost)
   end
-  return {1, remaining, store(ym, yf), 0}
+  return {1, remaining, store(key, now, grace, rate, window, ym, yf), 0}
 end
 
 local reply
@@ -200,7 +204,7 @@ elseif cost <= remaining then
       sf = sf - rate
       sm = sm + 1
     end
-    return {1, remaining - cost, store(sm, sf), 0}
+    return {1, remaining - cost, store(key, now, grace, rate, window, sm, sf), 0}
   end
   reply = {1, remaining, reset, 0}
 else
@@ -224,7 +228,7 @@ else
 end
 -- Nothing else written: keep the stored TAT's expiry, or store the converted one.
 if moved then
-  store(xm, xf)
+  store(key, now, grace, rate, window, xm, xf)
 else
   call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
 end

@@ -28,8 +28,8 @@
 -- products below 2^52 are divided directly, larger ones digit by digit (muldiv).
 --
 -- TTL rule: the key expires exactly when `used` reaches 0 for good (at most at the end of
--- the window after the current one), i.e. after reset_after; every write is SET … PX
--- that. A call that reads live state without writing it gives the key back an expiry if
+-- the window after the current one), i.e. after reset_after; every write overwrites the
+-- value (SETRANGE) and sets that expiry (PEXPIREAT) in the same script. A call that reads live state without writing it gives the key back an expiry if
 -- it lost one (PEXPIRE … NX, never moving an existing one). State whose estimate is 0
 -- for good, a value sluice did not write, or a window starting more than a window after
 -- now (the clock stepped back that far) is deleted by the call that reads it.
@@ -53,32 +53,7 @@
 -- net of refunds). Rounding the weighted previous count down puts the estimate less than
 -- 1 unit below the real-valued weighting: it admits a request that real arithmetic would
 -- refuse only when that one misses by less than 1 unit, and never refuses one it admits.
-local key = KEYS[1]
-local op = ARGV[1]
-local take = op == '5'
-if take then
-  op = '0'
-end
-if op == '3' then
-  redis.call('DEL', key)
-  return {1, tonumber(ARGV[4]), 0, 0}
-end
-
 local floor = math.floor
-local now, grace
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now = t[1] * 1000 + floor(t[2] / 1000)
-  grace = 0
-elseif type(ARGV[2]) == 'number' then
-  now, grace = ARGV[2], 0 -- Redis TIME, read once for a whole batch (src/algo/batch.lua)
-else
-  now = tonumber(ARGV[2])
-  grace = 60000
-end
-local cost = tonumber(ARGV[3])
-local limit = tonumber(ARGV[4])
-local w = tonumber(ARGV[5])
 
 -- floor(x * y / z) and the remainder, exact for x, z <= 2^41 and y < 2^40: a product
 -- below 2^52 is divided directly (its floored quotient is then exact); a larger one digit
@@ -111,11 +86,58 @@ local function zero_at(s, c, p, w)
   return -math.huge
 end
 
+-- Writes state (s, c, p) counted in window w, whose estimate is 0 for good at `zero`: the
+-- 26 bytes over the value in place (SETRANGE: Redis keeps the key's value object), then
+-- the key's expiry at `zero` itself (PEXPIREAT, as Redis's clock; a model clock's `now`
+-- is not Redis's, so there it stays relative, with the grace). Cheaper for Redis than
+-- one SET … PX, which frees the old value and the old expiry to make new ones and
+-- rewrites itself to PXAT for replication. Only a value no longer than 26 bytes is ever
+-- overwritten so (a longer one is not sluice's, deleted when read). A SETRANGE refused
+-- (an ACL user without +setrange, as the earlier docs set it up: NOPERM) writes with
+-- SET … PX as before, so an upgrade never needs the ACL changed first.
+local function put(key, now, grace, s, c, p, w, zero)
+  local value = struct.pack('<i8i6i6i6', s, c, p, w)
+  if redis.pcall('SETRANGE', key, '0', value) ~= 26 then
+    redis.call('SET', key, value, 'PX', string.format('%d', zero - now + grace))
+  elseif grace == 0 then
+    redis.call('PEXPIREAT', key, string.format('%d', zero))
+  else
+    redis.call('PEXPIRE', key, string.format('%d', zero - now + grace))
+  end
+end
+
+--[[ per call ]]
+local key = KEYS[1]
+local op = ARGV[1]
+local take = op == '5'
+if take then
+  op = '0'
+end
+if op == '3' then
+  redis.call('DEL', key)
+  return {1, tonumber(ARGV[4]), 0, 0}
+end
+
+local now, grace
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  now = t[1] * 1000 + floor(t[2] / 1000)
+  grace = 0
+elseif type(ARGV[2]) == 'number' then
+  now, grace = ARGV[2], 0 -- Redis TIME, read once for a whole batch (src/algo/batch.lua)
+else
+  now = tonumber(ARGV[2])
+  grace = 60000
+end
+local cost = tonumber(ARGV[3])
+local limit = tonumber(ARGV[4])
+local w = tonumber(ARGV[5])
+
 local s, c, p, zero, sw
 local moved = false -- converted from another window: written back by every path
 local v = redis.pcall('GET', key)
-if v and v.err then
-  redis.call('DEL', key) -- not a string (an error reply): not sluice's
+if v and (v.err or #v > 26) then
+  redis.call('DEL', key) -- not a string (an error reply), or too long: not sluice's
   v = false
 end
 if v then
@@ -167,7 +189,7 @@ if not s then
   end
   s = now - now % w
   zero = zero_at(s, cost, 0, w)
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, cost, 0, w), 'PX', string.format('%d', zero - now + grace))
+  put(key, now, grace, s, cost, 0, w, zero)
   return {1, limit - cost, zero - now, take and s + w or 0}
 end
 
@@ -215,7 +237,7 @@ if op == '2' or op == '6' then
     redis.call('DEL', key)
     return {1, limit, 0, 0}
   end
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))
+  put(key, now, grace, s, c, p, w, zero)
   used = c
   if p > 0 then
     used = used + muldiv(p, w - e, w)
@@ -232,11 +254,11 @@ end
 if code == 1 and op == '0' then
   c = c + cost
   zero = zero_at(s, c, p, w)
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))
+  put(key, now, grace, s, c, p, w, zero)
   return {1, limit - used - cost, zero - now, take and s + w or 0}
 end
 if moved then
-  redis.call('SET', key, struct.pack('<i8i6i6i6', s, c, p, w), 'PX', string.format('%d', zero - now + grace))
+  put(key, now, grace, s, c, p, w, zero)
 else
   redis.call('PEXPIRE', key, string.format('%d', zero - now + grace), 'NX')
 end

@@ -7,8 +7,8 @@
 -- ARGV     op, now ("" = Redis TIME), cost, limit, window ms, refill (0 = limit),
 --          aligned (unused) (see src/algo/algorithm.h)
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}
--- TTL rule: every write is SET … PX <until full>, so the key expires exactly when the
--- bucket would be full again and an idle id costs no memory; a call that reads a live
+-- TTL rule: every write puts the value (SETRANGE) and its expiry at the full time
+-- (PEXPIREAT), so the key expires exactly when the bucket would be full again and an idle id costs no memory; a call that reads a live
 -- bucket without writing it gives the key back an expiry if it lost one (PEXPIRE … NX,
 -- never moving an existing one). A bucket past its full time (the key lost its TTL), a
 -- value sluice did not write, or a bucket found full is deleted by the call that reads
@@ -31,11 +31,13 @@
 -- the speed are obtained: docs/algorithms.md, "Exactness of the buckets" and "Why the
 -- bucket scripts look as they do".
 -- The locals H, call, argv, key, op, now, grace, cost, limit, window, rate and the
--- function wide() come from src/algo/bucket_prelude.lua, which the build puts in front
--- of this file.
+-- functions wide() and put() come from src/algo/bucket_prelude.lua, which the build puts
+-- in front of this file. The helpers above `--[[ per call ]]` take everything they use
+-- as arguments (CMakeLists.txt makes them once per script call).
 
--- ms until a deficit of k tokens + c/window token is refilled, rounded up.
-local function refill_ms(k, c)
+-- ms until a deficit of k tokens + c/window token is refilled at `rate` per `window`,
+-- rounded up.
+local function refill_ms(k, c, window, rate)
   local p, q, r = k * window
   if p < H then
     r = p % rate
@@ -52,11 +54,13 @@ local function refill_ms(k, c)
   return q
 end
 
--- Stores a deficit of k tokens + c/window token, full in `ttl` ms; returns ttl.
-local function store(k, c, ttl)
-  call('SET', key, struct.pack('>dddd', k, c, now, ttl), 'PX', string.format('%d', ttl + grace))
+-- Stores a deficit of k tokens + c/window token at `now`, full in `ttl` ms; returns ttl.
+local function store(key, now, grace, k, c, ttl)
+  put(key, struct.pack('>dddd', k, c, now, ttl), now, ttl, grace)
   return ttl
 end
+
+--[[ per call ]]
 
 -- The capacity in force: `limit`, unless refilling it would take longer than H.
 local cap = limit
@@ -69,8 +73,8 @@ end
 
 -- The deficit now: xt tokens + xc/window token.
 local v = redis.pcall('GET', key)
-if v and v.err then
-  call('DEL', key) -- not a string (an error reply): not sluice's
+if v and (v.err or #v > 32) then
+  call('DEL', key) -- not a string (an error reply), or too long: not sluice's
   v = false
 end
 local live = false
@@ -128,10 +132,10 @@ if not live then
   if op ~= '0' then
     return {1, cap, 0, 0}
   end
-  return {1, cap - cost, store(cost, 0, refill_ms(cost, 0)), 0}
+  return {1, cap - cost, store(key, now, grace, cost, 0, refill_ms(cost, 0, window, rate)), 0}
 end
 
-local reset = refill_ms(xt, xc)
+local reset = refill_ms(xt, xc, window, rate)
 if reset > stored_ttl then
   -- Refill got slower since the write: the bucket is still full at the stored time.
   local p = stored_ttl * rate
@@ -147,7 +151,7 @@ end
 local cut = xt > cap or (xt == cap and xc > 0)
 if cut then
   xt, xc = cap, 0
-  reset = refill_ms(cap, 0)
+  reset = refill_ms(cap, 0, window, rate)
 end
 local used = xt
 if xc > 0 then
@@ -168,7 +172,7 @@ if op == '2' then
   if used < cap then
     remaining = cap - used
   end
-  return {1, remaining, store(xt, xc, refill_ms(xt, xc)), 0}
+  return {1, remaining, store(key, now, grace, xt, xc, refill_ms(xt, xc, window, rate)), 0}
 end
 
 local reply
@@ -177,16 +181,16 @@ if cost > cap then
 elseif cost <= remaining then
   if op == '0' then
     xt = xt + cost
-    return {1, remaining - cost, store(xt, xc, refill_ms(xt, xc)), 0}
+    return {1, remaining - cost, store(key, now, grace, xt, xc, refill_ms(xt, xc, window, rate)), 0}
   end
   reply = {1, remaining, reset, 0}
 else
   -- Refused: retry when the deficit has shrunk to what leaves `cost` tokens.
-  reply = {0, remaining, reset, refill_ms(xt + cost - cap, xc)}
+  reply = {0, remaining, reset, refill_ms(xt + cost - cap, xc, window, rate)}
 end
 -- Nothing else written: keep the stored state's expiry, or store the cut state.
 if cut then
-  store(xt, xc, reset)
+  store(key, now, grace, xt, xc, reset)
 else
   call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
 end
