@@ -61,7 +61,7 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 declare -A rate cpu client p50 p99 per floor_us floor_rps
 SHAPES_LIST=(count_expiry one_value sorted_log lease_cycle)
-declare -A SHAPE_LABEL=([count_expiry]="count + expiry (fw v2)" [one_value]="one value: GET + SET PX"
+declare -A SHAPE_LABEL=([count_expiry]="count + expiry (fw v2)" [one_value]="one value: GET+SETRANGE+PEXPIREAT"
   [sorted_log]="sorted-set log" [lease_cycle]="lease cycle (4 commands)")
 declare -A SHAPE_ROWS=([count_expiry]="fixed_window" [one_value]="sliding_window token_bucket gcra"
   [sorted_log]="sliding_log" [lease_cycle]="lease acquire+release")

@@ -5,7 +5,7 @@
 -- (bench/redis_core.sh, "shape floors").
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local out = {}
+local out, j = {}, 0
 for i = 1, #KEYS do
   local c = redis.call('INCRBY', KEYS[i], 1)
   local e
@@ -15,6 +15,12 @@ for i = 1, #KEYS do
   else
     e = redis.call('PEXPIRETIME', KEYS[i])
   end
-  out[i] = {1, c, e - now, 0}
+  -- the reply as the batch script gives it: a flat array, per call its width then its items
+  out[j + 1] = 4
+  out[j + 2] = 1
+  out[j + 3] = c
+  out[j + 4] = e - now
+  out[j + 5] = 0
+  j = j + 5
 end
 return out

@@ -842,9 +842,10 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
     }
     return;
   }
-  // One flat array (src/algo/batch.lua): per call an error reply; or w >= 0 and then its
-  // w items, handed to the call as an array of its own (a view into the batch's reply,
-  // which outlives the callbacks); or -1 and then its one value.
+  // One flat array (src/algo/batch.lua): per call an error reply; a code (0, 1 or 2) and
+  // the 3 items after it, a decision's 4; -2 - w and then w items; or -1 and then one
+  // value. A call's items are handed to it as an array of its own (a view into the
+  // batch's reply, which outlives the callbacks).
   const size_t total = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
   size_t at = 0;
   size_t i = 0;
@@ -853,16 +854,24 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
     redisReply* head = reply->element[at];
     redisReply view{};
     redisReply* own = nullptr;
+    const size_t left = total - at;
     if (head->type == REDIS_REPLY_ERROR) {
       own = head;
       at += 1;
-    } else if (head->type == REDIS_REPLY_INTEGER && head->integer == -1 && at + 1 < total) {
+    } else if (head->type != REDIS_REPLY_INTEGER) {
+      break;
+    } else if (head->integer >= 0 && head->integer <= 2 && left >= 4) {
+      view.type = REDIS_REPLY_ARRAY;
+      view.elements = 4;
+      view.element = reply->element + at;
+      own = &view;
+      at += 4;
+    } else if (head->integer == -1 && left >= 2) {
       own = reply->element[at + 1];
       at += 2;
-    } else if (head->type == REDIS_REPLY_INTEGER && head->integer >= 0 &&
-               static_cast<uint64_t>(head->integer) <= total - at - 1) {
+    } else if (head->integer <= -2 && head->integer >= -1 - static_cast<long long>(left)) {
       view.type = REDIS_REPLY_ARRAY;
-      view.elements = static_cast<size_t>(head->integer);
+      view.elements = static_cast<size_t>(-2 - head->integer);
       view.element = view.elements > 0 ? reply->element + at + 1 : nullptr;
       own = &view;
       at += 1 + view.elements;
