@@ -129,10 +129,14 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
                                         config.window_ms * 10,
                                         86'400'000,
                                         7};
-  // Writers of a value of another type at an id's key (someone else's stray write).
+  // Writers of a value of another type at an id's key (someone else's stray write); a
+  // string longer than any state, which a script writing in place (SETRANGE) must not
+  // leave a tail of.
   const std::vector<std::vector<std::string>> writers = {
-      {"SET", "", "foreign"}, {"HSET", "", "f", "v"}, {"RPUSH", "", "a"},
-      {"SADD", "", "a"},      {"ZADD", "", "1", "a"}, {"XADD", "", "*", "f", "v"},
+      {"SET", "", "foreign"},      {"SET", "", std::string(48, 'f')},
+      {"HSET", "", "f", "v"},      {"RPUSH", "", "a"},
+      {"SADD", "", "a"},           {"ZADD", "", "1", "a"},
+      {"XADD", "", "*", "f", "v"},
   };
   // Batched mode (config.batch_max > 0): the Redis store itself, on a corked connection.
   boost::asio::io_context io;
