@@ -6,8 +6,9 @@
 -- a script's `--[[ per call ]]` line are made once, outside it), the release of one
 -- lease (a plain ZREM), and the tables FUNCTIONS, ARITY (ARGV items each takes), keyed by
 -- the index as sent: '0' fixed_window, '1' sliding_window, '2' sliding_log,
--- '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release (1), and NUMERIC (the arguments a function reads only as numbers), so no algorithm's
--- code is copied.
+-- '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release (1), and
+-- NUMERIC (the arguments a function reads only as numbers), so no algorithm's code is
+-- copied.
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
 --          Or no KEYS at all: then ARGV[1] is the number of calls n and ARGV[2..n+1]
 --          their keys, and the calls' items follow. A Redis Cluster primary runs such a

@@ -11,9 +11,9 @@
 --          aligned (unused) (see src/algo/algorithm.h)
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}
 -- TTL rule: every write puts the value (SETRANGE) and its expiry at the TAT (PEXPIREAT),
--- so the key expires exactly when the bucket is full again and an idle id costs no memory; a call that reads a live TAT
--- without writing it gives the key back an expiry if it lost one (PEXPIRE … NX, never
--- moving an existing one). A TAT that is past (the key lost its TTL), a value sluice did
+-- so the key expires exactly when the bucket is full again and an idle id costs no
+-- memory; a call that reads a live TAT without writing it gives the key back an expiry
+-- if it lost one (PEXPIRE … NX, never moving an existing one). A TAT that is past (the key lost its TTL), a value sluice did
 -- not write, or a bucket found full is deleted by the call that reads it. Refused
 -- requests change nothing. Under a model clock (tests only) expiries get 60 s of grace,
 -- as in fixed_window.lua; the stored TAT keeps decisions exact.
