@@ -123,7 +123,14 @@ for i = 1, n do
   if ok then
     -- Every function but release returns a table (its script's reply or an error reply):
     -- told apart without type(), a C call that costs a decision ~2% here.
-    if fn ~= release and not r.err then
+    if fn == release then
+      out[at + 1] = -1
+      out[at + 2] = r or false -- nil would end the array there
+      at = at + 2
+    elseif r.err then
+      at = at + 1
+      out[at] = r -- an error reply its script returned
+    else
       local w = #r
       local h = r[1]
       if w == 4 and (h == 1 or h == 0 or h == 2) then
@@ -140,13 +147,6 @@ for i = 1, n do
         end
         at = at + 1 + w
       end
-    elseif fn ~= release then
-      at = at + 1
-      out[at] = r -- an error reply its script returned
-    else
-      out[at + 1] = -1
-      out[at + 2] = r or false -- nil would end the array there
-      at = at + 2
     end
   else
     at = at + 1

@@ -39,13 +39,14 @@ local function wide(a, b, d)
 end
 
 -- Writes the bucket's 32-byte value over the one there (SETRANGE: Redis keeps the key's
--- value object; the caller has deleted any longer value), then its expiry `ttl` ms from
--- `now`: at that absolute ms on Redis's clock (PEXPIREAT), relative with the grace under
--- a model clock, whose `now` is not Redis's. Cheaper for Redis than one SET … PX, which
--- frees the old value and the old expiry to make new ones and rewrites itself to PXAT
--- for replication. A SETRANGE refused (an ACL user set up by the earlier docs, without
--- +setrange: NOPERM) writes the value with SET … PX instead, as before: an upgrade never
--- needs the ACL changed first. (The check is a number compare: an error reply is a table.)
+-- value object), then its expiry `ttl` ms from `now`: at that absolute ms on Redis's
+-- clock (PEXPIREAT), relative with the grace under a model clock, whose `now` is not
+-- Redis's. Cheaper for Redis than one SET … PX, which frees the old value and the old
+-- expiry to make new ones and rewrites itself to PXAT for replication. A SETRANGE whose
+-- reply is not the new length (a longer foreign value was there, or an ACL user set up
+-- by the earlier docs, without +setrange, got NOPERM) writes with SET … PX as before: no
+-- tail of another value is ever left, and an upgrade never needs the ACL changed first.
+-- (The check is a number compare: an error reply is a table.)
 local function put(key, value, now, ttl, grace)
   if redis.pcall('SETRANGE', key, '0', value) ~= #value then
     call('SET', key, value, 'PX', string.format('%d', ttl + grace))

@@ -63,8 +63,8 @@ end
 -- The deficit: xm ms + xf/vr ms until the bucket is full, as written under refill vr and
 -- window vw.
 local v = redis.pcall('GET', key)
-if v and (v.err or #v > 32) then
-  call('DEL', key) -- not a string (an error reply), or too long: not sluice's
+if v and v.err then
+  call('DEL', key) -- not a string (an error reply): not sluice's
   v = false
 end
 local live = false

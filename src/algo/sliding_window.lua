@@ -91,10 +91,10 @@ end
 -- the key's expiry at `zero` itself (PEXPIREAT, as Redis's clock; a model clock's `now`
 -- is not Redis's, so there it stays relative, with the grace). Cheaper for Redis than
 -- one SET … PX, which frees the old value and the old expiry to make new ones and
--- rewrites itself to PXAT for replication. Only a value no longer than 26 bytes is ever
--- overwritten so (a longer one is not sluice's, deleted when read). A SETRANGE refused
--- (an ACL user without +setrange, as the earlier docs set it up: NOPERM) writes with
--- SET … PX as before, so an upgrade never needs the ACL changed first.
+-- rewrites itself to PXAT for replication. A SETRANGE whose reply is not the new length,
+-- 26 (a longer foreign value was there, or an ACL user without +setrange, as the earlier
+-- docs set it up, got NOPERM), writes with SET … PX as before: no tail of another value
+-- is ever left, and an upgrade never needs the ACL changed first.
 local function put(key, now, grace, s, c, p, w, zero)
   local value = struct.pack('<i8i6i6i6', s, c, p, w)
   if redis.pcall('SETRANGE', key, '0', value) ~= 26 then
@@ -136,8 +136,8 @@ local w = tonumber(ARGV[5])
 local s, c, p, zero, sw
 local moved = false -- converted from another window: written back by every path
 local v = redis.pcall('GET', key)
-if v and (v.err or #v > 26) then
-  redis.call('DEL', key) -- not a string (an error reply), or too long: not sluice's
+if v and v.err then
+  redis.call('DEL', key) -- not a string (an error reply): not sluice's
   v = false
 end
 if v then

@@ -73,8 +73,8 @@ end
 
 -- The deficit now: xt tokens + xc/window token.
 local v = redis.pcall('GET', key)
-if v and (v.err or #v > 32) then
-  call('DEL', key) -- not a string (an error reply), or too long: not sluice's
+if v and v.err then
+  call('DEL', key) -- not a string (an error reply): not sluice's
   v = false
 end
 local live = false
