@@ -21,10 +21,7 @@ SLUICE=${SLUICE:-./build/bin/sluice}
 source bench/lib.sh
 start_private_redis
 cli() { redis-cli -p "$port" "$@"; }
-suffix() {
-  case $1 in fixed_window) echo fw;; sliding_window) echo sw;; sliding_log) echo sl;;
-             token_bucket) echo tb;; gcra) echo gcra;; esac
-}
+lua_script fixed_window >/dev/null || exit 2  # the scripts are read from the build
 # ceiling <sha> <suffix> <limit>: "rps usec_per_call"
 ceiling() {
   cli CONFIG RESETSTAT >/dev/null

@@ -27,13 +27,29 @@ usec_per_call() {
     sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p'
 }
 
-# lua_script <algorithm>: the script text as the build embeds it (token_bucket and gcra
-# get src/algo/bucket_prelude.lua in front, see CMakeLists.txt).
-lua_script() {
-  case $1 in
-    token_bucket|gcra) cat src/algo/bucket_prelude.lua "src/algo/$1.lua" ;;
-    *) cat "src/algo/$1.lua" ;;
-  esac
+# embedded_script <name>: a script's text exactly as the build embeds it (kFixedWindowLua,
+# kBatchLua, …: CMakeLists.txt assembles them from src/algo/*.lua, preludes and helpers
+# included), read from the release build's generated source; GENERATED= names another
+# build's. Fails, saying so, when there is none.
+embedded_script() {
+  local generated=${GENERATED:-build/release/generated/lua_scripts.cc}
+  [ -f "$generated" ] || { echo "build first: make build ($generated not found)" >&2; return 2; }
+  python3 - "$generated" "$1" <<'PY'
+import sys
+s = open(sys.argv[1]).read()
+tag = 'const std::string_view %s = R"sluice_lua(' % sys.argv[2]
+a = s.index(tag) + len(tag)
+sys.stdout.write(s[a:s.index(')sluice_lua"', a)])
+PY
+}
+
+# lua_script <algorithm>: that algorithm's script as the build embeds it.
+lua_script() { embedded_script "k$(echo "$1" | sed -E 's/(^|_)([a-z])/\U\2/g')Lua"; }
+
+# suffix <algorithm>: the key suffix the bench scripts give that algorithm's ids.
+suffix() {
+  case $1 in fixed_window) echo fw;; sliding_window) echo sw;; sliding_log) echo sl;;
+             token_bucket) echo tb;; gcra) echo gcra;; esac
 }
 
 # find_sluice: $SLUICE when set, else the release build's binary, else the default

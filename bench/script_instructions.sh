@@ -26,26 +26,11 @@ source bench/lib.sh
 work=$(mktemp -d)
 vg_pid=""
 trap '[ -n "$vg_pid" ] && kill "$vg_pid" 2>/dev/null; rm -rf "$work"' EXIT
-# The script text as built now (the batch script is generated, see CMakeLists.txt).
-embedded() {
-  python3 - "$GENERATED" "$1" <<'PY'
-import sys
-s = open(sys.argv[1]).read()
-tag = 'const std::string_view %s = R"sluice_lua(' % sys.argv[2]
-a = s.index(tag) + len(tag)
-sys.stdout.write(s[a:s.index(')sluice_lua"', a)])
-PY
-}
-camel() { echo "$1" | sed -E 's/(^|_)([a-z])/\U\2/g'; }
 before_script() {
   case $1 in
     token_bucket|gcra) git show "$BEFORE:src/algo/bucket_prelude.lua"; git show "$BEFORE:src/algo/$1.lua" ;;
     *) git show "$BEFORE:src/algo/$1.lua" ;;
   esac
-}
-suffix() {
-  case $1 in fixed_window) echo fw;; sliding_window) echo sw;; sliding_log) echo sl;;
-             token_bucket) echo tb;; gcra) echo gcra;; esac
 }
 
 # total <script file or -> <requests> <command...>: instructions of a whole server run.
@@ -115,8 +100,8 @@ fi
 for a in "${ALGORITHMS[@]}"; do
   s=$(suffix "$a")
   before_script "$a" >"$work/before.lua"
-  embedded "k$(camel "$a")Lua" >"$work/now.lua"
-  embedded kBatchLua >"$work/batch.lua"
+  lua_script "$a" >"$work/now.lua"
+  embedded_script kBatchLua >"$work/batch.lua"
   single=(EVALSHA @SHA@ 1 "sluicebench:{bench:user:__rand_int__}:$s" 0 "" 1 1000000000 60000 0 0)
   per_call "$a alone, before ($BEFORE)" 1 "$work/before.lua" "${single[@]}"
   per_call "$a alone, now" 1 "$work/now.lua" "${single[@]}"
