@@ -114,6 +114,6 @@ for a in "${ALGORITHMS[@]}"; do
   per_call "$a in batches of 50, own arguments" 50 "$work/batch.lua" "${own[@]}"
   # As a limiter's calls of one cost go: the first sends the arguments, the rest share them.
   batch+=("$fn" 0 "" 1 1000000000 60000 0 0)
-  for i in $(seq 2 50); do batch+=(""); done
+  for i in $(seq 2 50); do batch+=("$fn/"); done  # "the arguments of function fn's last call"
   per_call "$a in batches of 50, shared" 50 "$work/batch.lua" "${batch[@]}"
 done

@@ -4,11 +4,11 @@
 -- build (CMakeLists.txt) puts in front of it every algorithm's script and the
 -- concurrency script, each wrapped as a function `<name>(KEYS, ARGV)` (the helpers above
 -- a script's `--[[ per call ]]` line are made once, outside it), the release of one
--- lease (a plain ZREM), and the tables FUNCTIONS, ARITY (ARGV items each takes), keyed by
--- the index as sent: '0' fixed_window, '1' sliding_window, '2' sliding_log,
--- '3' token_bucket, '4' gcra (7 each), '5' concurrency (5), '6' release (1), and
--- NUMERIC (the arguments a function reads only as numbers), so no algorithm's code is
--- copied.
+-- lease (a plain ZREM), and the arrays FUNCTIONS, ARITY (how many arguments each takes)
+-- and NUMERIC (the arguments a function reads only as numbers), so no algorithm's code
+-- is copied. Functions by index, as sent ('0' is FUNCTIONS[1]): '0' fixed_window,
+-- '1' sliding_window, '2' sliding_log, '3' token_bucket, '4' gcra (7 arguments each),
+-- '5' concurrency (5), '6' release (1).
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
 --          Or no KEYS at all: then ARGV[1] is the number of calls n and ARGV[2..n+1]
 --          their keys, and the calls' items follow. A Redis Cluster primary runs such a
@@ -18,11 +18,16 @@
 --          map, a slot in migration) fails that call alone, before anything is written:
 --          "Script attempted to access a non local key" (src/redis/cluster_store.h
 --          sends it again with its key declared).
--- ARGV     per call, in KEYS order: the index of its function (0-based, the order
---          above), then its ARITY arguments (exactly what its own script takes as ARGV);
---          or one empty string: the same function and arguments as the call before
---          (calls of one limiter with one cost, the common batch, send their parameters
---          once: Redis makes one Lua string per ARGV item, and this driver copies them)
+-- ARGV     per call, in KEYS order, one of:
+--            its function's index, then all its arguments (exactly what its own script
+--            takes as ARGV);
+--            '<index>/': that function, with the arguments of its last call in this
+--            batch (the calls of one limiter with one cost, the common batch);
+--            '<index>/<k>' (k ~= 2), then one item: the same, except argument k (the
+--            acquires of one concurrency limiter differ in their token only).
+--          Calls of several limiters may interleave: each function keeps its own last
+--          arguments. Redis makes one Lua string per ARGV item and this driver copies
+--          them, so each argument shared is one less of both.
 -- Returns  one flat array, the calls' replies one after the other, in order. Per call:
 --            the 4 items of a decision's table (what its script returns alone) when the
 --            first is a code, 0, 1 or 2 (every algorithm's reply; a lease's acquire,
@@ -56,67 +61,111 @@ local count = #ARGV
 -- client can be: each script takes a number there as "Redis TIME, already read" (no
 -- model-clock grace).
 local now
--- One key table and one argument table, refilled for each call (the functions only read
--- them): no garbage per call.
-local keys, args = {}, {}
-local filled = 0
-local fn
+-- One key table, refilled for each call, and one argument table per function, refilled
+-- by each call that sends its arguments in full and kept for the calls that reuse them
+-- (the functions only read them): no garbage per call.
+local keys, saved = {}, {}
+-- The functions whose kept arguments were sent as text and not converted yet: the first
+-- call that reuses them converts the ones NUMERIC names, once for all the calls that
+-- reuse them (a number passes through the function's own tonumber or arithmetic
+-- unchanged, without Lua's string-to-number conversion: two strtod calls per tonumber).
+-- A call whose arguments are its own is left alone (converting them here would cost
+-- what the function's own conversion costs, or more). A string that is not a number
+-- stays a string, so the function fails on it exactly as alone.
+local unconverted = {}
+-- The item that opened the call before, read: function d (FUNCTIONS[d]), its arity m,
+-- and k: -1, all its arguments follow; 0, none (it reuses them all); k >= 1, argument
+-- k follows. Read by its bytes (one C call, no table per marker, which Redis would
+-- build at every script call), and not again for a run of equal items. fn and args:
+-- the function and arguments that call ran with.
+local byte = string.byte
+local last, d, m, k, fn, args
 for i = 1, n do
-  local f = ARGV[j]
-  if f == '' and fn then
-    -- The call before's function and arguments (args is still filled with them, `now`
-    -- included); only the key differs.
+  local s = ARGV[j]
+  if s == last and k == 0 then
+    -- Like the call before, this one reuses all the arguments it ran with (the common
+    -- batch: a limiter's calls of one cost).
     j = j + 1
   else
-    fn = FUNCTIONS[f]
-    if not fn then
-      -- The rest of ARGV cannot be parsed: fail this call and every one after it.
-      for k = i, n do
-        out[at + 1 + k - i] = {err = 'ERR sluice batch: unknown function "' ..
-                                     tostring(ARGV[j]) .. '" at call ' .. i}
-      end
-      return out
-    end
-    local m = ARITY[f]
-    if j + m > count then
-      for k = i, n do
-        out[at + 1 + k - i] = {err = 'ERR sluice batch: too few arguments at call ' .. i}
-      end
-      return out
-    end
-    for x = 1, m do
-      args[x] = ARGV[j + x]
-    end
-    for x = m + 1, filled do
-      args[x] = nil
-    end
-    -- When the next call shares these arguments, the ones the function reads only as
-    -- numbers are converted here, once for all the calls that share them (a number
-    -- passes through the function's own tonumber or arithmetic unchanged, without Lua's
-    -- string-to-number conversion: two strtod calls per tonumber). A call whose
-    -- arguments are its own is left alone (converting them here would cost what the
-    -- function's own conversion costs, or more). A string that is not a number stays a
-    -- string, so the function fails on it exactly as alone.
-    local numeric = NUMERIC[f]
-    if numeric and ARGV[j + m + 1] == '' then
-      for x = 1, #numeric do
-        local at = numeric[x]
-        local v = tonumber(args[at])
-        if v then
-          args[at] = v
+    if s ~= last then
+      last, d, k = s, nil, nil
+      if s then
+        local b, slash, digit = byte(s, 1, 3)
+        local len = #s
+        if b and b >= 48 and b < 48 + #FUNCTIONS then
+          if len == 1 then
+            k = -1
+          elseif slash == 47 and len == 2 then
+            k = 0
+          elseif slash == 47 and len == 3 and digit >= 49 and digit <= 57 and digit ~= 50 then
+            k = digit - 48
+          end
+          m = ARITY[b - 47]
+          if k and k <= m then
+            d = b - 47
+          end
         end
       end
     end
-    filled = m
-    if m > 1 and args[2] == '' then
-      if not now then
-        local t = redis.call('TIME')
-        local us = t[2] % 1000
-        now = t[1] * 1000 + (t[2] - us) / 1000
+    local bad
+    args = d and saved[d]
+    if not d then
+      bad = 'unknown function "' .. tostring(s) .. '"'
+    elseif k < 0 then
+      if j + m > count then
+        bad = 'too few arguments'
+      else
+        if not args then
+          args = {}
+          saved[d] = args
+        end
+        for x = 1, m do
+          args[x] = ARGV[j + x]
+        end
+        if m > 1 and args[2] == '' then
+          if not now then
+            local t = redis.call('TIME')
+            local us = t[2] % 1000
+            now = t[1] * 1000 + (t[2] - us) / 1000
+          end
+          args[2] = now
+        end
+        unconverted[d] = true
+        j = j + 1 + m
       end
-      args[2] = now
+    elseif not args then
+      bad = '"' .. s .. '" reuses the arguments of no earlier call'
+    elseif k > 0 and j + 1 > count then
+      bad = 'too few arguments'
+    else
+      if unconverted[d] then
+        local numeric = NUMERIC[d]
+        if numeric then
+          for x = 1, #numeric do
+            local at = numeric[x]
+            local v = tonumber(args[at])
+            if v then
+              args[at] = v
+            end
+          end
+        end
+        unconverted[d] = false
+      end
+      if k > 0 then
+        args[k] = ARGV[j + 1] -- the one argument this call does not share
+        j = j + 2
+      else
+        j = j + 1
+      end
     end
-    j = j + 1 + m
+    if bad then
+      -- The rest of ARGV cannot be parsed: fail this call and every one after it.
+      for x = i, n do
+        out[at + 1 + x - i] = {err = 'ERR sluice batch: ' .. bad .. ' at call ' .. i}
+      end
+      return out
+    end
+    fn = FUNCTIONS[d]
   end
   keys[1] = keys_in[key_at + i]
   local ok, r = pcall(fn, keys, args)

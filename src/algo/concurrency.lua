@@ -61,6 +61,13 @@ local function follow(key, now, grace, ms, fresh)
   end
 end
 
+-- What the acquires of one batch share, turned from text once (src/algo/batch.lua reads
+-- Redis TIME once per batch, and a limiter's limit and lease ttl are the same arguments
+-- in every call): each is kept with what it was made from and remade only when that
+-- changes (strings compare by identity in Lua, so a hit costs one compare). Alone, a
+-- script makes each once anyway.
+local limit_text, limit_n, ttl_text, ttl_n, expires_n, expires_text, now_n, now_text
+
 --[[ per call ]]
 local key = KEYS[1]
 local op = ARGV[1]
@@ -69,15 +76,20 @@ if ARGV[2] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   grace = 0
-elseif type(ARGV[2]) == 'number' then
-  now, grace = ARGV[2], 0 -- Redis TIME, read once for a whole batch (src/algo/batch.lua)
+elseif ARGV[2] + 0 == ARGV[2] then
+  -- A number: Redis TIME, read once for a whole batch (src/algo/batch.lua); the model
+  -- clock's string is not equal to its value (cheaper than type(), see fixed_window.lua)
+  now, grace = ARGV[2], 0
 else
   now = tonumber(ARGV[2])
   grace = 60000
 end
 
 if op == '0' then
-  local limit = tonumber(ARGV[4])
+  if ARGV[4] ~= limit_text then
+    limit_text, limit_n = ARGV[4], tonumber(ARGV[4])
+  end
+  local limit = limit_n
   -- An id with no set (the common case: its last lease was released) skips the prune.
   local count = redis.pcall('ZCARD', key)
   if type(count) == 'table' then
@@ -87,9 +99,18 @@ if op == '0' then
     count = count - redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   end
   if count < limit then
-    local expires = now + tonumber(ARGV[5])
-    redis.call('ZADD', key, string.format('%d', expires), string.format('%d:%s', now, ARGV[3]))
-    follow(key, now, grace, grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), count == 0)
+    if ARGV[5] ~= ttl_text then
+      ttl_text, ttl_n = ARGV[5], tonumber(ARGV[5])
+    end
+    local expires = now + ttl_n
+    if expires ~= expires_n then
+      expires_n, expires_text = expires, string.format('%d', expires)
+    end
+    if now ~= now_n then
+      now_n, now_text = now, string.format('%d:', now)
+    end
+    redis.call('ZADD', key, expires_text, now_text .. ARGV[3])
+    follow(key, now, grace, grace == 0 and ARGV[5] or string.format('%d', ttl_n + grace), count == 0)
     return {1, count + 1, now, expires}
   end
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')

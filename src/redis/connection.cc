@@ -1,6 +1,8 @@
 #include "redis/connection.h"
 
 #include <algorithm>
+#include <charconv>
+#include <iterator>
 #include <random>
 #include <type_traits>
 
@@ -587,20 +589,78 @@ void Connection::AppendScriptHead(std::string& out, size_t script, bool eval) co
   }
 }
 
+namespace {
+
+// The bulk items of a call's arguments as AppendBulk wrote them ("$<len>\r\n<bytes>\r\n"
+// each), header included, into `items`; how many, or 0 when there are more than `max`
+// or the text is not such items.
+size_t SplitBulks(std::string_view tail, std::string_view* items, size_t max) {
+  size_t count = 0;
+  while (!tail.empty()) {
+    if (count == max || tail[0] != '$') return 0;
+    const size_t eol = tail.find("\r\n");
+    if (eol == std::string_view::npos) return 0;
+    size_t len = 0;
+    const auto [end, ec] = std::from_chars(tail.data() + 1, tail.data() + eol, len);
+    if (ec != std::errc() || end != tail.data() + eol) return 0;
+    const size_t whole = eol + 2 + len + 2;
+    if (whole > tail.size()) return 0;
+    items[count++] = tail.substr(0, whole);
+    tail.remove_prefix(whole);
+  }
+  return count;
+}
+
+// The arguments one batch function takes at most (the algorithms' 7).
+constexpr size_t kMaxFunctionArguments = 8;
+constexpr int kMaxBatchFunctions = 16;
+
+}  // namespace
+
 size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, bool eval) const {
   // EVALSHA <batch> n key_1 .. key_n, then per call its function and its arguments; or,
   // for calls tagged kAnySlot, EVALSHA <batch> 0 n key_1 .. key_n … (keys undeclared).
   const bool undeclared = calls[0]->batch_tag == kAnySlot;
   uint64_t items = 3 + n + (undeclared ? 1 : 0);
-  // A call with the same function and arguments as the call before it sends one empty
-  // string instead (src/algo/batch.lua): a limiter's calls of one cost share them.
-  bool same_as_before[kMaxBatchCalls] = {};
+  // A call reuses the arguments of the last call of its function before it in the batch
+  // (src/algo/batch.lua): all of them ('<function>/'), or all but one ('<function>/<k>'
+  // and that one; never the clock, argument 2, and only where that is fewer items). The
+  // calls of one limiter with one cost send their parameters once, and so do a
+  // concurrency limiter's acquires, which differ in their token only, however the
+  // calls of several limiters interleave.
+  int reuse[kMaxBatchCalls];  // -1: in full; 0: all; k: all but argument k
+  int last_of[kMaxBatchFunctions];
+  std::fill(std::begin(last_of), std::end(last_of), -1);
   size_t shared = 0;
   for (size_t i = 0; i < n; ++i) {
-    same_as_before[i] = i > 0 && calls[i]->function == calls[i - 1]->function &&
-                        calls[i]->tail == calls[i - 1]->tail;
-    if (same_as_before[i]) ++shared;
-    items += same_as_before[i] ? 1 : 1 + static_cast<uint64_t>(calls[i]->tail_items);
+    const Request& call = *calls[i];
+    reuse[i] = -1;
+    if (call.function < 0 || call.function >= kMaxBatchFunctions) continue;
+    const int before = last_of[call.function];
+    last_of[call.function] = static_cast<int>(i);
+    if (before < 0) continue;
+    const Request& last = *calls[before];
+    if (call.tail == last.tail) {
+      reuse[i] = 0;
+    } else if (call.tail_items > 1 && call.tail_items == last.tail_items) {
+      std::string_view mine[kMaxFunctionArguments], theirs[kMaxFunctionArguments];
+      const size_t m = SplitBulks(call.tail, mine, kMaxFunctionArguments);
+      if (m == 0 || SplitBulks(last.tail, theirs, kMaxFunctionArguments) != m) continue;
+      int differs = 0;
+      for (size_t x = 0; x < m; ++x) {
+        if (mine[x] == theirs[x]) continue;
+        if (differs != 0) {
+          differs = -1;
+          break;
+        }
+        differs = static_cast<int>(x) + 1;
+      }
+      if (differs > 0 && differs != 2) reuse[i] = differs;
+    }
+    if (reuse[i] >= 0) ++shared;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    items += reuse[i] < 0 ? 1 + static_cast<uint64_t>(calls[i]->tail_items) : reuse[i] == 0 ? 1 : 2;
   }
   AppendArray(out, items);
   AppendScriptHead(out, static_cast<size_t>(options_.batch_script), eval);
@@ -608,12 +668,22 @@ size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n,
   AppendBulk(out, static_cast<int64_t>(n));
   for (size_t i = 0; i < n; ++i) AppendBulk(out, calls[i]->key);
   for (size_t i = 0; i < n; ++i) {
-    if (same_as_before[i]) {
-      AppendBulk(out, std::string_view());
+    const Request& call = *calls[i];
+    if (reuse[i] < 0) {
+      AppendBulk(out, static_cast<int64_t>(call.function));
+      out += call.tail;
       continue;
     }
-    AppendBulk(out, static_cast<int64_t>(calls[i]->function));
-    out += calls[i]->tail;
+    std::string marker = std::to_string(call.function) + "/";
+    if (reuse[i] == 0) {
+      AppendBulk(out, marker);
+      continue;
+    }
+    marker += std::to_string(reuse[i]);
+    AppendBulk(out, marker);
+    std::string_view mine[kMaxFunctionArguments];
+    SplitBulks(call.tail, mine, kMaxFunctionArguments);
+    out += mine[reuse[i] - 1];  // already encoded
   }
   return shared;
 }

@@ -175,7 +175,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     uint64_t noscript_retries = 0;
     uint64_t batches = 0;        // batch script calls written
     uint64_t batched_calls = 0;  // calls sent inside them
-    // of those, calls sent as "the function and arguments of the call before"
+    // of those, calls sent reusing the arguments of the last call of their function
+    // before them in the batch (all of them, or all but one)
     uint64_t shared_arguments = 0;
   };
   Stats stats() const;
@@ -221,8 +222,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void AppendScriptHead(std::string& out, std::size_t script, bool eval) const;
   // A Call's request alone: EVALSHA (or EVAL with the source) or its plain command.
   void WriteAlone(std::string& out, const Request& r, bool eval) const;
-  // Several Calls' requests as one batch script call. Returns how many of them share
-  // the call before's arguments.
+  // Several Calls' requests as one batch script call. Returns how many of them reuse
+  // the arguments of an earlier call of their function (src/algo/batch.lua).
   std::size_t WriteBatch(std::string& out, Request* const* calls, std::size_t n, bool eval) const;
   // Runs the callbacks of one reply: a request alone, or the `n` calls of a batch.
   void Dispatch(Request& request, redisReply* reply);

@@ -280,9 +280,10 @@ TEST(Connection, CallsQueuedTogetherAreOneBatchWithAReplyEach) {
   conn->Shutdown();
 }
 
-// Calls with the same arguments as the call before send them once (an empty string in
-// their place); each still decides on its own key, in order, and a bad call between
-// them fails alone and starts a group of its own.
+// A call with the arguments of the last call of its function before it sends a marker in
+// their place ('0/'), or, when one argument differs, the marker naming it and that one
+// ('0/3', then the cost); each still decides on its own key, in order, and a bad call
+// fails alone, as does a call that reuses its bad argument.
 class ConnectionBatchTags : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(ConnectionBatchTags, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
@@ -295,9 +296,9 @@ TEST_P(ConnectionBatchTags, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
   replies.push_back(Consume(*conn, "s:{x}:fw", "1", tag));    // sent in full
   replies.push_back(Consume(*conn, "s:{y}:fw", "1", tag));    // shares
   replies.push_back(Consume(*conn, "s:{x}:fw", "1", tag));    // shares: x's second
-  replies.push_back(Consume(*conn, "s:{x}:fw", "bad", tag));  // sent in full, fails alone
+  replies.push_back(Consume(*conn, "s:{x}:fw", "bad", tag));  // all but its cost; fails alone
   replies.push_back(Consume(*conn, "s:{z}:fw", "bad", tag));  // shares the bad one: fails too
-  replies.push_back(Consume(*conn, "s:{x}:fw", "3", tag));    // sent in full
+  replies.push_back(Consume(*conn, "s:{x}:fw", "3", tag));    // all but its cost
   replies.push_back(Consume(*conn, "s:{y}:fw", "3", tag));    // shares
   // The slow log at threshold 0 keeps every command with its arguments.
   server.Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
@@ -315,17 +316,23 @@ TEST_P(ConnectionBatchTags, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
   const internal::Connection::Stats stats = conn->stats();
   EXPECT_EQ(stats.batches, 1u);
   EXPECT_EQ(stats.batched_calls, 7u);
-  EXPECT_EQ(stats.shared_arguments, 4u);
+  EXPECT_EQ(stats.shared_arguments, 6u);
   EXPECT_EQ(server.Command({"GET", "s:{x}:fw"}).str, "5");  // the count (Redis's clock)
   EXPECT_EQ(server.Command({"GET", "s:{y}:fw"}).str, "4");
   EXPECT_EQ(server.KeysWithoutTtl("s:*"), std::vector<std::string>{});
-  // The batch's numkeys: 7 declared keys, or 0 (then the count and the keys follow).
-  std::string numkeys;
+  // The batch's numkeys: 7 declared keys, or 0 (then the count and the keys follow);
+  // then the calls' items.
+  std::string numkeys, items;
   for (const auto& entry : server.Command({"SLOWLOG", "GET", "100"}).elements) {
     const auto& argv = entry.elements.at(3).elements;
-    if (!argv.empty() && argv[0].str == "EVALSHA") numkeys = argv.at(2).str + " " + argv.at(3).str;
+    if (argv.empty() || argv[0].str != "EVALSHA") continue;
+    numkeys = argv.at(2).str + " " + argv.at(3).str;
+    for (size_t i = tag == internal::Connection::kAnySlot ? 11 : 10; i < argv.size(); ++i) {
+      items += "[" + argv[i].str + "]";
+    }
   }
   EXPECT_EQ(numkeys, tag == internal::Connection::kAnySlot ? "0 7" : "7 s:{x}:fw");
+  EXPECT_EQ(items, "[0][0][][1][10][60000][0][0][0/][0/][0/3][bad][0/][0/3][3][0/]");
   conn->Shutdown();
 }
 
@@ -419,6 +426,89 @@ TEST(Connection, RepliesOfEveryShapeInOneBatchReachTheirCalls) {
   EXPECT_EQ(conn->stats().batches, batches + 1);  // all nine in one script call
   conn->Shutdown();
 }
+// A concurrency limiter's acquires differ in their token only: each sends the marker
+// '5/3' and its token, reusing the last acquire's arguments even with releases between
+// them; every lease is still its own, on its own key.
+TEST(Connection, AcquiresSendTheirTokenOnlyHoweverReleasesInterleave) {
+  RedisServer server;
+  IoThreads threads(1);
+  auto conn = StartBatchingConnection(threads.io(), server.url());
+  server.Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
+  conn->Cork();
+  auto a = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "ta", "2", "60000"});
+  auto b = LeaseCall(*conn, 5, "i:{q}:c", {"0", "", "tb", "2", "60000"});
+  auto c = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "tc", "2", "60000"});
+  conn->Uncork();
+  EXPECT_EQ(a.get().rfind("array 1 1 ", 0), 0u);
+  EXPECT_EQ(b.get().rfind("array 1 1 ", 0), 0u);
+  EXPECT_EQ(c.get().rfind("array 1 2 ", 0), 0u);
+  const auto p = server.Command({"ZRANGE", "i:{p}:c", "0", "-1"});
+  ASSERT_EQ(p.elements.size(), 2u);
+  const std::string member_a =
+      p.elements[0].str.find(":ta") != std::string::npos ? p.elements[0].str : p.elements[1].str;
+  const std::string member_b = server.Command({"ZRANGE", "i:{q}:c", "0", "0"}).elements.at(0).str;
+  conn->Cork();
+  auto release_a = LeaseCall(*conn, 6, "i:{p}:c", {member_a});
+  auto d = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "td", "2", "60000"});  // a's slot
+  auto release_b = LeaseCall(*conn, 6, "i:{q}:c", {member_b});
+  auto e = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "te", "2", "60000"});  // refused: c, d
+  auto f = LeaseCall(*conn, 5, "i:{q}:c", {"0", "", "tf", "2", "60000"});  // b's slot
+  conn->Uncork();
+  EXPECT_EQ(release_a.get(), "int 1");
+  EXPECT_EQ(d.get().rfind("array 1 2 ", 0), 0u);
+  EXPECT_EQ(release_b.get(), "int 1");
+  EXPECT_EQ(e.get().rfind("array 0 2 ", 0), 0u);
+  EXPECT_EQ(f.get().rfind("array 1 1 ", 0), 0u);
+  EXPECT_EQ(conn->stats().batches, 2u);
+  EXPECT_EQ(conn->stats().shared_arguments, 4u);  // b, c; e, f
+  EXPECT_EQ(server.KeysWithoutTtl("i:*"), std::vector<std::string>{});
+  // What the two batches sent after their keys.
+  std::vector<std::string> sent;
+  for (const auto& entry : server.Command({"SLOWLOG", "GET", "100"}).elements) {
+    const auto& argv = entry.elements.at(3).elements;
+    if (argv.size() < 3 || argv[0].str != "EVALSHA") continue;
+    std::string items;
+    for (size_t i = 3 + std::stoul(argv[2].str); i < argv.size(); ++i) {
+      items += "[" + (argv[i].str.find(':') != std::string::npos ? "member" : argv[i].str) + "]";
+    }
+    sent.insert(sent.begin(), items);  // the slow log lists the newest first
+  }
+  EXPECT_EQ(sent, (std::vector<std::string>{
+                      "[5][0][][ta][2][60000][5/3][tb][5/3][tc]",
+                      "[6][member][5][0][][td][2][60000][6][member][5/3][te][5/3][tf]"}));
+  conn->Shutdown();
+}
+
+// The batch script read malformed items: a call that reuses the arguments of no earlier
+// call, or names an argument it may not replace (the clock), fails with every call after
+// it (the rest cannot be parsed); the calls before it stand.
+TEST(Connection, ABatchWhoseItemsCannotBeParsedFailsFromThereOn) {
+  RedisServer server;
+  const std::string source(internal::AllScripts()[internal::kBatchScript].source);
+  const auto reused_nothing = server.Command({"EVAL", source, "2", "m:{a}:fw", "m:{b}:fw", "0", "0",
+                                              "", "1", "10", "60000", "0", "0", "3/"});
+  ASSERT_EQ(reused_nothing.type, internal::Reply::Type::kArray);
+  ASSERT_EQ(reused_nothing.elements.size(), 5u);  // a's 4 items, then b's error
+  EXPECT_EQ(reused_nothing.elements[0].integer, 1);
+  EXPECT_EQ(reused_nothing.elements[4].type, internal::Reply::Type::kError);
+  EXPECT_NE(reused_nothing.elements[4].str.find("\"3/\" reuses the arguments of no earlier call"),
+            std::string::npos)
+      << reused_nothing.elements[4].str;
+  const auto the_clock =
+      server.Command({"EVAL", source, "3", "m:{a}:fw", "m:{b}:fw", "m:{c}:fw", "0", "0", "", "1",
+                      "10", "60000", "0", "0", "0/2", "5", "0/"});
+  ASSERT_EQ(the_clock.elements.size(), 6u);     // a's 4 items, then b's and c's errors
+  EXPECT_EQ(the_clock.elements[1].integer, 8);  // a's second unit of 10
+  for (size_t i : {4u, 5u}) {
+    EXPECT_EQ(the_clock.elements[i].type, internal::Reply::Type::kError);
+    EXPECT_NE(the_clock.elements[i].str.find("unknown function \"0/2\" at call 2"),
+              std::string::npos)
+        << the_clock.elements[i].str;
+  }
+  EXPECT_EQ(server.Command({"GET", "m:{b}:fw"}).type, internal::Reply::Type::kNil);
+  EXPECT_EQ(server.Command({"GET", "m:{c}:fw"}).type, internal::Reply::Type::kNil);
+}
+
 TEST(Connection, ABatchThatMeetsNoscriptIsSentAgainWithTheSource) {
   RedisServer server;
   IoThreads threads(1);
