@@ -2,11 +2,13 @@
 -- flight, decided in one script call, in order, each exactly as its own script decides
 -- it alone (docs/design.md §7). This file is the driver only and does not run alone: the
 -- build (CMakeLists.txt) puts in front of it every algorithm's script and the
--- concurrency script, each wrapped as a function `<name>(KEYS, ARGV)` (the helpers above
--- a script's `--[[ per call ]]` line are made once, outside it), the release of one
--- lease (a plain ZREM), and the arrays FUNCTIONS, ARITY (how many arguments each takes)
--- and NUMERIC (the arguments a function reads only as numbers), so no algorithm's code
--- is copied. Functions by index, as sent ('0' is FUNCTIONS[1]): '0' fixed_window,
+-- concurrency script, each wrapped as `make_<name>()`, which makes the helpers above the
+-- script's `--[[ per call ]]` line and returns the function `(KEYS, ARGV)` of the rest
+-- (so a batch makes only the functions its calls use, each once), the release of one
+-- lease (a plain ZREM), MAKERS (each makes its function once, when a call first needs
+-- it), ARITY (a digit per function: how many arguments it takes) and NUMERIC (per
+-- function, the digits of the arguments it reads only as numbers), so no algorithm's
+-- code is copied. Functions by index, as sent ('0' is MAKERS[1]): '0' fixed_window,
 -- '1' sliding_window, '2' sliding_log, '3' token_bucket, '4' gcra (7 arguments each),
 -- '5' concurrency (5), '6' release (1).
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
@@ -61,24 +63,18 @@ local count = #ARGV
 -- client can be: each script takes a number there as "Redis TIME, already read" (no
 -- model-clock grace).
 local now
--- One key table, refilled for each call, and one argument table per function, refilled
--- by each call that sends its arguments in full and kept for the calls that reuse them
--- (the functions only read them): no garbage per call.
-local keys, saved = {}, {}
--- The functions whose kept arguments were sent as text and not converted yet: the first
--- call that reuses them converts the ones NUMERIC names, once for all the calls that
--- reuse them (a number passes through the function's own tonumber or arithmetic
--- unchanged, without Lua's string-to-number conversion: two strtod calls per tonumber).
--- A call whose arguments are its own is left alone (converting them here would cost
--- what the function's own conversion costs, or more). A string that is not a number
--- stays a string, so the function fails on it exactly as alone.
-local unconverted = {}
--- The item that opened the call before, read: function d (FUNCTIONS[d]), its arity m,
--- and k: -1, all its arguments follow; 0, none (it reuses them all); k >= 1, argument
--- k follows. Read by its bytes (one C call, no table per marker, which Redis would
--- build at every script call), and not again for a run of equal items. fn and args:
--- the function and arguments that call ran with.
+-- Every table made here costs Redis ~1.8k instructions at every script call (allocation,
+-- then garbage), two tables a twentieth of a decision: so there are few. keys: one key
+-- table, refilled for each call. saved[d]: function d's arguments, refilled by each call
+-- that sends them in full and kept for the calls that reuse them (the functions only
+-- read them): no garbage per call. made[d]: function d once made (MAKERS[d]()).
+local keys, saved, made = {}, {}, {}
 local byte = string.byte
+-- The item that opened the call before, read: function d, its arity m, and k: -1, all
+-- its arguments follow; 0, none (it reuses them all); k >= 1, argument k follows. Read
+-- by its bytes (one C call; no table of markers, which Redis would build at every
+-- script call), and not again for a run of equal items. fn and args: the function and
+-- arguments that call ran with.
 local last, d, m, k, fn, args
 for i = 1, n do
   local s = ARGV[j]
@@ -92,7 +88,7 @@ for i = 1, n do
       if s then
         local b, slash, digit = byte(s, 1, 3)
         local len = #s
-        if b and b >= 48 and b < 48 + #FUNCTIONS then
+        if b and b >= 48 and b < 48 + #ARITY then
           if len == 1 then
             k = -1
           elseif slash == 47 and len == 2 then
@@ -100,7 +96,7 @@ for i = 1, n do
           elseif slash == 47 and len == 3 and digit >= 49 and digit <= 57 and digit ~= 50 then
             k = digit - 48
           end
-          m = ARITY[b - 47]
+          m = byte(ARITY, b - 47) - 48
           if k and k <= m then
             d = b - 47
           end
@@ -130,33 +126,37 @@ for i = 1, n do
           end
           args[2] = now
         end
-        unconverted[d] = true
         j = j + 1 + m
-      end
-    elseif not args then
-      bad = '"' .. s .. '" reuses the arguments of no earlier call'
-    elseif k > 0 and j + 1 > count then
-      bad = 'too few arguments'
-    else
-      if unconverted[d] then
+        -- When the next call reuses these arguments, the ones NUMERIC names are converted
+        -- here, once for all the calls that reuse them (a number passes through the
+        -- function's own tonumber or arithmetic unchanged, without Lua's string-to-number
+        -- conversion: two strtod calls per tonumber). Arguments no call reuses right after
+        -- are left alone (converting them here would cost what the function's own
+        -- conversion costs, or more). A string that is not a number stays a string, so
+        -- the function fails on it exactly as alone.
         local numeric = NUMERIC[d]
-        if numeric then
+        local next_b, next_slash = byte(ARGV[j] or '', 1, 2)
+        if numeric and next_b == 47 + d and next_slash == 47 then
           for x = 1, #numeric do
-            local at = numeric[x]
+            local at = byte(numeric, x) - 48
             local v = tonumber(args[at])
             if v then
               args[at] = v
             end
           end
         end
-        unconverted[d] = false
       end
-      if k > 0 then
+    elseif not args then
+      bad = '"' .. s .. '" reuses the arguments of no earlier call'
+    elseif k > 0 then
+      if j + 1 > count then
+        bad = 'too few arguments'
+      else
         args[k] = ARGV[j + 1] -- the one argument this call does not share
         j = j + 2
-      else
-        j = j + 1
       end
+    else
+      j = j + 1
     end
     if bad then
       -- The rest of ARGV cannot be parsed: fail this call and every one after it.
@@ -165,7 +165,11 @@ for i = 1, n do
       end
       return out
     end
-    fn = FUNCTIONS[d]
+    fn = made[d]
+    if not fn then
+      fn = MAKERS[d]()
+      made[d] = fn
+    end
   end
   keys[1] = keys_in[key_at + i]
   local ok, r = pcall(fn, keys, args)

@@ -1,11 +1,12 @@
 -- sluice composite: one request checked against several limits in one script, counted
 -- against all of them or against none (docs/design.md §6, when all keys share a slot).
 -- This file is the driver only and does not run alone: the build (CMakeLists.txt) puts in
--- front of it every algorithm's own script wrapped as a function,
--- `local function <name>(KEYS, ARGV) <src/algo/<name>.lua> end`, and
--- `local ALGORITHMS = {fixed_window, sliding_window, sliding_log, token_bucket, gcra}`
--- (the Algorithm enum's order), so each algorithm's code stays in its one file and each
--- limit is decided exactly as its own script decides it.
+-- front of it every algorithm's own script wrapped as a maker of its function,
+-- `local function make_<name>() <helpers> return function(KEYS, ARGV) <per call> end end`
+-- (src/algo/<name>.lua split at its `--[[ per call ]]` line), and
+-- `local ALGORITHMS = {make_fixed_window, …, make_gcra}` (the Algorithm enum's order), so
+-- each algorithm's code stays in its one file, each limit is decided exactly as its own
+-- script decides it, and a call makes only the functions its limits use.
 -- KEYS[i]  limit i's key, what its algorithm's script takes as KEYS[1] (1 <= i <= 64)
 -- ARGV[1]  now: model clock ms, or "" to read Redis TIME (see src/algo/algorithm.h)
 -- ARGV[2]  cost of the request, the same for every limit; integer >= 1
@@ -38,13 +39,19 @@ if n < 1 or n > 64 or count ~= 2 + 5 * n then
                            'arguments, got ' .. n .. ' keys and ' .. count .. ' arguments')
 end
 local now, cost = ARGV[1], ARGV[2]
-local steps, keys, args = {}, {}, {}
+local steps, keys, args, made = {}, {}, {}, {}
 for i = 1, n do
   local at = 5 * i - 2 -- ARGV index of limit i's algorithm
-  local step = ALGORITHMS[(tonumber(ARGV[at]) or -1) + 1]
-  if not step then
+  local a = (tonumber(ARGV[at]) or -1) + 1
+  local make = ALGORITHMS[a]
+  if not make then
     return redis.error_reply('ERR sluice composite: unknown algorithm "' .. ARGV[at] ..
                              '" for key ' .. i)
+  end
+  local step = made[a]
+  if not step then
+    step = make()
+    made[a] = step
   end
   steps[i] = step
   keys[i] = {KEYS[i]}
