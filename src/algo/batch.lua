@@ -172,28 +172,31 @@ for i = 1, n do
     end
   end
   keys[1] = keys_in[key_at + i]
-  local ok, r = pcall(fn, keys, args)
-  if ok then
-    -- Every function but release returns a table (its script's reply or an error reply):
-    -- told apart without type(), a C call that costs a decision ~2% here.
+  -- A decision comes back as its 4 values, not a table (the build turns each function's
+  -- `return {a, b, c, d}` lines into `return a, b, c, d`: CMakeLists.txt); any other
+  -- reply as one value.
+  local ok, r, r2, r3, r4, r5 = pcall(fn, keys, args)
+  if ok and r4 ~= nil and r5 == nil and (r == 1 or r == 0 or r == 2) then
+    -- A decision's reply: its 4 items as they are (the first says what follows).
+    out[at + 1] = r
+    out[at + 2] = r2
+    out[at + 3] = r3
+    out[at + 4] = r4
+    at = at + 4
+  elseif ok then
     if fn == release then
       out[at + 1] = -1
       out[at + 2] = r or false -- nil would end the array there
       at = at + 2
-    elseif r.err then
-      at = at + 1
-      out[at] = r -- an error reply its script returned
     else
-      local w = #r
-      local h = r[1]
-      if w == 4 and (h == 1 or h == 0 or h == 2) then
-        -- A decision's reply: its 4 items as they are (the first says what follows).
-        out[at + 1] = h
-        out[at + 2] = r[2]
-        out[at + 3] = r[3]
-        out[at + 4] = r[4]
-        at = at + 4
+      if r2 ~= nil or r5 ~= nil or type(r) ~= 'table' then
+        r = {r, r2, r3, r4, r5} -- a literal of other items, made values (`{now}` …)
+      end
+      if r.err then
+        at = at + 1
+        out[at] = r -- an error reply its script returned
       else
+        local w = #r
         out[at + 1] = -2 - w
         for x = 1, w do
           out[at + 1 + x] = r[x]

@@ -406,6 +406,8 @@ TEST(Connection, RepliesOfEveryShapeInOneBatchReachTheirCalls) {
   auto release_all = LeaseCall(*conn, 5, "f:{n}:c", {"3", "", "", "", ""});  // none there: 4 items
   auto list_l2 = LeaseCall(*conn, 5, "f:{l}:c", {"4", "", "", "", ""});      // 3 items: b's only
   auto last = Consume(*conn, "f:{x}:fw", "2");  // 4 items, after the error
+  server.Command({"SET", "f:{w}:c", "not a lease set"});
+  auto list_foreign = LeaseCall(*conn, 5, "f:{w}:c", {"4", "", "", "", ""});  // {now}: 1 item
   conn->Uncork();
   const std::string l = list_l.get();
   EXPECT_EQ(l.rfind("array ", 0), 0u) << l;
@@ -423,7 +425,10 @@ TEST(Connection, RepliesOfEveryShapeInOneBatchReachTheirCalls) {
   EXPECT_EQ(l2.find(":ta'"), std::string::npos) << l2;
   EXPECT_NE(l2.find(":tb'"), std::string::npos) << l2;
   EXPECT_EQ(last.get(), "1:7");
-  EXPECT_EQ(conn->stats().batches, batches + 1);  // all nine in one script call
+  const std::string foreign = list_foreign.get();  // the foreign key deleted, no leases
+  EXPECT_EQ(std::count(foreign.begin(), foreign.end(), ' '), 1) << foreign;
+  EXPECT_EQ(server.Command({"EXISTS", "f:{w}:c"}).integer, 0);
+  EXPECT_EQ(conn->stats().batches, batches + 1);  // all ten in one script call
   conn->Shutdown();
 }
 // A concurrency limiter's acquires differ in their token only: each sends the marker
