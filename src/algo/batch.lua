@@ -192,11 +192,18 @@ for i = 1, n do
       if r2 ~= nil or r5 ~= nil or type(r) ~= 'table' then
         r = {r, r2, r3, r4, r5} -- a literal of other items, made values (`{now}` …)
       end
+      local w, h = #r, r[1]
       if r.err then
         at = at + 1
         out[at] = r -- an error reply its script returned
+      elseif w == 4 and (h == 1 or h == 0 or h == 2) then
+        -- A decision kept in a table before its return (`return reply`): as above.
+        out[at + 1] = h
+        out[at + 2] = r[2]
+        out[at + 3] = r[3]
+        out[at + 4] = r[4]
+        at = at + 4
       else
-        local w = #r
         out[at + 1] = -2 - w
         for x = 1, w do
           out[at + 1 + x] = r[x]
