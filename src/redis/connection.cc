@@ -611,9 +611,11 @@ size_t SplitBulks(std::string_view tail, std::string_view* items, size_t max) {
   return count;
 }
 
-// The arguments one batch function takes at most (the algorithms' 7).
+// The arguments one batch function takes at most (the algorithms' 7), and the functions
+// whose calls may reuse arguments: src/algo/batch.lua reads a function's index as one
+// digit.
 constexpr size_t kMaxFunctionArguments = 8;
-constexpr int kMaxBatchFunctions = 16;
+constexpr int kMaxBatchFunctions = 10;
 
 }  // namespace
 
