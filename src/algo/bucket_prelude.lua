@@ -1,9 +1,10 @@
 -- sluice bucket prelude: what token_bucket.lua and gcra.lua share, put in front of each
--- of them at build time (CMakeLists.txt): each script as Redis runs it is this file's
--- helpers, the algorithm's helpers, then this file's per-call part and the algorithm's
--- (each file splits at its `--[[ per call ]]` line). Not a script alone.
--- Reads the calling convention of src/algo/algorithm.h into locals: op, now (Redis TIME
--- or the model clock), grace (60 s under a model clock, see fixed_window.lua), cost,
+-- of them at build time (CMakeLists.txt): each script as Redis runs it is
+-- src/algo/clock.lua, this file's helpers, the algorithm's helpers, then this file's
+-- per-call part and the algorithm's (each file splits at its `--[[ per call ]]` line).
+-- Not a script alone.
+-- Reads the calling convention of src/algo/algorithm.h into locals: op, now and grace
+-- (src/algo/clock.lua: Redis TIME, or the model clock with 60 s of grace), cost,
 -- limit, window, rate (the refill; 0 means limit); and defines H and wide(), the exact
 -- integer arithmetic both buckets need, and put(), how both write their value. H,
 -- wide() and put() sit above the `--[[ per call ]]` line (CMakeLists.txt): they read no
@@ -61,19 +62,7 @@ end
 local argv = ARGV
 local key = KEYS[1]
 local op = argv[1]
-local now, grace = argv[2], 60000
-if now == '' then
-  local t = call('TIME')
-  local us = t[2] % 1000
-  now = t[1] * 1000 + (t[2] - us) / 1000
-  grace = 0
-elseif now + 0 == now then
-  -- A number: Redis TIME, read once for a whole batch (src/algo/batch.lua); the model
-  -- clock's string is not equal to its value (cheaper than type(), see fixed_window.lua)
-  grace = 0
-else
-  now = now + 0
-end
+local now, grace = clock(argv[2]) -- src/algo/clock.lua
 local cost = argv[3] + 0
 local limit = argv[4] + 0
 local window = argv[5] + 0

@@ -71,19 +71,7 @@ local limit_text, limit_n, ttl_text, ttl_n, expires_n, expires_text, now_n, now_
 --[[ per call ]]
 local key = KEYS[1]
 local op = ARGV[1]
-local now, grace
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  grace = 0
-elseif ARGV[2] + 0 == ARGV[2] then
-  -- A number: Redis TIME, read once for a whole batch (src/algo/batch.lua); the model
-  -- clock's string is not equal to its value (cheaper than type(), see fixed_window.lua)
-  now, grace = ARGV[2], 0
-else
-  now = tonumber(ARGV[2])
-  grace = 60000
-end
+local now, grace = clock(ARGV[2]) -- src/algo/clock.lua
 
 if op == '0' then
   if ARGV[4] ~= limit_text then

@@ -118,19 +118,7 @@ if op == '3' then
   return {1, tonumber(ARGV[4]), 0, 0}
 end
 
-local now, grace
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  now = t[1] * 1000 + floor(t[2] / 1000)
-  grace = 0
-elseif ARGV[2] + 0 == ARGV[2] then
-  -- A number: Redis TIME, read once for a whole batch (src/algo/batch.lua); the model
-  -- clock's string is not equal to its value (cheaper than type(), see fixed_window.lua)
-  now, grace = ARGV[2], 0
-else
-  now = tonumber(ARGV[2])
-  grace = 60000
-end
+local now, grace = clock(ARGV[2]) -- src/algo/clock.lua
 local cost = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 local w = tonumber(ARGV[5])
