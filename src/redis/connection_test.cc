@@ -374,6 +374,12 @@ std::future<std::string> LeaseCall(internal::Connection& conn, int function, con
   return promise->get_future();
 }
 
+// An acquire of lease `token` on `key` under `limit` (ttl 60 s, Redis TIME).
+std::future<std::string> Acquire(internal::Connection& conn, const std::string& key,
+                                 const std::string& token, const std::string& limit) {
+  return LeaseCall(conn, 5, key, {"0", "", token, limit, "60000"});
+}
+
 // The batch's reply is one flat array (src/algo/batch.lua): tables of 4 items, a list of
 // any length, an empty one, a release's bare integer and an error, side by side, each
 // reach their own call whole.
@@ -383,9 +389,9 @@ TEST(Connection, RepliesOfEveryShapeInOneBatchReachTheirCalls) {
   auto conn = StartBatchingConnection(threads.io(), server.url());
   // Two leases on l, one on m, taken first (each a batch of its own or alone).
   conn->Cork();
-  auto a = LeaseCall(*conn, 5, "f:{l}:c", {"0", "", "ta", "5", "60000"});
-  auto b = LeaseCall(*conn, 5, "f:{l}:c", {"0", "", "tb", "5", "60000"});
-  auto c = LeaseCall(*conn, 5, "f:{m}:c", {"0", "", "tc", "5", "60000"});
+  auto a = Acquire(*conn, "f:{l}:c", "ta", "5");
+  auto b = Acquire(*conn, "f:{l}:c", "tb", "5");
+  auto c = Acquire(*conn, "f:{m}:c", "tc", "5");
   conn->Uncork();
   ASSERT_EQ(a.get().rfind("array 1 1 ", 0), 0u);
   ASSERT_EQ(b.get().rfind("array 1 2 ", 0), 0u);
@@ -440,9 +446,9 @@ TEST(Connection, AcquiresSendTheirTokenOnlyHoweverReleasesInterleave) {
   auto conn = StartBatchingConnection(threads.io(), server.url());
   server.Command({"CONFIG", "SET", "slowlog-log-slower-than", "0"});
   conn->Cork();
-  auto a = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "ta", "2", "60000"});
-  auto b = LeaseCall(*conn, 5, "i:{q}:c", {"0", "", "tb", "2", "60000"});
-  auto c = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "tc", "2", "60000"});
+  auto a = Acquire(*conn, "i:{p}:c", "ta", "2");
+  auto b = Acquire(*conn, "i:{q}:c", "tb", "2");
+  auto c = Acquire(*conn, "i:{p}:c", "tc", "2");
   conn->Uncork();
   EXPECT_EQ(a.get().rfind("array 1 1 ", 0), 0u);
   EXPECT_EQ(b.get().rfind("array 1 1 ", 0), 0u);
@@ -454,10 +460,10 @@ TEST(Connection, AcquiresSendTheirTokenOnlyHoweverReleasesInterleave) {
   const std::string member_b = server.Command({"ZRANGE", "i:{q}:c", "0", "0"}).elements.at(0).str;
   conn->Cork();
   auto release_a = LeaseCall(*conn, 6, "i:{p}:c", {member_a});
-  auto d = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "td", "2", "60000"});  // a's slot
+  auto d = Acquire(*conn, "i:{p}:c", "td", "2");  // a's slot
   auto release_b = LeaseCall(*conn, 6, "i:{q}:c", {member_b});
-  auto e = LeaseCall(*conn, 5, "i:{p}:c", {"0", "", "te", "2", "60000"});  // refused: c, d
-  auto f = LeaseCall(*conn, 5, "i:{q}:c", {"0", "", "tf", "2", "60000"});  // b's slot
+  auto e = Acquire(*conn, "i:{p}:c", "te", "2");  // refused: c, d
+  auto f = Acquire(*conn, "i:{q}:c", "tf", "2");  // b's slot
   conn->Uncork();
   EXPECT_EQ(release_a.get(), "int 1");
   EXPECT_EQ(d.get().rfind("array 1 2 ", 0), 0u);
