@@ -630,7 +630,8 @@ size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n,
   // calls of one limiter with one cost send their parameters once, and so do a
   // concurrency limiter's acquires, which differ in their token only, however the
   // calls of several limiters interleave.
-  int reuse[kMaxBatchCalls];  // -1: in full; 0: all; k: all but argument k
+  int reuse[kMaxBatchCalls];             // -1: in full; 0: all; k: all but argument k
+  std::string_view own[kMaxBatchCalls];  // reuse k: argument k, as encoded in its tail
   int last_of[kMaxBatchFunctions];
   std::fill(std::begin(last_of), std::end(last_of), -1);
   size_t shared = 0;
@@ -657,7 +658,10 @@ size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n,
         }
         differs = static_cast<int>(x) + 1;
       }
-      if (differs > 0 && differs != 2) reuse[i] = differs;
+      if (differs > 0 && differs != 2) {
+        reuse[i] = differs;
+        own[i] = mine[differs - 1];
+      }
     }
     if (reuse[i] >= 0) ++shared;
   }
@@ -683,9 +687,7 @@ size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n,
     }
     marker += std::to_string(reuse[i]);
     AppendBulk(out, marker);
-    std::string_view mine[kMaxFunctionArguments];
-    SplitBulks(call.tail, mine, kMaxFunctionArguments);
-    out += mine[reuse[i] - 1];  // already encoded
+    out += own[i];  // already encoded
   }
   return shared;
 }
