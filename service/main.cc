@@ -66,9 +66,20 @@ std::string Fingerprint(const std::string& path) {
   return out;
 }
 
-std::atomic<int> g_signal{0};
+// What the signal handler leaves for the main loop: a stop is sticky (a SIGHUP that
+// follows a SIGTERM must not overwrite it), a reload is a flag of its own. Lock-free
+// atomics only (async-signal-safe).
+std::atomic<int> g_stops{0};        // SIGTERM and SIGINT received
+std::atomic<int> g_stop_signal{0};  // the first of them
+std::atomic<bool> g_reload{false};  // SIGHUP received, not yet handled
 void OnSignal(int sig) {
-  g_signal.store(sig);
+  if (sig == SIGHUP) {
+    g_reload.store(true);
+    return;
+  }
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
+  g_stops.fetch_add(1);
 }
 
 }  // namespace
@@ -270,12 +281,11 @@ int main(int argc, char** argv) {
   auto last_watch = std::chrono::steady_clock::now();
   while (true) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const int sig = g_signal.exchange(0);
-    if (sig == SIGTERM || sig == SIGINT) {
-      spdlog::info("stopping on signal {}", sig);
+    if (g_stops.load() > 0) {
+      spdlog::info("stopping on signal {}", g_stop_signal.load());
       break;
     }
-    if (sig == SIGHUP) {
+    if (g_reload.exchange(false)) {
       fingerprint = Fingerprint(config_path);
       reload("SIGHUP");
     }
