@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -256,6 +258,71 @@ TEST(CompositeRedis, TenantFairnessAndAllOrNothingOnRedis) {
   EXPECT_EQ(tenant.Peek("west")->remaining, 40);  // ...and refunded at the tenant
   EXPECT_EQ(global.Peek("all")->remaining, 0);
   EXPECT_EQ(server.KeysWithoutTtl("comp:*"), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A Redis paused for longer than the cool-down, under more concurrent checks than
+// max_in_flight: while paused, the connection's queue is full of calls Redis has not
+// answered, so the probe after the cool-down is refused on this side ("calls already in
+// flight"). That refusal must not leave the breaker half-open: once Redis answers again,
+// decisions come from it within a cool-down and a deadline or so.
+TEST(PolicyRedis, TheBreakerClosesAfterAPauseWhoseProbeWasRefusedOnThisSide) {
+  testing::RedisServer server;
+  constexpr auto kDeadline = milliseconds(50);
+  constexpr auto kCoolDown = milliseconds(200);
+  auto client = *Client::Create({.url = server.url(),
+                                 .deadline = kDeadline,
+                                 .max_in_flight = 8,
+                                 .on_failure = FailurePolicy::kClosed,
+                                 .breaker_failures = 4,
+                                 .breaker_cool_down = kCoolDown});
+  auto limiter = *client->MakeLimiter("paused", {.limit = 1000000, .window = seconds(60)});
+  ASSERT_EQ(limiter.Check("warm", {.deadline = seconds(2)})->source, DecisionSource::kStore);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> checks{0}, late{0};
+  std::vector<std::thread> threads;
+  auto join = [&] {
+    stop = true;
+    for (auto& t : threads) t.join();
+    threads.clear();
+  };
+  for (int t = 0; t < 12; ++t) {
+    threads.emplace_back([&, t] {
+      while (!stop.load()) {
+        const auto t0 = steady_clock::now();
+        auto d = limiter.Check("id" + std::to_string(t));
+        if (steady_clock::now() - t0 > kDeadline + milliseconds(500)) ++late;
+        EXPECT_TRUE(d.ok()) << d.status().ToString();
+        ++checks;
+      }
+    });
+  }
+  server.Command({"CLIENT", "PAUSE", "800", "ALL"});
+  const auto paused_until = steady_clock::now() + milliseconds(800);
+  const bool opened =
+      Eventually([&] { return client->Health().breaker != "closed"; }, seconds(5), milliseconds(2));
+  std::this_thread::sleep_until(paused_until);
+  // Redis answers again: the breaker closes and the checks are the store's.
+  const bool closed =
+      Eventually([&] { return client->Health().breaker == "closed"; }, seconds(5), milliseconds(5));
+  const auto closed_after = steady_clock::now() - paused_until;
+  join();
+  ASSERT_TRUE(opened) << "the pause did not open the breaker";
+  std::cout << checks.load() << " checks; breaker closed "
+            << std::chrono::duration_cast<milliseconds>(closed_after).count()
+            << " ms after the pause ended; " << client->Health().breaker_opens << " opens\n";
+  ASSERT_TRUE(closed) << "the breaker stayed " << client->Health().breaker
+                      << " after Redis answered again";
+  EXPECT_EQ(late.load(), 0) << "checks waited far beyond their deadline";
+  auto d = limiter.Check("after");
+  ASSERT_THAT(d, IsOk());
+  EXPECT_EQ(d->source, DecisionSource::kStore);
 }
 
 }  // namespace

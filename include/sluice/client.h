@@ -123,7 +123,8 @@ struct ClientOptions {
   // Default: 1.
   int64_t servers = 1;
   // The circuit breaker: consecutive store failures that open it, and how long it stays
-  // open before one probe call is let through. A store failure is a call the store did
+  // open before one probe call is let through (one at a time; a probe that has not
+  // answered within a cool-down is given up for the next call; docs/design.md §5). A store failure is a call the store did
   // not answer: a connection error, a script error, or a deadline missed while the
   // connection received no reply at all (a stalled or unreachable Redis). A backlog in
   // this client is not: a call refused because max_in_flight calls are queued, or a

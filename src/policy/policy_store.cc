@@ -21,6 +21,13 @@ bool CountsForBreaker(const Status& status) {
   return IsStoreFailure(status) && !IsClientSide(status);
 }
 
+// What a call's result says about the store, for the breaker. Every call the breaker let
+// through reports one, so that a probe always settles the state.
+Breaker::Outcome OutcomeOf(const Status& status) {
+  if (status.ok()) return Breaker::Outcome::kSuccess;
+  return CountsForBreaker(status) ? Breaker::Outcome::kFailure : Breaker::Outcome::kNeither;
+}
+
 }  // namespace
 
 PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clock> local_clock,
@@ -125,7 +132,8 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   } else if (denials_ && !decision && call.op != Op::kSync) {
     denials_->Forget(call.key);  // a refund or reset: the remembered refusal may be over
   }
-  if (!breaker_.Allow()) {
+  const Breaker::Pass pass = breaker_.Allow();
+  if (!pass) {
     if (decision) {
       done(Fallback(call));
     } else {
@@ -135,29 +143,24 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
     return;
   }
   if (!decision) {
-    inner_->Check(std::move(call), [this, done = std::move(done)](StatusOr<Decision> result) {
-      if (result.ok()) {
-        breaker_.OnSuccess();
-      } else if (CountsForBreaker(result.status())) {
-        breaker_.OnFailure();
-      }
+    inner_->Check(std::move(call), [this, pass, done = std::move(done)](StatusOr<Decision> result) {
+      breaker_.Settle(pass, OutcomeOf(result.status()));
       done(std::move(result));
     });
     return;
   }
   // The fallback needs the call after the store had it: keep a copy of what it reads.
   CheckCall fallback = call;
-  inner_->Check(std::move(call), [this, cache, fallback = std::move(fallback),
+  inner_->Check(std::move(call), [this, pass, cache, fallback = std::move(fallback),
                                   done = std::move(done)](StatusOr<Decision> result) {
+    breaker_.Settle(pass, OutcomeOf(result.status()));
     if (result.ok()) {
-      breaker_.OnSuccess();
       if (cache) {
         denials_->Record(fallback.key, fallback.limit, fallback.cost, *result,
                          CacheNowMs(fallback));
       }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
-      if (CountsForBreaker(result.status())) breaker_.OnFailure();
       done(Fallback(fallback));
     } else {
       done(std::move(result));
@@ -201,28 +204,29 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
       }
     }
   }
-  if (!breaker_.Allow()) {
+  const Breaker::Pass pass = breaker_.Allow();
+  if (!pass) {
     done(FallbackMany(call.calls));
     return;
   }
   // The fallback and the denial cache need the calls after the store had them.
   std::vector<CheckCall> calls = call.calls;
-  inner_->CheckComposite(std::move(call), [this, calls = std::move(calls), done = std::move(done)](
-                                              StatusOr<CompositeOutcome> result) {
-    if (result.ok()) {
-      breaker_.OnSuccess();
-      if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
-        const CheckCall& c = calls[*result->refused_by];
-        denials_->Record(c.key, c.limit, c.cost, result->decisions[0], CacheNowMs(c));
-      }
-      done(std::move(result));
-    } else if (IsStoreFailure(result.status())) {
-      if (CountsForBreaker(result.status())) breaker_.OnFailure();
-      done(FallbackMany(calls));
-    } else {
-      done(std::move(result));
-    }
-  });
+  inner_->CheckComposite(
+      std::move(call), [this, pass, calls = std::move(calls),
+                        done = std::move(done)](StatusOr<CompositeOutcome> result) {
+        breaker_.Settle(pass, OutcomeOf(result.status()));
+        if (result.ok()) {
+          if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
+            const CheckCall& c = calls[*result->refused_by];
+            denials_->Record(c.key, c.limit, c.cost, result->decisions[0], CacheNowMs(c));
+          }
+          done(std::move(result));
+        } else if (IsStoreFailure(result.status())) {
+          done(FallbackMany(calls));
+        } else {
+          done(std::move(result));
+        }
+      });
 }
 
 LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call) {
@@ -269,12 +273,13 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
     // successes close the breaker (the store answers); their failures are not counted
     // (the checks and acquires that the breaker protects count their own).
     inner_->RunLease(std::move(call), [this, done = std::move(done)](StatusOr<LeaseResult> result) {
-      if (result.ok()) breaker_.OnSuccess();
+      if (result.ok()) breaker_.OnAnswered();
       done(std::move(result));
     });
     return;
   }
-  if (!breaker_.Allow()) {
+  const Breaker::Pass pass = breaker_.Allow();
+  if (!pass) {
     done(LeaseFallback(call));
     return;
   }
@@ -291,12 +296,10 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
     fallback.key = call.key;
     fallback.args.token = call.args.token;
   }
-  inner_->RunLease(std::move(call), [this, fallback = std::move(fallback),
+  inner_->RunLease(std::move(call), [this, pass, fallback = std::move(fallback),
                                      done = std::move(done)](StatusOr<LeaseResult> result) {
-    if (result.ok()) {
-      breaker_.OnSuccess();
-    } else if (IsStoreFailure(result.status())) {
-      if (CountsForBreaker(result.status())) breaker_.OnFailure();
+    breaker_.Settle(pass, OutcomeOf(result.status()));
+    if (!result.ok() && IsStoreFailure(result.status())) {
       done(LeaseFallback(fallback));
       return;
     }

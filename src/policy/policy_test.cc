@@ -1,6 +1,8 @@
 // The circuit breaker on a fake clock, and the failure policies through the public API
 // with a fault-injecting store in front of the embedded store.
+#include <deque>
 #include <iostream>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -21,18 +23,23 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 
+using Outcome = Breaker::Outcome;
+
 TEST(Breaker, OpensAfterConsecutiveFailuresAndProbesOnceAfterTheCoolDown) {
   steady_clock::time_point now{};
   Breaker breaker({.failures_to_open = 3, .cool_down = milliseconds(500)}, [&] { return now; });
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(breaker.Allow());
-    breaker.OnFailure();
+    auto pass = breaker.Allow();
+    ASSERT_TRUE(pass);
+    breaker.Settle(pass, Outcome::kFailure);
   }
-  ASSERT_TRUE(breaker.Allow());
-  breaker.OnSuccess();  // a success in between resets the count
+  auto pass = breaker.Allow();
+  ASSERT_TRUE(pass);
+  breaker.Settle(pass, Outcome::kSuccess);  // a success in between resets the count
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(breaker.Allow());
-    breaker.OnFailure();
+    pass = breaker.Allow();
+    ASSERT_TRUE(pass);
+    breaker.Settle(pass, Outcome::kFailure);
   }
   EXPECT_EQ(breaker.state(), Breaker::State::kOpen);
   EXPECT_FALSE(breaker.Allow());
@@ -40,18 +47,157 @@ TEST(Breaker, OpensAfterConsecutiveFailuresAndProbesOnceAfterTheCoolDown) {
   now += milliseconds(499);
   EXPECT_FALSE(breaker.Allow());
   now += milliseconds(1);
-  EXPECT_TRUE(breaker.Allow());   // the probe
+  auto probe = breaker.Allow();
+  EXPECT_TRUE(probe);  // the probe
+  EXPECT_TRUE(probe.probe());
   EXPECT_FALSE(breaker.Allow());  // only one
   EXPECT_EQ(breaker.state(), Breaker::State::kHalfOpen);
-  breaker.OnFailure();  // the probe failed: open again for a whole cool-down
+  breaker.Settle(probe, Outcome::kFailure);  // the probe failed: open again for a cool-down
   EXPECT_EQ(breaker.state(), Breaker::State::kOpen);
   EXPECT_EQ(breaker.opens(), 2);
   now += milliseconds(500);
-  ASSERT_TRUE(breaker.Allow());
-  breaker.OnSuccess();
+  probe = breaker.Allow();
+  ASSERT_TRUE(probe);
+  breaker.Settle(probe, Outcome::kSuccess);
   EXPECT_EQ(breaker.state(), Breaker::State::kClosed);
   EXPECT_TRUE(breaker.Allow());
   EXPECT_EQ(breaker.short_circuited(), 3);
+}
+
+// A breaker opened by `failures` store failures, on the clock `now`.
+void OpenIt(Breaker& breaker, int failures) {
+  for (int i = 0; i < failures; ++i) breaker.Settle(breaker.Allow(), Outcome::kFailure);
+  ASSERT_EQ(breaker.state(), Breaker::State::kOpen);
+}
+
+// The probe is refused on this side of the connection (too many calls in flight): that
+// says nothing about the store, so the next call is the next probe, and its success
+// closes the breaker. (Before, such a probe left the breaker half-open for good.)
+TEST(Breaker, AProbeRefusedOnThisSideEndsWithoutAVerdictAndTheNextCallProbes) {
+  steady_clock::time_point now{};
+  Breaker breaker({.failures_to_open = 2, .cool_down = milliseconds(200)}, [&] { return now; });
+  OpenIt(breaker, 2);
+  now += milliseconds(200);
+  auto probe = breaker.Allow();
+  ASSERT_TRUE(probe.probe());
+  EXPECT_FALSE(breaker.Allow());
+  breaker.Settle(probe, Outcome::kNeither);
+  EXPECT_EQ(breaker.state(), Breaker::State::kHalfOpen);
+  auto next = breaker.Allow();
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(next.probe());
+  EXPECT_FALSE(breaker.Allow()) << "two probes out at once";
+  breaker.Settle(next, Outcome::kSuccess);
+  EXPECT_EQ(breaker.state(), Breaker::State::kClosed);
+  EXPECT_EQ(breaker.opens(), 1);
+}
+
+// A probe that never reports (its callback lost, a store that never answers nor times
+// out) is given up one cool-down after it went: the next call probes.
+TEST(Breaker, AProbeThatNeverReportsIsGivenUpAfterOneCoolDown) {
+  steady_clock::time_point now{};
+  Breaker breaker({.failures_to_open = 1, .cool_down = milliseconds(300)}, [&] { return now; });
+  OpenIt(breaker, 1);
+  now += milliseconds(300);
+  auto lost = breaker.Allow();
+  ASSERT_TRUE(lost.probe());
+  now += milliseconds(299);
+  EXPECT_FALSE(breaker.Allow());
+  now += milliseconds(1);
+  auto second = breaker.Allow();
+  ASSERT_TRUE(second.probe());
+  EXPECT_EQ(breaker.probes_given_up(), 1);
+  EXPECT_FALSE(breaker.Allow());
+  // The given-up probe reports late: its failure is not the current probe's verdict.
+  breaker.Settle(lost, Outcome::kFailure);
+  EXPECT_EQ(breaker.state(), Breaker::State::kHalfOpen);
+  breaker.Settle(second, Outcome::kSuccess);
+  EXPECT_EQ(breaker.state(), Breaker::State::kClosed);
+}
+
+// Calls let through before the breaker opened report while it is open or half-open: a
+// failure is old news (the probe decides), a success says the store answers (it closes).
+TEST(Breaker, OutcomesOfCallsSentBeforeItOpenedDoNotStandInForTheProbe) {
+  steady_clock::time_point now{};
+  Breaker breaker({.failures_to_open = 2, .cool_down = milliseconds(100)}, [&] { return now; });
+  auto early = breaker.Allow();
+  auto early_ok = breaker.Allow();
+  OpenIt(breaker, 2);
+  breaker.Settle(early, Outcome::kFailure);
+  EXPECT_EQ(breaker.RetryIn(), milliseconds(100)) << "an old failure restarted the cool-down";
+  now += milliseconds(100);
+  auto probe = breaker.Allow();
+  ASSERT_TRUE(probe.probe());
+  breaker.Settle(early, Outcome::kFailure);
+  EXPECT_EQ(breaker.state(), Breaker::State::kHalfOpen) << "an old failure failed the probe";
+  breaker.Settle(early_ok, Outcome::kSuccess);
+  EXPECT_EQ(breaker.state(), Breaker::State::kClosed);
+  // The probe's failure arrives after the breaker closed: a failure like any other.
+  breaker.Settle(probe, Outcome::kFailure);
+  EXPECT_EQ(breaker.state(), Breaker::State::kClosed);
+  EXPECT_EQ(breaker.consecutive_failures(), 1);
+}
+
+// Every sequence of events up to a length: calls allowed, the outcomes of the passes
+// out (oldest or newest, each of the three outcomes, or never), time passing. After each
+// sequence the store is healthy and the passes still out never report: the breaker must
+// close within two cool-downs (no sequence leaves it stuck), and while it is not closed
+// it never has two probes out at once.
+TEST(Breaker, NoSequenceOfEventsLeavesItStuck) {
+  constexpr milliseconds kCoolDown{100};
+  constexpr int kDepth = 7;
+  int64_t sequences = 0;
+  // Each position: allow, tick, or settle the oldest or newest pass out with one of the
+  // three outcomes.
+  constexpr int choices = 2 + 2 * 3;
+  int64_t total = 1;
+  for (int i = 0; i < kDepth; ++i) total *= choices;
+  for (int64_t code = 0; code < total; ++code) {
+    steady_clock::time_point now{};
+    Breaker breaker({.failures_to_open = 2, .cool_down = kCoolDown}, [&] { return now; });
+    std::deque<Breaker::Pass> out;
+    std::string trace;
+    int64_t c = code;
+    for (int i = 0; i < kDepth; ++i, c /= choices) {
+      const int choice = static_cast<int>(c % choices);
+      if (choice == 0) {
+        trace += "A";
+        auto pass = breaker.Allow();
+        if (pass) out.push_back(pass);
+        if (pass.probe()) {
+          // A second probe while this one is out, within its cool-down, is refused.
+          EXPECT_FALSE(breaker.Allow().probe()) << trace;
+        }
+      } else if (choice == 1) {
+        trace += "T";
+        now += kCoolDown / 2;
+      } else {
+        const bool old = (choice - 2) < 3;
+        const auto outcome = static_cast<Outcome>((choice - 2) % 3);
+        trace += (old ? "o" : "n") + std::to_string(static_cast<int>(outcome));
+        if (out.empty()) continue;
+        if (old) {
+          breaker.Settle(out.front(), outcome);
+          out.pop_front();
+        } else {
+          breaker.Settle(out.back(), outcome);
+          out.pop_back();
+        }
+      }
+    }
+    ++sequences;
+    // Recovery: the store answers every call from now on.
+    for (int step = 0; step < 4 && breaker.state() != Breaker::State::kClosed; ++step) {
+      auto pass = breaker.Allow();
+      if (pass) {
+        breaker.Settle(pass, Outcome::kSuccess);
+      } else {
+        now += kCoolDown;
+      }
+    }
+    ASSERT_EQ(breaker.state(), Breaker::State::kClosed) << "stuck after " << trace;
+  }
+  std::cout << sequences << " sequences of " << kDepth << " events\n";
 }
 
 class Policies : public ::testing::Test {
