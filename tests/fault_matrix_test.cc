@@ -1038,9 +1038,6 @@ bool HoldsCallsOutstanding(Fault f) {
 // Cells that fail on behaviour being fixed now: skipped, naming it, until the fix is on
 // main (then the skip goes).
 std::optional<std::string> KnownFailure(const Cell& cell) {
-  if (cell.call == Call::kCheckAsync && HoldsCallsOutstanding(cell.fault))
-    return "the breaker stays half-open when its probe is refused client-side (max_in_flight "
-           "full of calls the stalled store holds): nothing settles it";
   if (cell.call == Call::kLocalBudget && cell.policy == FailurePolicy::kLocal)
     return "the local fallback of a budgeted hot id decides cost + slice instead of the "
            "request's own cost";
