@@ -66,6 +66,7 @@ void Limiter::ExecuteBudgeted(internal::CheckCall call, std::string id,
   // less than both), the request is asked for alone.
   internal::CheckCall alone = call;
   call.cost = want;
+  call.request_cost = cost;    // the store failing, the policy decides the request alone
   call.cache_denials = false;  // a refusal of cost + slice says nothing about cost alone
   // sliding_window: a take, whose reply names the window (for giving units back).
   const bool take = call.limit.algorithm == Algorithm::kSlidingWindow;

@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "client/client_core.h"
+#include "memory/memory_store.h"
 #include "sluice/sluice.h"
 #include "testing/fake_clock.h"
+#include "testing/fault_store.h"
 #include "testing/status_matchers.h"
 
 namespace sluice {
@@ -466,6 +469,48 @@ TEST(LocalBudget, SlidingWindowLeftoversGoBackToTheirOwnWindow) {
   const int64_t none = plain.Peek("x")->remaining;
   EXPECT_EQ(half - none, -((counted - held) * 500 / 1000))
       << "window 0 counted " << counted << ", " << held << " of them never spent";
+}
+
+// The store down, on_failure = local: a request asks the store for its cost plus a
+// slice, and the local fallback must decide the request's own cost against the divided
+// limit, as without slices: a hot id gets limit / servers, each refusal is over_limit.
+TEST(LocalBudget, TheLocalFallbackDecidesTheRequestsOwnCostNotTheSlice) {
+  for (const milliseconds slice_period : {milliseconds(50), milliseconds(1000)}) {
+    for (const bool budgeted : {false, true}) {
+      auto clock = std::make_shared<FakeClock>(kStart);
+      auto faults = std::make_shared<testing::FaultStore>(
+          std::make_shared<internal::MemoryStore>(clock), /*seed=*/3);
+      faults->FailRandomly(1.0, UnavailableError("injected: redis stopped"));
+      auto client = *internal::ClientFactory::WithStore(
+          {.url = "memory://", .breaker_failures = 1000000, .model_clock = clock}, faults);
+      LimiterOptions options = Budgeted(/*hot=*/50);
+      options.local_budget.enabled = budgeted;
+      options.local_budget.slice_period = slice_period;
+      options.on_failure = FailurePolicy::kLocal;
+      options.servers = 10;
+      auto limiter = *client->MakeLimiter(
+          "fallback", {.limit = 1000, .window = std::chrono::seconds(20)}, options);
+      int admitted = 0, over_limit = 0, other = 0;
+      for (int i = 0; i < 300; ++i) {
+        clock->Advance(milliseconds(5));
+        auto d = limiter.Check("hot");
+        ASSERT_TRUE(d.ok()) << d.status().ToString();
+        EXPECT_EQ(d->source, DecisionSource::kLocalFallback);
+        if (d->allowed) {
+          ++admitted;
+        } else if (d->reason == RefusalReason::kOverLimit) {
+          ++over_limit;
+        } else {
+          ++other;
+        }
+      }
+      SCOPED_TRACE(::testing::Message()
+                   << "budgets " << budgeted << ", slice_period " << slice_period.count() << " ms");
+      EXPECT_EQ(admitted, 100);
+      EXPECT_EQ(over_limit, 200);
+      EXPECT_EQ(other, 0) << "refused for another reason (cost_exceeds_limit: the slice)";
+    }
+  }
 }
 
 }  // namespace

@@ -79,7 +79,12 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
   d.limit = call.limit.limit;
   switch (call.on_failure) {
     case FailurePolicy::kLocal: {
-      StatusOr<Decision> decided = local_.CheckNow(LocalCall(call));
+      // The request's own cost: a slice asked for with it is the store's to give, and a
+      // sliding_window take is a plain consume here (nothing is given back to a window).
+      CheckCall local = LocalCall(call);
+      if (call.request_cost > 0) local.cost = call.request_cost;
+      if (local.op == Op::kTake) local.op = Op::kConsume;
+      StatusOr<Decision> decided = local_.CheckNow(local);
       if (decided.ok()) decided->source = DecisionSource::kLocalFallback;
       return decided;
     }

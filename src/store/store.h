@@ -40,6 +40,9 @@ struct CheckCall {
   bool cache_denials = false;
   // Refunds only: where the units were counted (CheckOptions::counted_by).
   DecisionSource counted_by = DecisionSource::kStore;
+  // A consume that asks for the request's cost plus a local-budget slice (`cost` is
+  // both): the request's own cost, which a failure policy decides with. 0: `cost`.
+  int64_t request_cost = 0;
 };
 
 // One request against several limits, decided all-or-nothing (CheckComposite's one-script
