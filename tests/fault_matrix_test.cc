@@ -506,9 +506,10 @@ class PeekWorkload : public CheckWorkload {
     auto d = limiter_->Peek(id, {.deadline = kCallDeadline});
     ledger.Timed("Peek", Since(t0), kCallDeadline);
     ExpectDecision(ledger, "Peek", d);
-    if (d.ok() && !SourceFitsPolicy(d->source, limiter_->options().on_failure)) {
-      // (the limiter names no policy: the client's applies; Decided checks it)
-    }
+    // A peek spends nothing: only its source is held to the policy (the client's: the
+    // limiter names none).
+    if (d.ok() && !SourceFitsPolicy(d->source, clients_[0]->options().on_failure))
+      ledger.Unexpected("Peek source " + std::string(DecisionSourceName(d->source)));
   }
   bool Probe(int n) override {
     auto d = limiter_->Peek("probe" + std::to_string(n), {.deadline = kCallDeadline});
