@@ -1039,9 +1039,6 @@ bool HoldsCallsOutstanding(Fault f) {
 // Cells that fail on behaviour being fixed now: skipped, naming it, until the fix is on
 // main (then the skip goes).
 std::optional<std::string> KnownFailure(const Cell& cell) {
-  if (cell.call == Call::kLocalBudget && cell.policy == FailurePolicy::kLocal)
-    return "the local fallback of a budgeted hot id decides cost + slice instead of the "
-           "request's own cost";
   if (cell.call == Call::kPeriodicSync && HoldsCallsOutstanding(cell.fault))
     return "checks waiting for a periodic sync in flight are answered at the client's deadline, "
            "not at their own";
