@@ -61,7 +61,7 @@ int Walk(std::shared_ptr<Client> client, const std::string& url, pid_t redis) {
       ::waitpid(redis, nullptr, 0);
     }
   };
-  std::printf("store: %s\n", url.c_str());
+  std::printf("store: %s\n", RedactUrl(url).c_str());
   auto login = client->MakeLimiter("login", {.limit = 5, .window = std::chrono::seconds(10)});
   if (!login.ok()) {
     std::fprintf(stderr, "sluice demo: %s\n", login.status().ToString().c_str());
@@ -135,7 +135,7 @@ int RunDemo(std::string url) {
   if (!url.empty()) {
     auto client = Client::Create({.url = url, .deadline = std::chrono::milliseconds(2000)});
     if (!client.ok()) {
-      std::fprintf(stderr, "sluice demo: cannot use --redis %s: %s\n", url.c_str(),
+      std::fprintf(stderr, "sluice demo: cannot use --redis %s: %s\n", RedactUrl(url).c_str(),
                    client.status().ToString().c_str());
       return kExitError;
     }

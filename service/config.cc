@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 namespace sluiced {
@@ -142,10 +143,47 @@ std::string LimiterName(const std::vector<std::string>& pieces) {
   return joined.substr(0, 47) + "." + hex;
 }
 
+// Reads the document's events (no node tree) and refuses, at their position, what
+// could blow up the tree built next: an alias, and collections nested deeper than
+// descriptors at `max_depth` levels need (the parser recurses once per level).
+class Screen : public YAML::EventHandler {
+ public:
+  Screen(std::string file, int max_nesting) : file_(std::move(file)), max_(max_nesting) {}
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
+    throw ConfigError{At(mark), "YAML aliases (*name) are not accepted: write each descriptor out"};
+  }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Enter(mark);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Enter(mark);
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  Position At(const YAML::Mark& mark) const { return {file_, mark.line + 1, mark.column + 1}; }
+  void Enter(const YAML::Mark& mark) {
+    if (++depth_ > max_)
+      throw ConfigError{At(mark), "nested deeper than " + std::to_string(max_) + " levels"};
+  }
+  std::string file_;
+  int max_;
+  int depth_ = 0;
+};
+
 struct Parser {
   std::string file;
   std::string domain;
   std::vector<std::shared_ptr<const Rule>>& rules;
+  const ConfigLimits& limits;
 
   std::shared_ptr<const Rule> ParseRule(const YAML::Node& descriptor, const YAML::Node& rl,
                                         const std::vector<std::string>& pieces,
@@ -263,13 +301,19 @@ struct Parser {
     if (rule->kind != RuleKind::kConcurrency && !rule->unlimited && rule->requests_per_unit > 0) {
       if (Status s = rule->ToLimit().Validate(); !s.ok()) Fail(file, rl, s.message());
     }
+    if (rules.size() >= limits.max_rules)
+      Fail(file, rl,
+           "more than " + std::to_string(limits.max_rules) + " rate limits in the configuration");
     rules.push_back(rule);
     return rule;
   }
 
   std::vector<DescriptorNode> ParseList(const YAML::Node& list, std::vector<std::string> pieces,
-                                        const std::string& path) {
+                                        const std::string& path, int depth) {
     if (!list.IsSequence()) Fail(file, list, "descriptors must be a list");
+    if (depth > limits.max_depth)
+      Fail(file, list,
+           "descriptors nested deeper than " + std::to_string(limits.max_depth) + " levels");
     std::vector<DescriptorNode> out;
     std::set<std::string> seen;
     for (const auto& d : list) {
@@ -304,22 +348,40 @@ struct Parser {
           if (d[flag]) Bool(file, d[flag], flag);  // accepted as envoy-ratelimit does
         }
       }
-      if (d["descriptors"]) node.children = ParseList(d["descriptors"], child_pieces, child_path);
+      if (d["descriptors"])
+        node.children = ParseList(d["descriptors"], child_pieces, child_path, depth + 1);
       out.push_back(std::move(node));
     }
     return out;
   }
 };
 
-std::string ReadFile(const std::string& path, Status& status) {
+std::string TooLarge(const std::string& file, std::size_t bytes, std::size_t max_bytes) {
+  return file + ":1:1: the file has " + std::to_string(bytes) + " bytes, more than the " +
+         std::to_string(max_bytes) + " a config file may have";
+}
+
+// A file larger than max_bytes is refused by its size, without being read.
+std::string ReadFile(const std::string& path, std::size_t max_bytes, Status& status) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_bytes) {
+    status = InvalidArgumentError(TooLarge(path, size, max_bytes));
+    return {};
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     status = InvalidArgumentError(path + ": cannot be read");
     return {};
   }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  // Up to one byte more than allowed: a file that grew since is refused by the parser.
+  std::string text;
+  if (!ec) text.reserve(static_cast<std::size_t>(size));
+  char chunk[65536];
+  while (text.size() <= max_bytes && in.read(chunk, sizeof chunk).gcount() > 0)
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+  if (in.bad()) status = InvalidArgumentError(path + ": cannot be read");
+  return text;
 }
 
 }  // namespace
@@ -398,8 +460,20 @@ const DomainConfig* Config::FindDomain(std::string_view domain) const {
 }
 
 StatusOr<DomainConfig> ParseDomainYaml(std::string_view text, const std::string& file,
-                                       std::vector<std::shared_ptr<const Rule>>& rules) {
+                                       std::vector<std::shared_ptr<const Rule>>& rules,
+                                       const ConfigLimits& limits) {
+  if (text.size() > limits.max_file_bytes) {
+    return InvalidArgumentError(TooLarge(file, text.size(), limits.max_file_bytes));
+  }
   try {
+    {
+      // The root map, then per level of descriptors a list and a map; rate_limit,
+      // replaces and its entries below the deepest.
+      std::istringstream in{std::string(text)};
+      YAML::Parser screen_parser(in);
+      Screen screen(file, 2 * limits.max_depth + 8);
+      screen_parser.HandleNextDocument(screen);
+    }
     const YAML::Node root = YAML::Load(std::string(text));
     if (!root.IsMap()) {
       return InvalidArgumentError(file + ":1:1: the document must be a map with a domain");
@@ -410,9 +484,9 @@ StatusOr<DomainConfig> ParseDomainYaml(std::string_view text, const std::string&
     config.file = file;
     config.domain = Scalar(file, root["domain"], "domain");
     if (config.domain.empty()) Fail(file, root["domain"], "domain must not be empty");
-    Parser parser{file, config.domain, rules};
+    Parser parser{file, config.domain, rules, limits};
     if (root["descriptors"]) {
-      config.descriptors = parser.ParseList(root["descriptors"], {config.domain}, config.domain);
+      config.descriptors = parser.ParseList(root["descriptors"], {config.domain}, config.domain, 1);
     }
     return config;
   } catch (const ConfigError& e) {
@@ -426,13 +500,19 @@ StatusOr<DomainConfig> ParseDomainYaml(std::string_view text, const std::string&
 }
 
 StatusOr<std::shared_ptr<const Config>> BuildConfig(
-    const std::vector<std::pair<std::string, std::string>>& documents) {
+    const std::vector<std::pair<std::string, std::string>>& documents, const ConfigLimits& limits) {
   auto config = std::make_shared<Config>();
   std::map<std::string, std::string> domain_file;
   for (const auto& [file, text] : documents) {
     std::vector<std::shared_ptr<const Rule>> rules;
-    auto domain = ParseDomainYaml(text, file, rules);
+    auto domain = ParseDomainYaml(text, file, rules, limits);
     if (!domain.ok()) return domain.status();
+    // The cap counts the rules of every file.
+    if (config->rules.size() + rules.size() > limits.max_rules) {
+      return InvalidArgumentError(
+          rules[limits.max_rules - config->rules.size()]->position.ToString() + ": more than " +
+          std::to_string(limits.max_rules) + " rate limits in the configuration");
+    }
     auto [it, fresh] = domain_file.emplace(domain->domain, file);
     if (!fresh) {
       return InvalidArgumentError(file + ":1:1: domain '" + domain->domain +
@@ -460,7 +540,8 @@ StatusOr<std::shared_ptr<const Config>> BuildConfig(
   return std::shared_ptr<const Config>(std::move(config));
 }
 
-StatusOr<std::shared_ptr<const Config>> LoadConfig(const std::string& path) {
+StatusOr<std::shared_ptr<const Config>> LoadConfig(const std::string& path,
+                                                   const ConfigLimits& limits) {
   namespace fs = std::filesystem;
   std::error_code ec;
   std::vector<std::string> files;
@@ -481,11 +562,11 @@ StatusOr<std::shared_ptr<const Config>> LoadConfig(const std::string& path) {
   std::vector<std::pair<std::string, std::string>> documents;
   for (const auto& f : files) {
     Status status;
-    std::string text = ReadFile(f, status);
+    std::string text = ReadFile(f, limits.max_file_bytes, status);
     if (!status.ok()) return status;
     documents.emplace_back(f, std::move(text));
   }
-  return BuildConfig(documents);
+  return BuildConfig(documents, limits);
 }
 
 }  // namespace sluiced

@@ -97,14 +97,29 @@ struct Config {
   const DomainConfig* FindDomain(std::string_view domain) const;
 };
 
+// What a configuration may hold, so that no file, however written, can exhaust sluiced's
+// stack or memory at start-up or on a reload. YAML aliases (`*name`) are refused
+// outright: an alias can make a descriptor its own child, or double a tree per line.
+struct ConfigLimits {
+  // Bytes of one file. Default: 4 MiB.
+  std::size_t max_file_bytes = 4 << 20;
+  // Levels of nested `descriptors` (a top-level descriptor is level 1). Default: 64.
+  int max_depth = 64;
+  // rate_limit blocks in the whole configuration (every file). Default: 100,000.
+  std::size_t max_rules = 100000;
+};
+
 // Parses one YAML document; `file` names it in errors.
 sluice::StatusOr<DomainConfig> ParseDomainYaml(std::string_view text, const std::string& file,
-                                               std::vector<std::shared_ptr<const Rule>>& rules);
+                                               std::vector<std::shared_ptr<const Rule>>& rules,
+                                               const ConfigLimits& limits = {});
 // Loads a file, or every *.yaml / *.yml of a directory (sorted; one domain per file, a
 // domain in two files is an error).
-sluice::StatusOr<std::shared_ptr<const Config>> LoadConfig(const std::string& path);
+sluice::StatusOr<std::shared_ptr<const Config>> LoadConfig(const std::string& path,
+                                                           const ConfigLimits& limits = {});
 // Builds a Config from in-memory documents (file name, text), as LoadConfig does.
 sluice::StatusOr<std::shared_ptr<const Config>> BuildConfig(
-    const std::vector<std::pair<std::string, std::string>>& documents);
+    const std::vector<std::pair<std::string, std::string>>& documents,
+    const ConfigLimits& limits = {});
 
 }  // namespace sluiced

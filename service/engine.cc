@@ -1,7 +1,8 @@
 #include "service/engine.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
-#include <random>
 
 #include <boost/asio/post.hpp>
 
@@ -26,14 +27,34 @@ int OutcomeOf(const Decision& d) {
   return d.reason == RefusalReason::kStoreUnavailable ? 2 : 1;
 }
 
+// A lease handle: 128 bits from the kernel's CSPRNG (getrandom), as 22 base64url
+// characters. A handle is the only thing a caller shows to heartbeat or release, so it
+// must not be derivable from the handles other callers were given (a seeded PRNG's
+// outputs are: its state can be rebuilt from a few hundred of them).
 std::string RandomHandle() {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32)};
-  std::lock_guard lock(mu);
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(rng()));
-  return buf;
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  unsigned char bytes[16];
+  std::size_t filled = 0;
+  while (filled < sizeof bytes) {
+    const ssize_t n = ::getrandom(bytes + filled, sizeof bytes - filled, 0);
+    if (n > 0) filled += static_cast<std::size_t>(n);
+    // n < 0: EINTR (getrandom blocks only before the kernel's pool is seeded at boot).
+  }
+  std::string handle;
+  handle.reserve(22);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (unsigned char b : bytes) {
+    acc = (acc << 8) | b;
+    bits += 8;
+    while (bits >= 6) {
+      bits -= 6;
+      handle.push_back(kAlphabet[(acc >> bits) & 63]);
+    }
+  }
+  if (bits > 0) handle.push_back(kAlphabet[(acc << (6 - bits)) & 63]);
+  return handle;
 }
 
 // The shared state of one check while its store calls are out.
@@ -394,10 +415,17 @@ void Engine::Acquire(std::string domain, Entries entries, std::function<void(Lea
             1, std::memory_order_relaxed);
         if (a->source != DecisionSource::kStore) metrics_.StoreError();
         if (a->acquired) {
-          grant.handle = RandomHandle();
           std::lock_guard lock(leases_mu_);
-          leases_.emplace(grant.handle,
-                          HeldLease{std::move(a->lease), Clock::now() + grant.ttl, grant.ttl});
+          // A handle names one lease only: a collision (2^-128 per pair) draws again
+          // rather than hand out a handle that already names another caller's lease.
+          while (true) {
+            grant.handle = RandomHandle();
+            if (leases_
+                    .try_emplace(grant.handle, std::move(a->lease), Clock::now() + grant.ttl,
+                                 grant.ttl)
+                    .second)
+              break;
+          }
         }
         done(std::move(grant));
       });

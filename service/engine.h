@@ -133,6 +133,8 @@ class Engine {
   void ProbeStore(std::function<void(bool)> done);
 
   sluice::Client& client() { return *client_; }
+  // The store's URL as it may be shown: its password masked (sluice::RedactUrl).
+  std::string store_shown() const { return sluice::RedactUrl(options_.client.url); }
   Metrics& metrics() { return metrics_; }
   std::string MetricsText();
   boost::asio::thread_pool& blocking_pool() { return pool_; }
@@ -148,6 +150,7 @@ class Engine {
     std::shared_ptr<const Config> config;
     std::unordered_map<const Rule*, BuiltRule> rules;
   };
+  // A lease held for a remote caller, under its handle (one handle, one lease).
   struct HeldLease {
     sluice::Lease lease;
     std::chrono::steady_clock::time_point expires;

@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
     spdlog::warn(
         "store {} not reachable yet: serving, every limit answering by its failure policy until it "
         "is",
-        redis);
+        sluice::RedactUrl(redis));
   }
 
   auto http = HttpServer::Start(
@@ -254,7 +254,8 @@ int main(int argc, char** argv) {
   }
   // One line tests and scripts wait for: every listener is up.
   spdlog::info("serving http={}:{} grpc={}:{} admin={}:{} store={}", http_at.host, (*http)->port(),
-               grpc_at.host, (*grpc)->port(), admin_at.host, (*admin)->port(), redis);
+               grpc_at.host, (*grpc)->port(), admin_at.host, (*admin)->port(),
+               sluice::RedactUrl(redis));
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;

@@ -221,7 +221,7 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
                          {"replaces", r->replaces},
                          {"at", r->position.ToString()}});
       }
-      json j = {{"files", config->files}, {"rules", rules}};
+      json j = {{"store", engine.store_shown()}, {"files", config->files}, {"rules", rules}};
       spdlog::info("admin config rules={}", config->rules.size());
       return respond(
           MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));

@@ -33,6 +33,14 @@ TEST(CliDemo, AnUnreachableRedisGivenIsAnErrorNamingIt) {
   EXPECT_EQ(run.output.find("attempt"), std::string::npos) << "no walk on another store";
 }
 
+// The error names the store with its password masked.
+TEST(CliDemo, AnErrorNamesTheStoreWithoutItsPassword) {
+  const DemoRun run = Demo("", "--redis redis://app:hunter2pw@127.0.0.1:1");
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("redis://app:***@127.0.0.1:1"), std::string::npos) << run.output;
+  EXPECT_EQ(run.output.find("hunter2"), std::string::npos) << run.output;
+}
+
 TEST(CliDemo, AReachableRedisGivenIsTheStoreUsed) {
   testing::RedisServer server;
   const DemoRun run = Demo("", "--redis " + server.url());

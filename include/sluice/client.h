@@ -68,6 +68,13 @@ enum class Op : int;  // algo/algorithm.h: consume, peek, refund, reset
 class ConcurrencyLimiter;  // sluice/lease.h
 struct ConcurrencyOptions;
 
+// `url` (a ClientOptions::url, well-formed or not) fit to log or show: the password of
+// its userinfo and the values of its query parameters other than db, user,
+// sentinel_user, ca, cert, key and sni become "***" ("redis://app:***@10.0.0.5:6379",
+// "unix:///run/redis.sock?password=***"); a userinfo without ':' is masked whole, as
+// it may be a password alone. Everything else is kept as written.
+std::string RedactUrl(std::string_view url);
+
 struct ClientOptions {
   // Where the state lives:
   //   redis://[[user]:password@]host[:port][/db]   TCP (port 6379 and db 0 when omitted)

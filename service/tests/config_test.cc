@@ -227,6 +227,119 @@ TEST(Config, DirectoryOfYamlFilesOneDomainEach) {
   std::filesystem::remove_all(dir);
 }
 
+// descriptors nested `levels` deep, one rate limit at the bottom.
+std::string Nested(int levels) {
+  std::string yaml = "domain: d\ndescriptors:\n";
+  std::string indent = "  ";
+  for (int i = 1; i <= levels; ++i) {
+    yaml += indent + "- key: k" + std::to_string(i) + "\n";
+    if (i == levels) {
+      yaml += indent + "  rate_limit: {unit: second, requests_per_unit: 1}\n";
+    } else {
+      yaml += indent + "  descriptors:\n";
+    }
+    indent += "    ";
+  }
+  return yaml;
+}
+
+// Aliases are refused where they stand: a descriptor its own child recursed until the
+// stack overflowed, and doubling aliases made a few lines into hundreds of thousands of
+// rules.
+TEST(Config, YamlAliasesAreRefused) {
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors: &x [ {key: k, descriptors: *x} ]\n"),
+            "bad.yaml:2:41: YAML aliases (*name) are not accepted: write each descriptor out");
+  // Each list twice the one before: 2^12 rules out of 14 lines.
+  std::string bomb =
+      "domain: d\ndescriptors:\n  - key: a0\n    descriptors: &a0 [{key: k, rate_limit: "
+      "{unit: second, requests_per_unit: 1}}]\n";
+  for (int i = 1; i <= 12; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "  - key: a" + std::to_string(i) + "\n    descriptors: &a" + std::to_string(i) +
+            " [{key: k, descriptors: " + prev + "}, {key: j, descriptors: " + prev + "}]\n";
+  }
+  EXPECT_EQ(ErrorOf(bomb),
+            "bad.yaml:6:45: YAML aliases (*name) are not accepted: write each descriptor out");
+  // An alias of a plain scalar too: there is no safe subset worth the exceptions.
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: &k user\n    descriptors:\n"
+                    "      - key: *k\n        rate_limit: {unit: second, requests_per_unit: 1}\n"),
+            "bad.yaml:5:14: YAML aliases (*name) are not accepted: write each descriptor out");
+  // An anchor alone is harmless and accepted.
+  EXPECT_TRUE(Build("domain: d\ndescriptors:\n  - key: &k user\n"
+                    "    rate_limit: {unit: second, requests_per_unit: 1}\n")
+                  .ok());
+}
+
+TEST(Config, DescriptorDepthIsBounded) {
+  auto deepest = Build(Nested(64));
+  ASSERT_TRUE(deepest.ok()) << deepest.status().message();
+  EXPECT_EQ((*deepest)->rules.size(), 1u);
+  const std::string too_deep = ErrorOf(Nested(65));
+  EXPECT_EQ(too_deep.rfind("bad.yaml:", 0), 0u) << too_deep;
+  EXPECT_NE(too_deep.find(": descriptors nested deeper than 64 levels"), std::string::npos)
+      << too_deep;
+  // Nesting that is no descriptor tree at all is refused before it is built.
+  const std::string brackets = "domain: d\nx: " + std::string(100000, '[') + "\n";
+  const std::string deep = ErrorOf(brackets);
+  EXPECT_EQ(deep.rfind("bad.yaml:2:", 0), 0u) << deep;
+  EXPECT_NE(deep.find("nested deeper than 136 levels"), std::string::npos) << deep;
+  ConfigLimits shallow{.max_depth = 2};
+  auto c = BuildConfig({{"s.yaml", Nested(3)}}, shallow);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("descriptors nested deeper than 2 levels"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(Config, RuleCountIsBoundedAcrossFiles) {
+  const std::string three =
+      "descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+      "  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+      "  - key: c\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+  ConfigLimits four{.max_rules = 4};
+  EXPECT_TRUE(BuildConfig({{"a.yaml", "domain: a\n" + three}}, four).ok());
+  auto both =
+      BuildConfig({{"a.yaml", "domain: a\n" + three}, {"b.yaml", "domain: b\n" + three}}, four);
+  ASSERT_FALSE(both.ok());
+  EXPECT_EQ(both.status().message(), "b.yaml:6:17: more than 4 rate limits in the configuration");
+  // The default admits a large config.
+  std::string many = "domain: m\ndescriptors:\n";
+  for (int i = 0; i < 2000; ++i)
+    many += "  - key: k" + std::to_string(i) +
+            "\n    rate_limit: {unit: second, "
+            "requests_per_unit: 1}\n";
+  auto big = Build(many);
+  ASSERT_TRUE(big.ok()) << big.status().message();
+  EXPECT_EQ((*big)->rules.size(), 2000u);
+}
+
+TEST(Config, FileSizeIsBounded) {
+  const std::string yaml =
+      "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: "
+      "second, requests_per_unit: 1}\n";
+  ConfigLimits small{.max_file_bytes = yaml.size() - 1};
+  auto refused = BuildConfig({{"f.yaml", yaml}}, small);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "f.yaml:1:1: the file has " + std::to_string(yaml.size()) + " bytes, more than the " +
+                std::to_string(yaml.size() - 1) + " a config file may have");
+  EXPECT_TRUE(BuildConfig({{"f.yaml", yaml}}, {.max_file_bytes = yaml.size()}).ok());
+  // From disk: refused by its size, before it is read.
+  char tmpl[] = "/tmp/sluiced_config_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  std::ofstream(dir + "/big.yaml") << yaml << "# " << std::string(5 << 20, 'x') << "\n";
+  auto big = LoadConfig(dir);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find(dir + "/big.yaml:1:1: the file has "), std::string::npos)
+      << big.status().message();
+  EXPECT_NE(big.status().message().find("more than the 4194304 a config file may have"),
+            std::string::npos)
+      << big.status().message();
+  std::ofstream(dir + "/big.yaml") << yaml;
+  EXPECT_TRUE(LoadConfig(dir).ok());
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Config, LimiterNamesAreStableAndValid) {
   auto a = Build(kEnvoyStyle);
   auto b = Build(kEnvoyStyle);

@@ -3,6 +3,8 @@
 
 #include <sys/resource.h>
 
+#include <optional>
+#include <random>
 #include <regex>
 #include <set>
 #include "service/tests/sluiced_process.h"
@@ -272,6 +274,168 @@ TEST_F(E2e, LeasesAcquireHeartbeatRelease) {
   EXPECT_EQ(seen["keys"][0]["problem"], "") << inspect.body;
 }
 
+// std::mt19937_64 as far as an observer needs it: the inverse of its output tempering,
+// and its recurrence x[k+312] = x[k+156] ^ twist(x[k], x[k+1]).
+uint64_t Untemper(uint64_t y) {
+  y ^= y >> 43;
+  y ^= (y << 37) & 0xFFF7EEE000000000ULL;
+  uint64_t x = y;
+  for (int i = 0; i < 4; ++i) x = y ^ ((x << 17) & 0x71D67FFFEDA60000ULL);
+  y = x;
+  for (int i = 0; i < 3; ++i) x = y ^ ((x >> 29) & 0x5555555555555555ULL);
+  return x;
+}
+uint64_t Temper(uint64_t y) {
+  y ^= (y >> 29) & 0x5555555555555555ULL;
+  y ^= (y << 17) & 0x71D67FFFEDA60000ULL;
+  y ^= (y << 37) & 0xFFF7EEE000000000ULL;
+  return y ^ (y >> 43);
+}
+// The next two outputs of an mt19937_64 whose last 312 outputs were `outputs`.
+std::pair<uint64_t, uint64_t> PredictMt(const std::vector<uint64_t>& outputs) {
+  std::vector<uint64_t> x;
+  for (uint64_t o : outputs) x.push_back(Untemper(o));
+  auto next = [&x](std::size_t k) {
+    const uint64_t y = (x[k] & ~0x7FFFFFFFULL) | (x[k + 1] & 0x7FFFFFFFULL);
+    return x[k + 156] ^ (y >> 1) ^ ((y & 1) ? 0xB5026F5AA96619E9ULL : 0);
+  };
+  const std::size_t n = x.size();
+  x.push_back(next(n - 312));
+  x.push_back(next(n - 311));
+  return {Temper(x[n]), Temper(x[n + 1])};
+}
+// Reads a handle as the two 64-bit words printed in hex; nothing when it is not that.
+std::optional<std::pair<uint64_t, uint64_t>> HexWords(const std::string& handle) {
+  if (handle.size() != 32 || handle.find_first_not_of("0123456789abcdef") != std::string::npos)
+    return std::nullopt;
+  return std::pair{std::stoull(handle.substr(0, 16), nullptr, 16),
+                   std::stoull(handle.substr(16), nullptr, 16)};
+}
+
+// A caller who collects handles learns nothing about the next one: 156 handles are
+// exactly the outputs a seeded std::mt19937_64 needs to be rebuilt (the predictor is
+// checked on a local generator first, so it would catch one), and handles carry 128
+// bits or more, all distinct.
+TEST_F(E2e, LeaseHandlesAreUnpredictable) {
+  std::mt19937_64 local(20261202);
+  std::vector<uint64_t> seen;
+  for (int i = 0; i < 312; ++i) seen.push_back(local());
+  const auto expected = PredictMt(seen);
+  ASSERT_EQ(expected.first, local());
+  ASSERT_EQ(expected.second, local());
+
+  config_.Write("pool.yaml",
+                "domain: pool\ndescriptors:\n  - key: job\n    algorithm: concurrency\n"
+                "    rate_limit: {requests_per_unit: 1000}\n");
+  Sluiced s(config_.path(), "memory://", Flags());
+  const std::string body = R"({"domain":"pool","entries":[{"key":"job","value":"j"}]})";
+  std::vector<std::string> handles;
+  std::vector<uint64_t> words;
+  for (int i = 0; i < 157; ++i) {
+    HttpReply r = Call(s.http_port(), "POST", "/v1/leases", body);
+    ASSERT_EQ(r.status, 201) << r.body;
+    handles.push_back(json::parse(r.body)["lease"]);
+    if (auto w = HexWords(handles.back()); w && i < 156) {
+      words.push_back(w->first);
+      words.push_back(w->second);
+    }
+  }
+  std::set<std::string> distinct(handles.begin(), handles.end());
+  EXPECT_EQ(distinct.size(), handles.size());
+  for (const auto& h : handles) {
+    // base64url (6 bits a character) or hex (4): 128 bits at least.
+    const bool hex = h.find_first_not_of("0123456789abcdef") == std::string::npos;
+    EXPECT_GE(h.size() * (hex ? 4 : 6), 128u) << h;
+    EXPECT_EQ(
+        h.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"),
+        std::string::npos)
+        << h;
+  }
+  if (words.size() == 312) {
+    // The two words of a handle may have been drawn in either order.
+    for (bool swapped : {false, true}) {
+      std::vector<uint64_t> drawn = words;
+      if (swapped)
+        for (std::size_t i = 0; i < drawn.size(); i += 2) std::swap(drawn[i], drawn[i + 1]);
+      auto predicted = PredictMt(drawn);
+      if (swapped) std::swap(predicted.first, predicted.second);
+      char hex[33];
+      std::snprintf(hex, sizeof hex, "%016llx%016llx",
+                    static_cast<unsigned long long>(predicted.first),
+                    static_cast<unsigned long long>(predicted.second));
+      EXPECT_NE(handles.back(), hex) << "the 157th handle was predicted from the 156 before it";
+    }
+  }
+}
+
+// A handle reaches its own lease only: releasing one domain's lease leaves another
+// domain's lease held, and a handle altered by one character reaches nothing.
+TEST_F(E2e, AHandleReachesOnlyItsOwnLease) {
+  config_.Write("la.yaml",
+                "domain: la\ndescriptors:\n  - key: job\n    algorithm: concurrency\n"
+                "    rate_limit: {requests_per_unit: 1}\n");
+  config_.Write("lb.yaml",
+                "domain: lb\ndescriptors:\n  - key: job\n    algorithm: concurrency\n"
+                "    rate_limit: {requests_per_unit: 1}\n");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  const std::string a_body = R"({"domain":"la","entries":[{"key":"job","value":"x"}]})";
+  const std::string b_body = R"({"domain":"lb","entries":[{"key":"job","value":"x"}]})";
+  HttpReply a = Call(port, "POST", "/v1/leases", a_body);
+  HttpReply b = Call(port, "POST", "/v1/leases", b_body);
+  ASSERT_EQ(a.status, 201) << a.body;
+  ASSERT_EQ(b.status, 201) << b.body;
+  const std::string a_handle = json::parse(a.body)["lease"];
+  const std::string b_handle = json::parse(b.body)["lease"];
+  ASSERT_NE(a_handle, b_handle);
+  std::string altered = b_handle;
+  altered.back() = altered.back() == 'A' ? 'B' : 'A';
+  EXPECT_EQ(Call(port, "POST", "/v1/leases/" + altered + "/heartbeat").status, 404);
+  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + altered).status, 404);
+  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + a_handle).status, 204);
+  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + a_handle).status, 404);
+  // B's lease is still held, by sluiced and in the store: heartbeats pass, the cap is full.
+  EXPECT_EQ(Call(port, "POST", "/v1/leases/" + b_handle + "/heartbeat").status, 200);
+  EXPECT_EQ(Call(port, "POST", "/v1/leases", b_body).status, 429);
+  // A's slot came free.
+  HttpReply again;
+  for (int i = 0; i < 50 && again.status != 201; ++i) {
+    again = Call(port, "POST", "/v1/leases", a_body);
+    if (again.status != 201) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + b_handle).status, 204);
+}
+
+// The store's password never reaches sluiced's log or its admin listener: the URL is
+// shown with its password masked, in the "serving" line, in "not reachable yet" and in
+// /admin/config.
+TEST(E2eSecrets, TheStorePasswordIsNeverLoggedOrShown) {
+  sluice::testing::RedisServer redis({.requirepass = "hunter2-secret"});
+  TempDir config;
+  config.Write("shop.yaml", ExampleConfig());
+  const std::string url = redis.url();
+  ASSERT_NE(url.find("hunter2-secret"), std::string::npos) << url;
+  {
+    Sluiced s(config.path(), url, {"--admin-token", "s3cret", "--deadline-ms", "200"});
+    EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("p")).status, 200);
+    HttpReply shown =
+        Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: Bearer s3cret\r\n");
+    ASSERT_EQ(shown.status, 200);
+    EXPECT_EQ(shown.body.find("hunter2"), std::string::npos) << shown.body;
+    EXPECT_NE(json::parse(shown.body)["store"].get<std::string>().find(":***@127.0.0.1:"),
+              std::string::npos)
+        << shown.body;
+    EXPECT_NE(s.log().find("store=redis://:***@127.0.0.1:"), std::string::npos) << s.log();
+    EXPECT_EQ(s.log().find("hunter2"), std::string::npos) << s.log();
+  }
+  redis.Kill();
+  Sluiced down(config.path(), url, {"--connect-wait-ms", "100"});
+  EXPECT_NE(down.log().find("store redis://:***@127.0.0.1:"), std::string::npos) << down.log();
+  EXPECT_NE(down.log().find("not reachable yet"), std::string::npos) << down.log();
+  EXPECT_EQ(down.log().find("hunter2"), std::string::npos) << down.log();
+}
+
 TEST_F(E2e, AdminNeedsTheBearerToken) {
   Sluiced s(config_.path(), redis_.url(), Flags());
   EXPECT_EQ(Call(s.admin_port(), "GET", "/admin/config").status, 401);
@@ -511,6 +675,63 @@ descriptors:
                  "/v1/leases/" + json::parse(first.body)["lease"].get<std::string>() + "/heartbeat")
                 .status,
             404);
+}
+
+// A config that makes a descriptor its own child (a YAML alias) is refused at start-up
+// and on a reload; a running sluiced keeps serving the config it had.
+TEST_F(E2e, AliasBombsAreRefusedAtStartAndOnReload) {
+  const std::string self_alias = "domain: r\ndescriptors: &x [ {key: k, descriptors: *x} ]\n";
+  {
+    TempDir bad;
+    bad.Write("r.yaml", self_alias);
+    Sluiced refused(bad.path(), "memory://", Flags(), /*expect_start=*/false);
+    EXPECT_EQ(refused.WaitExit(std::chrono::seconds(10)), 1) << refused.log();
+    EXPECT_NE(refused.log().find("config refused, not starting: " + bad.path() +
+                                 "/r.yaml:2:41: YAML aliases (*name) are not accepted"),
+              std::string::npos)
+        << refused.log();
+  }
+  config_.Write("r.yaml",
+                "domain: r\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: "
+                "minute, requests_per_unit: 2}\n");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const std::string u = Check({{{"user", "u1"}}}, 0, "r");
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 200);
+  auto appears = [&](const std::string& line, std::size_t times) {
+    for (int i = 0; i < 150; ++i) {
+      std::size_t n = 0;
+      const std::string log = s.log();
+      for (auto at = log.find(line); at != std::string::npos; at = log.find(line, at + 1)) ++n;
+      if (n >= times) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  };
+  config_.Write("r.yaml", self_alias);
+  s.Signal(SIGHUP);
+  EXPECT_TRUE(appears("refused, keeping the previous config: " + config_.path() +
+                          "/r.yaml:2:41: YAML aliases (*name) are not accepted",
+                      1))
+      << s.log();
+  ASSERT_TRUE(s.running());
+  // The doubling kind: 2^12 rules from 14 lines.
+  std::string bomb =
+      "domain: r\ndescriptors:\n  - key: a0\n    descriptors: &a0 [{key: k, rate_limit: "
+      "{unit: second, requests_per_unit: 1}}]\n";
+  for (int i = 1; i <= 12; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "  - key: a" + std::to_string(i) + "\n    descriptors: &a" + std::to_string(i) +
+            " [{key: k, descriptors: " + prev + "}, {key: j, descriptors: " + prev + "}]\n";
+  }
+  config_.Write("r.yaml", bomb);
+  s.Signal(SIGHUP);
+  EXPECT_TRUE(appears("/r.yaml:6:45: YAML aliases (*name) are not accepted", 1)) << s.log();
+  // Still serving the previous config: per_user, 2 a minute, 1 spent.
+  HttpReply second = Call(s.http_port(), "POST", "/v1/check", u);
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.header("ratelimit-policy"), "\"per_user\";q=2;w=60");
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 429);
+  EXPECT_EQ(s.log().find("config reloaded"), std::string::npos) << s.log();
 }
 
 TEST_F(E2e, RefusesToStartOnABadConfig) {

@@ -14,6 +14,7 @@
 #include "core/wait.h"
 #include "memory/memory_store.h"
 #include "redis/cluster_store.h"
+#include "redis/endpoint.h"
 #include "redis/redis_store.h"
 #include "sluice/asio.h"
 #include "sluice/client.h"
@@ -153,6 +154,10 @@ Status ValidateOptions(const ClientOptions& o) {
 }
 
 }  // namespace
+
+std::string RedactUrl(std::string_view url) {
+  return internal::RedactUrl(url);
+}
 
 StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
   if (Status s = ValidateOptions(options); !s.ok()) return s;

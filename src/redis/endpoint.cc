@@ -342,4 +342,50 @@ StatusOr<std::vector<Endpoint>> ParseClusterUrl(std::string_view url) {
   return seeds;
 }
 
+std::string RedactUrl(std::string_view url) {
+  constexpr std::string_view kMask = "***";
+  const size_t scheme_end = url.find("://");
+  const size_t start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
+  std::string out(url.substr(0, start));
+  std::string_view rest = url.substr(start);
+  // As the parser reads it: the userinfo runs to the last '@' (a password may hold '@',
+  // '/' and '?'), the query from the first '?' after it. A unix socket path has no
+  // userinfo (it may hold an '@').
+  if (!url.starts_with("unix://")) {
+    if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+      const std::string_view userinfo = rest.substr(0, at);
+      if (const size_t colon = userinfo.find(':'); colon != std::string_view::npos)
+        out.append(userinfo.substr(0, colon + 1));
+      out.append(kMask);
+      out.push_back('@');
+      rest = rest.substr(at + 1);
+    }
+  }
+  const size_t q = rest.find('?');
+  out.append(rest.substr(0, q));
+  if (q == std::string_view::npos) return out;
+  out.push_back('?');
+  std::string_view query = rest.substr(q + 1);
+  constexpr std::string_view kShown[] = {"db", "user", "sentinel_user", "ca", "cert", "key", "sni"};
+  for (bool first = true;; first = false) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    if (!first) out.push_back('&');
+    const size_t eq = pair.find('=');
+    const std::string_view name = pair.substr(0, eq);
+    if (eq != std::string_view::npos &&
+        std::find(std::begin(kShown), std::end(kShown), name) != std::end(kShown)) {
+      out.append(pair);
+    } else {
+      // An unknown name, or a piece without '=' (a stray part of a password), is masked.
+      out.append(eq == std::string_view::npos ? std::string_view() : name);
+      if (eq != std::string_view::npos) out.push_back('=');
+      out.append(kMask);
+    }
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+  return out;
+}
+
 }  // namespace sluice::internal

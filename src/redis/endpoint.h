@@ -67,6 +67,9 @@ struct Endpoint {
 // it differs from the host (also sent as SNI). InvalidArgument names what is wrong.
 StatusOr<Endpoint> ParseRedisUrl(std::string_view url);
 
+// sluice::RedactUrl (sluice/client.h): `url` with its secrets masked, parsed or not.
+std::string RedactUrl(std::string_view url);
+
 // Whether `url` names a Redis Cluster (redis+cluster:// or rediss+cluster://).
 bool IsClusterUrl(std::string_view url);
 

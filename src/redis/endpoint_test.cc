@@ -338,5 +338,34 @@ TEST(ParseRedisUrl, UnknownSchemeErrorDoesNotContainThePassword) {
   EXPECT_TRUE(Contains(ParseError("http://:hunter2pw@h"), "http")) << "the scheme is named";
 }
 
+// RedactUrl: what sluiced and the CLI log or show in place of a URL. The password goes
+// and the rest stays readable, for the accepted forms and for malformed ones alike.
+TEST(RedactUrl, MasksEveryPasswordAndKeepsTheRest) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"redis://default:hunter2pw@127.0.0.1:6379", "redis://default:***@127.0.0.1:6379"},
+      {"redis://:hunter2pw@h/3", "redis://:***@h/3"},
+      {"redis://hunter2pw@h", "redis://***@h"},
+      {"redis://u:hun@ter/2?pw@h:1/2", "redis://u:***@h:1/2"},
+      {"rediss://u:hunter2pw@h?ca=/etc/ca.pem&sni=r.example",
+       "rediss://u:***@h?ca=/etc/ca.pem&sni=r.example"},
+      {"redis+sentinel://u:hunter2pw@s1,s2:26380/m?sentinel_user=x&sentinel_password=hunter2pw",
+       "redis+sentinel://u:***@s1,s2:26380/m?sentinel_user=x&sentinel_password=***"},
+      {"redis+cluster://u:hunter2pw@a:7000,b:7001", "redis+cluster://u:***@a:7000,b:7001"},
+      {"unix:///run/redis@1.sock?db=2&user=app&password=hunter2pw",
+       "unix:///run/redis@1.sock?db=2&user=app&password=***"},
+      {"unix:///s?pass%77ord=hunter2pw", "unix:///s?pass%77ord=***"},
+      {"redis://h?hunter2pw", "redis://h?***"},
+      {"u:hunter2pw@h:6379", "u:***@h:6379"},
+      {"ftp://u:hunter2pw@h", "ftp://u:***@h"},
+      {"redis://127.0.0.1:6379", "redis://127.0.0.1:6379"},
+      {"memory://", "memory://"},
+      {"", ""},
+  };
+  for (const auto& [url, shown] : cases) {
+    EXPECT_EQ(RedactUrl(url), shown) << url;
+    EXPECT_FALSE(Contains(RedactUrl(url), "hunter2")) << url;
+  }
+}
+
 }  // namespace
 }  // namespace sluice::internal
