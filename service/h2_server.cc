@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,8 @@ struct H2GrpcServer::Shared {
   Clock::duration tick{};                               // housekeeping period
   nghttp2_session_callbacks* callbacks = nullptr;
   nghttp2_option* option = nullptr;
+  // Request bytes held by every connection together (max_server_buffer_bytes).
+  mutable std::atomic<std::size_t> held{0};
   ~Shared() {
     nghttp2_session_callbacks_del(callbacks);
     nghttp2_option_del(option);
@@ -113,8 +116,9 @@ struct Stream {
   std::size_t header_bytes = 0;
   Clock::time_point started;
   std::optional<Clock::time_point> deadline;
-  std::string in;       // request bytes not yet taken as messages
-  std::string message;  // a unary call's request message
+  std::string in;        // request bytes not yet taken as messages
+  std::string message;   // a unary call's request message
+  std::size_t held = 0;  // what `in` and `message` hold allocated, as last counted
   bool have_message = false;
   int messages = 0;            // request messages taken
   bool request_ended = false;  // the client's END_STREAM arrived
@@ -260,15 +264,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto* c = static_cast<Connection*>(user);
     Stream* s = c->Find(stream_id);
     if (s == nullptr || s->answered) return 0;  // answered early: the rest is dropped
-    s->in.append(reinterpret_cast<const char*>(data), len);
-    c->buffered_ += len;
-    if (c->buffered_ > c->options_.max_connection_buffer_bytes) {
-      c->Answer(*s, {GrpcCode::kResourceExhausted,
-                     "more than " + std::to_string(c->options_.max_connection_buffer_bytes) +
-                         " request bytes buffered on this connection"});
-      return 0;
-    }
+    const std::string_view chunk(reinterpret_cast<const char*>(data), len);
+    // The bytes are counted before they are taken: a stream that would go over the
+    // bounds is refused without allocating them.
+    if (!c->Reserve(*s, chunk)) return 0;
+    s->in.append(chunk);
     c->TakeMessages(*s);
+    c->Account(*s);
+    if (!s->answered) c->EnforceBounds(*s);
     return 0;
   }
 
@@ -288,7 +291,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     auto* c = static_cast<Connection*>(user);
     auto it = c->streams_.find(stream_id);
     if (it != c->streams_.end()) {
-      c->buffered_ -= it->second->in.size();
+      c->Release(*it->second);
       c->streams_.erase(it);
     }
     return 0;
@@ -382,15 +385,94 @@ class Connection : public std::enable_shared_from_this<Connection> {
         if (!status.ok()) Answer(s, std::move(status));
       } else if (s.have_message) {
         Answer(s, {GrpcCode::kInvalidArgument, "a unary call takes one request message"});
+      } else if (pos == s.in.size() && pos == 5 + len) {
+        // The whole buffer is the message: moved, not copied (no second allocation).
+        s.in.erase(0, 5);
+        s.message.swap(s.in);
+        s.in.clear();
+        s.have_message = true;
+        pos = 0;
       } else {
         s.message.assign(message);
         s.have_message = true;
       }
     }
-    if (s.answered) pos = s.in.size();
-    buffered_ -= pos;
+    if (s.answered) return;  // Answer released the buffers
     s.in.erase(0, pos);
+    // What is left is the start of the next message: keep no more than it needs.
+    if (s.in.empty())
+      std::string().swap(s.in);
+    else if (s.in.capacity() > 2 * s.in.size() + 4096)
+      s.in.shrink_to_fit();
   }
+
+  // The heap bytes a buffer holds (none while it fits in the string itself).
+  static std::size_t HeapBytes(const std::string& b) {
+    static const std::size_t kInline = std::string().capacity();
+    return b.capacity() > kInline ? b.capacity() : 0;
+  }
+
+  // Counts what the stream's buffers hold now, on the connection and on the server.
+  void Account(Stream& s) {
+    const std::size_t now = HeapBytes(s.in) + HeapBytes(s.message);
+    if (now >= s.held) {
+      buffered_ += now - s.held;
+      shared_->held.fetch_add(now - s.held, std::memory_order_relaxed);
+    } else {
+      buffered_ -= s.held - now;
+      shared_->held.fetch_sub(s.held - now, std::memory_order_relaxed);
+    }
+    s.held = now;
+  }
+
+  // Frees the stream's request buffers (answered, reset, closed).
+  void Release(Stream& s) {
+    std::string().swap(s.in);
+    std::string().swap(s.message);
+    Account(s);
+  }
+
+  // Makes room in s.in for `chunk`: for the message being read exactly its size (known
+  // from its prefix), so that it is allocated once. False, with the stream answered
+  // RESOURCE_EXHAUSTED and nothing allocated, when that would go over a bound.
+  bool Reserve(Stream& s, std::string_view chunk) {
+    const std::size_t need = s.in.size() + chunk.size();
+    if (need <= s.in.capacity()) return true;
+    std::size_t want = need;
+    if (need >= 5) {
+      auto byte = [&](std::size_t i) {
+        return static_cast<unsigned char>(i < s.in.size() ? s.in[i] : chunk[i - s.in.size()]);
+      };
+      const uint32_t len = (uint32_t{byte(1)} << 24) | (uint32_t{byte(2)} << 16) |
+                           (uint32_t{byte(3)} << 8) | uint32_t{byte(4)};
+      if (len <= options_.max_message_bytes) want = std::max<std::size_t>(need, 5 + len);
+    }
+    const std::size_t after = want + HeapBytes(s.message);
+    if (!WithinBounds(after > s.held ? after - s.held : 0, s)) return false;
+    s.in.reserve(want);
+    Account(s);
+    return EnforceBounds(s);
+  }
+
+  // Whether `more` bytes for stream `s` fit the connection's and the server's bounds;
+  // answers the stream RESOURCE_EXHAUSTED (releasing what it holds) when not.
+  bool WithinBounds(std::size_t more, Stream& s) {
+    if (buffered_ + more > options_.max_connection_buffer_bytes) {
+      Answer(s, {GrpcCode::kResourceExhausted,
+                 "more than " + std::to_string(options_.max_connection_buffer_bytes) +
+                     " request bytes buffered on this connection"});
+      return false;
+    }
+    if (shared_->held.load(std::memory_order_relaxed) + more > options_.max_server_buffer_bytes) {
+      Answer(s, {GrpcCode::kResourceExhausted,
+                 "more than " + std::to_string(options_.max_server_buffer_bytes) +
+                     " request bytes buffered on this server"});
+      return false;
+    }
+    return true;
+  }
+  // The same for what is counted already (an allocation larger than foreseen).
+  bool EnforceBounds(Stream& s) { return WithinBounds(0, s); }
 
   void OnEndOfRequest(Stream& s) {
     s.request_ended = true;
@@ -414,6 +496,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Called after mem_recv, without the lock: a handler may finish its reply at once,
     // or call into code that finishes other replies.
     pending_.push_back({s.method, s.id, std::move(s.message)});
+    Account(s);
   }
 
   // Response HEADERS with a data provider (once per stream), or resumes the provider.
@@ -440,9 +523,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Answer(Stream& s, GrpcStatus status) {
     if (s.answered) return;
     s.answered = true;
-    buffered_ -= s.in.size();
-    s.in.clear();
-    s.in.shrink_to_fit();
+    Release(s);
     if (s.headers_sent || !s.out.empty()) {
       s.trailers = std::move(status);
       SubmitHeaders(s);
@@ -640,6 +721,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     closed_ = true;
+    for (auto& [id, s] : streams_) Release(*s);
     boost::system::error_code ignored;
     tick_.cancel();
     deadline_timer_.cancel();
@@ -668,7 +750,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Timer deadline_timer_;
   Clock::time_point deadline_at_;
   Clock::time_point accepted_, last_input_, write_started_;
-  std::size_t buffered_ = 0;   // request bytes held in streams' `in`
+  std::size_t buffered_ = 0;   // request bytes held by the streams (Stream::held)
   std::size_t in_flight_ = 0;  // unary calls with a handler, not answered
   bool deadline_armed_ = false;
   bool handshake_done_ = false;
@@ -678,6 +760,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 Connection::~Connection() {
+  for (auto& [id, s] : streams_) Release(*s);  // the server's count keeps only live bytes
   nghttp2_session_del(session_);
   listener_->Forget(this);
 }
@@ -787,6 +870,10 @@ void H2GrpcServer::Stop() {
   for (auto& io : ios_) io->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+}
+
+std::size_t H2GrpcServer::buffered_bytes() const {
+  return listener_->context->held.load(std::memory_order_relaxed);
 }
 
 H2GrpcServer::~H2GrpcServer() {

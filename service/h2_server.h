@@ -108,9 +108,16 @@ struct GrpcServerOptions {
   std::size_t max_header_list_bytes = 16 * 1024;
   // A larger message is answered RESOURCE_EXHAUSTED. Default: 1 MiB.
   std::size_t max_message_bytes = 1 << 20;
-  // Request bytes buffered on one connection; the stream that goes over is answered
-  // RESOURCE_EXHAUSTED. Default: 8 MiB.
+  // Request bytes held on one connection: every stream's buffers as allocated (the
+  // bytes of a message not complete yet, a unary call's message until its request
+  // ends), from their first byte until the stream is answered, reset or closed. The
+  // stream whose bytes would go over is answered RESOURCE_EXHAUSTED at once (and its
+  // DATA dropped); the connection's other calls go on. Default: 8 MiB.
   std::size_t max_connection_buffer_bytes = 8 << 20;
+  // The same bytes, counted over every connection of the server together (a bound
+  // that many connections cannot multiply); the stream that would go over is answered
+  // RESOURCE_EXHAUSTED as well. Default: 64 MiB.
+  std::size_t max_server_buffer_bytes = 64 << 20;
   // Unary calls handed to handlers and not answered yet, per connection; more are
   // answered RESOURCE_EXHAUSTED (bounds work queued by clients that reset streams).
   // Default: 1024.
@@ -142,6 +149,8 @@ class H2GrpcServer {
                                                                std::vector<GrpcMethod> methods);
   ~H2GrpcServer();
   uint16_t port() const { return port_; }
+  // Request bytes held by all connections now (see max_server_buffer_bytes).
+  std::size_t buffered_bytes() const;
   // Stops accepting and serving; unanswered calls are dropped. Idempotent.
   void Stop();
 

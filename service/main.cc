@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
   std::string admin_token, audit_log = "sluiced-audit.log", prefix = "sluice",
                            default_policy = "open", log_level = "info";
   int http_threads = 0, grpc_threads = 0, io_threads = 1, blocking_threads = 2;
+  int64_t grpc_max_buffered_mib = 64;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
@@ -139,6 +140,12 @@ int main(int argc, char** argv) {
                  "(no hand-off between threads per check)")
       ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_GRPC_THREADS")
+      ->capture_default_str();
+  app.add_option("--grpc-max-buffered-mib", grpc_max_buffered_mib,
+                 "Request bytes all gRPC connections together may hold, in MiB (each one 8 MiB "
+                 "at most); a call that would go over is answered RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->envname("SLUICED_GRPC_MAX_BUFFERED_MIB")
       ->capture_default_str();
   app.add_option("--io-threads", io_threads, "Store client I/O threads")
       ->envname("SLUICED_IO_THREADS")
@@ -247,7 +254,8 @@ int main(int argc, char** argv) {
       **engine, grpc_listen,
       {.threads = grpc_threads,
        .executor = grpc_threads == 0 ? std::optional(sluice::IoExecutor((*engine)->client()))
-                                     : std::nullopt});
+                                     : std::nullopt,
+       .max_server_buffer_bytes = static_cast<std::size_t>(grpc_max_buffered_mib) << 20});
   if (!grpc.ok()) {
     spdlog::error("{}", grpc.status().message());
     return 1;

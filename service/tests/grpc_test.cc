@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <fstream>
 #include <set>
 
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -277,6 +278,60 @@ TEST_F(Grpc, UnknownMethodOversizedMessageAndManyCallsFromCpp) {
   cv.wait_for(lock, std::chrono::seconds(60), [&] { return done == 300; });
   EXPECT_EQ(done, 300);
   EXPECT_EQ(ok, 300);
+}
+
+// sluiced's resident memory (a /proc/<pid>/status field, in bytes).
+std::size_t ProcStatusBytes(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) * 1024;
+  return 0;
+}
+
+// Calls that send a whole 1 MiB message but never end their stream: sluiced holds at
+// most 8 MiB of them per connection (README), answering the others RESOURCE_EXHAUSTED,
+// so its peak resident memory grows by tens of MiB, not by what the clients send.
+TEST_F(Grpc, StreamsWithoutEndStreamHoldBoundedMemory) {
+  const std::size_t rss_before = ProcStatusBytes(sluiced_->pid(), "VmRSS");
+  ASSERT_GT(rss_before, 0u);
+  const std::string message(1 << 20, 'd');
+  const std::string body = std::string{0, 0, 16, 0, 0} + message;  // 1 MiB, framed
+  // One message after the other (each sent whole before the next stream starts), so
+  // that no bound is reached by messages still arriving side by side: every complete
+  // message is held.
+  std::vector<std::unique_ptr<bench::H2Client>> clients;
+  for (int c = 0; c < 2; ++c) {
+    std::string error;
+    clients.push_back(bench::H2Client::Connect("127.0.0.1", sluiced_->grpc_port(), error));
+    ASSERT_TRUE(clients.back()) << error;
+    auto& client = *clients.back();
+    for (int i = 0; i < 40; ++i) {
+      const int32_t id =
+          client.Submit("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", body, {},
+                        /*end_stream=*/false);
+      ASSERT_TRUE(client.PumpUntil(
+          [&] { return client.call(id)->closed || client.call(id)->body_sent == body.size(); },
+          std::chrono::seconds(10)));
+    }
+  }
+  for (auto& c : clients) c->Pump(std::chrono::milliseconds(50));
+  int refused = 0;
+  for (auto& c : clients)
+    for (int32_t id = 1; id < 80; id += 2) {
+      const bench::H2Call* call = c->call(id);
+      if (call->closed) {
+        EXPECT_EQ(call->GrpcStatus(), 8) << call->GrpcMessage();
+        ++refused;
+      }
+    }
+  // 7 messages (with their prefixes) fit in 8 MiB per connection.
+  EXPECT_GE(refused, 2 * (40 - 7));
+  const std::size_t peak = ProcStatusBytes(sluiced_->pid(), "VmHWM");
+  EXPECT_LT(peak, rss_before + (std::size_t{48} << 20))
+      << "RSS before " << (rss_before >> 20) << " MiB, peak " << (peak >> 20) << " MiB";
+  // The service answers as ever.
+  EXPECT_EQ(Call(SignIn("after-flood")).overall_code(), rls::RateLimitResponse::OK);
 }
 
 TEST_F(Grpc, HealthAndReflection) {

@@ -223,6 +223,73 @@ TEST_F(H2Server, GrpcTimeoutExpiresUnansweredCalls) {
   EXPECT_FALSE(ParseGrpcTimeout("m", t));
 }
 
+// Streams that send a whole unary message but never END_STREAM hold their bytes until
+// they are answered or reset: at most max_connection_buffer_bytes per connection and
+// max_server_buffer_bytes over all of them; the stream that would go over is answered
+// RESOURCE_EXHAUSTED at once, and what the others hold is freed when they are reset.
+TEST_F(H2Server, RequestBytesHeldAreBoundedPerConnectionAndPerServer) {
+  constexpr std::size_t kMessage = 256 << 10;
+  Start({.max_connection_buffer_bytes = 1 << 20, .max_server_buffer_bytes = 3 << 20});
+  const std::string body = Framed(std::string(kMessage, 'm'));
+  // One message after the other, each sent whole before the next stream starts: no
+  // bound is reached by messages still arriving side by side.
+  std::vector<std::unique_ptr<H2Client>> clients;
+  std::vector<std::vector<int32_t>> ids(4);
+  for (int c = 0; c < 4; ++c) clients.push_back(Connect());
+  for (int i = 0; i < 20; ++i) {
+    for (int c = 0; c < 4; ++c) {
+      H2Client& client = *clients[c];
+      const int32_t id = client.Submit("/test.Echo/Never", body, {}, false);
+      ids[c].push_back(id);
+      ASSERT_TRUE(client.PumpUntil(
+          [&] { return client.call(id)->closed || client.call(id)->body_sent == body.size(); },
+          10s));
+    }
+  }
+  for (auto& c : clients) c->Pump(20ms);  // the server has taken the last bytes in
+  std::size_t held = 0, by_connection = 0, by_server = 0;
+  for (int c = 0; c < 4; ++c) {
+    std::size_t open = 0;
+    for (int32_t id : ids[c]) {
+      const H2Call* call = clients[c]->call(id);
+      if (!call->closed) {
+        ++open;
+        continue;
+      }
+      EXPECT_EQ(call->GrpcStatus(), 8) << call->GrpcMessage();
+      const std::string m = call->GrpcMessage();
+      by_connection += m == "more than 1048576 request bytes buffered on this connection";
+      by_server += m == "more than 3145728 request bytes buffered on this server";
+    }
+    // 3 messages (and their prefixes) fit in 1 MiB, a 4th does not.
+    EXPECT_LE(open, 3u) << "connection " << c;
+    held += open;
+  }
+  EXPECT_LE(held, 11u);  // 11 fit in 3 MiB
+  EXPECT_GE(held, 8u);
+  EXPECT_GT(by_connection, 0u);
+  EXPECT_GT(by_server, 0u);
+  EXPECT_EQ(by_connection + by_server + held, 80u);
+  EXPECT_LE(server_->buffered_bytes(), std::size_t{3} << 20);
+  EXPECT_GE(server_->buffered_bytes(), held * kMessage);
+  // Small calls are still answered (the bounds count heap bytes; a tiny message has none).
+  ExpectServing();
+  // Resetting the held streams frees what they hold.
+  for (int c = 0; c < 4; ++c)
+    for (int32_t id : ids[c])
+      if (!clients[c]->call(id)->closed) clients[c]->Reset(id);
+  const auto freed_until = std::chrono::steady_clock::now() + 10s;
+  while (server_->buffered_bytes() != 0 && std::chrono::steady_clock::now() < freed_until)
+    for (auto& c : clients) c->Pump(1ms);
+  EXPECT_EQ(server_->buffered_bytes(), 0u);
+  // And a stream that sends its message and ends is answered as usual (the bytes it
+  // held were counted and released).
+  const H2Call c = Call("/test.Echo/Unary", body);
+  EXPECT_EQ(c.GrpcStatus(), 0);
+  EXPECT_EQ(c.Message().size(), kMessage);
+  EXPECT_EQ(server_->buffered_bytes(), 0u);
+}
+
 class H2ServerReplyMode : public H2Server, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(H2ServerReplyMode, ManyConcurrentStreamsOnFewConnections) {
