@@ -131,17 +131,17 @@ struct ClientOptions {
   int64_t servers = 1;
   // The circuit breaker: consecutive store failures that open it, and how long it stays
   // open before one probe call is let through (one at a time; a probe that has not
-  // answered within a cool-down is given up for the next call; docs/design.md §5). A store failure is a call the store did
-  // not answer: a connection error, a script error, or a deadline missed while the
-  // connection received no reply at all (a stalled or unreachable Redis). A backlog in
-  // this client is not: a call refused because max_in_flight calls are queued, or a
-  // deadline missed while replies kept arriving, gets its failure policy's answer but
-  // is not counted (a local burst must not refuse everyone for the cool-down while
-  // Redis is healthy). The price: a Redis that answers everything, only slower than the
-  // deadline, does not open the breaker either; each call then waits its deadline and
-  // gets its policy. A successful lease heartbeat or release also closes the breaker.
-  // The breaker short-circuits checks and acquires only; lease heartbeats and releases
-  // always go to the store. Default: 5 and 1000 ms.
+  // answered within a cool-down is given up for the next call; docs/design.md §5). A
+  // store failure is a call the store did not answer: a connection error, a script
+  // error, or a deadline missed while the connection received no reply at all (a
+  // stalled or unreachable Redis). A backlog in this client is not: a call refused because
+  // max_in_flight calls are queued, or a deadline missed while replies kept arriving, gets its
+  // failure policy's answer but is not counted (a local burst must not refuse everyone for the
+  // cool-down while Redis is healthy). The price: a Redis that answers everything, only slower than
+  // the deadline, does not open the breaker either; each call then waits its deadline and gets its
+  // policy. A successful lease heartbeat or release also closes the breaker. The breaker
+  // short-circuits checks and acquires only; lease heartbeats and releases always go to the store.
+  // Default: 5 and 1000 ms.
   int breaker_failures = 5;
   std::chrono::milliseconds breaker_cool_down{1000};
   // Keys whose latest refusal is remembered (LRU), so that checks of a refused id (same
