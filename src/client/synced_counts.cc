@@ -158,8 +158,10 @@ bool SyncedCounts::Check(std::string_view id, CheckCall& call, DecisionCallback&
       e.hot = true;
       hot_ids_.emplace(id);
     }
-    if (!e.hot || call.cost > limit_.limit) {
-      handled = false;  // cold here, or a cost that can never pass (the store says why)
+    if (!e.hot || call.cost > limit_.limit / servers_) {
+      // Cold here, or a cost larger than any share can be (remaining / servers): it
+      // could never pass here, so the store decides it exactly (and says why).
+      handled = false;
     } else if (e.known && now < e.local_end && e.share >= call.cost) {
       decided = Admit(e, call.cost, now);
     } else if (e.syncing) {

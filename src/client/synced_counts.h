@@ -61,7 +61,8 @@ class SyncedCounts : public std::enable_shared_from_this<SyncedCounts> {
 
   // Decides a consume (`call`, of `id`) when `id` is hot here: `done` is then taken and
   // called once (at once, or when the id's sync answers). False when the id is cold here
-  // (or the cost exceeds the limit): the caller takes the plain path with `done`.
+  // (or the cost exceeds limit / servers, more than any share): the caller takes the
+  // plain path with `done`.
   bool Check(std::string_view id, CheckCall& call, DecisionCallback& done);
 
   // Sends the syncs that are due now (the thread and checks call it).

@@ -275,5 +275,32 @@ TEST(Sync, TheSyncStepAddsOnlyToTheWindowThatAdmitted) {
   EXPECT_EQ(expires, 3000);
 }
 
+// A hot id whose requests cost more than one share (limit / servers) can never be
+// admitted from a share: such requests are decided exactly by the store, as on a cold
+// id, and admitted while the store has room for them.
+TEST(SyncedCounts, ACostAboveTheShareIsDecidedByTheStore) {
+  auto clock = std::make_shared<FakeClock>(kStart);
+  auto client = MemoryClient(clock);
+  const Limit limit{.limit = 1000, .window = std::chrono::seconds(60)};
+  auto limiter = *client->MakeLimiter("big", limit, Synced(/*hot=*/50, /*servers=*/10));
+  for (int i = 0; i < 100; ++i) {
+    clock->Advance(milliseconds(5));
+    ASSERT_TRUE(limiter.Check("hot")->allowed);
+  }
+  int admitted = 0, from_store = 0;
+  for (int i = 0; i < 20; ++i) {
+    clock->Advance(milliseconds(5));
+    auto d = limiter.Check("hot", {.cost = 150});
+    ASSERT_THAT(d, testing::IsOk());
+    admitted += d->allowed;
+    // The store's decision, or its refusal remembered by the denial cache.
+    from_store += d->source == DecisionSource::kStore || d->source == DecisionSource::kCachedDenial;
+  }
+  // 900 left at most (100 spent): 6 requests of 150 fit, whatever was synced yet.
+  EXPECT_GE(admitted, 5);
+  EXPECT_LE(admitted, 6);
+  EXPECT_EQ(from_store, 20) << "a request larger than any share was decided locally";
+}
+
 }  // namespace
 }  // namespace sluice
