@@ -21,6 +21,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -60,9 +61,11 @@ class TempDir {
 class Sluiced {
  public:
   // Starts build/bin/sluiced with `args` (plus listeners on port 0) and waits until it
-  // serves; fails the test (and stops the child) when it does not within 10 s.
+  // serves; fails the test (and stops the child) when it does not within 10 s. `env`
+  // ("NAME=value") is set in the child's environment over what this process has.
   Sluiced(const std::string& config_dir, const std::string& redis_url,
-          std::vector<std::string> args = {}, bool expect_start = true)
+          std::vector<std::string> args = {}, bool expect_start = true,
+          std::vector<std::string> env = {})
       : log_path_(log_dir_.path() + "/sluiced.log") {
     std::vector<std::string> argv = {SLUICED_PATH,
                                      "--config",
@@ -84,12 +87,22 @@ class Sluiced {
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
+    std::vector<char*> cenv;
+    for (auto& e : env) cenv.push_back(e.data());
+    for (char** e = environ; *e; ++e) {
+      const std::string_view entry(*e);
+      const std::string_view name = entry.substr(0, entry.find('='));
+      bool overridden = false;
+      for (const auto& mine : env) overridden |= mine.substr(0, mine.find('=')) == name;
+      if (!overridden) cenv.push_back(*e);
+    }
+    cenv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       const int fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
-      ::execv(SLUICED_PATH, cargv.data());
+      ::execve(SLUICED_PATH, cargv.data(), cenv.data());
       ::_exit(127);
     }
     if (!expect_start) return;
