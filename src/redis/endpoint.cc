@@ -32,7 +32,9 @@ StatusOr<std::string> PercentDecode(std::string_view in, std::string_view what) 
 StatusOr<int> ParseDb(std::string_view text) {
   int db = -1;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), db);
-  if (ec != std::errc() || ptr != text.data() + text.size() || db < 0 || db > 1000000) {
+  // Digits only: from_chars takes a sign, and "-0" is not a database number.
+  if (text.empty() || text[0] < '0' || text[0] > '9' || ec != std::errc() ||
+      ptr != text.data() + text.size() || db < 0 || db > 1000000) {
     return InvalidArgumentError("database must be a number >= 0, got \"" + std::string(text) +
                                 "\"");
   }
@@ -63,6 +65,7 @@ StatusOr<HostPort> ParseHostPort(std::string_view hostport, uint16_t default_por
   HostPort out;
   out.port = default_port;
   std::string_view port_text;
+  bool has_port = false;
   if (!hostport.empty() && hostport[0] == '[') {
     auto close = hostport.find(']');
     if (close == std::string_view::npos) return InvalidArgumentError("unclosed [ in IPv6 host");
@@ -70,15 +73,29 @@ StatusOr<HostPort> ParseHostPort(std::string_view hostport, uint16_t default_por
     std::string_view after = hostport.substr(close + 1);
     if (!after.empty()) {
       if (after[0] != ':') return InvalidArgumentError("expected :port after ]");
+      has_port = true;
       port_text = after.substr(1);
     }
   } else {
     auto colon = hostport.find(':');
     out.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) port_text = hostport.substr(colon + 1);
+    if (colon != std::string_view::npos) {
+      has_port = true;
+      port_text = hostport.substr(colon + 1);
+    }
   }
   if (out.host.empty()) return InvalidArgumentError("redis URL has no host (redis://host:port)");
-  if (!port_text.empty()) {
+  if (out.host.find_first_of("?@# ") != std::string::npos) {
+    // Not echoed: a misplaced piece of a password may sit there.
+    return InvalidArgumentError(
+        "redis URL host holds a character a host name cannot ('?', '@', "
+        "'#' or a space); percent-encode them in the password");
+  }
+  if (has_port && port_text.empty()) {
+    return InvalidArgumentError("port is empty after ':' (host:port, or host alone for " +
+                                std::to_string(default_port) + ")");
+  }
+  if (has_port) {
     unsigned port = 0;
     auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
     if (ec != std::errc() || ptr != port_text.data() + port_text.size() || port == 0 ||
@@ -88,6 +105,62 @@ StatusOr<HostPort> ParseHostPort(std::string_view hostport, uint16_t default_por
     }
     out.port = static_cast<uint16_t>(port);
   }
+  return out;
+}
+
+// The parameter names any network URL form takes (which form takes which is checked
+// after the split): a '?' followed by one of them and '=' starts the query even when an
+// '@' follows, as in "?ca=/certs/a@b.pem".
+constexpr std::string_view kParameterNames[] = {"ca",  "cert",          "key",
+                                                "sni", "sentinel_user", "sentinel_password"};
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-' || c == '.';
+}
+
+// A URL after its "scheme://", cut into userinfo, the host list and path, and the query.
+// An unencoded password may hold '@', '/' and '?', and a parameter value may hold '@', so
+// the query is found first: it starts at the first '?' that no '@' follows, or that is
+// followed by a known parameter name and '='. The userinfo then runs to the last '@'
+// before the query. A '?' followed by some other "name=" and, later, an '@' is
+// `ambiguous`: a password's '?' or an unknown parameter whose value holds an '@'.
+struct UrlParts {
+  bool has_userinfo = false;
+  std::string_view userinfo;
+  std::string_view authority;  // hosts and path
+  bool has_query = false;
+  std::string_view query;
+  bool ambiguous = false;
+};
+
+UrlParts SplitUrl(std::string_view rest) {
+  UrlParts out;
+  size_t q = rest.find('?');
+  for (; q != std::string_view::npos; q = rest.find('?', q + 1)) {
+    const std::string_view after = rest.substr(q + 1);
+    if (after.find('@') == std::string_view::npos) break;
+    size_t n = 0;
+    while (n < after.size() && IsNameChar(after[n])) ++n;
+    if (n == 0 || n == after.size() || after[n] != '=') continue;
+    if (std::find(std::begin(kParameterNames), std::end(kParameterNames), after.substr(0, n)) !=
+        std::end(kParameterNames)) {
+      break;
+    }
+    out.ambiguous = true;
+  }
+  std::string_view before = rest;
+  if (q != std::string_view::npos) {
+    out.has_query = true;
+    out.query = rest.substr(q + 1);
+    before = rest.substr(0, q);
+  }
+  if (const size_t at = before.rfind('@'); at != std::string_view::npos) {
+    out.has_userinfo = true;
+    out.userinfo = before.substr(0, at);
+    before = before.substr(at + 1);
+  }
+  out.authority = before;
   return out;
 }
 
@@ -118,17 +191,17 @@ StatusOr<NetworkUrl> ParseNetworkUrl(std::string_view url) {
       break;
     }
   }
-  // The query starts at the first '?' after the userinfo (a password may hold '?'; a
-  // parameter's value holds '@' only percent-encoded).
-  const size_t at = rest.rfind('@');
-  std::string_view query;
-  if (auto q = rest.find('?', at == std::string_view::npos ? 0 : at); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
+  const UrlParts parts = SplitUrl(rest);
+  if (parts.ambiguous) {
+    // Not echoed: either side may be a piece of the password.
+    return InvalidArgumentError(
+        "redis URL is ambiguous: a '?' followed by name=... comes before an '@'; "
+        "percent-encode a '?' in the password as %3F or an '@' in a parameter value as %40");
   }
-  if (at != std::string_view::npos) {
-    std::string_view userinfo = rest.substr(0, at);
-    rest = rest.substr(at + 1);
+  const std::string_view query = parts.query;
+  rest = parts.authority;
+  if (parts.has_userinfo) {
+    const std::string_view userinfo = parts.userinfo;
     std::string_view user, password = userinfo;
     if (auto colon = userinfo.find(':'); colon != std::string_view::npos) {
       user = userinfo.substr(0, colon);
@@ -348,17 +421,28 @@ std::string RedactUrl(std::string_view url) {
   const size_t start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
   std::string out(url.substr(0, start));
   std::string_view rest = url.substr(start);
-  // As the parser reads it: the userinfo runs to the last '@' (a password may hold '@',
-  // '/' and '?'), the query from the first '?' after it. A unix socket path has no
-  // userinfo (it may hold an '@').
+  // As the parser reads it (SplitUrl). A URL the parser refuses as ambiguous is masked
+  // to its last '@', as if the password held the '?'. A unix socket path has no userinfo
+  // (it may hold an '@').
   if (!url.starts_with("unix://")) {
-    if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
-      const std::string_view userinfo = rest.substr(0, at);
+    std::string_view userinfo;
+    bool has_userinfo = false;
+    if (const UrlParts parts = SplitUrl(rest); parts.ambiguous) {
+      if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+        has_userinfo = true;
+        userinfo = rest.substr(0, at);
+        rest = rest.substr(at + 1);
+      }
+    } else if (parts.has_userinfo) {
+      has_userinfo = true;
+      userinfo = parts.userinfo;
+      rest = rest.substr(userinfo.size() + 1);
+    }
+    if (has_userinfo) {
       if (const size_t colon = userinfo.find(':'); colon != std::string_view::npos)
         out.append(userinfo.substr(0, colon + 1));
       out.append(kMask);
       out.push_back('@');
-      rest = rest.substr(at + 1);
     }
   }
   const size_t q = rest.find('?');

@@ -61,10 +61,15 @@ struct Endpoint {
 //   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master-name[/db]
 //       [?sentinel_user=U&sentinel_password=P]   (sentinel port 26379 when omitted)
 //   rediss+sentinel://... the same over TLS, with the TLS parameters too
-// User, password and parameter values may be percent-encoded. The TLS parameters: ca, a
-// PEM CA file (default: the system's trust store); cert and key, a client certificate
-// and its key (both or neither); sni, the name the server's certificate must hold when
-// it differs from the host (also sent as SNI). InvalidArgument names what is wrong.
+// User, password and parameter values may be percent-encoded. The query starts at the
+// first '?' that a known parameter name and '=' follow, or that no '@' follows; the
+// userinfo runs to the last '@' before it (so an unencoded password may hold '@', '/'
+// and '?', and a parameter value '@'). A '?' and "name=" of an unknown name before an
+// '@' is refused as ambiguous; so are an empty port ("h:") and a signed db ("/-0").
+// The TLS parameters: ca, a PEM CA file (default: the system's trust store); cert and
+// key, a client certificate and its key (both or neither); sni, the name the server's
+// certificate must hold when it differs from the host (also sent as SNI).
+// InvalidArgument names what is wrong.
 StatusOr<Endpoint> ParseRedisUrl(std::string_view url);
 
 // sluice::RedactUrl (sluice/client.h): `url` with its secrets masked, parsed or not.

@@ -181,6 +181,77 @@ TEST(ParseRedisUrl, RedissParameters) {
   EXPECT_EQ(ParseOk("rediss://:a?b@h?ca=/x").password, "a?b");
 }
 
+// A parameter value may hold an unencoded '@' (a file path): the query is found before
+// the userinfo, so the '@' neither makes a user of the host nor drops the parameters.
+TEST(ParseRedisUrl, AtInAParameterValueKeepsHostAndParameters) {
+  Endpoint ep = ParseOk("rediss://127.0.0.1:7000?ca=/tmp/a@b.pem");
+  EXPECT_EQ(ep.host, "127.0.0.1");
+  EXPECT_EQ(ep.port, 7000);
+  EXPECT_EQ(ep.user, "");
+  EXPECT_EQ(ep.password, "");
+  EXPECT_EQ(ep.tls.ca_file, "/tmp/a@b.pem");
+
+  Endpoint both = ParseOk("rediss://u:p@w@h:6380/2?cert=/c@1.pem&key=/k@1.pem&sni=r@x");
+  EXPECT_EQ(both.user, "u");
+  EXPECT_EQ(both.password, "p@w");
+  EXPECT_EQ(both.host, "h");
+  EXPECT_EQ(both.port, 6380);
+  EXPECT_EQ(both.db, 2);
+  EXPECT_EQ(both.tls.cert_file, "/c@1.pem");
+  EXPECT_EQ(both.tls.key_file, "/k@1.pem");
+  EXPECT_EQ(both.tls.server_name, "r@x");
+
+  // A password's '?' stays the password's when no parameter name follows it.
+  Endpoint question = ParseOk("rediss://:a?b@h?ca=/x@y");
+  EXPECT_EQ(question.password, "a?b");
+  EXPECT_EQ(question.host, "h");
+  EXPECT_EQ(question.tls.ca_file, "/x@y");
+
+  Endpoint sentinel = ParseOk("rediss+sentinel://s1:5000/m?sentinel_password=a@b&ca=/c@d");
+  ASSERT_EQ(sentinel.sentinels.size(), 1u);
+  EXPECT_EQ(sentinel.sentinels[0].Describe(), "s1:5000");
+  EXPECT_EQ(sentinel.sentinel_password, "a@b");
+  EXPECT_EQ(sentinel.tls.ca_file, "/c@d");
+
+  auto seeds = ParseClusterUrl("rediss+cluster://h1:7000,h2:7001?ca=/a@b.pem");
+  ASSERT_TRUE(seeds.ok()) << seeds.status().ToString();
+  ASSERT_EQ(seeds->size(), 2u);
+  EXPECT_EQ((*seeds)[0].host, "h1");
+  EXPECT_EQ((*seeds)[0].password, "");
+  EXPECT_EQ((*seeds)[1].tls.ca_file, "/a@b.pem");
+}
+
+// "?name=value" of a name no URL takes, with an '@' after it: a password's '?' or a
+// parameter's '@' cannot be told apart, so the URL is refused with what to encode, and
+// nothing of it is echoed.
+TEST(ParseRedisUrl, RefusesAQueryAndUserinfoThatCannotBeToldApart) {
+  for (const char* url : {"redis://u:hunter2?pw=x@h", "rediss://h?hunter2=a@b"}) {
+    const std::string message = ParseError(url);
+    EXPECT_TRUE(Contains(message, "%3F")) << url << ": " << message;
+    EXPECT_TRUE(Contains(message, "%40")) << url << ": " << message;
+    EXPECT_FALSE(Contains(message, "hunter2")) << url << ": " << message;
+    EXPECT_FALSE(Contains(RedactUrl(url), "hunter2")) << url << ": " << RedactUrl(url);
+  }
+}
+
+TEST(ParseRedisUrl, RejectsAnEmptyPort) {
+  for (const char* url : {"redis://h:", "redis://h:/0", "redis://[::1]:", "rediss://h:?ca=/x",
+                          "redis+sentinel://s1:,s2/m", "redis://u:p@h:"}) {
+    const std::string message = ParseError(url);
+    EXPECT_TRUE(Contains(message, "port")) << url << ": " << message;
+  }
+  EXPECT_FALSE(ParseClusterUrl("redis+cluster://h1:7000,h2:").ok());
+}
+
+TEST(ParseRedisUrl, RejectsASignedDatabase) {
+  for (const char* url : {"redis://h/-0", "redis://h/+0", "redis://h/+1", "unix:///s?db=-0",
+                          "redis+sentinel://s/m/-0"}) {
+    const std::string message = ParseError(url);
+    EXPECT_TRUE(Contains(message, "database")) << url << ": " << message;
+  }
+  EXPECT_FALSE(ParseClusterUrl("redis+cluster://h/-0").ok());
+}
+
 TEST(ParseRedisUrl, RejectsBadTlsParameters) {
   EXPECT_TRUE(Contains(ParseError("redis://h?ca=/x"), "rediss://"));
   EXPECT_TRUE(Contains(ParseError("rediss://h?cert=/c"), "key="));
@@ -355,6 +426,8 @@ TEST(RedactUrl, MasksEveryPasswordAndKeepsTheRest) {
        "unix:///run/redis@1.sock?db=2&user=app&password=***"},
       {"unix:///s?pass%77ord=hunter2pw", "unix:///s?pass%77ord=***"},
       {"redis://h?hunter2pw", "redis://h?***"},
+      {"rediss://127.0.0.1:7000?ca=/tmp/a@b.pem", "rediss://127.0.0.1:7000?ca=/tmp/a@b.pem"},
+      {"rediss://u:hunter2pw@h?ca=/a@b&key=/k", "rediss://u:***@h?ca=/a@b&key=/k"},
       {"u:hunter2pw@h:6379", "u:***@h:6379"},
       {"ftp://u:hunter2pw@h", "ftp://u:***@h"},
       {"redis://127.0.0.1:6379", "redis://127.0.0.1:6379"},
