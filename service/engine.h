@@ -131,6 +131,9 @@ class Engine {
 
   // Readiness: a peek on the store; calls done(reachable) from the blocking pool.
   void ProbeStore(std::function<void(bool)> done);
+  // Set once sluiced stops gracefully (SIGTERM): readiness probes answer not ready.
+  void StartDraining() { draining_.store(true, std::memory_order_relaxed); }
+  bool draining() const { return draining_.load(std::memory_order_relaxed); }
 
   sluice::Client& client() { return *client_; }
   // The store's URL as it may be shown: its password masked (sluice::RedactUrl).
@@ -172,6 +175,7 @@ class Engine {
   std::optional<sluice::Limiter> probe_;
   mutable std::mutex leases_mu_;
   std::unordered_map<std::string, HeldLease> leases_;
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace sluiced

@@ -248,16 +248,19 @@ sluice::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
                                     });
                      }});
   methods.push_back(
-      {.path = "/grpc.health.v1.Health/Check", .unary = [](std::string_view in, UnaryReply reply) {
+      {.path = "/grpc.health.v1.Health/Check",
+       .unary = [&engine](std::string_view in, UnaryReply reply) {
          health::HealthCheckRequest request;
          if (!ParseHealth(in, request))
            return reply.Fail({GrpcCode::kInvalidArgument, "cannot parse HealthCheckRequest"});
          if (!Serves(request.service()))
            return reply.Fail({GrpcCode::kNotFound, "unknown service " + request.service()});
-         reply.Finish(HealthReply(health::HealthCheckResponse::SERVING));
+         reply.Finish(HealthReply(engine.draining() ? health::HealthCheckResponse::NOT_SERVING
+                                                    : health::HealthCheckResponse::SERVING));
        }});
   // Watch: the status once; it never changes while sluiced serves, so the stream then
-  // stays open until the client cancels it.
+  // stays open until the client cancels it, or until sluiced stops gracefully: then
+  // NOT_SERVING, and the call ends UNAVAILABLE.
   methods.push_back(
       {.path = "/grpc.health.v1.Health/Watch",
        .stream = [](std::string_view in, std::vector<std::string>& replies) -> GrpcStatus {
@@ -269,7 +272,8 @@ sluice::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
                                            : health::HealthCheckResponse::SERVICE_UNKNOWN));
          return {};
        },
-       .finish_on_half_close = false});
+       .finish_on_half_close = false,
+       .drain_reply = HealthReply(health::HealthCheckResponse::NOT_SERVING)});
   methods.push_back({.path = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
                      .stream = &Reflect});
   auto h2 = H2GrpcServer::Start(std::move(options), std::move(methods));

@@ -22,6 +22,9 @@ class GrpcServer {
                                                              const std::string& host_port,
                                                              GrpcServerOptions options = {});
   int port() const { return server_->port(); }
+  // See H2GrpcServer::Drain and open_connections.
+  void Drain() { server_->Drain(); }
+  std::size_t open_connections() const { return server_->open_connections(); }
   void Stop() { server_->Stop(); }
 
  private:

@@ -93,6 +93,10 @@ nghttp2_nv Nv(std::string_view name, std::string_view value, uint8_t flags = NGH
           flags};
 }
 constexpr uint8_t kStatic = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE;
+// The PING sent with a drain's shutdown notice (its acknowledgement is told apart from
+// others by these bytes), and how long the final GOAWAY waits for it at most.
+constexpr uint8_t kDrainPing[8] = {'s', 'l', 'u', 'i', 'c', 'e', 'd', 0};
+constexpr auto kDrainNoticeGrace = std::chrono::seconds(1);
 
 // The 5-byte gRPC message prefix (uncompressed) and the message.
 void AppendFramed(std::string& out, std::string_view message) {
@@ -201,6 +205,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // On the connection's strand (its handlers, or a reply finished inside one of them).
   bool OnOwnThread() const { return strand_.running_in_this_thread(); }
 
+  // From any thread: drains the connection on its strand (H2GrpcServer::Drain).
+  void Drain() {
+    asio::post(strand_, [self = shared_from_this()] {
+      std::lock_guard lock(self->mu_);
+      self->StartDrain();
+    });
+  }
+
   // From any thread: closes the connection on its strand (H2GrpcServer::Stop).
   void Shutdown() {
     asio::post(strand_, [self = shared_from_this()] {
@@ -250,6 +262,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static int OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
     auto* c = static_cast<Connection*>(user);
     if (frame->hd.type == NGHTTP2_SETTINGS) c->handshake_done_ = true;
+    if (frame->hd.type == NGHTTP2_PING && (frame->hd.flags & NGHTTP2_FLAG_ACK) != 0 &&
+        std::memcmp(frame->ping.opaque_data, kDrainPing, sizeof kDrainPing) == 0)
+      c->FinalGoaway();  // a round trip after the shutdown notice
     if (frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) return 0;
     Stream* s = c->Find(frame->hd.stream_id);
     if (s == nullptr) return 0;
@@ -383,6 +398,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         for (const auto& r : replies_) AppendFramed(s.out, r);
         if (!replies_.empty()) SubmitHeaders(s);
         if (!status.ok()) Answer(s, std::move(status));
+        if (draining_) EndOpenStream(s);
       } else if (s.have_message) {
         Answer(s, {GrpcCode::kInvalidArgument, "a unary call takes one request message"});
       } else if (pos == s.in.size() && pos == 5 + len) {
@@ -593,6 +609,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                                    std::to_string(options_.read_timeout.count()) +
                                                    " ms"});
     }
+    if (draining_ && !final_goaway_ && now - drain_started_ >= kDrainNoticeGrace) FinalGoaway();
+    if (lingering_ && now > linger_until_) return Close();
     if (streams_.empty() && !going_away_ && now - last_input_ > options_.idle_timeout) {
       going_away_ = true;
       nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);
@@ -603,10 +621,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void MaybeRead() {
-    if (closed_ || reading_ || writing_) return;
-    if (!nghttp2_session_want_read(session_)) {
-      if (!nghttp2_session_want_write(session_)) Close();
-      return;
+    if (closed_ || reading_) return;
+    if (!lingering_) {
+      if (writing_) return;
+      if (!nghttp2_session_want_read(session_)) {
+        if (!nghttp2_session_want_write(session_)) Finish();
+        return;
+      }
     }
     reading_ = true;
     socket_.async_read_some(asio::buffer(in_),
@@ -628,6 +649,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       reading_ = false;
       if (closed_) return;
       if (ec) return Close();
+      if (lingering_) return MaybeRead();  // after the last frame: input is dropped
       last_input_ = Clock::now();
       in_recv_ = true;
       const ssize_t rv = nghttp2_session_mem_recv(session_, in_.data(), n);
@@ -678,7 +700,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
       }
       if (out_.empty()) {
-        if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) Close();
+        if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) Finish();
         return;
       }
       boost::system::error_code ec;
@@ -708,6 +730,63 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         self->Flush();
                         self->MaybeRead();
                       });
+  }
+
+  // On the connection's strand: stops accepting new streams, GOAWAY as a shutdown
+  // notice and a PING; FinalGoaway once the PING is acknowledged (or after a grace).
+  void StartDrain() {
+    if (closed_ || draining_) return;
+    draining_ = true;
+    going_away_ = true;  // the idle timeout sends no GOAWAY of its own now
+    drain_started_ = Clock::now();
+    if (session_ == nullptr) return Close();
+    for (auto& [id, s] : streams_) EndOpenStream(*s);
+    if (nghttp2_submit_shutdown_notice(session_) != 0 ||
+        nghttp2_submit_ping(session_, NGHTTP2_FLAG_NONE, kDrainPing) != 0)
+      FinalGoaway();
+    Flush();
+    MaybeRead();
+  }
+
+  // GOAWAY with the last stream id taken: later streams are refused; the connection
+  // closes once the streams up to it are done.
+  void FinalGoaway() {
+    if (!draining_ || final_goaway_ || closed_) return;
+    final_goaway_ = true;
+    if (nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                              nullptr, 0) != 0)
+      return Close();
+    if (!in_recv_) {
+      Flush();
+      MaybeRead();
+    }
+  }
+
+  // A streaming call that would stay open (a health watch) ends when the server drains:
+  // its drain reply, then UNAVAILABLE.
+  void EndOpenStream(Stream& s) {
+    if (s.answered || s.method == nullptr || !s.method->stream || s.method->finish_on_half_close)
+      return;
+    if (!s.method->drain_reply.empty() && s.messages > 0) {
+      AppendFramed(s.out, s.method->drain_reply);
+      SubmitHeaders(s);
+    }
+    Answer(s, {GrpcCode::kUnavailable, "the server is shutting down"});
+  }
+
+  // Nothing more to send or take: close. After a drain's GOAWAY the sending side is shut
+  // first and input read (and dropped) until the client closes, or for at most a second:
+  // closing a socket with unread input would reset the connection, and the client could
+  // lose the last responses.
+  void Finish() {
+    if (!draining_) return Close();
+    if (lingering_) return;
+    lingering_ = true;
+    linger_until_ = Clock::now() + kDrainNoticeGrace;
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    MaybeRead();
   }
 
   // Any thread, with the lock held: the socket is closed on the connection's thread.
@@ -757,6 +836,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false, writing_ = false, in_recv_ = false, flush_posted_ = false;
   bool dispatching_ = false;  // the connection's thread is running handlers
   bool going_away_ = false, closed_ = false;
+  // Drain (H2GrpcServer::Drain): the shutdown notice is sent, the final GOAWAY is sent,
+  // the sending side is shut and input is read until the client closes.
+  bool draining_ = false, final_goaway_ = false, lingering_ = false;
+  Clock::time_point drain_started_, linger_until_;
 };
 
 Connection::~Connection() {
@@ -857,6 +940,14 @@ sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
   listener->Start();
   for (auto& io : server->ios_) server->threads_.emplace_back([io = io.get()] { io->run(); });
   return server;
+}
+
+void H2GrpcServer::Drain() {
+  if (!stopped_) listener_->Drain();
+}
+
+std::size_t H2GrpcServer::open_connections() const {
+  return listener_->open_connections();
 }
 
 void H2GrpcServer::Stop() {

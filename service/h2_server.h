@@ -89,6 +89,10 @@ struct GrpcMethod {
   // Streaming methods: end the call with OK when the client half-closes. False keeps
   // it open until the client cancels (server-streaming watches). Default: true.
   bool finish_on_half_close = true;
+  // Streaming methods that stay open (finish_on_half_close false): when the server
+  // drains, this message (when not empty) is sent on each such call, which then ends
+  // UNAVAILABLE, so that the client goes elsewhere.
+  std::string drain_reply;
 };
 
 struct GrpcServerOptions {
@@ -151,6 +155,15 @@ class H2GrpcServer {
   uint16_t port() const { return port_; }
   // Request bytes held by all connections now (see max_server_buffer_bytes).
   std::size_t buffered_bytes() const;
+  // A graceful stop: stops accepting (new connections are refused) and sends each
+  // connection GOAWAY, first as a shutdown notice (last stream id 2^31-1) with a PING,
+  // then, once the PING's acknowledgement is back (or after a second), with the last
+  // stream id the connection took: streams up to it are served to their end, later ones
+  // are refused (the client may retry them elsewhere). A connection closes once its
+  // streams are done. Streaming calls that stay open (see GrpcMethod::drain_reply) end.
+  void Drain();
+  // Connections not closed yet (a drain is done when there are none).
+  std::size_t open_connections() const;
   // Stops accepting and serving; unanswered calls are dropped. Idempotent.
   void Stop();
 

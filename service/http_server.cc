@@ -31,11 +31,29 @@ class Session : public std::enable_shared_from_this<Session> {
         listener_(std::move(listener)),
         options_(listener_->context.options) {}
 
-  ~Session() { listener_->Forget(this); }
+  ~Session() {
+    SetBusy(false);
+    listener_->Forget(this);
+  }
 
   // Once, registered, from the acceptor's strand.
   void Start() {
     asio::dispatch(strand_, [self = shared_from_this()] { self->Read(); });
+  }
+
+  // From any thread: the server drains. A request being read or answered now is
+  // finished (it counts as busy until its response is written); every response from
+  // now on says `Connection: close` and closes its connection. An idle kept-alive
+  // connection stays open until the server stops: a request still sent on it is
+  // answered, also with `Connection: close`.
+  void Drain() {
+    asio::post(strand_, [self = shared_from_this()] {
+      if (self->closed_ || !self->reading_) return;
+      beast::error_code ec;
+      const bool started = self->buffer_.size() > 0 || self->parser_->got_some() ||
+                           self->stream_.socket().available(ec) > 0;
+      if (started) self->SetBusy(true);
+    });
   }
 
   // From any thread: closes the connection on its strand.
@@ -51,17 +69,20 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(options_.body_limit);
     parser_->header_limit(static_cast<std::uint32_t>(options_.header_limit));
     stream_.expires_after(options_.read_timeout);
+    reading_ = true;
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
+    reading_ = false;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == asio::error::operation_aborted || ec == asio::error::connection_reset ||
         ec == asio::error::eof || closed_) {
       return Close();
     }
+    SetBusy(true);  // until the response is written
     if (ec == http::error::body_limit) {
       return Fail(http::status::payload_too_large,
                   "request body larger than " + std::to_string(options_.body_limit) + " bytes");
@@ -96,6 +117,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // the string has grown to the usual response size.
   void Write(HttpResponse response) {
     if (closed_) return;
+    if (listener_->draining()) keep_alive_ = false;
     response.version(version_);
     response.keep_alive(keep_alive_);
     response.prepare_payload();
@@ -134,18 +156,29 @@ class Session : public std::enable_shared_from_this<Session> {
         send_error != asio::error::try_again)
       return Close();
     if (sent == out_.size()) {
+      SetBusy(false);
       if (!keep_alive_) return Close();
       return Read();
     }
     stream_.expires_after(options_.write_timeout);
     asio::async_write(stream_, asio::buffer(out_) + sent,
                       [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->SetBusy(false);
                         if (ec || !self->keep_alive_) return self->Close();
                         self->Read();
                       });
   }
 
+  // Whether a request is in progress on this connection (the server's drain waits for
+  // none to be).
+  void SetBusy(bool busy) {
+    if (busy == busy_) return;
+    busy_ = busy;
+    listener_->AddBusy(busy ? 1 : -1);
+  }
+
   void Close() {
+    SetBusy(false);
     if (closed_) return;
     closed_ = true;
     beast::error_code ignored;
@@ -162,6 +195,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string out_;  // the response being written
   bool keep_alive_ = false;
   bool closed_ = false;
+  bool reading_ = false;  // a request is being read
+  bool busy_ = false;     // counted in the listener's busy()
   unsigned version_ = 11;
 };
 
@@ -220,6 +255,14 @@ sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOption
   return server;
 }
 
+void HttpServer::Drain() {
+  if (!stopped_) listener_->Drain();
+}
+
+int HttpServer::requests_in_flight() const {
+  return listener_->busy();
+}
+
 void HttpServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
@@ -229,8 +272,9 @@ void HttpServer::Stop() {
     listener_->Stop();
     return;
   }
-  work_.clear();
+  // Before the work guards go: the acceptor's close is posted to one of these threads.
   listener_->Stop();
+  work_.clear();
   for (auto& io : ios_) io->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();

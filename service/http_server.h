@@ -70,6 +70,12 @@ class HttpServer {
                                                              HttpHandler handler);
   ~HttpServer();
   uint16_t port() const { return port_; }
+  // Stops accepting (new connections are refused) and finishes the requests in
+  // progress: each response from now on says `Connection: close` and closes its
+  // connection. Stop() closes what is left.
+  void Drain();
+  // Requests being read, decided or written (what a drain waits for).
+  int requests_in_flight() const;
   // Stops accepting and closes every connection (a response still being decided is
   // dropped with its connection). Not from one of the server's own threads.
   void Stop();

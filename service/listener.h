@@ -6,10 +6,11 @@
 // retrying at once cannot clear (accept_backoff.h).
 //
 // A Connection has Start() (called once, on the acceptor's strand, after it is
-// registered: it moves onto its own strand), Shutdown() (from any thread: closes it on
-// its strand) and calls Forget(this) from its destructor. `Context` is what every
-// connection shares (options, handlers). Connections and pending handlers hold the
-// Listener: it lives as long as one of them does.
+// registered: it moves onto its own strand), Drain() (from any thread: on its strand, it
+// finishes what it has in progress and takes no new calls), Shutdown() (from any
+// thread: closes it on its strand) and calls Forget(this) from its destructor. `Context` is what
+// every connection shares (options, handlers). Connections and pending handlers hold the Listener:
+// it lives as long as one of them does.
 #pragma once
 
 #include <utility>  // before Boost (asio 1.74 under g++ 12)
@@ -69,29 +70,34 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
                       [self = this->shared_from_this()] { self->Accept(); });
   }
 
+  // Stops accepting (new connections are refused: the socket no longer listens) and
+  // asks every connection to drain (asynchronously, each on its strand). Not from the
+  // acceptor's strand; waits until the acceptor is closed.
+  void Drain() {
+    draining_.store(true);
+    CloseAcceptor();
+    for (auto& connection : OpenConnections()) connection->Drain();
+  }
+
   // Stops accepting and closes every connection (asynchronously, each on its strand).
   // Not from the acceptor's strand; waits until the acceptor is closed.
   void Stop() {
     stopped_.store(true);
-    std::promise<void> closed;
-    boost::asio::post(acceptor_.get_executor(), [this, &closed] {
-      boost::system::error_code ignored;
-      acceptor_.close(ignored);
-      accept_backoff_.cancel();
-      closed.set_value();
-    });
-    closed.get_future().wait();
-    std::vector<std::shared_ptr<Connection>> open;
-    {
-      std::lock_guard lock(mu_);
-      for (auto& [_, weak] : connections_) {
-        if (auto connection = weak.lock()) open.push_back(std::move(connection));
-      }
-    }
-    for (auto& connection : open) connection->Shutdown();
+    CloseAcceptor();
+    for (auto& connection : OpenConnections()) connection->Shutdown();
   }
 
   bool stopped() const { return stopped_.load(std::memory_order_relaxed); }
+  bool draining() const { return draining_.load(std::memory_order_relaxed); }
+
+  // Connections not destroyed yet.
+  std::size_t open_connections() {
+    std::lock_guard lock(mu_);
+    return connections_.size();
+  }
+  // Calls in progress, as the connections count them (AddBusy) for the drain.
+  void AddBusy(int delta) { busy_.fetch_add(delta, std::memory_order_relaxed); }
+  int busy() const { return busy_.load(std::memory_order_relaxed); }
 
   // From a connection's destructor.
   void Forget(const Connection* connection) {
@@ -102,12 +108,33 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
   const Context context;
 
  private:
+  void CloseAcceptor() {
+    if (acceptor_closed_.exchange(true)) return;
+    std::promise<void> closed;
+    boost::asio::post(acceptor_.get_executor(), [this, &closed] {
+      boost::system::error_code ignored;
+      acceptor_.close(ignored);
+      accept_backoff_.cancel();
+      closed.set_value();
+    });
+    closed.get_future().wait();
+  }
+
+  std::vector<std::shared_ptr<Connection>> OpenConnections() {
+    std::vector<std::shared_ptr<Connection>> open;
+    std::lock_guard lock(mu_);
+    for (auto& [_, weak] : connections_) {
+      if (auto connection = weak.lock()) open.push_back(std::move(connection));
+    }
+    return open;
+  }
+
   void Accept() {
     const Strand strand = boost::asio::make_strand(executors_[next_++ % executors_.size()]);
     acceptor_.async_accept(
         strand, [self = this->shared_from_this()](boost::system::error_code ec, Socket socket) {
           if (ec == boost::asio::error::operation_aborted || !self->acceptor_.is_open() ||
-              self->stopped())
+              self->stopped() || self->draining())
             return;
           NoteAcceptResult(self->name_, ec, self->accept_failing_);
           if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
@@ -141,6 +168,9 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
   bool accept_failing_ = false;               // on the acceptor's strand
   std::size_t next_ = 0;                      // on the acceptor's strand
   std::atomic<bool> stopped_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> acceptor_closed_{false};  // CloseAcceptor ran
+  std::atomic<int> busy_{0};
   std::mutex mu_;  // guards connections_
   std::unordered_map<const Connection*, std::weak_ptr<Connection>> connections_;
 };

@@ -95,6 +95,7 @@ int main(int argc, char** argv) {
   int http_threads = 0, grpc_threads = 0, io_threads = 1, blocking_threads = 2;
   int64_t grpc_max_buffered_mib = 64;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
+  int64_t drain_timeout_ms = 10000;
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
       ->required();
@@ -165,6 +166,12 @@ int main(int argc, char** argv) {
   app.add_option("--connect-wait-ms", connect_wait_ms,
                  "At start, wait this long for the store before serving anyway")
       ->envname("SLUICED_CONNECT_WAIT_MS")
+      ->capture_default_str();
+  app.add_option("--drain-timeout-ms", drain_timeout_ms,
+                 "On SIGTERM or SIGINT, how long calls in flight may take to finish before "
+                 "sluiced exits anyway (a second signal exits at once)")
+      ->check(CLI::NonNegativeNumber)
+      ->envname("SLUICED_DRAIN_TIMEOUT_MS")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->envname("SLUICED_LOG_LEVEL")
@@ -289,11 +296,9 @@ int main(int argc, char** argv) {
   };
   auto last_watch = std::chrono::steady_clock::now();
   while (true) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (g_stops.load() > 0) {
-      spdlog::info("stopping on signal {}", g_stop_signal.load());
-      break;
-    }
+    for (int i = 0; i < 10 && g_stops.load() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (g_stops.load() > 0) break;
     if (g_reload.exchange(false)) {
       fingerprint = Fingerprint(config_path);
       reload("SIGHUP");
@@ -313,6 +318,35 @@ int main(int argc, char** argv) {
       spdlog::warn("store breaker {} -> {}", last_breaker, breaker);
       last_breaker = breaker;
     }
+  }
+  // A graceful stop: /readyz answers 503 from now on, the listeners stop accepting, gRPC
+  // connections get GOAWAY and HTTP responses `Connection: close`; the calls in flight
+  // finish, until none is left, the drain timeout passes or a second signal comes.
+  (*engine)->StartDraining();
+  (*http)->Drain();
+  (*admin)->Drain();
+  (*grpc)->Drain();
+  spdlog::info("stopping on signal {}: draining (at most {} ms)", g_stop_signal.load(),
+               drain_timeout_ms);
+  const auto drain_start = std::chrono::steady_clock::now();
+  const auto drain_until = drain_start + std::chrono::milliseconds(drain_timeout_ms);
+  while (true) {
+    const int in_flight = (*http)->requests_in_flight() + (*admin)->requests_in_flight();
+    const std::size_t grpc_open = (*grpc)->open_connections();
+    const auto now = std::chrono::steady_clock::now();
+    if (in_flight == 0 && grpc_open == 0) {
+      spdlog::info(
+          "drained in {} ms",
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - drain_start).count());
+      break;
+    }
+    if (g_stops.load() > 1 || now >= drain_until) {
+      spdlog::warn(
+          "stopping {}: {} HTTP request(s) and {} gRPC connection(s) still open are dropped",
+          g_stops.load() > 1 ? "on a second signal" : "at the drain timeout", in_flight, grpc_open);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   (*http)->Stop();
   (*admin)->Stop();

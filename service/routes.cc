@@ -152,6 +152,10 @@ HttpHandler PublicRoutes(Engine& engine) {
     }
     if (path == "/healthz") return respond(MakeResponse(http::status::ok, R"({"status":"alive"})"));
     if (path == "/readyz") {
+      // Stopping gracefully: not ready, at once and whatever the store says.
+      if (engine.draining())
+        return respond(MakeResponse(http::status::service_unavailable,
+                                    R"({"status":"draining","store":"not asked"})"));
       const bool strict = QueryOf(request).find("strict") != std::string_view::npos;
       return engine.ProbeStore([respond = std::move(respond), strict](bool reachable) {
         if (reachable)
