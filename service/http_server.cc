@@ -70,6 +70,73 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(static_cast<std::uint32_t>(options_.header_limit));
     stream_.expires_after(options_.read_timeout);
     reading_ = true;
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnHeader(ec); });
+  }
+
+  // The header is read, the body not yet: an `Expect` is answered first (RFC 9110
+  // 10.1.1): `100-continue` with 100 Continue, or at once 413 when the declared body is
+  // over the limit; any other expectation with 417. HTTP/1.0 requests' are ignored.
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnRead(ec);
+    const HttpRequest& request = parser_->get();
+    const auto expect_field = request[http::field::expect];
+    std::string_view expect(expect_field.data(), expect_field.size());
+    if (expect.empty() || request.version() < 11) return ReadBody();
+    while (!expect.empty() && (expect.front() == ' ' || expect.front() == '\t'))
+      expect.remove_prefix(1);
+    while (!expect.empty() && (expect.back() == ' ' || expect.back() == '\t'))
+      expect.remove_suffix(1);
+    if (!beast::iequals(beast::string_view(expect.data(), expect.size()), "100-continue")) {
+      reading_ = false;
+      SetBusy(true);
+      version_ = request.version();
+      return Fail(http::status::expectation_failed,
+                  "unsupported expectation '" + std::string(expect) +
+                      "' (only 100-continue is): send the request without it");
+    }
+    const auto length = parser_->content_length();
+    if (length && *length > options_.body_limit) {
+      reading_ = false;
+      SetBusy(true);
+      version_ = request.version();
+      return Fail(http::status::payload_too_large,
+                  "request body larger than " + std::to_string(options_.body_limit) + " bytes");
+    }
+    // A client that sent its body without waiting needs no 100.
+    if (parser_->is_done() || buffer_.size() > 0) return ReadBody();
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    auto& socket = stream_.socket();
+    beast::error_code send_error;
+    if (!socket.native_non_blocking()) socket.native_non_blocking(true, send_error);
+    std::size_t sent = 0;
+    if (!send_error) sent = socket.send(asio::buffer(kContinue), 0, send_error);
+    if (send_error && send_error != asio::error::would_block &&
+        send_error != asio::error::try_again)
+      return Close();
+    if (sent == kContinue.size()) return ReadBody();
+    asio::async_write(stream_, asio::buffer(kContinue) + sent,
+                      [self = shared_from_this()](beast::error_code failed, std::size_t) {
+                        if (failed) return self->Close();
+                        self->ReadBody();
+                      });
+  }
+
+  // The body: what came with the header is parsed here (no further read operation for
+  // the usual small request), the rest is read.
+  void ReadBody() {
+    beast::error_code parsed;
+    while (!parser_->is_done() && buffer_.size() > 0) {
+      const std::size_t n = parser_->put(buffer_.data(), parsed);
+      buffer_.consume(n);
+      if (parsed == http::error::need_more) {
+        parsed = {};
+        break;
+      }
+      if (parsed || n == 0) break;
+    }
+    if (parsed || parser_->is_done()) return OnRead(parsed);
     http::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code ec, std::size_t) { self->OnRead(ec); });

@@ -191,6 +191,47 @@ void ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(int port) {
   EXPECT_EQ(Call(port, "POST", "/v1/check", SignIn("after")).status, 200);
 }
 
+// `Expect: 100-continue`: the 100 comes before the body is sent (a client such as curl
+// otherwise waits a second for it); a declared body over the limit gets 413 at once, an
+// unknown expectation 417.
+TEST_F(E2e, ExpectContinueIsAnsweredBeforeTheBody) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const std::string body = SignIn("expect");
+  const std::string head =
+      "POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
+  Connection c(s.http_port(), std::chrono::seconds(5));
+  ASSERT_TRUE(c.Send(head));
+  EXPECT_EQ(c.Read().status, 100);  // nothing of the body is sent before it
+  ASSERT_TRUE(c.Send(body));
+  const HttpReply checked = c.Read();
+  EXPECT_EQ(checked.status, 200) << checked.body;
+  EXPECT_EQ(json::parse(checked.body)["descriptors"][0]["source"], "store") << checked.body;
+  // The connection is kept alive: a second request with the same expectation.
+  ASSERT_TRUE(c.Send(head));
+  EXPECT_EQ(c.Read().status, 100);
+  ASSERT_TRUE(c.Send(body));
+  EXPECT_EQ(c.Read().status, 200);
+
+  Connection big(s.http_port(), std::chrono::seconds(5));
+  ASSERT_TRUE(
+      big.Send("POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+               "Content-Length: 1000000\r\n\r\n"));
+  const HttpReply too_large = big.Read();
+  EXPECT_EQ(too_large.status, 413) << too_large.body;
+  EXPECT_EQ(too_large.header("connection"), "close");
+
+  Connection odd(s.http_port(), std::chrono::seconds(5));
+  ASSERT_TRUE(
+      odd.Send("POST /v1/check HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n"
+               "Content-Length: 5\r\n\r\n"));
+  const HttpReply refused = odd.Read();
+  EXPECT_EQ(refused.status, 417) << refused.body;
+  EXPECT_NE(refused.body.find("200-ok"), std::string::npos) << refused.body;
+}
+
 // Default: HTTP on the store client's I/O thread (--http-threads 0).
 TEST_F(E2e, BadRequestsGetClearErrorsAndNeverStickAWorker) {
   Sluiced s(config_.path(), redis_.url(), Flags());
