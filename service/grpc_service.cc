@@ -2,7 +2,12 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/stubs/logging.h>
+#include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <chrono>
+#include <mutex>
 #include <set>
 
 #include "envoy/service/ratelimit/v3/rls.pb.h"
@@ -202,6 +207,30 @@ GrpcStatus Reflect(std::string_view in, std::vector<std::string>& replies) {
   return {};
 }
 
+// libprotobuf's own messages (a string field that is not UTF-8 in a request that then
+// fails to parse, and is answered INVALID_ARGUMENT anyway) would otherwise go to stderr,
+// a line per request: they go to sluiced's log at debug level, at most one a second.
+// A fatal one (protobuf aborts after it) is always written.
+void OnProtobufLog(pb::LogLevel level, const char* file, int line, const std::string& message) {
+  if (level == pb::LOGLEVEL_FATAL) {
+    spdlog::critical("libprotobuf {}:{}: {}", file, line, message);
+    return;
+  }
+  static std::atomic<int64_t> last_ms{0};
+  static std::atomic<uint64_t> suppressed{0};
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_ms.load(std::memory_order_relaxed);
+  if (now - last < 1000 || !last_ms.compare_exchange_strong(last, now)) {
+    suppressed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t more = suppressed.exchange(0, std::memory_order_relaxed);
+  spdlog::debug("libprotobuf {}:{}: {}{}", file, line, message,
+                more ? " (and " + std::to_string(more) + " more since the last line)" : "");
+}
+
 bool ParseHealth(std::string_view in, health::HealthCheckRequest& request) {
   return request.ParseFromArray(in.data(), static_cast<int>(in.size()));
 }
@@ -226,6 +255,8 @@ sluice::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   if (options.host.size() > 2 && options.host.front() == '[' && options.host.back() == ']')
     options.host = options.host.substr(1, options.host.size() - 2);
   options.port = static_cast<uint16_t>(std::stoi(port));
+  static std::once_flag log_handler;
+  std::call_once(log_handler, [] { pb::SetLogHandler(&OnProtobufLog); });
 
   std::vector<GrpcMethod> methods;
   methods.push_back({.path = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",

@@ -421,6 +421,27 @@ TEST_F(Grpc, HealthAndReflection) {
   EXPECT_FALSE(client->call(watch)->closed);
 }
 
+// Descriptor values are bytes: one that is not UTF-8 (Envoy copies header bytes >= 0x80
+// into descriptors) is decided like any other, and the limit applies to it. No request
+// writes a line to sluiced's log, not even one that fails to parse for a string that is
+// not UTF-8 (a health check's service name).
+TEST_F(Grpc, DescriptorValuesThatAreNotUtf8AreDecided) {
+  const std::string odd = "caf\xc3\x28\xff\x80";
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(Call(SignIn(odd, 1)).overall_code(), rls::RateLimitResponse::OK) << i;
+  const rls::RateLimitResponse over = Call(SignIn(odd, 1));
+  EXPECT_EQ(over.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  ASSERT_EQ(over.statuses_size(), 1);
+  EXPECT_EQ(over.statuses(0).current_limit().name(), "sign_in");
+  // Another such value is another account.
+  EXPECT_EQ(Call(SignIn("\xfe", 1)).overall_code(), rls::RateLimitResponse::OK);
+  const std::string bad_service("\x0a\x02\xff\xfe", 4);  // HealthCheckRequest{service}
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(GenericCall("/grpc.health.v1.Health/Check", bad_service).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(sluiced_->log().find("libprotobuf"), std::string::npos) << sluiced_->log();
+}
+
 TEST_F(Grpc, PythonClientFromDebianGrpcio) {
   TempDir out;
   const std::string cmd = "/usr/bin/python3 " + std::string(SLUICED_SOURCE_DIR) +

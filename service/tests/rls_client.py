@@ -31,8 +31,8 @@ def main():
 
     def request(account, hits=0, domain="shop", descriptor_hits=None):
         d = ratelimit_pb2.RateLimitDescriptor(entries=[
-            ratelimit_pb2.RateLimitDescriptor.Entry(key="route", value="seat_map"),
-            ratelimit_pb2.RateLimitDescriptor.Entry(key="session", value=account)])
+            ratelimit_pb2.RateLimitDescriptor.Entry(key=b"route", value=b"seat_map"),
+            ratelimit_pb2.RateLimitDescriptor.Entry(key=b"session", value=account.encode())])
         if descriptor_hits is not None:
             d.hits_addend.CopyFrom(wrappers_pb2.UInt64Value(value=descriptor_hits))
         return rls_pb2.RateLimitRequest(domain=domain, descriptors=[d], hits_addend=hits)
