@@ -165,7 +165,8 @@ std::shared_ptr<const Config> Engine::config() const {
   return current()->config;
 }
 
-void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Clock::duration took) {
+void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Clock::duration took,
+                    bool timed) {
   if (!result.decision) {
     if (!result.error.empty()) metrics_.StoreError();
     return;
@@ -178,6 +179,7 @@ void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Cloc
         ->decisions[OutcomeOf(d)]
         .fetch_add(1, std::memory_order_relaxed);
   }
+  if (!timed) return;
   switch (d.source) {
     case DecisionSource::kStore: metrics_.ObserveStoreLatency(took); break;
     case DecisionSource::kFailOpen:
@@ -290,7 +292,8 @@ void Engine::Check(CheckRequest request, CheckDone done) {
     return;
   }
 
-  auto set = [this](const std::shared_ptr<Pending>& p, const Item& item, StatusOr<Decision> d) {
+  auto set = [this](const std::shared_ptr<Pending>& p, const Item& item, StatusOr<Decision> d,
+                    bool timed = true) {
     DescriptorResult& s = p->result.statuses[item.index];
     if (d.ok()) {
       s.decision = *d;
@@ -299,7 +302,7 @@ void Engine::Check(CheckRequest request, CheckDone done) {
       s.code = Code::kUnavailable;
       s.error = d.status().ToString();
     }
-    Record(*item.built, s, Clock::now() - p->start);
+    Record(*item.built, s, Clock::now() - p->start, timed);
   };
 
   const bool same_cost = std::all_of(items.begin(), items.end(), [&](const Item& it) {
@@ -313,26 +316,25 @@ void Engine::Check(CheckRequest request, CheckDone done) {
     for (const auto& it : items)
       checks.push_back({&*it.built->limiter, pending->result.statuses[it.index].id});
     const int64_t cost = items.front().cost;
-    CompositeCheckAsync(checks, {.cost = cost},
-                        [pending, items = std::move(items), set,
-                         finish](sluice::StatusOr<sluice::CompositeDecision> composite) {
-                          if (!composite.ok()) {
-                            for (const auto& it : items) set(pending, it, composite.status());
-                          } else {
-                            const Item& decider = items[composite->decided_by];
-                            set(pending, decider, composite->decision);
-                            if (composite->decision.allowed) {
-                              for (const auto& it : items) {
-                                if (&it == &decider) continue;
-                                // Counted, but the composite reports only its tightest limit.
-                                it.built->counters
-                                    ->decisions[0][static_cast<int>(composite->decision.source)]
-                                    .fetch_add(1, std::memory_order_relaxed);
-                              }
-                            }
-                          }
-                          finish(pending);
-                        });
+    CompositeCheckAsync(
+        checks, {.cost = cost},
+        [pending, items = std::move(items), set,
+         finish](sluice::StatusOr<sluice::CompositeDecision> composite) {
+          if (!composite.ok()) {
+            for (const auto& it : items) set(pending, it, composite.status());
+          } else {
+            const std::size_t decider = composite->decided_by;
+            set(pending, items[decider], composite->decision);
+            if (composite->decision.allowed && composite->decisions.size() == items.size()) {
+              // Admitted: every limit reports its own state (Envoy's
+              // x-ratelimit headers take the least remaining of them).
+              for (std::size_t k = 0; k < items.size(); ++k) {
+                if (k != decider) set(pending, items[k], composite->decisions[k], false);
+              }
+            }
+          }
+          finish(pending);
+        });
     return;
   }
 

@@ -61,9 +61,9 @@ struct DescriptorResult {
   std::string id;
   int64_t limit = 0;  // the limit in force (override included)
   Unit unit = Unit::kSecond;
-  // Set when a decision about this descriptor alone is known (a single check, the
-  // deciding limit of a composite, a peek). Other limits of an admitted composite were
-  // counted, but the composite reports only its tightest one.
+  // Set when this descriptor's limit was decided or read: a single check, a peek, every
+  // limit of an admitted composite. A refused composite sets only its refusing limit's
+  // (the others were not spent, and those after it not read).
   std::optional<sluice::Decision> decision;
   std::string error;  // a store error the policy could not answer
 };
@@ -163,8 +163,10 @@ class Engine {
   Engine(EngineOptions options, std::shared_ptr<sluice::Client> client);
   sluice::StatusOr<std::shared_ptr<const Generation>> Build(std::shared_ptr<const Config> config);
   std::shared_ptr<const Generation> current() const;
+  // Counts the decision; `timed`: also its store latency or store error (once per store
+  // call: the other limits of a composite are counted with timed false).
   void Record(const BuiltRule& built, const DescriptorResult& result,
-              std::chrono::steady_clock::duration took);
+              std::chrono::steady_clock::duration took, bool timed = true);
 
   EngineOptions options_;
   std::shared_ptr<sluice::Client> client_;

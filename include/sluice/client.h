@@ -375,6 +375,10 @@ struct CompositeDecision {
   // headers should show). Refused: the limit that refused.
   Decision decision;
   std::size_t decided_by = 0;  // index into the checks
+  // Allowed: every limit's decision, in the order of the checks (each with the request
+  // counted), so a caller can report each limit's state; `decision` is one of them.
+  // Refused: empty (the limits after the refusing one were not read).
+  std::vector<Decision> decisions;
 };
 
 // Admits a request of `options.cost` only if every limit admits it, and leaves it counted

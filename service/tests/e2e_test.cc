@@ -145,6 +145,34 @@ TEST_F(E2e, EnvoyJsonEndpoint) {
   EXPECT_EQ(json::parse(unknown.body)["overallCode"], "OK");
 }
 
+// Each descriptor of an admitted multi-descriptor request reports its own limit's
+// state on envoy-ratelimit's /json and on /v1/check, not only the tightest one.
+TEST_F(E2e, EveryDescriptorOfAnAdmittedCompositeReportsItsState) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const std::string body =
+      R"({"domain":"shop","descriptors":[{"entries":[{"key":"api","value":"search"}]},{"entries":[{"key":"tenant","value":"t9"}]}]})";
+  HttpReply r = Call(s.http_port(), "POST", "/json", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json statuses = json::parse(r.body)["statuses"];
+  ASSERT_EQ(statuses.size(), 2u);
+  EXPECT_EQ(statuses[0]["currentLimit"]["name"], "search_global");
+  EXPECT_EQ(statuses[0]["limitRemaining"], 5) << r.body;
+  EXPECT_EQ(statuses[1]["limitRemaining"], 3) << r.body;
+  for (const auto& st : statuses) {
+    ASSERT_TRUE(st.contains("durationUntilReset")) << r.body;
+    const int seconds = std::stoi(st["durationUntilReset"].get<std::string>());
+    EXPECT_GT(seconds, 0);
+    EXPECT_LE(seconds, 60);
+  }
+  HttpReply v1 = Call(s.http_port(), "POST", "/v1/check", body);
+  ASSERT_EQ(v1.status, 200) << v1.body;
+  const json d = json::parse(v1.body)["descriptors"];
+  EXPECT_EQ(d[0]["remaining"], 4) << v1.body;
+  EXPECT_EQ(d[1]["remaining"], 2) << v1.body;
+  EXPECT_GT(d[0]["reset_after_ms"].get<int64_t>(), 0);
+  EXPECT_EQ(v1.header("ratelimit").rfind("\"per_tenant\";r=2;", 0), 0u) << v1.header("ratelimit");
+}
+
 // The HTTP listener's robustness, on whichever threads it runs.
 void ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(int port) {
   HttpReply malformed = Call(port, "POST", "/v1/check", "{\"domain\":");

@@ -209,6 +209,49 @@ TEST_F(Grpc, LimitOverrideAndComposite) {
   EXPECT_EQ(other.statuses(1).limit_remaining(), 1u);  // 6 - 4 - 1: the refusal spent nothing
 }
 
+// What Envoy's x-ratelimit headers take from a response: among the statuses with a
+// current_limit, the one with the least limit_remaining (the first of equals).
+const rls::RateLimitResponse::DescriptorStatus* EnvoyHeadline(const rls::RateLimitResponse& r) {
+  const rls::RateLimitResponse::DescriptorStatus* least = nullptr;
+  for (const auto& s : r.statuses()) {
+    if (!s.has_current_limit()) continue;
+    if (least == nullptr || s.limit_remaining() < least->limit_remaining()) least = &s;
+  }
+  return least;
+}
+
+TEST_F(Grpc, EveryStatusOfAnAdmittedCompositeCarriesItsState) {
+  rls::RateLimitRequest q;
+  q.set_domain("shop");
+  auto* g = q.add_descriptors()->add_entries();
+  g->set_key("api");
+  g->set_value("search");
+  auto* t = q.add_descriptors()->add_entries();
+  t->set_key("tenant");
+  t->set_value("t4");
+  // search_global 6/min listed first, per_tenant 4/min second.
+  rls::RateLimitResponse r = Call(q);
+  ASSERT_EQ(r.overall_code(), rls::RateLimitResponse::OK);
+  ASSERT_EQ(r.statuses_size(), 2);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(r.statuses(i).has_current_limit());
+    EXPECT_TRUE(r.statuses(i).has_duration_until_reset());
+    EXPECT_GT(r.statuses(i).duration_until_reset().seconds(), 0);
+    EXPECT_LE(r.statuses(i).duration_until_reset().seconds(), 60);
+  }
+  EXPECT_EQ(r.statuses(0).limit_remaining(), 5u);
+  EXPECT_EQ(r.statuses(1).limit_remaining(), 3u);
+  const auto* headline = EnvoyHeadline(r);
+  ASSERT_NE(headline, nullptr);
+  EXPECT_EQ(headline->current_limit().name(), "per_tenant");
+  EXPECT_EQ(headline->limit_remaining(), 3u);
+  // The next admitted request: each limit's own state again.
+  rls::RateLimitResponse again = Call(q);
+  EXPECT_EQ(again.statuses(0).limit_remaining(), 4u);
+  EXPECT_EQ(again.statuses(1).limit_remaining(), 2u);
+}
+
 TEST_F(Grpc, UnknownDomainEmptyDescriptorsAndBadInput) {
   rls::RateLimitRequest unknown = SignIn("x");
   unknown.set_domain("nope");

@@ -153,7 +153,8 @@ void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions&
     if (r == st->runs.size()) {
       CompositeDecisionCallback answer_with = std::move(st->finish);
       CompositeDecision result = st->result;
-      return answer_with(result);
+      result.decisions = std::move(st->admitted);
+      return answer_with(std::move(result));
     }
     // Plain names (not a structured binding): the callback below captures `first`.
     const std::size_t first = st->runs[r].first, end = st->runs[r].second;
