@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include <boost/asio/post.hpp>
 
@@ -143,6 +144,27 @@ StatusOr<std::shared_ptr<const Engine::Generation>> Engine::Build(
     }
     gen->rules.emplace(rule.get(), std::move(built));
   }
+  for (const auto& domain : config->domains) {
+    // envoy-ratelimit applies a RateLimitOverride to any descriptor of a known domain.
+    // Its limiter's name cannot be one a rule's path gives (those have no "..").
+    auto rule = std::make_shared<Rule>();
+    rule->domain = domain.domain;
+    rule->path = domain.domain + "/(limit override)";
+    char hex[17];
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : domain.domain) h = (h ^ c) * 1099511628211ull;
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    rule->limiter_name = std::string("override..") + hex;
+    rule->requests_per_unit = 1;  // every check passes its own limit
+    BuiltRule built;
+    built.rule = rule;
+    built.counters = metrics_.ForRule(rule->domain, rule->DisplayName());
+    auto limiter = client_->MakeLimiter(rule->limiter_name, rule->ToLimit(),
+                                        {.on_failure = sluice::FailurePolicy::kDefault});
+    if (!limiter.ok()) return limiter.status();
+    built.limiter = std::move(*limiter);
+    gen->overrides.emplace(domain.domain, std::move(built));
+  }
   gen->config = std::move(config);
   return std::shared_ptr<const Generation>(std::move(gen));
 }
@@ -219,15 +241,22 @@ void Engine::Check(CheckRequest request, CheckDone done) {
   const uint64_t request_hits = request.hits == 0 ? 1 : request.hits;
   for (std::size_t i = 0; i < matches.size(); ++i) {
     DescriptorResult& status = result.statuses[i];
-    if (!matches[i].rule) continue;
-    const BuiltRule& built = gen->rules.at(matches[i].rule.get());
+    const auto& desc = request.descriptors[i];
+    const BuiltRule* found = matches[i].rule ? &gen->rules.at(matches[i].rule.get()) : nullptr;
+    if (desc.limit && (!found || !found->limiter || found->rule->shadow_mode)) {
+      // The override is the limit, counted on the domain's override window (as in
+      // envoy-ratelimit, an override is never in shadow mode).
+      found = &gen->overrides.at(request.domain);
+      if (matches[i].id.empty()) matches[i].id = DescriptorId(desc.entries);
+    }
+    if (!found) continue;
+    const BuiltRule& built = *found;
     const Rule& rule = *built.rule;
     status.rule = built.rule;
     status.id = std::move(matches[i].id);
     status.limit = rule.requests_per_unit;
     status.unit = rule.unit;
     if (rule.unlimited || rule.kind == RuleKind::kConcurrency) continue;
-    const auto& desc = request.descriptors[i];
     const uint64_t hits = desc.hits.value_or(request_hits);
     const int64_t cost = static_cast<int64_t>(std::min<uint64_t>(hits, sluice::kMaxLimit));
     std::optional<sluice::Limit> limit;

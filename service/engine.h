@@ -152,6 +152,10 @@ class Engine {
   struct Generation {
     std::shared_ptr<const Config> config;
     std::unordered_map<const Rule*, BuiltRule> rules;
+    // Per domain: the fixed window that RateLimitOverrides count on when the descriptor's
+    // own rule has no limiter to take the override (no rule, unlimited, concurrency,
+    // requests_per_unit 0, shadow mode).
+    std::unordered_map<std::string, BuiltRule> overrides;
   };
   // A lease held for a remote caller, under its handle (one handle, one lease).
   struct HeldLease {

@@ -173,6 +173,51 @@ TEST_F(E2e, EveryDescriptorOfAnAdmittedCompositeReportsItsState) {
   EXPECT_EQ(v1.header("ratelimit").rfind("\"per_tenant\";r=2;", 0), 0u) << v1.header("ratelimit");
 }
 
+// A RateLimitOverride limits any descriptor of a known domain, as envoy-ratelimit
+// applies it: one no rule matches, one under an unlimited rule, one under a shadow rule
+// (an override is enforced) and one under a rule of requests_per_unit 0.
+TEST_F(E2e, LimitOverridesApplyToEveryDescriptorOfAKnownDomain) {
+  config_.Write("o.yaml", R"(domain: o
+descriptors:
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: dark
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: banned
+    rate_limit: {unit: minute, requests_per_unit: 0}
+)");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  auto overridden = [](const std::string& domain, const std::string& key) {
+    return R"({"domain":")" + domain + R"(","descriptors":[{"entries":[{"key":")" + key +
+           R"(","value":"v"}],"limit":{"requestsPerUnit":2,"unit":"HOUR"}}]})";
+  };
+  for (const std::string key : {"nowhere", "free", "dark", "banned"}) {
+    SCOPED_TRACE(key);
+    const std::string body = overridden("o", key);
+    for (int i = 0; i < 2; ++i) {
+      HttpReply r = Call(port, "POST", "/json", body);
+      ASSERT_EQ(r.status, 200) << r.body;
+      json st = json::parse(r.body)["statuses"][0];
+      EXPECT_EQ(st["currentLimit"]["requestsPerUnit"], 2) << r.body;
+      EXPECT_EQ(st["currentLimit"]["unit"], "HOUR") << r.body;
+      EXPECT_EQ(st["limitRemaining"], 1 - i) << r.body;
+    }
+    HttpReply over = Call(port, "POST", "/json", body);
+    EXPECT_EQ(over.status, 429) << over.body;
+    EXPECT_EQ(json::parse(over.body)["statuses"][0]["code"], "OVER_LIMIT") << over.body;
+  }
+  // An override of 0 refuses; without an override the descriptor is not limited.
+  HttpReply zero = Call(
+      port, "POST", "/json",
+      R"({"domain":"o","descriptors":[{"entries":[{"key":"z","value":"v"}],"limit":{"requestsPerUnit":0,"unit":"MINUTE"}}]})");
+  EXPECT_EQ(zero.status, 429) << zero.body;
+  EXPECT_EQ(Call(port, "POST", "/v1/check", Check({{{"nowhere", "v"}}}, 0, "o")).status, 200);
+  // An unknown domain limits nothing, override or not.
+  EXPECT_EQ(Call(port, "POST", "/json", overridden("unknown", "nowhere")).status, 200);
+}
+
 // The HTTP listener's robustness, on whichever threads it runs.
 void ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(int port) {
   HttpReply malformed = Call(port, "POST", "/v1/check", "{\"domain\":");
