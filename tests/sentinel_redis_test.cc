@@ -5,10 +5,19 @@
 // after which decisions resume on the promoted replica without restarting the client,
 // with the failed decisions and the time to recover printed, and no key left without
 // an expiry; and all of it over TLS (rediss+sentinel://).
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,6 +105,237 @@ TEST_F(SentinelTest, AnUnknownMasterIsNamed) {
   ASSERT_FALSE(client.ok());
   EXPECT_THAT(client.status().message(), HasSubstr("no-such-master"));
   EXPECT_THAT(client.status().message(), HasSubstr("does not know"));
+}
+
+// A sentinel that monitors nothing: a real one, its configuration naming no master.
+testing::RedisServer UnknowingSentinel() {
+  return testing::RedisServer({.sentinel_config = "sentinel resolve-hostnames no\n"});
+}
+
+// "redis+sentinel://127.0.0.1:<port>," put before the sentinels of `url`.
+std::string WithSentinelFirst(std::string url, uint16_t port) {
+  url.replace(url.find("//") + 2, 0, "127.0.0.1:" + std::to_string(port) + ",");
+  return url;
+}
+
+// Sentinels S1 (monitors nothing) then the set's: S1 answers nil, the next one names
+// the primary within the same connect.
+TEST_F(SentinelTest, ASentinelThatDoesNotKnowTheMasterIsLeftForTheNext) {
+  testing::RedisServer unknowing = UnknowingSentinel();
+  const std::string url = WithSentinelFirst(set_.url(), unknowing.port());
+  auto client = Client::Create(Options(url));
+  ASSERT_THAT(client, IsOk());
+  auto limiter = (*client)->MakeLimiter("next", {.limit = 3, .window = seconds(60)});
+  ASSERT_THAT(limiter, IsOk());
+  auto decision = limiter->Check("a");
+  ASSERT_THAT(decision, IsOk());
+  EXPECT_EQ(decision->source, DecisionSource::kStore);
+  ExpectNoKeyWithoutTtl();
+
+  // Connecting in the background, the client gets there too (and stays there).
+  ClientOptions background = Options(url);
+  background.connect_in_background = true;
+  background.on_failure = FailurePolicy::kOpen;
+  auto later = Client::Create(background);
+  ASSERT_THAT(later, IsOk());
+  auto open = (*later)->MakeLimiter("next", {.limit = 1000, .window = seconds(60)});
+  ASSERT_THAT(open, IsOk());
+  EXPECT_TRUE(testing::Eventually(
+      [&] {
+        auto d = open->Check("b");
+        return d.ok() && d->source == DecisionSource::kStore;
+      },
+      seconds(10), milliseconds(20)))
+      << "the client connecting in the background never reached the primary";
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(open->Check("b")->source, DecisionSource::kStore);
+}
+
+// Only sentinels that do not know the master: the error says so, per sentinel.
+TEST_F(SentinelTest, NoSentinelKnowingTheMasterIsNamedPerSentinel) {
+  testing::RedisServer first = UnknowingSentinel();
+  testing::RedisServer second = UnknowingSentinel();
+  const std::string url = "redis+sentinel://127.0.0.1:" + std::to_string(first.port()) +
+                          ",127.0.0.1:" + std::to_string(second.port()) + "/" + set_.master_name();
+  auto client = Client::Create(Options(url));
+  ASSERT_FALSE(client.ok());
+  EXPECT_THAT(client.status().message(), HasSubstr("does not know a master named"));
+  EXPECT_THAT(client.status().message(), HasSubstr(std::to_string(first.port())));
+  EXPECT_THAT(client.status().message(), HasSubstr(std::to_string(second.port())));
+}
+
+// The sentinel links' own errors (here: a password the sentinels do not take) are in
+// the error instead of a bare "no sentinel answers".
+TEST_F(SentinelTest, ALinksErrorIsInTheLocateError) {
+  auto client = Client::Create(Options(set_.url() + "?sentinel_password=not-the-password"));
+  ASSERT_FALSE(client.ok());
+  EXPECT_THAT(client.status().message(), HasSubstr("AUTH")) << client.status().message();
+  EXPECT_THAT(client.status().message(), HasSubstr(std::to_string(set_.sentinel(0).port())));
+}
+
+// A loopback responder that speaks as a sentinel of another version would: INFO server
+// says `version`, SENTINEL GET-MASTER-ADDR-BY-NAME answers `address` (nil when empty),
+// SUBSCRIBE and PING are acknowledged. It counts the address queries.
+class ScriptedSentinel {
+ public:
+  ScriptedSentinel(std::string version, std::string host, uint16_t port)
+      : version_(std::move(version)), host_(std::move(host)), master_port_(port) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    if (bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        listen(listener_, 16) != 0) {
+      std::abort();
+    }
+    socklen_t len = sizeof addr;
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~ScriptedSentinel() {
+    stop_ = true;
+    thread_.join();
+    for (auto& [fd, buffer] : clients_) close(fd);
+    close(listener_);
+  }
+  uint16_t port() const { return port_; }
+  int address_queries() const { return queries_.load(); }
+
+ private:
+  static std::string Bulk(const std::string& s) {
+    return "$" + std::to_string(s.size()) + "\r\n" + s + "\r\n";
+  }
+  // One command of `buffer` (a RESP array of bulks), removed from it; nullopt when
+  // incomplete.
+  static std::optional<std::vector<std::string>> Take(std::string& buffer) {
+    size_t at = 0;
+    auto line = [&]() -> std::optional<std::string> {
+      const size_t end = buffer.find("\r\n", at);
+      if (end == std::string::npos) return std::nullopt;
+      std::string out = buffer.substr(at, end - at);
+      at = end + 2;
+      return out;
+    };
+    auto head = line();
+    if (!head || head->empty() || (*head)[0] != '*') return std::nullopt;
+    std::vector<std::string> args;
+    for (int n = std::stoi(head->substr(1)); n > 0; --n) {
+      auto size = line();
+      if (!size) return std::nullopt;
+      const size_t len = std::stoul(size->substr(1));
+      if (buffer.size() < at + len + 2) return std::nullopt;
+      args.push_back(buffer.substr(at, len));
+      at += len + 2;
+    }
+    buffer.erase(0, at);
+    return args;
+  }
+  std::string Answer(std::vector<std::string> args) {
+    for (auto& a : args) {
+      for (char& c : a) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    if (args[0] == "INFO") {
+      return Bulk("# Server\r\nredis_version:" + version_ + "\r\nredis_mode:sentinel\r\n");
+    }
+    if (args[0] == "PING") return "+PONG\r\n";
+    if (args[0] == "SUBSCRIBE" && args.size() == 2) {
+      return "*3\r\n" + Bulk("subscribe") + Bulk(args[1]) + ":1\r\n";
+    }
+    if (args[0] == "SENTINEL" && args.size() == 3 && args[1] == "GET-MASTER-ADDR-BY-NAME") {
+      ++queries_;
+      if (host_.empty()) return "*-1\r\n";
+      return "*2\r\n" + Bulk(host_) + Bulk(std::to_string(master_port_));
+    }
+    return "-ERR unknown command\r\n";
+  }
+  void Run() {
+    while (!stop_) {
+      std::vector<pollfd> fds{{listener_, POLLIN, 0}};
+      for (auto& [fd, buffer] : clients_) fds.push_back({fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        const int fd = accept(listener_, nullptr, nullptr);
+        if (fd >= 0) clients_[fd];
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        char chunk[4096];
+        const ssize_t n = read(fds[i].fd, chunk, sizeof chunk);
+        if (n <= 0) {
+          close(fds[i].fd);
+          clients_.erase(fds[i].fd);
+          continue;
+        }
+        std::string& buffer = clients_[fds[i].fd];
+        buffer.append(chunk, static_cast<size_t>(n));
+        std::string out;
+        while (auto args = Take(buffer)) out += Answer(*std::move(args));
+        if (!out.empty() && write(fds[i].fd, out.data(), out.size()) < 0) {
+          close(fds[i].fd);
+          clients_.erase(fds[i].fd);
+        }
+      }
+    }
+  }
+  const std::string version_, host_;
+  const uint16_t master_port_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::map<int, std::string> clients_;  // the thread's own
+  std::atomic<int> queries_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// A sentinel older than Redis 7.0 (its INFO says 6.2.14) naming a Redis 7 primary: the
+// links do not apply the data connection's version check, the data connection does.
+TEST_F(SentinelTest, ASentinelOlderThanRedis7IsAsked) {
+  ScriptedSentinel old("6.2.14", "127.0.0.1", set_.data_node(0).port());
+  auto client = Client::Create(
+      Options("redis+sentinel://127.0.0.1:" + std::to_string(old.port()) + "/whatever"));
+  ASSERT_THAT(client, IsOk());
+  auto limiter = (*client)->MakeLimiter("old", {.limit = 3, .window = seconds(60)});
+  ASSERT_THAT(limiter, IsOk());
+  auto decision = limiter->Check("a");
+  ASSERT_THAT(decision, IsOk());
+  EXPECT_EQ(decision->source, DecisionSource::kStore);
+  EXPECT_EQ(set_.data_node(0).Command({"GET", "sen:{old:a}:fw2"}).type,
+            testing::RedisValue::Type::kString);
+  EXPECT_GE(old.address_queries(), 1);
+
+  // The data node itself is still held to Redis >= 7.0: a 6.2 "primary" is refused.
+  ScriptedSentinel old_primary("6.2.14", "", 0);
+  ScriptedSentinel pointing("7.0.15", "127.0.0.1", old_primary.port());
+  auto refused = Client::Create(
+      Options("redis+sentinel://127.0.0.1:" + std::to_string(pointing.port()) + "/m"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("Redis >= 7.0"));
+}
+
+// The sentinel that named the primary is asked first from then on: a sentinel that
+// does not know the master, first in the URL, is asked once, not at every reconnect.
+TEST_F(SentinelTest, TheSentinelThatAnsweredIsAskedFirst) {
+  ScriptedSentinel unknowing("7.0.15", "", 0);
+  auto client = Client::Create(Options(WithSentinelFirst(set_.url(), unknowing.port())));
+  ASSERT_THAT(client, IsOk());
+  auto limiter = (*client)->MakeLimiter("front", {.limit = 1000, .window = seconds(60)});
+  ASSERT_THAT(limiter, IsOk());
+  EXPECT_EQ(limiter->Check("a")->source, DecisionSource::kStore);
+  EXPECT_EQ(unknowing.address_queries(), 1);
+  const uint16_t primary = set_.PrimaryPort();
+  for (int round = 0; round < 3; ++round) {
+    // Every client of the primary is dropped: the data connection reconnects and asks
+    // the sentinels again.
+    set_.DataNodeOnPort(primary).Command({"CLIENT", "KILL", "TYPE", "normal"});
+    EXPECT_TRUE(testing::Eventually(
+        [&] {
+          auto d = limiter->Check("a");
+          return d.ok() && d->source == DecisionSource::kStore;
+        },
+        seconds(10), milliseconds(10)));
+  }
+  EXPECT_EQ(unknowing.address_queries(), 1) << "the sentinel that knows nothing was asked again";
 }
 
 // Hammers one limiter from a few threads while `failover` runs; returns when decisions

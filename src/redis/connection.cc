@@ -339,12 +339,14 @@ void Connection::Handshake(const std::shared_ptr<Session>& session) {
   }
   // INFO's own step is still pending while its check issues the loads: they are counted
   // before the handshake can finish.
-  issue(FormatCommand({"INFO", "server"}), [where, load_scripts](const redisReply* reply) {
+  const bool require_redis_7 = options_.require_redis_7;
+  issue(FormatCommand({"INFO", "server"}), [where, load_scripts,
+                                            require_redis_7](const redisReply* reply) {
     if (reply->type != REDIS_REPLY_STRING) {
       return InternalError("redis " + where + ": unexpected reply to INFO server");
     }
     int major = MajorVersion(std::string_view(reply->str, reply->len));
-    if (major < 7) {
+    if (require_redis_7 && major < 7) {
       return FailedPreconditionError("redis " + where + " is version " + std::to_string(major) +
                                      ".x; sluice needs Redis >= 7.0 (EXPIRE ... NX)");
     }
@@ -353,13 +355,14 @@ void Connection::Handshake(const std::shared_ptr<Session>& session) {
   });
   if (endpoint_.kind == Endpoint::Kind::kSentinel) {
     // The sentinels' answer may be stale (a failover under way): only a primary serves.
-    issue(FormatCommand({"ROLE"}), [where](const redisReply* reply) {
+    issue(FormatCommand({"ROLE"}), [self, session, where](const redisReply* reply) {
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
           reply->element[0]->type != REDIS_REPLY_STRING) {
         return InternalError("redis " + where + ": unexpected reply to ROLE");
       }
       std::string_view role(reply->element[0]->str, reply->element[0]->len);
       if (role != "master") {
+        if (self->sentinel_) self->sentinel_->NotPrimary(session->address);
         return UnavailableError("redis " + where + " is a " + std::string(role) +
                                 ", not the primary (a failover is under way or the sentinel's "
                                 "answer was stale); asking the sentinels again");
@@ -1138,6 +1141,11 @@ void Connection::Shutdown() {
                     nullptr)(UnavailableError("the sluice client was shut down"));
     }
   });
+}
+
+Status Connection::last_error() const {
+  MutexLock lock(mu_);
+  return last_error_;
 }
 
 Connection::Stats Connection::stats() const {

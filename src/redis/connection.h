@@ -99,6 +99,10 @@ struct ConnectionOptions {
   // that answers no command to on_push (on the strand). No scripts, no other commands.
   std::string subscribe;
   std::function<void(const redisReply*)> on_push;
+  // The handshake refuses a server older than Redis 7.0 (the scripts need EXPIRE ... NX).
+  // Off for the sentinel links: they run no script, and a Sentinel 6.2 naming a Redis 7
+  // primary is common.
+  bool require_redis_7 = true;
 };
 
 class SentinelLocator;
@@ -112,12 +116,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                           ConnectionOptions options);
   ~Connection();
 
-  // Connects, authenticates, selects the database, checks the server is Redis >= 7.0,
-  // loads the scripts. `first_result` gets the outcome of the first attempt; if it fails
-  // the connection stays down (Start is for start-up: a clear error beats a silent
-  // retry loop). Without `first_result` (null), a failed first attempt is retried with
-  // the reconnect backoff like any break. Once up, breaks are repaired by reconnecting
-  // in the background.
+  // Connects, authenticates, selects the database, checks the server is Redis >= 7.0
+  // (unless options.require_redis_7 is off), loads the scripts. `first_result` gets the outcome of
+  // the first attempt; if it fails the connection stays down (Start is for start-up: a clear error
+  // beats a silent retry loop). Without `first_result` (null), a failed first attempt is retried
+  // with the reconnect backoff like any break. Once up, breaks are repaired by reconnecting in the
+  // background.
   void Start(std::function<void(Status)> first_result);
 
   // Sends one formatted command (FormatCommand).
@@ -165,6 +169,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Redirect(HostPort to, std::string why);
 
   bool ready() const { return ready_.load(std::memory_order_relaxed); }
+  // Why the last session broke or the last connect failed; Ok when none did or the
+  // connection is up again.
+  Status last_error() const;
   const Endpoint& endpoint() const { return endpoint_; }
 
   struct Stats {
