@@ -5,6 +5,8 @@
 // after which decisions resume on the promoted replica without restarting the client,
 // with the failed decisions and the time to recover printed, and no key left without
 // an expiry; and all of it over TLS (rediss+sentinel://).
+#include "sluice/boost_first.h"  // before any Boost header
+
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,6 +26,14 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "redis/connection.h"
+#include "redis/endpoint.h"
+#include "redis/resp.h"
+#include "redis/scripts.h"
 
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
@@ -336,6 +347,159 @@ TEST_F(SentinelTest, TheSentinelThatAnsweredIsAskedFirst) {
         seconds(10), milliseconds(10)));
   }
   EXPECT_EQ(unknowing.address_queries(), 1) << "the sentinel that knows nothing was asked again";
+}
+
+// Moves the primary to data node 1 behind the clients' backs: node 1 stops replicating,
+// the sentinels are made to monitor it (SENTINEL REMOVE and MONITOR announce no
+// +switch-master), and node 0 replicates from it, answering READONLY to writes. Only a
+// READONLY reply tells a client.
+void MovePrimarySilently(testing::RedisSentinelSet& set) {
+  testing::RedisServer& old = set.data_node(0);
+  testing::RedisServer& next = set.data_node(1);
+  ASSERT_EQ(next.Command({"REPLICAOF", "NO", "ONE"}).str, "OK");
+  for (size_t i = 0; i < 3; ++i) {
+    testing::RedisServer& sentinel = set.sentinel(i);
+    ASSERT_EQ(sentinel.Command({"SENTINEL", "REMOVE", set.master_name()}).str, "OK");
+    ASSERT_EQ(sentinel
+                  .Command({"SENTINEL", "MONITOR", set.master_name(), "127.0.0.1",
+                            std::to_string(next.port()), "2"})
+                  .str,
+              "OK");
+  }
+  ASSERT_EQ(old.Command({"REPLICAOF", "127.0.0.1", std::to_string(next.port())}).str, "OK");
+  ASSERT_TRUE(testing::Eventually(
+      [&] {
+        return old.Command({"SET", "sen:probe", "1"}).str.starts_with("READONLY");
+      },
+      seconds(10)));
+}
+
+// An io_context on one thread for the duration of a test.
+class IoThread {
+ public:
+  IoThread() : work_(io_.get_executor()), thread_([this] { io_.run(); }) {}
+  ~IoThread() {
+    work_.reset();
+    thread_.join();
+  }
+  boost::asio::io_context& io() { return io_; }
+
+ private:
+  boost::asio::io_context io_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work_;
+  std::thread thread_;
+};
+
+// `n` fixed-window consumes of 1 (limit 1000 per minute) queued while the connection is
+// corked, so that they leave as one batch; how many the store answered with a decision.
+int BatchOfConsumes(internal::Connection& conn, int n) {
+  std::vector<std::future<bool>> decided;
+  conn.Cork();
+  for (int i = 0; i < n; ++i) {
+    std::string args;
+    for (std::string_view a : {"0", "", "1", "1000", "60000", "0", "0"}) {
+      internal::AppendBulk(args, a);
+    }
+    auto promise = std::make_shared<std::promise<bool>>();
+    decided.push_back(promise->get_future());
+    conn.Call({.script = 0,
+               .function = 0,
+               .key = "sen:{batch:" + std::to_string(i) + "}:fw",
+               .args = std::move(args),
+               .arg_items = 7},
+              steady_clock::now() + seconds(2), [promise](const Status& s, const redisReply* r) {
+                promise->set_value(s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == 4);
+              });
+  }
+  conn.Uncork();
+  int ok = 0;
+  for (auto& f : decided) ok += f.get() ? 1 : 0;
+  return ok;
+}
+
+// A READONLY answer inside a batch (each call of it refused by the demoted primary)
+// makes the connection ask the sentinels again, as a READONLY reply alone does: with
+// every call batched, the calls reach the new primary.
+TEST_F(SentinelTest, AReadonlyCallInABatchAsksTheSentinelsAgain) {
+  IoThread io;
+  auto endpoint = internal::ParseRedisUrl(set_.url());
+  ASSERT_THAT(endpoint, IsOk());
+  internal::ConnectionOptions options;
+  options.scripts = internal::AllScripts();
+  options.batch_script = internal::kBatchScript;
+  auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint, std::move(options));
+  std::promise<Status> started;
+  conn->Start([&](Status s) { started.set_value(std::move(s)); });
+  ASSERT_THAT(started.get_future().get(), IsOk());
+  EXPECT_EQ(BatchOfConsumes(*conn, 8), 8);
+  const uint64_t batches = conn->stats().batches;
+  EXPECT_GE(batches, 1u);
+
+  MovePrimarySilently(set_);
+  EXPECT_TRUE(testing::Eventually([&] { return BatchOfConsumes(*conn, 8) == 8; }, seconds(10),
+                                  milliseconds(50)))
+      << "batched calls kept failing on the demoted primary";
+  EXPECT_GT(conn->stats().batches, batches) << "the calls did not go as batches";
+  EXPECT_GT(set_.data_node(1).Command({"GET", "sen:{batch:0}:fw"}).type,
+            testing::RedisValue::Type::kNil)
+      << "nothing was counted on the new primary";
+  conn->Shutdown();
+}
+
+// The same through the public API under batched load: decisions come from the store
+// again within a bound after the primary was moved without a +switch-master.
+TEST_F(SentinelTest, BatchedTrafficRecoversFromADemotedPrimary) {
+  ClientOptions options = Options(set_.url());
+  options.deadline = seconds(1);
+  auto client = Client::Create(options);
+  ASSERT_THAT(client, IsOk());
+  auto limiter = (*client)->MakeLimiter("ro", {.limit = 1'000'000'000, .window = seconds(600)});
+  ASSERT_THAT(limiter, IsOk());
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> decided{0};
+  std::atomic<int64_t> last_failure_ns{0};
+  const auto epoch = steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      while (!stop.load()) {
+        // A burst of asynchronous checks queues up together: they leave in batches.
+        std::vector<std::future<bool>> burst;
+        for (int i = 0; i < 16; ++i) {
+          auto promise = std::make_shared<std::promise<bool>>();
+          burst.push_back(promise->get_future());
+          limiter->CheckAsync("id-" + std::to_string(t * 16 + i), {},
+                              [promise](StatusOr<Decision> d) {
+                                promise->set_value(d.ok() && d->source == DecisionSource::kStore);
+                              });
+        }
+        for (auto& f : burst) {
+          if (f.get()) {
+            ++decided;
+          } else {
+            last_failure_ns = (steady_clock::now() - epoch).count();
+          }
+        }
+      }
+    });
+  }
+  EXPECT_TRUE(testing::Eventually([&] { return decided.load() > 100; }, seconds(10)));
+  const auto moved = steady_clock::now();
+  MovePrimarySilently(set_);
+  const int64_t before = decided.load();
+  const bool recovered = testing::Eventually(
+      [&] {
+        const auto now_ns = (steady_clock::now() - epoch).count();
+        return decided.load() > before && now_ns - last_failure_ns.load() > 1'000'000'000;
+      },
+      seconds(15), milliseconds(20));
+  stop = true;
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(recovered) << "batched checks did not come back from the demoted primary";
+  std::printf("primary moved without +switch-master: last failed check %.2f s after the move\n",
+              std::chrono::duration<double>(
+                  epoch + std::chrono::nanoseconds(last_failure_ns.load()) - moved)
+                  .count());
 }
 
 // Hammers one limiter from a few threads while `failover` runs; returns when decisions

@@ -833,8 +833,10 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
       options_.on_push(replies[i]);
     } else if (n == 1) {
       Dispatch(batch[at], replies[i]);
-    } else {
-      DispatchBatch(&batch[at], n, replies[i]);
+    } else if (DispatchBatch(&batch[at], n, replies[i]) &&
+               endpoint_.kind == Endpoint::Kind::kSentinel) {
+      // A call of the batch answered READONLY: as for a reply alone.
+      session->demoted = true;
     }
     freeReplyObject(replies[i]);
     at += n;
@@ -886,7 +888,8 @@ void Connection::Dispatch(Request& request, redisReply* reply) {
   }
 }
 
-void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
+bool Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
+  bool readonly = false;
   if (reply->type == REDIS_REPLY_ERROR) {
     std::string_view error(reply->str, reply->len);
     if (!calls[0].retried && error.starts_with("NOSCRIPT")) {
@@ -910,14 +913,14 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
       } else if (!again.empty()) {
         EnqueueBatchAgain(std::move(again));
       }
-      return;
+      return false;
     }
     // The whole script failed (e.g. OOM, a script error): every call gets the error.
     const Status status = ErrorReplyToStatus(error, endpoint_.Describe());
     for (size_t i = 0; i < n; ++i) {
       if (calls[i].done) calls[i].done(status, reply);
     }
-    return;
+    return error.starts_with("READONLY");
   }
   // One flat array (src/algo/batch.lua): per call an error reply; a code (0, 1 or 2) and
   // the 3 items after it, a decision's 4; -2 - w and then w items; or -1 and then one
@@ -955,6 +958,10 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
     } else {
       break;
     }
+    if (own->type == REDIS_REPLY_ERROR &&
+        std::string_view(own->str, own->len).starts_with("READONLY")) {
+      readonly = true;
+    }
     if (call.done) {
       if (own->type == REDIS_REPLY_ERROR) {
         call.done(ErrorReplyToStatus(std::string_view(own->str, own->len), endpoint_.Describe()),
@@ -975,6 +982,7 @@ void Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
       if (calls[i].done) calls[i].done(bad, nullptr);
     }
   }
+  return readonly;
 }
 
 void Connection::OnTimer() {

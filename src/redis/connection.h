@@ -33,8 +33,9 @@
 // Transports: TCP or a unix socket; rediss:// runs TLS over the TCP socket (redis/tls.h:
 // the handshake after connect, inside connect_timeout, failures named by cause). An
 // Endpoint of Kind::kSentinel asks the sentinels where the primary is at every connect
-// (redis/sentinel.h), checks ROLE in the handshake, breaks on a READONLY reply and is
-// moved by Redirect when the sentinels announce a new primary.
+// (redis/sentinel.h), checks ROLE in the handshake, breaks on a READONLY reply (alone, or
+// to any call of a batch) and is moved by Redirect when the sentinels announce a new
+// primary.
 //
 // Errors on this side of the connection while the store answers (too many calls in
 // flight; a deadline missed while replies kept arriving after the call was issued) are
@@ -234,7 +235,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t WriteBatch(std::string& out, Request* const* calls, std::size_t n, bool eval) const;
   // Runs the callbacks of one reply: a request alone, or the `n` calls of a batch.
   void Dispatch(Request& request, redisReply* reply);
-  void DispatchBatch(Request* calls, std::size_t n, redisReply* reply);
+  // Whether a call of the batch (or the whole batch) was answered READONLY.
+  bool DispatchBatch(Request* calls, std::size_t n, redisReply* reply);
 
   void Connect();
   void ConnectTcp(const std::shared_ptr<Session>& session, HostPort address);
