@@ -8,9 +8,12 @@ Status ErrorReplyToStatus(std::string_view error, std::string_view where) {
   if (starts("NOAUTH") || starts("WRONGPASS") || starts("NOPERM")) {
     return PermissionDeniedError(std::move(message));
   }
-  // Redis 7.0 reports an ACL refusal inside a script as a plain ERR.
+  // Inside a script an ACL refusal is a plain ERR: "The user executing the script can't
+  // run this command or subcommand" (Redis 7.0), "ACL failure in script: User '…' has
+  // no permissions to run the '…' command" (Redis 7.2 and later, Valkey).
   if (error.find("The user executing the script can't run this command") !=
-      std::string_view::npos) {
+          std::string_view::npos ||
+      error.find("ACL failure in script") != std::string_view::npos) {
     return PermissionDeniedError(std::move(message) +
                                  " (an ACL refusal, as NOPERM: the script calls a command or key "
                                  "this user is not granted; docs/design.md §8 has the rule sets)");
