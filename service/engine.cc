@@ -307,7 +307,8 @@ void Engine::Check(CheckRequest request, CheckDone done) {
     if (r.overall == Code::kOk) {
       for (std::size_t i = 0; i < r.statuses.size(); ++i) {
         const auto& s = r.statuses[i];
-        if (s.decision && s.decision->remaining < least) {
+        // A shadow limit refuses nobody: it never heads the RateLimit headers.
+        if (s.decision && !(s.rule && s.rule->shadow_mode) && s.decision->remaining < least) {
           least = s.decision->remaining;
           r.headline = static_cast<int>(i);
         }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 
 #include <nlohmann/json.hpp>
 
@@ -571,15 +572,25 @@ std::vector<std::pair<std::string, std::string>> RateLimitHeaders(const CheckRes
   std::vector<std::pair<std::string, std::string>> headers;
   if (result.headline < 0) return headers;
   const DescriptorResult& s = result.statuses[static_cast<std::size_t>(result.headline)];
-  if (!s.decision || !s.rule) return headers;
+  if (!s.decision || !s.rule || s.rule->shadow_mode) return headers;
   const auto& d = *s.decision;
   const std::string name = SfString(s.rule->DisplayName());
-  const int64_t window =
-      CeilSeconds(std::chrono::duration_cast<std::chrono::milliseconds>(UnitWindow(s.unit)));
-  if (d.limit > 0 || s.limit > 0) {
+  const int64_t quota = d.limit > 0 ? d.limit : s.limit;
+  const auto unit_ms = std::chrono::duration_cast<std::chrono::milliseconds>(UnitWindow(s.unit));
+  int64_t window = CeilSeconds(unit_ms);
+  const bool bucket = s.rule->kind == RuleKind::kTokenBucket || s.rule->kind == RuleKind::kGcra;
+  if (bucket && s.limit > 0 && quota > 0) {
+    // A bucket admits its capacity at once and refills requests_per_unit per unit: the
+    // policy is its capacity per the time the refill takes to fill it (burst 10 at 1/s:
+    // q=10;w=10), which is both the burst and the long-run rate.
+    const long double ms = static_cast<long double>(quota) *
+                           static_cast<long double>(unit_ms.count()) /
+                           static_cast<long double>(s.limit);
+    window = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(ms / 1000.0L)));
+  }
+  if (quota > 0) {
     headers.emplace_back("RateLimit-Policy",
-                         name + ";q=" + std::to_string(d.limit > 0 ? d.limit : s.limit) +
-                             ";w=" + std::to_string(window));
+                         name + ";q=" + std::to_string(quota) + ";w=" + std::to_string(window));
   }
   headers.emplace_back("RateLimit", name + ";r=" + std::to_string(d.remaining) +
                                         ";t=" + std::to_string(CeilSeconds(d.reset_after)));

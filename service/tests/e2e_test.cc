@@ -218,6 +218,48 @@ descriptors:
   EXPECT_EQ(Call(port, "POST", "/json", overridden("unknown", "nowhere")).status, 200);
 }
 
+// The RateLimit headers never show a shadow-mode limit (it refuses nobody, so r=0 from
+// it would make well-behaved clients back off for nothing), and a bucket's policy says
+// what it admits: its burst, refilled over the window that rate takes to fill it.
+TEST_F(E2e, RateLimitHeadersShowEnforcedLimitsAndBucketsTruthfully) {
+  config_.Write("h.yaml", R"(domain: h
+descriptors:
+  - key: dark
+    shadow_mode: true
+    rate_limit: {name: dark, unit: minute, requests_per_unit: 1}
+  - key: user
+    rate_limit: {name: user, unit: minute, requests_per_unit: 100}
+  - key: bucket
+    algorithm: token_bucket
+    burst: 10
+    rate_limit: {name: bucket, unit: second, requests_per_unit: 1}
+  - key: slow
+    algorithm: gcra
+    burst: 2
+    rate_limit: {name: slow, unit: hour, requests_per_unit: 1}
+)");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  const std::string both = Check({{{"dark", "a"}}, {{"user", "a"}}}, 0, "h");
+  EXPECT_EQ(Call(port, "POST", "/v1/check", both).status, 200);
+  HttpReply second = Call(port, "POST", "/v1/check", both);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(json::parse(second.body)["descriptors"][0]["shadow_refused"], true) << second.body;
+  EXPECT_EQ(second.header("ratelimit").rfind("\"user\";r=98;", 0), 0u)
+      << second.header("ratelimit");
+  EXPECT_EQ(second.header("ratelimit-policy"), "\"user\";q=100;w=60");
+  // A shadow limit alone: no RateLimit headers at all.
+  HttpReply alone = Call(port, "POST", "/v1/check", Check({{{"dark", "a"}}}, 0, "h"));
+  EXPECT_EQ(alone.status, 200);
+  EXPECT_EQ(alone.header("ratelimit"), "");
+  EXPECT_EQ(alone.header("ratelimit-policy"), "");
+  // Burst 10 at 1/s: 10 requests per 10 s; burst 2 at 1/h: 2 per 2 h.
+  HttpReply bucket = Call(port, "POST", "/v1/check", Check({{{"bucket", "b"}}}, 0, "h"));
+  EXPECT_EQ(bucket.header("ratelimit-policy"), "\"bucket\";q=10;w=10");
+  HttpReply slow = Call(port, "POST", "/v1/check", Check({{{"slow", "c"}}}, 0, "h"));
+  EXPECT_EQ(slow.header("ratelimit-policy"), "\"slow\";q=2;w=7200");
+}
+
 // The HTTP listener's robustness, on whichever threads it runs.
 void ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(int port) {
   HttpReply malformed = Call(port, "POST", "/v1/check", "{\"domain\":");
