@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
     }
     clients.push_back(std::move(client));
   }
-  uint64_t ok = 0, over = 0, errors = 0;
+  // refused: calls the server refused unprocessed (REFUSED_STREAM, after its GOAWAY):
+  // safe to retry elsewhere, not errors.
+  uint64_t ok = 0, over = 0, errors = 0, refused = 0;
   std::string first_error;
   std::vector<double> latencies_us;
   latencies_us.reserve(1 << 20);
@@ -106,13 +108,16 @@ int main(int argc, char** argv) {
         ++ok;
       } else if (code == 2) {
         ++over;
+      } else if (call.reset_code == 7) {  // NGHTTP2_REFUSED_STREAM
+        ++refused;
       } else {
         ++errors;
         if (first_error.empty())
           first_error = "grpc-status " + std::to_string(call.GrpcStatus()) + " " +
                         call.GrpcMessage() + " rst " + std::to_string(call.reset_code);
       }
-      if (running && rate <= 0) submit(*c);
+      // After a GOAWAY (the server stops gracefully) no new call goes to it.
+      if (running && rate <= 0 && !c->goaway_received()) submit(*c);
     };
   }
   uint64_t scheduled = 0, unsent = 0;
@@ -146,10 +151,17 @@ int main(int argc, char** argv) {
     const auto now = Clock::now();
     if (running && now >= end) running = false;
     if (running && rate > 0) start_due(now);
-    std::size_t open = 0;
-    for (auto& c : clients) open += c->open() ? c->open_calls() : 0;
-    if (!running && (open == 0 || now >= end + std::chrono::seconds(5))) break;
+    std::size_t open = 0, connected = 0;
+    for (auto& c : clients) {
+      open += c->open() ? c->open_calls() : 0;
+      connected += c->open() ? 1 : 0;
+    }
+    if (connected == 0 || (!running && (open == 0 || now >= end + std::chrono::seconds(5)))) break;
     for (std::size_t i = 0; i < clients.size(); ++i) {
+      if (!clients[i]->open()) {
+        fds[i] = {-1, 0, 0};
+        continue;
+      }
       clients[i]->Flush();
       fds[i] = {clients[i]->fd(),
                 static_cast<short>(POLLIN | (clients[i]->WantsWrite() ? POLLOUT : 0)), 0};
@@ -159,14 +171,18 @@ int main(int argc, char** argv) {
     if (::ppoll(fds.data(), fds.size(), &wait, nullptr) < 0) break;
     for (std::size_t i = 0; i < clients.size(); ++i) {
       if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !clients[i]->OnReadable()) {
-        std::fprintf(stderr, "h2_load: connection %zu closed\n", i);
+        if (clients[i]->goaway_received() && clients[i]->open_calls() == 0)
+          continue;  // closed after its GOAWAY with every call answered
+        std::fprintf(stderr, "h2_load: connection %zu closed with %zu call(s) open\n", i,
+                     clients[i]->open_calls());
         return 1;
       }
     }
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  sluiced::bench::PrintLoadReport(ok, over, errors, elapsed, latencies_us,
-                                  " unsent=" + std::to_string(unsent));
+  sluiced::bench::PrintLoadReport(
+      ok, over, errors, elapsed, latencies_us,
+      " unsent=" + std::to_string(unsent) + " refused=" + std::to_string(refused));
   if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
   return errors > 0 ? 1 : 0;
 }
