@@ -23,6 +23,9 @@ using Stream = beast::basic_stream<tcp, Strand>;
 
 using HttpListener = Listener<Session, HttpContext>;
 
+// How long a drain keeps a connection that is idle when it starts (see Session::Drain).
+constexpr auto kDrainIdleGrace = std::chrono::seconds(1);
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(HttpListener::Socket socket, std::shared_ptr<HttpListener> listener)
@@ -44,15 +47,23 @@ class Session : public std::enable_shared_from_this<Session> {
   // From any thread: the server drains. A request being read or answered now is
   // finished (it counts as busy until its response is written); every response from
   // now on says `Connection: close` and closes its connection. An idle kept-alive
-  // connection stays open until the server stops: a request still sent on it is
-  // answered, also with `Connection: close`.
+  // connection counts as busy for kDrainIdleGrace more: a request its client sent just
+  // before it heard of the drain (already on its way) is answered, also with
+  // `Connection: close`; then it is closed.
   void Drain() {
     asio::post(strand_, [self = shared_from_this()] {
       if (self->closed_ || !self->reading_) return;
+      self->SetBusy(true);
       beast::error_code ec;
       const bool started = self->buffer_.size() > 0 || self->parser_->got_some() ||
                            self->stream_.socket().available(ec) > 0;
-      if (started) self->SetBusy(true);
+      if (started) return;
+      self->drain_timer_.expires_after(kDrainIdleGrace);
+      self->drain_timer_.async_wait([self](beast::error_code failed) {
+        if (failed || self->closed_ || !self->reading_) return;
+        if (self->buffer_.size() > 0 || self->parser_->got_some()) return;  // a request came
+        self->Close();
+      });
     });
   }
 
@@ -248,6 +259,7 @@ class Session : public std::enable_shared_from_this<Session> {
     SetBusy(false);
     if (closed_) return;
     closed_ = true;
+    drain_timer_.cancel();
     beast::error_code ignored;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.close();
@@ -255,6 +267,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   Strand strand_;
   Stream stream_;
+  asio::basic_waitable_timer<std::chrono::steady_clock,
+                             asio::wait_traits<std::chrono::steady_clock>, Strand>
+      drain_timer_{strand_};
   std::shared_ptr<HttpListener> listener_;
   const HttpServerOptions& options_;  // listener_'s
   beast::flat_buffer buffer_{8192};

@@ -73,9 +73,11 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
   // Stops accepting (new connections are refused: the socket no longer listens) and
   // asks every connection to drain (asynchronously, each on its strand). Not from the
   // acceptor's strand; waits until the acceptor is closed.
+  // The connections the kernel has already completed (in the listen backlog) are taken
+  // and drained too: closing the socket would reset them.
   void Drain() {
+    CloseAcceptor(/*take_backlog=*/true);
     draining_.store(true);
-    CloseAcceptor();
     for (auto& connection : OpenConnections()) connection->Drain();
   }
 
@@ -83,7 +85,7 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
   // Not from the acceptor's strand; waits until the acceptor is closed.
   void Stop() {
     stopped_.store(true);
-    CloseAcceptor();
+    CloseAcceptor(/*take_backlog=*/false);
     for (auto& connection : OpenConnections()) connection->Shutdown();
   }
 
@@ -108,11 +110,21 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
   const Context context;
 
  private:
-  void CloseAcceptor() {
+  void CloseAcceptor(bool take_backlog) {
     if (acceptor_closed_.exchange(true)) return;
     std::promise<void> closed;
-    boost::asio::post(acceptor_.get_executor(), [this, &closed] {
+    boost::asio::post(acceptor_.get_executor(), [this, &closed, take_backlog] {
       boost::system::error_code ignored;
+      if (take_backlog && acceptor_.is_open() && !accept_failing_) {
+        acceptor_.non_blocking(true, ignored);
+        for (int i = 0; i < 4096; ++i) {
+          Socket socket(boost::asio::make_strand(executors_[next_++ % executors_.size()]));
+          boost::system::error_code ec;
+          acceptor_.accept(socket, ec);
+          if (ec) break;
+          Adopt(std::move(socket));
+        }
+      }
       acceptor_.close(ignored);
       accept_backoff_.cancel();
       closed.set_value();
@@ -134,22 +146,27 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
     acceptor_.async_accept(
         strand, [self = this->shared_from_this()](boost::system::error_code ec, Socket socket) {
           if (ec == boost::asio::error::operation_aborted || !self->acceptor_.is_open() ||
-              self->stopped() || self->draining())
+              self->stopped())
             return;
           NoteAcceptResult(self->name_, ec, self->accept_failing_);
           if (AcceptNeedsBackoff(ec)) return self->AcceptLater();
-          if (!ec) {
-            socket.set_option(boost::asio::ip::tcp::no_delay(true), ec);
-            if (auto connection = self->open_(std::move(socket), self)) {
-              {
-                std::lock_guard lock(self->mu_);
-                self->connections_.emplace(connection.get(), connection);
-              }
-              connection->Start();
-            }
-          }
+          if (!ec) self->Adopt(std::move(socket));
           self->Accept();
         });
+  }
+
+  // An accepted socket: its connection is registered and started (on the acceptor's
+  // strand).
+  void Adopt(Socket socket) {
+    boost::system::error_code ignored;
+    socket.set_option(boost::asio::ip::tcp::no_delay(true), ignored);
+    if (auto connection = open_(std::move(socket), this->shared_from_this())) {
+      {
+        std::lock_guard lock(mu_);
+        connections_.emplace(connection.get(), connection);
+      }
+      connection->Start();
+    }
   }
 
   void AcceptLater() {

@@ -92,10 +92,11 @@ TEST_F(Shutdown, SigtermDrainsCallsInFlight) {
   const int32_t warm = grpc->Submit(kShouldRateLimit, CheckoutCall("warm"));
   ASSERT_TRUE(grpc->PumpUntil([&] { return grpc->call(warm)->closed; }, 10s));
   ASSERT_EQ(grpc->call(warm)->GrpcStatus(), 0) << grpc->call(warm)->GrpcMessage();
-  // A kept-alive HTTP connection, idle at the signal.
-  testing::Connection idle(s.http_port());
-  ASSERT_TRUE(idle.Send(testing::Request("GET", "/healthz")));
-  ASSERT_EQ(idle.Read().status, 200);
+  // A kept-alive HTTP connection with half a /readyz request sent at the signal.
+  testing::Connection probe(s.http_port());
+  ASSERT_TRUE(probe.Send(testing::Request("GET", "/healthz")));
+  ASSERT_EQ(probe.Read().status, 200);
+  ASSERT_TRUE(probe.Send("GET /readyz HTTP/1.1\r\n"));
 
   redis_.Pause();
   std::vector<int32_t> held;
@@ -109,12 +110,12 @@ TEST_F(Shutdown, SigtermDrainsCallsInFlight) {
   s.Signal(SIGTERM);
   ASSERT_TRUE(WaitForLog(s, "draining")) << s.log();
   // Not ready, on a connection that was open before; new connections are refused.
-  ASSERT_TRUE(idle.Send(testing::Request("GET", "/readyz")));
-  const testing::HttpReply ready = idle.Read();
+  ASSERT_TRUE(probe.Send("Host: 127.0.0.1\r\n\r\n"));
+  const testing::HttpReply ready = probe.Read();
   EXPECT_EQ(ready.status, 503) << ready.body;
   EXPECT_NE(ready.body.find("draining"), std::string::npos) << ready.body;
   EXPECT_EQ(ready.header("connection"), "close");
-  EXPECT_TRUE(idle.ClosedByPeer());
+  EXPECT_TRUE(probe.ClosedByPeer());
   EXPECT_FALSE(testing::Connection(s.grpc_port()).connected());
   EXPECT_FALSE(testing::Connection(s.http_port()).connected());
   // The shutdown notice (GOAWAY) is out; the held calls are still open.
