@@ -90,6 +90,13 @@ sluice::Status ParseEntries(const json& v, Entries& entries) {
   return sluice::Status::Ok();
 }
 
+// An explicit "hits": 0 on /v1/check's request: every descriptor without hits of its own
+// is peeked (reported, nothing spent), as a per-descriptor 0 is.
+void PeekUnlessCounted(CheckRequest& request) {
+  for (auto& d : request.descriptors)
+    if (!d.hits) d.hits = 0;
+}
+
 // The hot request shape of POST /v1/check, parsed without building a JSON tree:
 // {"domain": "...", "hits": N, "descriptors": [{"entries": [{"key": "...", "value":
 // "..."}], "hits": N}]}, keys in any order, whitespace anywhere JSON allows it. It
@@ -124,7 +131,9 @@ class FastReader {
     } while (Next('}'));
     if (!closed_ || !domain || !descriptors) return false;
     Space();
-    return pos_ == in_.size();
+    if (pos_ != in_.size()) return false;
+    if (hits && out.hits == 0) PeekUnlessCounted(out);
+    return true;
   }
 
  private:
@@ -310,6 +319,9 @@ StatusOr<CheckRequest> ParseRequest(std::string_view body, bool envoy) {
     }
     request.descriptors.push_back(std::move(rd));
   }
+  // envoy-ratelimit's hits_addend 0 is proto3's default (a hit of 1); /v1/check's "hits"
+  // is present only when written, so 0 there asks for a peek.
+  if (!envoy && hits && request.hits == 0) PeekUnlessCounted(request);
   return request;
 }
 

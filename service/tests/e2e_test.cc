@@ -260,6 +260,31 @@ descriptors:
   EXPECT_EQ(slow.header("ratelimit-policy"), "\"slow\";q=2;w=7200");
 }
 
+// "hits": 0 on /v1/check reports without spending; at the limit it answers whether one
+// more request would pass (it would not: 429), where envoy-ratelimit answers OK.
+TEST_F(E2e, HitsZeroPeeksAndAtTheLimitAsksWhetherOneMorePasses) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  const std::string peek =
+      R"({"domain":"shop","hits":0,"descriptors":[{"entries":[{"key":"route","value":"sign_in"},{"key":"account","value":"p"}]}]})";
+  for (int i = 0; i < 2; ++i) {
+    HttpReply r = Call(port, "POST", "/v1/check", peek);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(json::parse(r.body)["descriptors"][0]["remaining"], 3) << r.body;
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(Call(port, "POST", "/v1/check", SignIn("p")).status, 200);
+  HttpReply at = Call(port, "POST", "/v1/check", peek);
+  EXPECT_EQ(at.status, 429) << at.body;
+  EXPECT_EQ(json::parse(at.body)["descriptors"][0]["remaining"], 0) << at.body;
+  EXPECT_EQ(json::parse(at.body)["descriptors"][0]["reason"], "over_limit") << at.body;
+  // The same reading on envoy-ratelimit's /json with a descriptor's hitsAddend of 0.
+  HttpReply envoy = Call(
+      port, "POST", "/json",
+      R"({"domain":"shop","descriptors":[{"entries":[{"key":"route","value":"sign_in"},{"key":"account","value":"p"}],"hitsAddend":0}]})");
+  EXPECT_EQ(envoy.status, 429) << envoy.body;
+  EXPECT_EQ(json::parse(envoy.body)["statuses"][0]["limitRemaining"], 0) << envoy.body;
+}
+
 // The HTTP listener's robustness, on whichever threads it runs.
 void ExpectBadRequestsGetClearErrorsAndNeverStickAWorker(int port) {
   HttpReply malformed = Call(port, "POST", "/v1/check", "{\"domain\":");

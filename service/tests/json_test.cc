@@ -19,6 +19,30 @@ TEST(Json, CheckRequest) {
   EXPECT_EQ(r->descriptors[1].entries[0].second, "");
 }
 
+// An explicit top-level "hits": 0 on /v1/check is a peek of every descriptor that has no
+// hits of its own (both parsers); envoy-ratelimit's hitsAddend 0 on /json is proto3's
+// default, a hit of 1.
+TEST(Json, TopLevelHitsZeroPeeks) {
+  const std::string body =
+      R"({"domain":"shop","hits":0,"descriptors":[{"entries":[{"key":"k","value":"v"}]},{"entries":[{"key":"k"}],"hits":2}]})";
+  for (const auto& r : {ParseCheckRequest(body), ParseCheckRequestTree(body)}) {
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_EQ(r->descriptors.size(), 2u);
+    EXPECT_EQ(r->descriptors[0].hits, std::optional<uint64_t>(0));
+    EXPECT_EQ(r->descriptors[1].hits, std::optional<uint64_t>(2));
+  }
+  CheckRequest fast;
+  ASSERT_TRUE(FastParseCheckRequest(body, fast));
+  EXPECT_EQ(fast.descriptors[0].hits, std::optional<uint64_t>(0));
+  auto absent = ParseCheckRequest(R"({"domain":"shop","descriptors":[{"entries":[{"key":"k"}]}]})");
+  ASSERT_TRUE(absent.ok());
+  EXPECT_FALSE(absent->descriptors[0].hits.has_value());
+  auto envoy = ParseEnvoyJsonRequest(
+      R"({"domain":"shop","hitsAddend":0,"descriptors":[{"entries":[{"key":"k"}]}]})");
+  ASSERT_TRUE(envoy.ok());
+  EXPECT_FALSE(envoy->descriptors[0].hits.has_value());
+}
+
 TEST(Json, EnvoyJsonRequestUsesProto3Names) {
   auto r = ParseEnvoyJsonRequest(R"({"domain":"d","hitsAddend":2,"descriptors":[
       {"entries":[{"key":"k","value":"v"}],"hitsAddend":"7","limit":{"requestsPerUnit":9,"unit":"HOUR"}}]})");
