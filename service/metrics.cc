@@ -7,10 +7,47 @@
 namespace sluiced {
 namespace {
 
+// The length of the valid UTF-8 sequence at v[i], or 0 when the bytes there are not one.
+std::size_t Utf8SequenceAt(const std::string& v, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(v[k]); };
+  const unsigned char c = b(i);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;  // no overlong forms
+    if (c == 0xed) hi = 0x9f;  // no surrogates
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;  // up to U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > v.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k)
+    if (b(i + k) < 0x80 || b(i + k) > 0xbf) return 0;
+  return n;
+}
+
+// A label value as Prometheus' text format takes it: UTF-8 (a descriptor value may be
+// any bytes: each byte that is not part of valid UTF-8 becomes U+FFFD), with \\, \" and
+// \n escaped.
 std::string Escape(const std::string& v) {
   std::string out;
-  for (char c : v) {
-    if (c == '\\')
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const char c = v[i];
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      const std::size_t n = Utf8SequenceAt(v, i);
+      if (n == 0) {
+        out += "\xEF\xBF\xBD";
+      } else {
+        out.append(v, i, n);
+        i += n - 1;
+      }
+    } else if (c == '\\')
       out += "\\\\";
     else if (c == '"')
       out += "\\\"";

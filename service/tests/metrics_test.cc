@@ -35,6 +35,25 @@ TEST(Metrics, DescriptorSeriesAreBoundedAndTheRestCountedAsOther) {
   EXPECT_EQ(text.find("descriptor=\"user=5\""), std::string::npos) << "no series of zeros";
 }
 
+// Descriptor values may be any bytes (gRPC takes them as bytes): the exposition stays
+// UTF-8, as Prometheus' text format requires.
+TEST(Metrics, DescriptorLabelsAreValidUtf8) {
+  Metrics m;
+  m.ForDescriptor("d", "per_user", "user=caf\xc3\x28\xff")->decisions[0].fetch_add(1);
+  m.ForDescriptor("d", "per_user", "user=caf\xc3\xa9")->decisions[0].fetch_add(1);
+  m.ForDescriptor("d", "per_user", "user=\xed\xa0\x80\xf0\x9f\x98")->decisions[0].fetch_add(1);
+  const std::string text = m.Format(0);
+  EXPECT_NE(text.find("descriptor=\"user=caf\xEF\xBF\xBD(\xEF\xBF\xBD\""), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("descriptor=\"user=caf\xc3\xa9\""), std::string::npos) << "valid UTF-8 kept";
+  // A surrogate and a truncated sequence: every byte replaced.
+  EXPECT_NE(
+      text.find("descriptor=\"user=\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                "\xEF\xBF\xBD\""),
+      std::string::npos)
+      << text;
+}
+
 TEST(Metrics, NoDescriptorFamilyWithoutDetailedLimits) {
   Metrics m;
   EXPECT_EQ(m.Format(0).find("sluiced_descriptor_decisions_total"), std::string::npos);
