@@ -285,4 +285,58 @@ void RedisCluster::FinishMigration(uint16_t slot, uint16_t from_port, uint16_t t
   }
 }
 
+uint16_t RedisCluster::AddPrimary() {
+  RedisServerOptions node{
+      .extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                     "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
+                     "--cluster-require-full-coverage", "yes", "--cluster-allow-replica-migration",
+                     "no"},
+      .tls = options_.tls};
+  if (options_.tls) {
+    for (const char* a : {"--tls-cluster", "yes", "--tls-replication", "yes"}) {
+      node.extra_args.push_back(a);
+    }
+  }
+  nodes_.push_back(std::make_unique<RedisServer>(std::move(node)));
+  RedisServer& added = *nodes_.back();
+  const std::string id = added.Command({"CLUSTER", "MYID"}).str;
+  RedisValue met =
+      nodes_.front()->Command({"CLUSTER", "MEET", "127.0.0.1", std::to_string(added.port())});
+  if (met.type == RedisValue::Type::kError) Fatal("CLUSTER MEET failed: " + met.str);
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    bool known = true;
+    for (const auto& n : nodes_) {
+      if (!n->running()) continue;
+      // Its line, as a primary past the handshake: "<id> <addr> [myself,]master - ...".
+      const std::string nodes = n->Command({"CLUSTER", "NODES"}).str;
+      const size_t at = nodes.find(id);
+      const std::string line =
+          at == std::string::npos ? std::string() : nodes.substr(at, nodes.find('\n', at) - at);
+      if (line.find("master") == std::string::npos || line.find("handshake") != std::string::npos ||
+          line.find("noaddr") != std::string::npos) {
+        known = false;
+      }
+    }
+    // And the new node knows them all.
+    const std::string view = added.Command({"CLUSTER", "NODES"}).str;
+    known = known &&
+            std::count(view.begin(), view.end(), '\n') >= static_cast<long>(nodes_.size() - 1) &&
+            added.Command({"CLUSTER", "INFO"}).str.find("cluster_state:ok") != std::string::npos;
+    if (known) break;
+    if (Clock::now() > until) Fatal("the new node did not join within 30 s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return added.port();
+}
+
+void RedisCluster::Forget(uint16_t port) {
+  const std::string id = NodeId(port);
+  for (const auto& n : nodes_) {
+    if (!n->running() || n->port() == port) continue;
+    RedisValue r = n->Command({"CLUSTER", "FORGET", id});
+    if (r.type == RedisValue::Type::kError) Fatal("CLUSTER FORGET failed: " + r.str);
+  }
+}
+
 }  // namespace sluice::testing

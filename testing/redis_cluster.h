@@ -64,6 +64,14 @@ class RedisCluster {
   size_t MigrateKeys(uint16_t slot, uint16_t from_port, uint16_t to_port, size_t count);
   void FinishMigration(uint16_t slot, uint16_t from_port, uint16_t to_port);
 
+  // A new empty primary (no slot yet) joined with CLUSTER MEET; its port once every live
+  // node knows it and it says cluster_state:ok. It stays a primary when it gives away its
+  // last slot (cluster-allow-replica-migration no), so that it can be forgotten.
+  uint16_t AddPrimary();
+  // Every other live node forgets the node on `port` (CLUSTER FORGET; it must serve no
+  // slot): it leaves the cluster. The node itself keeps running.
+  void Forget(uint16_t port);
+
   // Waits (at most `timeout_ms`) until every live node says cluster_state:ok and all
   // agree on the primary of every slot; false when they did not in time.
   bool WaitUntilStable(int timeout_ms);

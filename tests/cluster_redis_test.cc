@@ -583,6 +583,52 @@ uint16_t OtherPrimary(RedisCluster& cluster, uint16_t port) {
   return 0;
 }
 
+// A node that joins, serves a slot, gives it back, leaves the cluster and is killed is
+// retired after a few slot maps that do not name it: the router stops reconnecting to
+// it (a server brought up on its port again sees no connection from the router).
+TEST(ClusterNodes, ANodeThatLeftTheMapIsNoLongerConnectedTo) {
+  RedisCluster cluster;
+  Router router(cluster.url());
+  const std::string key = "retire:{gone}:fw";
+  const uint16_t slot = internal::KeySlot(key);
+  ASSERT_TRUE(router.Consume(key, 10).ok());
+  EXPECT_EQ(router.store().router_stats().nodes, 3u);
+
+  const uint16_t from = cluster.PrimaryPortOf(slot);
+  const uint16_t extra = cluster.AddPrimary();
+  auto move = [&](uint16_t a, uint16_t b) {
+    cluster.BeginMigration(slot, a, b);
+    while (cluster.MigrateKeys(slot, a, b, 100) > 0) {
+    }
+    cluster.FinishMigration(slot, a, b);
+  };
+  move(from, extra);
+  auto there = router.Consume(key, 10);
+  ASSERT_TRUE(there.ok()) << there.status().ToString();
+  EXPECT_EQ(router.store().NodeOf(slot), "127.0.0.1:" + std::to_string(extra));
+  EXPECT_EQ(router.store().router_stats().nodes, 4u);
+
+  move(extra, from);
+  cluster.Forget(extra);
+  testing::RedisServer& gone = cluster.NodeOnPort(extra);
+  gone.Kill();
+  ASSERT_TRUE(cluster.WaitUntilStable(30000));
+  ASSERT_TRUE(router.Consume(key, 10).ok());
+  for (int i = 0; i < internal::ClusterStore::kRetireAfterAbsentMaps; ++i) {
+    ASSERT_TRUE(router.store().RefreshNow(seconds(5)).ok());
+  }
+  EXPECT_EQ(router.store().router_stats().nodes, 3u);
+  EXPECT_EQ(router.store().router_stats().nodes_retired, 1u);
+
+  // Its port answers again (a plain server now): nothing of the router connects there
+  // within a few reconnect backoffs.
+  gone.Start();
+  std::this_thread::sleep_for(seconds(3));
+  const std::string clients = gone.Command({"CLIENT", "LIST"}).str;
+  EXPECT_EQ(std::count(clients.begin(), clients.end(), '\n'), 1) << clients;  // its own
+  ASSERT_TRUE(router.Consume(key, 10).ok());
+}
+
 TEST_F(ClusterRedis, MovedUpdatesTheSlotAndIsFollowed) {
   Router router(cluster_->url());
   const std::string key = Prefix() + ":{moving}:fw";

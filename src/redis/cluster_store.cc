@@ -432,7 +432,9 @@ void ClusterStore::Info(std::string_view section, Deadline deadline,
 
 ClusterStore::RouterStats ClusterStore::router_stats() const {
   MutexLock lock(mu_);
-  return router_stats_;
+  RouterStats out = router_stats_;
+  out.nodes = nodes_.size();
+  return out;
 }
 
 std::string ClusterStore::NodeOf(uint16_t slot) const {
@@ -551,18 +553,49 @@ void ClusterStore::RefreshFrom(std::vector<std::shared_ptr<Node>> candidates, si
 }
 
 void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
-  MutexLock lock(mu_);
-  std::vector<int> map(kClusterSlots, -1);
-  for (const SlotRange& range : ranges) {
-    std::shared_ptr<Node> node = NodeAtLocked(range.host, range.port);
-    const auto index =
-        static_cast<int>(std::find(nodes_.begin(), nodes_.end(), node) - nodes_.begin());
-    for (uint32_t slot = range.first; slot <= range.last; ++slot) map[slot] = index;
+  std::vector<std::shared_ptr<Node>> retired;
+  {
+    MutexLock lock(mu_);
+    // After Shutdown no node is made: nobody would shut it down.
+    if (shutdown_.load(std::memory_order_relaxed)) return;
+    std::vector<std::shared_ptr<Node>> named;
+    for (const SlotRange& range : ranges) named.push_back(NodeAtLocked(range.host, range.port));
+    // Nodes this map does not name count towards retirement; the named ones start over.
+    std::vector<std::shared_ptr<Node>> kept;
+    for (const auto& node : nodes_) {
+      const bool in_map = std::find(named.begin(), named.end(), node) != named.end();
+      node->absent = in_map ? 0 : node->absent + 1;
+      if (node->absent >= kRetireAfterAbsentMaps) {
+        retired.push_back(node);
+      } else {
+        kept.push_back(node);
+      }
+    }
+    nodes_ = std::move(kept);
+    std::vector<int> map(kClusterSlots, -1);
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      const auto index =
+          static_cast<int>(std::find(nodes_.begin(), nodes_.end(), named[r]) - nodes_.begin());
+      for (uint32_t slot = ranges[r].first; slot <= ranges[r].last; ++slot) map[slot] = index;
+    }
+    slot_node_ = std::move(map);
+    map_known_ = true;
+    ++router_stats_.refreshes;
+    router_stats_.nodes_retired += retired.size();
+    last_refresh_error_ = Status::Ok();
   }
-  slot_node_ = std::move(map);
-  map_known_ = true;
-  ++router_stats_.refreshes;
-  last_refresh_error_ = Status::Ok();
+  // Calls in flight on a retired node fail Unavailable and are routed again by the map.
+  for (const auto& node : retired) {
+    node->store->Shutdown();
+    std::shared_ptr<RedisStore> asking, slotted;
+    {
+      MutexLock lock(mu_);
+      asking = node->asking;
+      slotted = node->slotted;
+    }
+    if (asking) asking->Shutdown();
+    if (slotted) slotted->Shutdown();
+  }
 }
 
 void ClusterStore::ArmPeriodic() {

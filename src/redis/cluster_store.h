@@ -3,7 +3,8 @@
 // mode: its batches never span slots).
 //
 // The slot map comes from CLUSTER SLOTS, asked at start, every refresh_interval, after a
-// MOVED and after a connection failure. A call that meets
+// MOVED and after a connection failure. A node absent from kRetireAfterAbsentMaps maps in
+// a row is retired (its stores shut down, never reconnected). A call that meets
 //   - MOVED: the slot is moved in the map at once, a refresh starts in the background,
 //     and the call is sent again to the named node;
 //   - ASK (a slot in mid-migration): the call is sent once to the named node right after
@@ -97,7 +98,15 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
     // calls of a cross-slot batch that met a key this node does not serve, sent again
     // with their key declared
     uint64_t slot_fallbacks = 0;
+    // nodes retired: absent from kRetireAfterAbsentMaps slot maps in a row
+    uint64_t nodes_retired = 0;
+    // nodes the router holds connections to now
+    uint64_t nodes = 0;
   };
+  // A node that this many slot maps in a row do not name is retired: dropped from nodes_
+  // and its connections shut down (a node removed from the cluster, a pod replaced with
+  // a new address), so it is not reconnected to for the client's lifetime.
+  static constexpr int kRetireAfterAbsentMaps = 3;
   RouterStats router_stats() const;
   // "host:port" of the primary the map names for `slot`; empty when none.
   std::string NodeOf(uint16_t slot) const;
@@ -113,6 +122,8 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
     std::shared_ptr<RedisStore> store;    // its batches span slots (keys undeclared)
     std::shared_ptr<RedisStore> slotted;  // one slot per batch: made at the first fallback
     std::shared_ptr<RedisStore> asking;   // made at the first ASK to this node
+    // Slot maps read in a row that do not name this node (guarded by the store's mu_).
+    int absent = 0;
   };
   template <typename Result>
   struct Attempt;
@@ -161,7 +172,8 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   std::atomic<bool> shutdown_{false};
 
   mutable Mutex mu_;
-  std::vector<std::shared_ptr<Node>> nodes_ SLUICE_GUARDED_BY(mu_);  // every node met
+  // Every node met and not retired.
+  std::vector<std::shared_ptr<Node>> nodes_ SLUICE_GUARDED_BY(mu_);
   // Per slot, an index into nodes_; -1: unknown.
   std::vector<int> slot_node_ SLUICE_GUARDED_BY(mu_);
   bool map_known_ SLUICE_GUARDED_BY(mu_) = false;
@@ -169,6 +181,7 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   bool refresh_again_ SLUICE_GUARDED_BY(mu_) = false;
   Status last_refresh_error_ SLUICE_GUARDED_BY(mu_);
   RouterStats router_stats_ SLUICE_GUARDED_BY(mu_);
+  uint64_t retired_ SLUICE_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sluice::internal
