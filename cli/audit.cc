@@ -146,9 +146,15 @@ int RunAudit(const AuditOptions& o) {
   int64_t stale_leases = 0;
   for (const SetInfo& s : stale_sets) stale_leases += s.stale;
 
-  const int exit_code = foreign > 0                           ? kExitError
-                        : (leaked > 0 || !stale_sets.empty()) ? kExitFindings
-                                                              : kExitOk;
+  // A store that can evict resets limits without a trace in the keys: a finding too.
+  auto memory = admin->MemoryPolicies();
+  bool evicting = false;
+  if (memory.ok()) {
+    for (const auto& m : *memory) evicting |= m.can_evict;
+  }
+  const int exit_code = foreign > 0                                       ? kExitError
+                        : (leaked > 0 || !stale_sets.empty() || evicting) ? kExitFindings
+                                                                          : kExitOk;
   if (o.admin.json) {
     nlohmann::json doc;
     doc["prefix"] = o.admin.prefix;
@@ -191,6 +197,18 @@ int RunAudit(const AuditOptions& o) {
     doc["largest_sets"] = big;
     doc["foreign"] = foreign;
     doc["foreign_examples"] = foreign_examples;
+    if (memory.ok()) {
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const auto& m : *memory) {
+        nodes.push_back({{"node", m.node},
+                         {"maxmemory_policy", m.policy},
+                         {"can_evict", m.can_evict},
+                         {"evicted_keys", m.evicted_keys}});
+      }
+      doc["memory_policy"] = nodes;
+    } else {
+      doc["memory_policy_error"] = memory.status().message();
+    }
     doc["peak_rss_kb"] = PeakRssKb();
     doc["exit_code"] = exit_code;
     PrintJson(doc);
@@ -238,6 +256,22 @@ int RunAudit(const AuditOptions& o) {
                   s.algorithm.c_str());
     }
   }
+  if (!memory.ok()) {
+    std::printf("\nmemory policy unknown (%s)\n", memory.status().message().c_str());
+  } else {
+    for (const auto& m : *memory) {
+      if (!m.can_evict) {
+        std::printf("\n%s: maxmemory-policy noeviction (limits are never evicted)\n",
+                    m.node.c_str());
+        continue;
+      }
+      std::printf(
+          "\n%s: maxmemory-policy %s CAN EVICT sluice's keys (every one has an expiry): an "
+          "evicted id starts over with its whole limit; %lld keys evicted since the server "
+          "started (fix: a Redis of its own for limits, maxmemory-policy noeviction)\n",
+          m.node.c_str(), m.policy.c_str(), static_cast<long long>(m.evicted_keys));
+    }
+  }
   if (foreign > 0) {
     std::printf(
         "\n%lld FOREIGN key(s) under the prefix (not sluice's layout or type; never "
@@ -259,7 +293,8 @@ void AddAudit(CLI::App& app, int& exit_code) {
       "audit",
       "Read-only check of the keys under a prefix: keys without an expiry, stale leases, the "
       "largest sets, foreign keys. SCAN-based (never KEYS), safe on a live server.\n"
-      "Exit codes: 0 clean, 1 findings (keys without expiry or stale leases), 2 usage or "
+      "Exit codes: 0 clean, 1 findings (keys without expiry, stale leases, a memory policy that "
+      "can evict), 2 usage or "
       "connection error, or foreign keys under the prefix.");
   AddAdminFlags(cmd, o->admin);
   cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");

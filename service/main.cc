@@ -212,6 +212,10 @@ int main(int argc, char** argv) {
   options.client.deadline = std::chrono::milliseconds(deadline_ms);
   options.client.io_threads = io_threads;
   options.client.on_failure = *policy;
+  // What the library has to say about the store (a memory policy that can evict limits).
+  options.client.on_warning = [](const std::string& warning) {
+    spdlog::warn("store: {}", warning);
+  };
   options.blocking_threads = blocking_threads;
   options.audit_log = audit_log;
   auto engine = Engine::Create(options, *config);

@@ -332,6 +332,31 @@ TEST(CliAudit, StaleLeasesAreReportedWithTheirIds) {
   EXPECT_NE(human.out.find("live, in"), std::string::npos) << human.out;
 }
 
+// A store that can evict resets limits without leaving a key behind: audit shows each
+// node's memory policy and counts an evicting one as a finding.
+TEST(CliAudit, AMemoryPolicyThatCanEvictIsAFinding) {
+  RedisServer server;
+  Result clean = Sluice({"audit", "--redis", server.url(), "--json"});
+  EXPECT_EQ(clean.exit_code, 0) << clean.err;
+  nlohmann::json c = clean.Json();
+  ASSERT_EQ(c["memory_policy"].size(), 1u) << c.dump();
+  EXPECT_EQ(c["memory_policy"][0]["maxmemory_policy"], "noeviction");
+  EXPECT_EQ(c["memory_policy"][0]["can_evict"], false);
+
+  ASSERT_EQ(server.Command({"CONFIG", "SET", "maxmemory-policy", "volatile-lru"}).str, "OK");
+  Result audit = Sluice({"audit", "--redis", server.url(), "--json"});
+  EXPECT_EQ(audit.exit_code, 1) << audit.err;
+  nlohmann::json a = audit.Json();
+  ASSERT_EQ(a["memory_policy"].size(), 1u) << a.dump();
+  EXPECT_EQ(a["memory_policy"][0]["maxmemory_policy"], "volatile-lru");
+  EXPECT_EQ(a["memory_policy"][0]["can_evict"], true);
+  EXPECT_EQ(a["memory_policy"][0]["evicted_keys"], 0);
+  Result human = Sluice({"audit", "--redis", server.url()});
+  EXPECT_EQ(human.exit_code, 1);
+  EXPECT_NE(human.out.find("maxmemory-policy volatile-lru CAN EVICT"), std::string::npos)
+      << human.out;
+}
+
 TEST(CliInspect, DecodesEveryAlgorithm) {
   RedisServer server;
   const std::string prefix = "insp";

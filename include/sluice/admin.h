@@ -270,6 +270,17 @@ class Admin {
   // The Redis clock (TIME) in ms (on a cluster, the first primary's).
   StatusOr<int64_t> NowMs();
 
+  // Each node's maxmemory-policy and count of evicted keys (INFO memory and stats; on a
+  // cluster, every primary's): a policy other than noeviction can evict sluice's keys
+  // (they all carry an expiry), and an evicted id starts over with its whole limit.
+  struct MemoryPolicy {
+    std::string node;          // host:port
+    std::string policy;        // maxmemory_policy
+    bool can_evict = false;    // any policy but noeviction
+    int64_t evicted_keys = 0;  // evicted_keys since the server started
+  };
+  StatusOr<std::vector<MemoryPolicy>> MemoryPolicies();
+
   // SCANs every key matching `<prefix>:*` (or `<prefix>:{<limiter>:*`), in batches of
   // about scan_count keys; each batch's TYPE and PTTL (and ZCARD, and for cc the stale
   // leases) are read by one read-only script call (about a millisecond of Redis time)

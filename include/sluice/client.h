@@ -149,6 +149,17 @@ struct ClientOptions {
   // refused locally until its retry_after without a store call; 0 turns the cache off.
   // Default: 10000.
   std::size_t denial_cache_size = 10000;
+  // How often the client reads the store's maxmemory-policy and evicted_keys (INFO), to
+  // tell whether the store can evict rate-limit state (every sluice key has an expiry,
+  // so any policy but noeviction can): StoreHealth, the metrics,
+  // LimiterOptions::refuse_evicting_store and on_warning use the latest reading. The
+  // first reading is made at once (retried every second until it succeeds). 0: never
+  // (the embedded store is never read). Default: 10000 ms.
+  std::chrono::milliseconds eviction_check_interval{10000};
+  // Warnings about the store meant for the operator's log: called (on an I/O thread)
+  // once when the store is seen with a maxmemory-policy that can evict sluice's keys,
+  // and once when it is then seen evicting. Default: none.
+  std::function<void(const std::string&)> on_warning;
   // Tests only: when set, scripts and the embedded store use this clock's time instead
   // of the store's own clock (Redis TIME). Default: none — the store's clock.
   std::shared_ptr<const Clock> model_clock;
@@ -168,6 +179,12 @@ struct LimiterOptions {
   // Shadow mode, for dark-launching a limit: checks are evaluated and counted, but a
   // refusal is returned as allowed with Decision::shadow_refused set. Default: false.
   bool shadow = false;
+  // For limits an eviction must not reset (sign-in, OTP): refuse to run on a store whose
+  // maxmemory-policy can evict sluice's keys. MakeLimiter fails FailedPrecondition when
+  // the client's latest reading says so; a limiter made before is answered by its
+  // failure policy (as for a store that cannot answer) while a reading says so.
+  // Default: false.
+  bool refuse_evicting_store = false;
   // Local budgets for ids hotter than one store key should carry (fixed_window,
   // sliding_window, token_bucket, gcra; docs/design.md §7). When this process sees an id
   // called at least `hot_checks_per_second`, a check that goes to the store asks for
@@ -251,6 +268,12 @@ struct StoreHealth {
   int64_t breaker_opens = 0;              // times the breaker opened since Create
   int64_t short_circuited = 0;            // checks answered by their policy without a store call
   std::chrono::milliseconds probe_in{0};  // open: until the next probe
+  // The store's memory policy as last read (ClientOptions::eviction_check_interval);
+  // empty until a reading succeeds (or for the embedded store).
+  std::string memory_policy;
+  bool evicting = false;            // memory_policy can evict sluice's keys (not noeviction)
+  int64_t evicted_keys = 0;         // the server's evicted_keys counter, as last read
+  std::string memory_policy_error;  // why the latest reading failed; empty when it did not
 };
 
 // Per-call settings for Check/CheckAsync.

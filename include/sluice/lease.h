@@ -68,6 +68,9 @@ struct ConcurrencyOptions {
   // process's embedded store with limit / servers (source kLocalFallback; its heartbeats
   // and release stay local). Default: ClientOptions::on_failure.
   FailurePolicy on_failure = FailurePolicy::kDefault;
+  // As LimiterOptions::refuse_evicting_store, for acquires (an evicted lease set frees
+  // every slot of the id at once). Default: false.
+  bool refuse_evicting_store = false;
   // kLocal: servers sharing the limit; 0 means ClientOptions::servers.
   int64_t servers = 0;
 };

@@ -13,6 +13,9 @@
 //   sluice_breaker_state{state}          gauge: 1 for the current state, 0 for the others
 //   sluice_breaker_opens_total, sluice_breaker_short_circuited_total       counters
 //   sluice_breaker_consecutive_failures                                     gauge
+//   sluice_store_evicting{policy}         gauge: 1 when the store's maxmemory-policy can
+//                                         evict sluice's keys (after the first reading)
+//   sluice_store_evicted_keys             gauge: the store's evicted_keys, as last read
 //   sluice_leases_held{limiter,id}        gauge: leases this client holds
 //   sluice_leases_live{limiter,id}        gauge: live leases of the id, fleet-wide, as
 //                                         counted at this client's latest acquire

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <future>
 #include <limits>
@@ -18,6 +19,7 @@
 #include "admin/key_set.h"
 #include "admin/key_state.h"
 #include "core/keys.h"
+#include "core/server_info.h"
 #include "redis/blocking_client.h"
 #include "redis/crc16.h"
 #include "redis/endpoint.h"
@@ -248,6 +250,28 @@ StatusOr<int64_t> Admin::DbSize() {
     total += static_cast<int64_t>((*r)[0].integer);
   }
   return total;
+}
+
+StatusOr<std::vector<Admin::MemoryPolicy>> Admin::MemoryPolicies() {
+  std::vector<MemoryPolicy> out;
+  for (const auto& node : impl_->nodes) {
+    auto r = node->Exec(
+        {internal::FormatCommand({"INFO", "memory"}), internal::FormatCommand({"INFO", "stats"})});
+    if (!r.ok()) return r.status();
+    if ((*r)[0].type != Reply::Type::kString || (*r)[1].type != Reply::Type::kString)
+      return node->Unexpected("INFO");
+    MemoryPolicy p;
+    p.node = node->endpoint().Describe();
+    auto policy = internal::InfoField((*r)[0].str, "maxmemory_policy");
+    if (!policy) return node->Unexpected("INFO memory (no maxmemory_policy)");
+    p.policy = *policy;
+    p.can_evict = internal::PolicyCanEvict(p.policy);
+    if (auto evicted = internal::InfoField((*r)[1].str, "evicted_keys")) {
+      p.evicted_keys = std::strtoll(evicted->c_str(), nullptr, 10);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 StatusOr<int64_t> Admin::NowMs() {

@@ -102,6 +102,7 @@ void ClientCore::UseStore(std::shared_ptr<Store> real) {
 ClientCore::~ClientCore() {
   if (store) store->Shutdown();
   heartbeats.Shutdown();
+  eviction.Shutdown();
   work_.reset();
   for (std::thread& t : threads_) t.join();
   MutexLock lock(kept_mu_);
@@ -150,7 +151,36 @@ Status ValidateOptions(const ClientOptions& o) {
   if (o.breaker_failures < 1) return InvalidArgumentError("breaker_failures must be >= 1");
   if (o.breaker_cool_down.count() < 1)
     return InvalidArgumentError("breaker_cool_down must be > 0 ms");
+  if (o.eviction_check_interval.count() < 0)
+    return InvalidArgumentError("eviction_check_interval must be >= 0 ms (0: never)");
   return Status::Ok();
+}
+
+// Starts reading the store's memory policy; unless the client connects in the
+// background, waits (up to connect_timeout) for the first reading, so that a limiter
+// made right after Create already knows whether the store can evict its keys.
+void WatchEviction(internal::ClientCore& core) {
+  const ClientOptions& o = core.options;
+  if (o.eviction_check_interval.count() == 0) return;
+  internal::PolicyStore* policy = core.policy.get();
+  std::future<void> first = core.eviction.Start(
+      core.store, {.interval = o.eviction_check_interval,
+                   .deadline = o.connect_timeout,
+                   .on_warning = o.on_warning,
+                   .on_reading = [policy](bool can_evict) { policy->SetEvicting(can_evict); }});
+  if (!o.connect_in_background) first.wait_for(o.connect_timeout);
+}
+
+// MakeLimiter's and MakeConcurrencyLimiter's refusal of an evicting store.
+Status RefuseEvictingStore(const internal::ClientCore& core, std::string_view name) {
+  const internal::EvictionWatch::Reading r = core.eviction.reading();
+  if (!r.known || !r.can_evict) return Status::Ok();
+  return FailedPreconditionError("limiter " + std::string(name) +
+                                 " refuses to run on this store (refuse_evicting_store): its "
+                                 "maxmemory-policy is " +
+                                 r.policy +
+                                 ", which can evict rate-limit state; give it a Redis "
+                                 "with maxmemory-policy noeviction");
 }
 
 }  // namespace
@@ -191,12 +221,14 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
                                                    copts, o.connect_in_background);
     if (!cluster.ok()) return cluster.status();
     core->UseStore(std::move(*cluster));
+    WatchEviction(*core);
     return std::shared_ptr<Client>(new Client(std::move(core)));
   }
   auto store = internal::RedisStore::Connect(core->io.get_executor(), std::move(*endpoint), copts,
                                              o.connect_in_background);
   if (!store.ok()) return store.status();
   core->UseStore(std::move(*store));
+  WatchEviction(*core);
   return std::shared_ptr<Client>(new Client(std::move(core)));
 }
 
@@ -224,6 +256,9 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
                                       const LimiterOptions& options) const {
   if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
   if (Status s = limit.Validate(); !s.ok()) return s;
+  if (options.refuse_evicting_store) {
+    if (Status s = RefuseEvictingStore(*core_, name); !s.ok()) return s;
+  }
   if (options.servers < 0) return InvalidArgumentError("servers must be >= 0 (0: the client's)");
   if (options.colocate &&
       !internal::IsSlotTagSeparator(static_cast<unsigned char>(options.colocate->separator))) {
@@ -267,6 +302,9 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
 StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(
     std::string_view name, const ConcurrencyOptions& options) const {
   if (Status s = internal::ValidateName("limiter name", name); !s.ok()) return s;
+  if (options.refuse_evicting_store) {
+    if (Status s = RefuseEvictingStore(*core_, name); !s.ok()) return s;
+  }
   if (options.limit < 1 || options.limit > kMaxLimit) {
     return InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
                                 ", got " + std::to_string(options.limit));
@@ -288,9 +326,17 @@ StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(
 
 StoreHealth Client::Health() const {
   const internal::Breaker& b = core_->policy->breaker();
-  return {core_->store->connected(), std::string(internal::BreakerStateName(b.state())),
-          b.consecutive_failures(),  b.opens(),
-          b.short_circuited(),       b.RetryIn()};
+  StoreHealth health{core_->store->connected(), std::string(internal::BreakerStateName(b.state())),
+                     b.consecutive_failures(),  b.opens(),
+                     b.short_circuited(),       b.RetryIn()};
+  internal::EvictionWatch::Reading r = core_->eviction.reading();
+  if (r.known) {
+    health.memory_policy = std::move(r.policy);
+    health.evicting = r.can_evict;
+    health.evicted_keys = r.evicted_keys;
+  }
+  health.memory_policy_error = std::move(r.error);
+  return health;
 }
 
 boost::asio::io_context::executor_type IoExecutor(const Client& client) {

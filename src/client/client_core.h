@@ -15,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 
+#include "client/eviction.h"
 #include "client/gauges.h"
 #include "client/heartbeats.h"
 #include "core/boot_clock.h"
@@ -72,6 +73,8 @@ class ClientCore {
   LeaseGauges lease_gauges;
   // Every lease's next heartbeat (after `io`: destroyed before it).
   HeartbeatScheduler heartbeats{io};
+  // The store's memory policy (client/eviction.h); started by Client::Create for Redis.
+  EvictionWatch eviction{io};
 
   // Puts the policy layer in front of `real` and makes it the store.
   void UseStore(std::shared_ptr<Store> real);

@@ -523,6 +523,7 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   call.on_failure = options_.on_failure == FailurePolicy::kDefault ? core_->options.on_failure
                                                                    : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
+  call.refuse_evicting = options_.refuse_evicting_store;
   const auto sent = core_->boot_now();
   auto state = std::make_shared<LeaseState>(core_);
   state->gauge_key = internal::LeaseGauges::KeyOf(name_, encoded);

@@ -114,6 +114,14 @@ std::vector<MetricSample> Client::Metrics() const {
       double(b.short_circuited()));
   add("sluice_breaker_consecutive_failures", kGauge, "Consecutive store failures.",
       double(b.consecutive_failures()));
+  if (const auto eviction = core_->eviction.reading(); eviction.known) {
+    add("sluice_store_evicting", kGauge,
+        "1 when the store's maxmemory-policy can evict sluice's keys (any but noeviction).",
+        eviction.can_evict ? 1 : 0, {{"policy", eviction.policy}});
+    add("sluice_store_evicted_keys", kGauge,
+        "The store's evicted_keys counter (INFO stats), as last read.",
+        double(eviction.evicted_keys));
+  }
   const auto rows = core_->lease_gauges.Snapshot(core_->WallMs());
   for (const auto& r : rows) {
     add("sluice_leases_held", kGauge, "Leases this client holds.", double(r.held),

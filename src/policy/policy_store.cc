@@ -137,6 +137,10 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   } else if (denials_ && !decision && call.op != Op::kSync) {
     denials_->Forget(call.key);  // a refund or reset: the remembered refusal may be over
   }
+  if (decision && call.refuse_evicting && Evicting()) {
+    done(Fallback(call));
+    return;
+  }
   const Breaker::Pass pass = breaker_.Allow();
   if (!pass) {
     if (decision) {
@@ -209,7 +213,10 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
       }
     }
   }
-  const Breaker::Pass pass = breaker_.Allow();
+  const bool refused =
+      Evicting() && std::any_of(call.calls.begin(), call.calls.end(),
+                                [](const CheckCall& c) { return c.refuse_evicting; });
+  const Breaker::Pass pass = refused ? Breaker::Pass() : breaker_.Allow();
   if (!pass) {
     done(FallbackMany(call.calls));
     return;
@@ -283,7 +290,8 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
     });
     return;
   }
-  const Breaker::Pass pass = breaker_.Allow();
+  const Breaker::Pass pass =
+      call.refuse_evicting && Evicting() ? Breaker::Pass() : breaker_.Allow();
   if (!pass) {
     done(LeaseFallback(call));
     return;

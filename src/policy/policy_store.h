@@ -66,6 +66,11 @@ class PolicyStore final : public Store {
   }
 
   const Breaker& breaker() const { return breaker_; }
+  // Whether the store's latest memory reading says it can evict sluice's keys: the
+  // checks and acquires of limiters that refuse such a store
+  // (LimiterOptions::refuse_evicting_store) are then answered by their failure policy.
+  void SetEvicting(bool evicting) { evicting_.store(evicting, std::memory_order_relaxed); }
+  bool Evicting() const { return evicting_.load(std::memory_order_relaxed); }
   // True in a child process forked after this store was made.
   bool Forked() const;
   // What every call answers then.
@@ -99,6 +104,7 @@ class PolicyStore final : public Store {
   MemoryStore local_;
   Breaker breaker_;
   std::optional<DenialCache> denials_;
+  std::atomic<bool> evicting_{false};
   std::atomic<uint64_t> cached_denials_{0}, policy_decisions_{0}, shadow_refusals_{0}, syncs_{0};
   const uint64_t fork_generation_;  // core/process.h, when this store was made
 };

@@ -38,6 +38,9 @@ struct CheckCall {
   FailurePolicy on_failure = FailurePolicy::kOpen;
   int64_t servers = 1;
   bool cache_denials = false;
+  // The limiter refuses to run on a store that can evict its keys
+  // (LimiterOptions::refuse_evicting_store): answered by `on_failure` while it can.
+  bool refuse_evicting = false;
   // Refunds only: where the units were counted (CheckOptions::counted_by).
   DecisionSource counted_by = DecisionSource::kStore;
   // A consume that asks for the request's cost plus a local-budget slice (`cost` is
@@ -72,6 +75,7 @@ struct LeaseCall {
   // Acquire only: what to answer when the store cannot (never kDefault), and for kLocal
   // the number of servers the limit is divided among.
   FailurePolicy on_failure = FailurePolicy::kOpen;
+  bool refuse_evicting = false;  // as CheckCall::refuse_evicting, for acquires
   int64_t servers = 1;
   // A lease the local fallback granted: its heartbeats and release go to the local store.
   bool local = false;
