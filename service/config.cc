@@ -92,6 +92,13 @@ std::chrono::milliseconds Duration(const std::string& file, const YAML::Node& no
   return std::chrono::milliseconds(ms);
 }
 
+// The key node of `key` in `map` (for its position); the map itself if absent.
+YAML::Node FindKey(const YAML::Node& map, std::string_view key) {
+  for (const auto& kv : map)
+    if (kv.first.IsScalar() && kv.first.Scalar() == key) return kv.first;
+  return map;
+}
+
 void OnlyKeys(const std::string& file, const YAML::Node& map, std::string_view what,
               std::initializer_list<std::string_view> allowed) {
   for (const auto& kv : map) {
@@ -318,6 +325,25 @@ struct Parser {
     std::set<std::string> seen;
     for (const auto& d : list) {
       if (!d.IsMap()) Fail(file, d, "a descriptor must be a map with a key");
+      // envoy-ratelimit's newer descriptor keys that sluiced does not implement: refused
+      // by name rather than silently read differently.
+      static const std::pair<const char*, const char*> kRefused[] = {
+          {"quota_mode",
+           "a quota-mode limit never refuses and reports its state to Envoy's "
+           "quota system; use shadow_mode to count without refusing"},
+          {"share_threshold",
+           "every value a wildcard matches would share one counter; give "
+           "the values one limit with a bare key instead"},
+          {"value_to_metric",
+           "sluiced's metrics are per limit; detailed_metric: true adds a "
+           "series per descriptor value"},
+          {"metadata", "sluiced sends no per-limit metadata in its responses"}};
+      for (const auto& [key, why] : kRefused) {
+        if (d[key])
+          Fail(file, FindKey(d, key),
+               std::string(key) + " is not supported by sluiced (envoy-ratelimit's " + key +
+                   "): " + why);
+      }
       OnlyKeys(file, d, "descriptor",
                {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
                 "algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate"});
@@ -327,9 +353,13 @@ struct Parser {
       if (node.key.empty()) Fail(file, d["key"], "key must not be empty");
       std::string piece = node.key;
       if (d["value"]) {
-        node.value = Scalar(file, d["value"], "value");
-        piece += "_" + *node.value;
-        if (!node.value->empty() && node.value->back() == '*') node.wildcard = true;
+        // `value: ""` is the bare key, as in envoy-ratelimit (one counter per value).
+        std::string value = Scalar(file, d["value"], "value");
+        if (!value.empty()) {
+          node.wildcard = value.find('*') != std::string::npos;
+          piece += "_" + value;
+          node.value = std::move(value);
+        }
       }
       if (!seen.insert(piece).second)
         Fail(file, d, "duplicate descriptor '" + piece + "' at this level");

@@ -77,8 +77,8 @@ struct Rule {
 
 struct DescriptorNode {
   std::string key;
-  std::optional<std::string> value;  // absent: one counter per distinct value
-  bool wildcard = false;             // value ends in '*': prefix match on the rest
+  std::optional<std::string> value;  // absent (or ""): one counter per distinct value
+  bool wildcard = false;             // value holds '*': each matches any run of bytes
   std::shared_ptr<const Rule> rule;  // null: no rate_limit at this node
   std::vector<DescriptorNode> children;
 };

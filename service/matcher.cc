@@ -19,6 +19,32 @@ std::string DescriptorId(const Entries& entries) {
   return id;
 }
 
+bool WildcardMatch(std::string_view pattern, std::string_view value) {
+  const std::size_t first = pattern.find('*');
+  if (first == std::string_view::npos) return pattern == value;
+  const std::size_t last = pattern.rfind('*');
+  const std::string_view head = pattern.substr(0, first), tail = pattern.substr(last + 1);
+  if (value.size() < head.size() + tail.size()) return false;
+  if (value.substr(0, head.size()) != head) return false;
+  if (value.substr(value.size() - tail.size()) != tail) return false;
+  // The literal parts between the first and the last '*', in order, each at its
+  // leftmost place in what lies between the head and the tail.
+  std::string_view rest = value.substr(head.size(), value.size() - head.size() - tail.size());
+  std::string_view middle = pattern.substr(first + 1, last - first - (last > first ? 1 : 0));
+  while (!middle.empty()) {
+    const std::size_t star = middle.find('*');
+    const std::string_view part = middle.substr(0, star);
+    if (!part.empty()) {
+      const std::size_t at = rest.find(part);
+      if (at == std::string_view::npos) return false;
+      rest.remove_prefix(at + part.size());
+    }
+    if (star == std::string_view::npos) break;
+    middle.remove_prefix(star + 1);
+  }
+  return true;
+}
+
 Match MatchDescriptor(const DomainConfig& domain, const Entries& entries) {
   Match match;
   const std::vector<DescriptorNode>* level = &domain.descriptors;
@@ -34,8 +60,7 @@ Match MatchDescriptor(const DomainConfig& domain, const Entries& entries) {
     if (!next) {
       for (const auto& node : *level) {
         if (node.key != key || !node.wildcard) continue;
-        const std::string_view prefix(node.value->data(), node.value->size() - 1);
-        if (std::string_view(value).substr(0, prefix.size()) == prefix) {
+        if (WildcardMatch(*node.value, value)) {
           next = &node;
           break;
         }

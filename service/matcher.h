@@ -1,6 +1,7 @@
 // service/matcher.h — which rule of a domain limits a request descriptor, as
 // envoyproxy/ratelimit decides it: entry by entry down the tree, at each level the
-// exact `key_value` first, then the wildcard values (`foo*`, config order), then the
+// exact `key_value` first, then the wildcard values (`foo*`, `foo*bar`, `*.png`: each
+// `*` matches any run of bytes, empty included; config order), then the
 // bare `key` (any value); the rule applies only when the tree's depth matches the
 // descriptor's (a rule at depth 1 does not limit a descriptor of 2 entries).
 #pragma once
@@ -23,6 +24,10 @@ struct Match {
 };
 
 Match MatchDescriptor(const DomainConfig& domain, const Entries& entries);
+
+// Whether `value` matches `pattern`, in which each '*' stands for any run of bytes
+// (none included) and every other byte for itself.
+bool WildcardMatch(std::string_view pattern, std::string_view value);
 
 // The counter id for `entries`: `key=value` pairs joined by ',', with '\\', ',' and '='
 // escaped by a backslash so that two descriptors never share an id.

@@ -96,3 +96,87 @@ TEST(Matcher, ReplacesDropsTheNamedLimit) {
 
 }  // namespace
 }  // namespace sluiced
+
+namespace sluiced {
+namespace {
+
+TEST(Matcher, WildcardsAnywhereInAValue) {
+  auto c = Load(R"(domain: w
+descriptors:
+  - key: path
+    value: foo*bar
+    rate_limit: {name: foo_bar, unit: second, requests_per_unit: 1}
+  - key: path
+    value: "*.png"
+    rate_limit: {name: png, unit: second, requests_per_unit: 2}
+  - key: path
+    value: a*b*c
+    rate_limit: {name: abc, unit: second, requests_per_unit: 3}
+  - key: path
+    rate_limit: {name: any, unit: second, requests_per_unit: 4}
+)");
+  ASSERT_NE(c, nullptr);
+  const DomainConfig& d = c->domains[0];
+  auto name = [&](const std::string& v) {
+    Match m = MatchDescriptor(d, {{"path", v}});
+    return m.rule ? m.rule->DisplayName() : std::string("(none)");
+  };
+  EXPECT_EQ(name("foobar"), "foo_bar");
+  EXPECT_EQ(name("foo-x-bar"), "foo_bar");
+  EXPECT_EQ(name("foo-x-ba"), "any");
+  EXPECT_EQ(name("xfoobar"), "any");
+  EXPECT_EQ(name("cat.png"), "png");
+  EXPECT_EQ(name(".png"), "png");
+  EXPECT_EQ(name("abc"), "abc");
+  EXPECT_EQ(name("a-b-c"), "abc");
+  EXPECT_EQ(name("a-c-b"), "any");
+  EXPECT_EQ(name("abcb"), "any");  // must end with the last literal part
+  EXPECT_EQ(name("foo*bar"), "foo_bar");
+}
+
+TEST(Matcher, AnEmptyValueIsABareKey) {
+  auto c = Load(R"(domain: e
+descriptors:
+  - key: user
+    value: ""
+    rate_limit: {name: per_user, unit: second, requests_per_unit: 1}
+)");
+  ASSERT_NE(c, nullptr);
+  Match m = MatchDescriptor(c->domains[0], {{"user", "alice"}});
+  ASSERT_TRUE(m.rule);
+  EXPECT_EQ(m.rule->DisplayName(), "per_user");
+  EXPECT_EQ(m.id, "user=alice");
+  // The same node as a bare key: two of them at one level are duplicates.
+  auto dup = BuildConfig({{"dup.yaml", R"(domain: e
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: user
+    value: ""
+    rate_limit: {unit: second, requests_per_unit: 2}
+)"}});
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("duplicate descriptor 'user'"), std::string::npos)
+      << dup.status().message();
+}
+
+TEST(Matcher, NewerEnvoyRatelimitKeysAreRefusedByName) {
+  for (const char* key : {"quota_mode", "value_to_metric", "metadata", "share_threshold"}) {
+    SCOPED_TRACE(key);
+    auto c = BuildConfig({{"k.yaml", std::string(R"(domain: k
+descriptors:
+  - key: path
+    value: a*
+    )") + key + R"(: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+)"}});
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find(std::string(key) + " is not supported by sluiced"),
+              std::string::npos)
+        << c.status().message();
+    EXPECT_EQ(c.status().message().rfind("k.yaml:5:5: ", 0), 0u) << c.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace sluiced
