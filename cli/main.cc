@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
       "sluice: distributed rate limiting on Redis — operator's tool.\n"
       "Exit codes: 0 done, 1 findings, 2 usage or connection error."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION);
   int exit_code = sluice::cli::kExitOk;
   sluice::cli::AddBench(app, exit_code);
   sluice::cli::AddDemo(app, exit_code);

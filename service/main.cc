@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   int64_t grpc_max_buffered_mib = 64;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   int64_t drain_timeout_ms = 10000;
+  app.set_version_flag("--version", std::string("sluiced ") + SLUICE_VERSION);
   app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
       ->envname("SLUICED_CONFIG")
       ->required();
