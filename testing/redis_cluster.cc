@@ -102,7 +102,7 @@ RedisCluster::RedisCluster(RedisClusterOptions options) : options_(options) {
     }
     nodes_.push_back(std::make_unique<RedisServer>(std::move(node)));
   }
-  std::vector<std::string> argv = {"redis-cli", "--cluster", "create"};
+  std::vector<std::string> argv = {CliProgram(), "--cluster", "create"};
   if (options_.tls) {
     // The server certificate serves as redis-cli's client certificate too.
     argv.insert(argv.begin() + 1, {"--tls", "--cacert", options_.tls->ca_file, "--cert",

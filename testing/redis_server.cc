@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <random>
 #include <set>
 #include <thread>
@@ -25,7 +26,35 @@ namespace {
   std::abort();
 }
 
+// `dir`/`name` for the first of `names` that is an executable file there.
+std::string ProgramIn(const std::string& dir, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const std::string path = dir + "/" + name;
+    if (::access(path.c_str(), X_OK) == 0) return path;
+  }
+  std::string all;
+  for (const char* name : names) all += std::string(all.empty() ? "" : " or ") + name;
+  Fatal("SLUICE_TEST_SERVER_DIR=" + dir + " holds no executable " + all);
+}
+
+std::string FromServerDir(const char* on_path, std::initializer_list<const char*> names) {
+  const char* dir = std::getenv("SLUICE_TEST_SERVER_DIR");
+  if (dir == nullptr || *dir == '\0') return on_path;
+  return ProgramIn(dir, names);
+}
+
 }  // namespace
+
+const std::string& ServerProgram() {
+  static const std::string program =
+      FromServerDir("redis-server", {"redis-server", "valkey-server"});
+  return program;
+}
+
+const std::string& CliProgram() {
+  static const std::string program = FromServerDir("redis-cli", {"redis-cli", "valkey-cli"});
+  return program;
+}
 
 namespace {
 
@@ -145,7 +174,8 @@ std::string RedisServer::url() const {
 }
 
 void RedisServer::Start() {
-  std::vector<std::string> args = {"redis-server",
+  const std::string& program = ServerProgram();
+  std::vector<std::string> args = {program,
                                    "--port",
                                    options_.tls ? "0" : std::to_string(port_),
                                    "--bind",
@@ -197,7 +227,7 @@ void RedisServer::Start() {
         << "/redis.log\nloglevel warning\ndaemonize no\n"
         << options_.sentinel_config << "\n";
     if (!out) Fatal("cannot write " + conf);
-    args = {"redis-server", conf, "--sentinel"};
+    args = {program, conf, "--sentinel"};
   }
   // argv is built before fork: the child of a process with other threads must not
   // allocate (an allocator lock another thread held at fork stays held in the child:
@@ -210,10 +240,11 @@ void RedisServer::Start() {
   if (child == 0) {
     // The server dies with the test process, even when the test aborts or is killed.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::execvp("redis-server", argv.data());
+    ::execvp(argv[0], argv.data());
     std::fprintf(stderr,
-                 "redis test fixture: cannot exec redis-server (is it installed? "
-                 "run scripts/setup.sh)\n");
+                 "redis test fixture: cannot exec %s (is it installed? run scripts/setup.sh; "
+                 "or set SLUICE_TEST_SERVER_DIR)\n",
+                 argv[0]);
     ::_exit(127);
   }
   pid_ = child;

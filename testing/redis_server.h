@@ -102,4 +102,12 @@ class RedisServer {
 // A free TCP port on 127.0.0.1, below the kernel's ephemeral range (see redis_server.cc).
 uint16_t FreeLoopbackPort();
 
+// The server program every fixture starts, and its command-line client: redis-server
+// and redis-cli from PATH, or, when the environment variable SLUICE_TEST_SERVER_DIR
+// names a directory, the redis-server (else valkey-server) and redis-cli (else
+// valkey-cli) in it, so the whole suite runs against the server one deploys. Aborts
+// the test binary when that directory holds neither.
+const std::string& ServerProgram();
+const std::string& CliProgram();
+
 }  // namespace sluice::testing
