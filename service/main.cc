@@ -6,9 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -82,6 +84,46 @@ void OnSignal(int sig) {
   g_stops.fetch_add(1);
 }
 
+// --check-config: loads the config and builds every limiter of it as a start-up does, on
+// the embedded store (no Redis, no listener), then prints one line per domain.
+int CheckConfig(const std::string& path, sluice::FailurePolicy default_policy) {
+  auto config = LoadConfig(path);
+  sluice::Status built = config.ok() ? sluice::Status::Ok() : config.status();
+  if (built.ok()) {
+    EngineOptions options;
+    options.client.url = "memory://";
+    options.client.on_failure = default_policy;
+    options.blocking_threads = 1;
+    auto engine = Engine::Create(options, *config);
+    if (!engine.ok()) built = engine.status();
+  }
+  if (!built.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(built.message()).c_str());
+    return 1;
+  }
+  for (const auto& domain : (*config)->domains) {
+    std::set<std::string> algorithms, modes;
+    std::size_t limits = 0;
+    for (const auto& rule : (*config)->rules) {
+      if (rule->domain != domain.domain) continue;
+      ++limits;
+      algorithms.insert(rule->unlimited ? std::string("unlimited")
+                                        : std::string(RuleKindName(rule->kind)));
+      const auto mode = rule->failure_mode == sluice::FailurePolicy::kDefault ? default_policy
+                                                                              : rule->failure_mode;
+      modes.insert(std::string(sluice::FailurePolicyName(mode)));
+    }
+    auto join = [](const std::set<std::string>& items) {
+      std::string out;
+      for (const auto& i : items) out += (out.empty() ? "" : ",") + i;
+      return out.empty() ? std::string("-") : out;
+    };
+    std::printf("%s: %zu limit(s), algorithms %s, failure modes %s (%s)\n", domain.domain.c_str(),
+                limits, join(algorithms).c_str(), join(modes).c_str(), domain.file.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,9 +139,14 @@ int main(int argc, char** argv) {
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   int64_t drain_timeout_ms = 10000;
   app.set_version_flag("--version", std::string("sluiced ") + SLUICE_VERSION);
-  app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
-      ->envname("SLUICED_CONFIG")
-      ->required();
+  auto* config_opt =
+      app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
+          ->envname("SLUICED_CONFIG");
+  std::string check_config;
+  app.add_option(
+      "--check-config", check_config,
+      "Validate this config (file or directory) as sluiced would load it, print a line "
+      "per domain and exit: 0 valid, 1 refused (file:line:column); no store, no listener");
   app.add_option(
          "--redis", redis,
          "Store URL: redis://, rediss:// (TLS), redis+sentinel://, redis+cluster://, unix:// or "
@@ -188,6 +235,8 @@ int main(int argc, char** argv) {
                   default_policy);
     return 2;
   }
+  if (!check_config.empty()) return CheckConfig(check_config, *policy);
+  if (config_opt->count() == 0) return app.exit(CLI::RequiredError("--config"));
   HostPort http_at, grpc_at, admin_at;
   for (auto [flag, value, out] : {std::tuple{"--http-listen", &http_listen, &http_at},
                                   std::tuple{"--grpc-listen", &grpc_listen, &grpc_at},

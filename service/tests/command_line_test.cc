@@ -1,4 +1,6 @@
-// sluiced's command line apart from serving: --version.
+// sluiced's command line apart from serving: --version, --check-config.
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -16,6 +18,42 @@ TEST(SluicedCommandLine, VersionPrintsTheProjectVersionAndExitsZero) {
   const CommandRun run = RunCommand("timeout 30 " SLUICED_PATH " --version 2>&1 </dev/null");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.output, std::string("sluiced ") + SLUICE_VERSION + "\n");
+}
+
+// No store is named: --check-config needs none and opens no listener.
+CommandRun CheckConfig(const std::string& path) {
+  return RunCommand("timeout 30 " SLUICED_PATH " --check-config " + path + " 2>&1 </dev/null");
+}
+
+TEST(SluicedCommandLine, CheckConfigSummarisesAGoodConfig) {
+  const CommandRun run = CheckConfig(std::string(SLUICED_SOURCE_DIR) + "/examples/config");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("shop: 8 limit(s), algorithms "
+                            "concurrency,fixed_window,sliding_window,unlimited, failure modes "
+                            "closed,open"),
+            std::string::npos)
+      << run.output;
+}
+
+TEST(SluicedCommandLine, CheckConfigNamesWhereABrokenConfigIsWrong) {
+  char tmpl[] = "/tmp/sluiced_check_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl, file = dir + "/a.yaml";
+  const std::string head = "domain: d\ndescriptors:\n  - key: k\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {head + "    rate_limit: {unit: second, requests_per_unit: 1}\n    colour: red\n",
+       file + ":5:5: unknown key 'colour'"},
+      {head + "    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+       file + ":4:24: unknown unit 'fortnight'"},
+      {"domain: d\ndescriptors:\n  - key: [k\n", file + ":4:1: "},
+  };
+  for (const auto& [text, expected] : cases) {
+    std::ofstream(file) << text;
+    const CommandRun run = CheckConfig(dir);
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_EQ(run.output.rfind(expected, 0), 0u) << run.output;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
