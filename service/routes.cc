@@ -1,5 +1,8 @@
 #include "service/routes.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <atomic>
 #include <chrono>
 
@@ -194,9 +197,14 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
   return [&engine, token = std::move(token)](HttpRequest&& request, Respond respond) {
     const auto raw_auth = request[http::field::authorization];
     const std::string_view auth(raw_auth.data(), raw_auth.size());
-    constexpr std::string_view kBearer = "Bearer ";
-    if (token.empty() || auth.substr(0, kBearer.size()) != kBearer ||
-        !ConstantTimeEquals(auth.substr(kBearer.size()), token)) {
+    // The scheme is case-insensitive (RFC 7235 section 2.1), the token is not.
+    constexpr std::string_view kBearer = "bearer ";
+    const std::string_view scheme = auth.substr(0, kBearer.size());
+    const bool is_bearer =
+        scheme.size() == kBearer.size() &&
+        std::equal(scheme.begin(), scheme.end(), kBearer.begin(),
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+    if (token.empty() || !is_bearer || !ConstantTimeEquals(auth.substr(kBearer.size()), token)) {
       LogRefusedAdminCall(request);
       HttpResponse r = MakeResponse(http::status::unauthorized,
                                     ErrorJson("admin calls need Authorization: Bearer <token>"));
@@ -258,6 +266,15 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
         if (action.actor.empty() || action.reason.empty())
           return Error(respond, http::status::bad_request,
                        "release needs an actor and a reason (they go to the audit log)");
+        // Refused before anything is logged: a newline in either would forge log lines.
+        auto has_control = [](const std::string& v) {
+          return std::any_of(v.begin(), v.end(), [](char c) {
+            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+          });
+        };
+        if (has_control(action.actor) || has_control(action.reason))
+          return Error(respond, http::status::bad_request,
+                       "actor and reason must not contain control characters");
       }
       // Blocking library calls: on the engine's blocking pool, never on a server thread.
       return boost::asio::post(engine.blocking_pool(), [&engine, path, match = std::move(*match),

@@ -617,6 +617,23 @@ TEST(E2eSecrets, TheStorePasswordIsNeverLoggedOrShown) {
   EXPECT_EQ(down.log().find("hunter2"), std::string::npos) << down.log();
 }
 
+TEST_F(E2e, BearerSchemeIsCaseInsensitiveAndActorsWithNewlinesAreRefused) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  EXPECT_EQ(
+      Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: bearer s3cret\r\n").status,
+      200);
+  EXPECT_EQ(
+      Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: BEARER s3cret\r\n").status,
+      200);
+  const std::string forged =
+      R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"dana"}],)"
+      R"("actor":"ops\n2026-01-01T00:00:00.000+0000 info forged","reason":"stuck"})";
+  HttpReply refused = Call(s.admin_port(), "POST", "/admin/leases/release", forged,
+                           "Authorization: Bearer s3cret\r\n");
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(s.log().find("info forged"), std::string::npos) << s.log();
+}
+
 TEST_F(E2e, AdminNeedsTheBearerToken) {
   Sluiced s(config_.path(), redis_.url(), Flags());
   EXPECT_EQ(Call(s.admin_port(), "GET", "/admin/config").status, 401);
