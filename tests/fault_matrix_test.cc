@@ -1029,25 +1029,8 @@ bool Restarts(Fault f) {
 
 class FaultMatrix : public ::testing::TestWithParam<Cell> {};
 
-// Faults during which calls stay outstanding on a live connection (so max_in_flight fills
-// and the breaker's probe can be refused client-side, and a sync in flight waits).
-bool HoldsCallsOutstanding(Fault f) {
-  return f == Fault::kStall || f == Fault::kBlackhole || f == Fault::kSlowLink ||
-         f == Fault::kSigstop || f == Fault::kClientPause;
-}
-
-// Cells that fail on behaviour being fixed now: skipped, naming it, until the fix is on
-// main (then the skip goes).
-std::optional<std::string> KnownFailure(const Cell& cell) {
-  if (cell.call == Call::kPeriodicSync && HoldsCallsOutstanding(cell.fault))
-    return "checks waiting for a periodic sync in flight are answered at the client's deadline, "
-           "not at their own";
-  return std::nullopt;
-}
-
 TEST_P(FaultMatrix, Cell) {
   const Cell cell = GetParam();
-  if (auto known = KnownFailure(cell)) GTEST_SKIP() << *known;
   const milliseconds length = FaultLength();
   const int reps = Repetitions();
   RedisServer server;

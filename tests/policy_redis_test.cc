@@ -330,3 +330,61 @@ TEST(PolicyRedis, TheBreakerClosesAfterAPauseWhoseProbeWasRefusedOnThisSide) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// Periodic sync: a check that waits for its id's sync in flight is answered at its own
+// deadline (CheckOptions::deadline), by its failure policy, even while the sync itself
+// is held up to the client's longer deadline by a paused Redis.
+TEST(PolicyRedis, ChecksWaitingForAPeriodicSyncAreAnsweredAtTheirOwnDeadline) {
+  testing::RedisServer server;
+  constexpr auto kOwnDeadline = milliseconds(5);
+  constexpr auto kSlack = milliseconds(100);  // scheduling on a loaded machine
+  auto client = *Client::Create({.url = server.url(),
+                                 .deadline = milliseconds(300),
+                                 .on_failure = FailurePolicy::kOpen,
+                                 .breaker_failures = 1000});
+  LimiterOptions options;
+  options.sync = {.enabled = true,
+                  .hot_checks_per_second = 10,
+                  .sync_interval = milliseconds(50),
+                  .servers = 10};
+  auto limiter = *client->MakeLimiter("synced", {.limit = 100000, .window = seconds(60)}, options);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto d = limiter.Check("hot", {.deadline = seconds(2)});
+        return d.ok() && d->source == DecisionSource::kLocalSync;
+      },
+      seconds(5), milliseconds(1)))
+      << "the id never turned hot";
+
+  server.Command({"CLIENT", "PAUSE", "1000", "ALL"});
+  const auto paused_until = steady_clock::now() + milliseconds(1000);
+  milliseconds slowest{0};
+  int checks = 0, by_policy = 0;
+  while (steady_clock::now() < paused_until - milliseconds(300)) {
+    const auto t0 = steady_clock::now();
+    auto d = limiter.Check("hot", {.deadline = kOwnDeadline});
+    slowest = std::max(slowest, std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0));
+    ASSERT_THAT(d, IsOk());
+    ++checks;
+    by_policy += d->source == DecisionSource::kFailOpen;
+  }
+  std::cout << checks << " checks while Redis was paused, " << by_policy
+            << " answered by the policy; slowest " << slowest.count() << " ms\n";
+  EXPECT_GT(by_policy, 0) << "no check waited for a sync";
+  EXPECT_LE(slowest, kOwnDeadline + kSlack) << "a check was held past its own deadline";
+  // Redis answers again (the connection may have been given up as stalled and made
+  // anew): decisions come from the store.
+  std::this_thread::sleep_until(paused_until);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto peek = limiter.Peek("hot", {.deadline = seconds(1)});
+        return peek.ok() && peek->source == DecisionSource::kStore;
+      },
+      seconds(5), milliseconds(10)));
+}
+
+}  // namespace
+}  // namespace sluice

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -29,7 +30,8 @@ SyncedCounts::SyncedCounts(std::shared_ptr<ClientCore> core, std::string key_hea
       servers_(std::max<int64_t>(1, options.sync.servers > 0 ? options.sync.servers
                                     : options.servers > 0    ? options.servers
                                                              : core_->options.servers)),
-      model_clock_(core_->options.model_clock != nullptr) {}
+      model_clock_(core_->options.model_clock != nullptr),
+      timer_(core_->io) {}
 
 SyncedCounts::~SyncedCounts() {
   {
@@ -165,10 +167,10 @@ bool SyncedCounts::Check(std::string_view id, CheckCall& call, DecisionCallback&
     } else if (e.known && now < e.local_end && e.share >= call.cost) {
       decided = Admit(e, call.cost, now);
     } else if (e.syncing) {
-      e.waiters.push_back({std::move(call), std::move(done)});
+      Wait(e, call, done);
     } else if (!e.known || now >= e.local_end || e.granted > 0) {
       // No window known, its window is over, or a share spent: sync now.
-      e.waiters.push_back({std::move(call), std::move(done)});
+      Wait(e, call, done);
       push = StartSync(std::string(id), e, now);
     } else {
       decided = Refuse(e, now);  // the last sync gave nothing: wait for the next interval
@@ -178,6 +180,45 @@ bool SyncedCounts::Check(std::string_view id, CheckCall& call, DecisionCallback&
   if (tick) Tick();
   if (decided) done(*std::move(decided));
   return handled;
+}
+
+void SyncedCounts::Wait(Entry& e, CheckCall& call, DecisionCallback& done) {
+  const Deadline deadline = call.deadline;
+  e.waiters.push_back({std::move(call), std::move(done)});
+  if (!timer_armed_ || deadline < armed_at_) Arm(deadline);
+}
+
+void SyncedCounts::Arm(Deadline at) {
+  timer_armed_ = true;
+  armed_at_ = at;
+  timer_.expires_at(at);  // cancels the wait for a later deadline
+  timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    if (ec) return;  // re-armed earlier, or this object is going
+    if (auto self = weak.lock()) self->OnWaitersDue();
+  });
+}
+
+void SyncedCounts::OnWaitersDue() {
+  const Deadline now = std::chrono::steady_clock::now();
+  std::vector<Waiter> due;
+  {
+    MutexLock lock(mu_);
+    timer_armed_ = false;
+    Deadline next = Deadline::max();
+    for (const std::string& id : hot_ids_) {
+      Entry& e = entries_[id];
+      if (e.waiters.empty()) continue;
+      auto keep = std::stable_partition(e.waiters.begin(), e.waiters.end(),
+                                        [now](const Waiter& w) { return w.call.deadline > now; });
+      for (auto it = e.waiters.begin(); it != keep; ++it) next = std::min(next, it->call.deadline);
+      std::move(keep, e.waiters.end(), std::back_inserter(due));
+      e.waiters.erase(keep, e.waiters.end());
+    }
+    if (next != Deadline::max()) Arm(next);
+  }
+  // Their deadline passed before the store could decide them: the policy layer answers
+  // each by its failure policy without asking the store (nor telling the breaker).
+  for (Waiter& w : due) core_->store->Check(std::move(w.call), std::move(w.done));
 }
 
 void SyncedCounts::Tick() {

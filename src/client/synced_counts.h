@@ -21,7 +21,10 @@
 // Failure: a sync the store does not answer keeps the share (and the window end) held,
 // and its units are pushed again with the next sync (a push that did run is then counted
 // twice: an over-count, never an under-count); checks past the share go to the plain
-// path, i.e. to the failure policy while the store is down.
+// path, i.e. to the failure policy while the store is down. A check waiting for a sync
+// is answered at its own deadline even when the sync is held longer (it has the client's
+// deadline): then by its failure policy, as any call the store did not answer in time
+// (such an expiry is not a store failure for the breaker: the sync's own counts).
 //
 // Timing: with a model clock (tests, `sluice simulate`) syncs are due on the model clock
 // and run from checks only (deterministic, no thread); otherwise a thread wakes every
@@ -29,6 +32,8 @@
 //
 // Thread-safe.
 #pragma once
+
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <condition_variable>
 #include <cstdint>
@@ -39,6 +44,8 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include <boost/asio/steady_timer.hpp>
 
 #include "client/call_rate.h"
 #include "core/mutex.h"
@@ -108,6 +115,11 @@ class SyncedCounts : public std::enable_shared_from_this<SyncedCounts> {
   Push StartSync(const std::string& id, Entry& e, int64_t now_ms) SLUICE_REQUIRES(mu_);
   void Send(std::vector<Push> pushes);
   void OnSynced(const Push& push, StatusOr<Decision> reply);
+  // Queues a check behind the id's sync in flight, and arms the timer for its deadline.
+  void Wait(Entry& e, CheckCall& call, DecisionCallback& done) SLUICE_REQUIRES(mu_);
+  void Arm(Deadline at) SLUICE_REQUIRES(mu_);
+  // The timer: answers the waiting checks whose deadline has come, by their policy.
+  void OnWaitersDue();
   Decision Admit(Entry& e, int64_t cost, int64_t now_ms) SLUICE_REQUIRES(mu_);
   Decision Refuse(const Entry& e, int64_t now_ms) const SLUICE_REQUIRES(mu_);
   void Run();  // the thread
@@ -125,6 +137,10 @@ class SyncedCounts : public std::enable_shared_from_this<SyncedCounts> {
   std::unordered_set<std::string> hot_ids_ SLUICE_GUARDED_BY(mu_);  // entries_ with hot set
   int64_t next_tick_ms_ SLUICE_GUARDED_BY(mu_) = 0;
   std::size_t sweep_at_ SLUICE_GUARDED_BY(mu_) = 4096;
+  // Fires at the earliest deadline of a waiting check (armed_at_), on the I/O threads.
+  boost::asio::steady_timer timer_ SLUICE_GUARDED_BY(mu_);
+  bool timer_armed_ SLUICE_GUARDED_BY(mu_) = false;
+  Deadline armed_at_ SLUICE_GUARDED_BY(mu_);
 
   Mutex stop_mu_;
   std::condition_variable_any stop_cv_;

@@ -28,6 +28,15 @@ Breaker::Outcome OutcomeOf(const Status& status) {
   return CountsForBreaker(status) ? Breaker::Outcome::kFailure : Breaker::Outcome::kNeither;
 }
 
+// A call whose deadline passed before it reached the store: it waited on this side (for
+// a periodic sync in flight, or behind the first step of a local-budget check). Sending
+// it cannot give an answer in time, and its expiry says nothing about the store.
+Status ExpiredError() {
+  return DeadlineExceededError(
+      "the call's deadline passed before it could be sent to the store (it waited in this "
+      "client)");
+}
+
 }  // namespace
 
 PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clock> local_clock,
@@ -36,6 +45,9 @@ PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clo
       clock_(local_clock),
       local_(std::move(local_clock)),
       breaker_(breaker),
+      // The embedded store decides at once, on the caller's thread: asking it late costs
+      // nothing and gives the limit's own answer.
+      inline_store_(dynamic_cast<const MemoryStore*>(inner_.get()) != nullptr),
       fork_generation_(ForkGeneration()) {
   if (denial_cache_size > 0) denials_.emplace(denial_cache_size);
 }
@@ -141,6 +153,15 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
     done(Fallback(call));
     return;
   }
+  if (ExpiredBeforeSending(call)) {
+    // Not sent, so not a store failure: the breaker hears nothing of it.
+    if (decision) {
+      done(Fallback(call));
+    } else {
+      done(ExpiredError());
+    }
+    return;
+  }
   const Breaker::Pass pass = breaker_.Allow();
   if (!pass) {
     if (decision) {
@@ -212,6 +233,10 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
         return;
       }
     }
+  }
+  if (!call.calls.empty() && ExpiredBeforeSending(call.calls.front())) {
+    done(FallbackMany(call.calls));
+    return;
   }
   const bool refused =
       Evicting() && std::any_of(call.calls.begin(), call.calls.end(),
@@ -288,6 +313,10 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
       if (result.ok()) breaker_.OnAnswered();
       done(std::move(result));
     });
+    return;
+  }
+  if (ExpiredBeforeSending(call)) {
+    done(LeaseFallback(call));
     return;
   }
   const Breaker::Pass pass =

@@ -8,7 +8,10 @@
 //
 // The breaker counts store failures, not the caller's errors (InvalidArgument) nor a
 // backlog in this client (core/client_side.h). It short-circuits checks and acquires
-// only; lease heartbeats, releases and lists always go to the store.
+// only; lease heartbeats, releases and lists always go to the store. A call whose
+// deadline passed before it could be sent (it waited in this client: behind a periodic
+// sync, or for a second step) is not sent: its policy answers it (a refund or reset gets
+// DeadlineExceeded), and the breaker hears nothing of it.
 //
 // After fork(), every call made in the child answers FailedPrecondition at once, inline
 // (the child has none of the parent's I/O threads).
@@ -99,12 +102,23 @@ class PolicyStore final : public Store {
         .count();
   }
 
+  // True when the call's deadline passed before it could be sent (it waited in this
+  // client): it is then answered by its policy (or its error) without the store, and
+  // the breaker hears nothing of it. Never for the embedded store, which decides at
+  // once, nor on a model clock (tests, `sluice simulate`: a run must not depend on how
+  // busy the machine is).
+  template <typename Call>
+  bool ExpiredBeforeSending(const Call& call) const {
+    return !inline_store_ && !call.now_ms && call.deadline <= std::chrono::steady_clock::now();
+  }
+
   std::shared_ptr<Store> inner_;
   std::shared_ptr<const Clock> clock_;
   MemoryStore local_;
   Breaker breaker_;
   std::optional<DenialCache> denials_;
   std::atomic<bool> evicting_{false};
+  const bool inline_store_;  // inner_ is the embedded store
   std::atomic<uint64_t> cached_denials_{0}, policy_decisions_{0}, shadow_refusals_{0}, syncs_{0};
   const uint64_t fork_generation_;  // core/process.h, when this store was made
 };
