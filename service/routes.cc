@@ -159,7 +159,25 @@ HttpHandler PublicRoutes(Engine& engine) {
       if (engine.draining())
         return respond(MakeResponse(http::status::service_unavailable,
                                     R"({"status":"draining","store":"not asked"})"));
-      const bool strict = QueryOf(request).find("strict") != std::string_view::npos;
+      // `strict`, `strict=true` or `strict=1`: 503 when degraded; `strict=false` or `=0`: not.
+      bool strict = false;
+      std::string_view query = QueryOf(request);
+      while (!query.empty()) {
+        const auto amp = query.find('&');
+        const std::string_view param = query.substr(0, amp);
+        query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+        const auto eq = param.find('=');
+        if (param.substr(0, eq) != "strict") continue;
+        const std::string_view value =
+            eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
+        if (value.empty() || value == "true" || value == "1") {
+          strict = true;
+        } else if (value == "false" || value == "0") {
+          strict = false;
+        } else {
+          return Error(respond, http::status::bad_request, "strict must be true or false");
+        }
+      }
       return engine.ProbeStore([respond = std::move(respond), strict](bool reachable) {
         if (reachable)
           return respond(

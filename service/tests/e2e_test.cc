@@ -968,6 +968,11 @@ TEST_F(E2e, RedisStoppedAndRestarted) {
   EXPECT_EQ(ready.status, 200);
   EXPECT_EQ(json::parse(ready.body)["status"], "degraded");
   EXPECT_EQ(Call(port, "GET", "/readyz?strict=1").status, 503);
+  EXPECT_EQ(Call(port, "GET", "/readyz?strict").status, 503);
+  EXPECT_EQ(Call(port, "GET", "/readyz?strict=false").status, 200);
+  EXPECT_EQ(Call(port, "GET", "/readyz?strict=0").status, 200);
+  EXPECT_EQ(Call(port, "GET", "/readyz?nonstrict=1").status, 200);
+  EXPECT_EQ(Call(port, "GET", "/readyz?strict=maybe").status, 400);
   redis_.Start();
   // Recovery without restarting sluiced: the store decides again.
   std::string source;
