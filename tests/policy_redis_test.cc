@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -384,6 +385,42 @@ TEST(PolicyRedis, ChecksWaitingForAPeriodicSyncAreAnsweredAtTheirOwnDeadline) {
         return peek.ok() && peek->source == DecisionSource::kStore;
       },
       seconds(5), milliseconds(10)));
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// The denial cache and a refund or reset sent right behind a refused check: the store
+// decides the check first, so its refusal arrives after the refund or reset began. It
+// must not be cached then: the units given back are there to be spent. A short CLIENT
+// PAUSE holds both calls in Redis, so the refusal always arrives after.
+TEST(PolicyRedis, ARefusalArrivingAfterARefundOrResetBeganIsNotCached) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(), .deadline = seconds(2)});
+  auto limiter = *client->MakeLimiter("otp", {.limit = 3, .window = seconds(60)});
+  for (const bool reset : {false, true}) {
+    SCOPED_TRACE(reset ? "reset" : "refund");
+    const std::string id = reset ? "reset-me" : "refund-me";
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(limiter.Check(id)->allowed);
+    server.Command({"CLIENT", "PAUSE", "200", "ALL"});
+    std::promise<StatusOr<Decision>> refused;
+    limiter.CheckAsync(id, {}, [&](StatusOr<Decision> d) { refused.set_value(std::move(d)); });
+    auto given = reset ? limiter.Reset(id) : limiter.Refund(id, 1);
+    ASSERT_THAT(given, IsOk());
+    auto first = refused.get_future().get();
+    ASSERT_THAT(first, IsOk());
+    ASSERT_FALSE(first->allowed);
+    ASSERT_EQ(first->source, DecisionSource::kStore);
+    auto next = limiter.Check(id);
+    ASSERT_THAT(next, IsOk());
+    EXPECT_NE(next->source, DecisionSource::kCachedDenial);
+    EXPECT_TRUE(next->allowed) << "refused although "
+                               << (reset ? "the id was reset" : "1 was given back");
+    EXPECT_EQ(next->remaining, reset ? 2 : 0);
+  }
 }
 
 }  // namespace

@@ -17,13 +17,17 @@ bool SameLimit(const Limit& a, const Limit& b) {
 DenialCache::DenialCache(std::size_t capacity)
     : per_shard_(std::max<std::size_t>(1, (capacity + kShards - 1) / kShards)) {}
 
-DenialCache::Shard& DenialCache::ShardFor(const std::string& key) {
-  return shards_[std::hash<std::string>{}(key) % kShards];
+DenialCache::Shard& DenialCache::ShardFor(std::size_t hash) {
+  return shards_[hash % kShards];
+}
+
+uint64_t DenialCache::Generation(const std::string& key) const {
+  return GenerationOf(std::hash<std::string>{}(key)).load(std::memory_order_acquire);
 }
 
 std::optional<Decision> DenialCache::Lookup(const std::string& key, const Limit& limit,
                                             int64_t cost, int64_t now_ms) {
-  Shard& shard = ShardFor(key);
+  Shard& shard = ShardFor(std::hash<std::string>{}(key));
   MutexLock lock(shard.mu);
   auto it = shard.index.find(key);
   if (it == shard.index.end()) return std::nullopt;
@@ -49,11 +53,15 @@ std::optional<Decision> DenialCache::Lookup(const std::string& key, const Limit&
 }
 
 void DenialCache::Record(const std::string& key, const Limit& limit, int64_t cost,
-                         const Decision& decision, int64_t now_ms) {
-  const bool keep = !decision.allowed && decision.reason == RefusalReason::kOverLimit &&
-                    decision.source == DecisionSource::kStore && decision.retry_after.count() > 0;
-  Shard& shard = ShardFor(key);
+                         const Decision& decision, int64_t now_ms, uint64_t generation) {
+  const std::size_t hash = std::hash<std::string>{}(key);
+  Shard& shard = ShardFor(hash);
   MutexLock lock(shard.mu);
+  // A refund or reset that began after the check was sent may have run before or after
+  // the check in the store: its refusal may be over already.
+  const bool keep = !decision.allowed && decision.reason == RefusalReason::kOverLimit &&
+                    decision.source == DecisionSource::kStore && decision.retry_after.count() > 0 &&
+                    GenerationOf(hash).load(std::memory_order_acquire) == generation;
   auto it = shard.index.find(key);
   if (it != shard.index.end()) {
     shard.lru.erase(it->second);
@@ -71,8 +79,10 @@ void DenialCache::Record(const std::string& key, const Limit& limit, int64_t cos
 }
 
 void DenialCache::Forget(const std::string& key) {
-  Shard& shard = ShardFor(key);
+  const std::size_t hash = std::hash<std::string>{}(key);
+  Shard& shard = ShardFor(hash);
   MutexLock lock(shard.mu);
+  generations_[(hash / kShards) % kGenerations].fetch_add(1, std::memory_order_acq_rel);
   auto it = shard.index.find(key);
   if (it == shard.index.end()) return;
   shard.lru.erase(it->second);

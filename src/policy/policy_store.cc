@@ -140,6 +140,9 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   const bool decision = call.op == Op::kConsume || call.op == Op::kPeek || call.op == Op::kTake;
   if (call.op == Op::kSync) syncs_.fetch_add(1, std::memory_order_relaxed);
   const bool cache = denials_ && call.cache_denials && call.op == Op::kConsume;
+  // Read before the call goes out: a refund or reset of the key that begins after it
+  // keeps its refusal out of the cache.
+  const uint64_t generation = cache ? denials_->Generation(call.key) : 0;
   if (cache) {
     if (auto cached = denials_->Lookup(call.key, call.limit, call.cost, CacheNowMs(call))) {
       cached_denials_.fetch_add(1, std::memory_order_relaxed);
@@ -181,13 +184,13 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   }
   // The fallback needs the call after the store had it: keep a copy of what it reads.
   CheckCall fallback = call;
-  inner_->Check(std::move(call), [this, pass, cache, fallback = std::move(fallback),
+  inner_->Check(std::move(call), [this, pass, cache, generation, fallback = std::move(fallback),
                                   done = std::move(done)](StatusOr<Decision> result) {
     breaker_.Settle(pass, OutcomeOf(result.status()));
     if (result.ok()) {
       if (cache) {
-        denials_->Record(fallback.key, fallback.limit, fallback.cost, *result,
-                         CacheNowMs(fallback));
+        denials_->Record(fallback.key, fallback.limit, fallback.cost, *result, CacheNowMs(fallback),
+                         generation);
       }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
@@ -223,7 +226,10 @@ StatusOr<CompositeOutcome> PolicyStore::FallbackMany(const std::vector<CheckCall
 
 void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   if (Forked()) return done(ForkedError());
+  std::vector<uint64_t> generations;  // of each call's key, read before the calls go out
   if (denials_) {
+    generations.reserve(call.calls.size());
+    for (const CheckCall& c : call.calls) generations.push_back(denials_->Generation(c.key));
     for (std::size_t i = 0; i < call.calls.size(); ++i) {
       const CheckCall& c = call.calls[i];
       if (!c.cache_denials) continue;
@@ -249,13 +255,14 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   // The fallback and the denial cache need the calls after the store had them.
   std::vector<CheckCall> calls = call.calls;
   inner_->CheckComposite(
-      std::move(call), [this, pass, calls = std::move(calls),
+      std::move(call), [this, pass, calls = std::move(calls), generations = std::move(generations),
                         done = std::move(done)](StatusOr<CompositeOutcome> result) {
         breaker_.Settle(pass, OutcomeOf(result.status()));
         if (result.ok()) {
           if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
             const CheckCall& c = calls[*result->refused_by];
-            denials_->Record(c.key, c.limit, c.cost, result->decisions[0], CacheNowMs(c));
+            denials_->Record(c.key, c.limit, c.cost, result->decisions[0], CacheNowMs(c),
+                             generations[*result->refused_by]);
           }
           done(std::move(result));
         } else if (IsStoreFailure(result.status())) {
