@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "client/client_core.h"
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
@@ -421,6 +422,55 @@ TEST(PolicyRedis, ARefusalArrivingAfterARefundOrResetBeganIsNotCached) {
                                << (reset ? "the id was reset" : "1 was given back");
     EXPECT_EQ(next->remaining, reset ? 2 : 0);
   }
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A call whose deadline passed before it could be sent (it waited in this client: for a
+// periodic sync in flight, or behind a local budget's first step) is not sent: a check
+// gets its policy's answer, a refund its error, and the breaker, which opens here on one
+// store failure, hears nothing of either (the store did nothing wrong).
+TEST(PolicyRedis, ACallWhoseDeadlinePassedBeforeSendingIsNoStoreFailure) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(),
+                                 .deadline = seconds(2),
+                                 .on_failure = FailurePolicy::kClosed,
+                                 .breaker_failures = 1});
+  auto limiter = *client->MakeLimiter("late", {.limit = 10, .window = seconds(60)});
+  ASSERT_EQ(limiter.Check("x")->source, DecisionSource::kStore);
+  // Redis holds its replies for a while: a call sent now would expire on the connection
+  // before its reply, as if the store had failed.
+  server.Command({"CLIENT", "PAUSE", "200", "ALL"});
+  const std::shared_ptr<internal::Store>& store = internal::ClientFactory::StoreOf(*client);
+  auto send = [&](internal::Op op) {
+    internal::CheckCall call;
+    call.op = op;
+    call.key = *limiter.KeyFor("x");
+    call.limit = {.limit = 10, .window = seconds(60)};
+    call.cost = 1;
+    call.deadline = steady_clock::now() - milliseconds(20);
+    call.on_failure = FailurePolicy::kClosed;
+    std::promise<StatusOr<Decision>> answer;
+    store->Check(std::move(call), [&](StatusOr<Decision> d) { answer.set_value(std::move(d)); });
+    return answer.get_future().get();
+  };
+  auto check = send(internal::Op::kConsume);
+  ASSERT_THAT(check, IsOk());
+  EXPECT_EQ(check->source, DecisionSource::kFailClosed);
+  auto refund = send(internal::Op::kRefund);
+  ASSERT_FALSE(refund.ok());
+  EXPECT_EQ(refund.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(refund.status().message().find("within -"), std::string::npos)
+      << refund.status().ToString();
+  EXPECT_EQ(client->Health().breaker, "closed");
+  EXPECT_EQ(client->Health().breaker_opens, 0);
+  auto peek = limiter.Peek("x");
+  ASSERT_THAT(peek, IsOk());
+  EXPECT_EQ(peek->source, DecisionSource::kStore);
 }
 
 }  // namespace

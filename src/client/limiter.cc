@@ -241,6 +241,12 @@ StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
 StatusOr<Decision> Limiter::Reset(std::string_view id, const CheckOptions& options) const {
   CheckOptions with = options;
   with.cost = 1;
+  if (!id.empty()) {
+    // What this process holds of the id's count goes with it (before the reset is sent:
+    // nothing held now may be spent after the store forgot it).
+    if (budgets_) budgets_->Drop(id, BudgetNowMs());
+    if (synced_) synced_->Drop(id);
+  }
   return ExecuteSync(internal::Op::kReset, id, with);
 }
 

@@ -111,6 +111,8 @@ int64_t LocalBudgets::Fill(std::string_view id, int64_t extra, int64_t sent_ms,
     it = entries_.emplace(std::string(id), Entry{.rate = {.second_ms = sent_ms}}).first;
   }
   Entry& e = it->second;
+  // Taken before a reset of the id: the store forgot those units.
+  if (sent_ms <= e.reset_ms) return 0;
   // A slice whose life ended is dropped; units of a live one (taken by two misses at
   // once, or an older slice not yet spent) join the new ones under the earlier end, so
   // no unit is spent past its own slice's end.
@@ -131,6 +133,17 @@ void LocalBudgets::Exhausted(std::string_view id, int64_t until_ms) {
   MutexLock lock(mu_);
   auto it = entries_.find(std::string(id));
   if (it != entries_.end()) it->second.exhausted_until_ms = until_ms;
+}
+
+void LocalBudgets::Drop(std::string_view id, int64_t now_ms) {
+  MutexLock lock(mu_);
+  Entry& e =
+      entries_.try_emplace(std::string(id), Entry{.rate = {.second_ms = now_ms}}).first->second;
+  e.units = 0;
+  e.expires_ms = 0;
+  e.window_end_ms = 0;
+  e.exhausted_until_ms = 0;
+  e.reset_ms = now_ms;
 }
 
 bool LocalBudgets::GiveBack(std::string_view id, int64_t amount, int64_t now_ms) {

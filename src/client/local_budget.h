@@ -83,6 +83,11 @@ class LocalBudgets {
   // when the slice's life has ended (nothing to give back to).
   bool GiveBack(std::string_view id, int64_t amount, int64_t now_ms);
 
+  // `id` was reset (Limiter::Reset, at `now_ms`): its slice is dropped (the store forgot
+  // the units it counted), and so is a slice taken by a call sent before then (the store
+  // ran that take before the reset), when it arrives.
+  void Drop(std::string_view id, int64_t now_ms);
+
   // Units held in slices whose life has not ended, over all ids.
   int64_t Held(int64_t now_ms) const;
 
@@ -93,6 +98,7 @@ class LocalBudgets {
     int64_t window_end_ms = 0;  // sliding_window: the end of the window that counted it
     CallRate rate;              // its calls per second
     int64_t exhausted_until_ms = 0;
+    int64_t reset_ms = INT64_MIN;  // the last Drop: takes sent by then are not filled
   };
   Entry& Touch(std::string_view id, int64_t now_ms) SLUICE_REQUIRES(mu_);
   void Sweep(int64_t now_ms) SLUICE_REQUIRES(mu_);

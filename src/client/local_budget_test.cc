@@ -515,3 +515,39 @@ TEST(LocalBudget, TheLocalFallbackDecidesTheRequestsOwnCostNotTheSlice) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A reset forgets the id's count in the store, and this process's live slice of it too:
+// after the reset, the id gets the limit and no more (a slice kept would be spent on
+// top, its units no longer counted anywhere).
+TEST(LocalBudget, AResetDropsThisProcesssLiveSlice) {
+  auto clock = std::make_shared<FakeClock>(kStart);
+  auto client = MemoryClient(clock);
+  const Limit limit{.limit = 100, .window = std::chrono::seconds(60), .aligned = true};
+  auto limiter = *client->MakeLimiter("reset", limit, Budgeted(/*hot=*/10, /*max_slice=*/20));
+  Decision last;
+  for (int i = 0; i < 200 && !(last.source == DecisionSource::kLocalBudget && last.remaining > 0);
+       ++i) {
+    clock->Advance(milliseconds(5));
+    last = *limiter.Check("x");
+  }
+  ASSERT_EQ(last.source, DecisionSource::kLocalBudget) << "the id never took a slice";
+  ASSERT_GT(last.remaining, 0);
+  ASSERT_THAT(limiter.Reset("x"), testing::IsOk());
+  int64_t admitted = 0, from_slices = 0;
+  for (int i = 0; i < 300; ++i) {
+    clock->Advance(milliseconds(1));
+    auto d = limiter.Check("x");
+    ASSERT_THAT(d, testing::IsOk());
+    admitted += d->allowed;
+    from_slices += d->allowed && d->source == DecisionSource::kLocalBudget;
+  }
+  std::cout << "after the reset: " << admitted << " admitted, " << from_slices
+            << " of them from slices\n";
+  EXPECT_EQ(admitted, limit.limit);
+}
+
+}  // namespace
+}  // namespace sluice

@@ -46,7 +46,7 @@ SyncedCounts::~SyncedCounts() {
   {
     MutexLock lock(mu_);
     for (auto& [id, e] : entries_) {
-      if (e.unsynced <= 0 || !e.known) continue;
+      if (e.unsynced <= 0 || e.window_end == 0) continue;  // (a cooled id's too)
       CheckCall call;
       call.op = Op::kSync;
       call.key = MakeKey(key_head_, id, limit_.algorithm);
@@ -246,6 +246,24 @@ void SyncedCounts::Tick() {
       if (now - e.last_sync_ms >= interval_ms_) pushes.push_back(StartSync(id, e, now));
       ++it;
     }
+    for (auto it = unpushed_ids_.begin(); it != unpushed_ids_.end();) {
+      auto found = entries_.find(*it);
+      if (found == entries_.end() || found->second.hot || found->second.unsynced == 0 ||
+          now >= found->second.local_end) {
+        // Gone, hot again (its syncs push them), or their window is over here: the
+        // store would drop them.
+        if (found != entries_.end() && !found->second.hot) found->second.unsynced = 0;
+        it = unpushed_ids_.erase(it);
+        continue;
+      }
+      Entry& e = found->second;
+      if (!e.syncing && now - e.last_sync_ms >= interval_ms_) {
+        Push push = StartSync(*it, e, now);
+        push.window_end = e.window_end;  // the window that admitted them
+        pushes.push_back(std::move(push));
+      }
+      ++it;
+    }
   }
   if (!pushes.empty()) Send(std::move(pushes));
 }
@@ -281,7 +299,11 @@ void SyncedCounts::OnSynced(const Push& push, StatusOr<Decision> reply) {
     if (!reply.ok()) {
       // Not answered: push these units again next time; keep spending the share held.
       e.unsynced += e.in_flight;
-    } else if (e.hot) {
+      // A cooled id has no next sync of its own: Tick pushes them again.
+      if (!e.hot && e.unsynced > 0) unpushed_ids_.insert(push.id);
+    } else if (!e.hot) {
+      unpushed_ids_.erase(push.id);  // its last count landed
+    } else {
       const int64_t window_end = reply->retry_after.count();
       // Units admitted while the sync was in flight belong to the window known before;
       // when the store has moved to another one, that window is over: they are dropped.
@@ -306,6 +328,18 @@ void SyncedCounts::OnSynced(const Push& push, StatusOr<Decision> reply) {
   }
   for (auto& [done, d] : decided) done(std::move(d));
   for (Waiter& w : plain) core_->store->Check(std::move(w.call), std::move(w.done));
+}
+
+void SyncedCounts::Drop(std::string_view id) {
+  MutexLock lock(mu_);
+  auto it = entries_.find(std::string(id));
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  e.known = false;
+  e.share = 0;
+  e.granted = 0;
+  e.unsynced = 0;
+  e.in_flight = 0;  // a sync in flight ran before the reset: nothing to push again
 }
 
 int64_t SyncedCounts::Unsynced() const {

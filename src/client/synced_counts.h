@@ -19,8 +19,9 @@
 // ids take the exact shared path.
 //
 // Failure: a sync the store does not answer keeps the share (and the window end) held,
-// and its units are pushed again with the next sync (a push that did run is then counted
-// twice: an over-count, never an under-count); checks past the share go to the plain
+// and its units are pushed again with the next sync (the last push of an id that cooled
+// is pushed again every interval, until it lands or its window is over) (a push that did run is
+// then counted twice: an over-count, never an under-count); checks past the share go to the plain
 // path, i.e. to the failure policy while the store is down. A check waiting for a sync
 // is answered at its own deadline even when the sync is held longer (it has the client's
 // deadline): then by its failure policy, as any call the store did not answer in time
@@ -71,6 +72,10 @@ class SyncedCounts : public std::enable_shared_from_this<SyncedCounts> {
   // (or the cost exceeds limit / servers, more than any share): the caller takes the
   // plain path with `done`.
   bool Check(std::string_view id, CheckCall& call, DecisionCallback& done);
+
+  // `id` was reset (Limiter::Reset): what this process admitted and has not pushed is
+  // forgotten with the store's count, and its share too; the next check syncs anew.
+  void Drop(std::string_view id);
 
   // Sends the syncs that are due now (the thread and checks call it).
   void Tick();
@@ -135,6 +140,9 @@ class SyncedCounts : public std::enable_shared_from_this<SyncedCounts> {
   mutable Mutex mu_;
   std::unordered_map<std::string, Entry> entries_ SLUICE_GUARDED_BY(mu_);
   std::unordered_set<std::string> hot_ids_ SLUICE_GUARDED_BY(mu_);  // entries_ with hot set
+  // Cooled ids whose last push failed: pushed again every interval until one lands or
+  // their window is over here (the store would drop the units then).
+  std::unordered_set<std::string> unpushed_ids_ SLUICE_GUARDED_BY(mu_);
   int64_t next_tick_ms_ SLUICE_GUARDED_BY(mu_) = 0;
   std::size_t sweep_at_ SLUICE_GUARDED_BY(mu_) = 4096;
   // Fires at the earliest deadline of a waiting check (armed_at_), on the I/O threads.

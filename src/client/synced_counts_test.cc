@@ -304,3 +304,86 @@ TEST(SyncedCounts, ACostAboveTheShareIsDecidedByTheStore) {
 
 }  // namespace
 }  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// A reset forgets the id's count in the store, and what this process admitted and had
+// not pushed yet with it: after the reset the id gets the whole limit (one process, so
+// its share is all that is left), the units admitted before the reset not counted again.
+TEST(SyncedCounts, AResetForgetsTheUnitsNotPushedYet) {
+  auto clock = std::make_shared<FakeClock>(kStart);
+  auto client = MemoryClient(clock);
+  const Limit limit{.limit = 1000, .window = std::chrono::seconds(60), .aligned = true};
+  auto limiter = *client->MakeLimiter("reset", limit, Synced(/*hot=*/50, /*servers=*/1));
+  int local = 0;
+  for (int i = 0; i < 300; ++i) {
+    clock->Advance(milliseconds(1));
+    auto d = limiter.Check("x");
+    ASSERT_TRUE(d.ok() && d->allowed);
+    local += d->source == DecisionSource::kLocalSync;
+  }
+  ASSERT_GT(local, 0) << "the id never turned hot";
+  ASSERT_THAT(limiter.Reset("x"), testing::IsOk());
+  int64_t admitted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    clock->Advance(milliseconds(1));
+    auto d = limiter.Check("x");
+    ASSERT_THAT(d, testing::IsOk());
+    admitted += d->allowed;
+  }
+  EXPECT_EQ(admitted, limit.limit);
+}
+
+}  // namespace
+}  // namespace sluice
+
+namespace sluice {
+namespace {
+
+// An id that cools pushes its last count; when that push fails (the store is down just
+// then), the units are pushed again once the store answers: every admission ends up in
+// the store.
+TEST(SyncedCounts, ACooledIdsFailedLastPushIsPushedAgain) {
+  auto clock = std::make_shared<FakeClock>(kStart);
+  auto faults =
+      std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
+  auto client = *internal::ClientFactory::WithStore(
+      {.url = "memory://",
+       .on_failure = FailurePolicy::kOpen,
+       .breaker_failures = 1000000,  // its cool-down is on the real clock: never opened here
+       .model_clock = clock},
+      faults);
+  const Limit limit{.limit = 100000, .window = std::chrono::seconds(60), .aligned = true};
+  auto limiter = *client->MakeLimiter("cooled", limit, Synced(/*hot=*/100, /*servers=*/1));
+  auto plain = *client->MakeLimiter("cooled", limit);  // same keys, the plain path
+  int64_t admitted = 0, local = 0;
+  for (int i = 0; i < 1000; ++i) {  // 1,000 a second for a second: hot
+    clock->Advance(milliseconds(1));
+    auto d = limiter.Check("x");
+    ASSERT_TRUE(d.ok() && d->allowed && d->source != DecisionSource::kFailOpen);
+    ++admitted;
+    local += d->source == DecisionSource::kLocalSync;
+  }
+  ASSERT_GT(local, 900);
+  // The store goes down; x is called no more and cools (checks of a cold id run the
+  // syncs on the model clock): its last push fails.
+  faults->FailRandomly(1.0, UnavailableError("injected: redis down"));
+  for (int i = 0; i < 40; ++i) {
+    clock->Advance(milliseconds(100));
+    ASSERT_THAT(limiter.Check("other"), testing::IsOk());
+  }
+  // The store is back: a few more intervals.
+  faults->FailRandomly(0.0, Status::Ok());
+  for (int i = 0; i < 10; ++i) {
+    clock->Advance(milliseconds(100));
+    ASSERT_THAT(limiter.Check("other"), testing::IsOk());
+  }
+  auto peek = plain.Peek("x");
+  ASSERT_THAT(peek, testing::IsOk());
+  ASSERT_EQ(peek->source, DecisionSource::kStore);
+  EXPECT_EQ(limit.limit - peek->remaining, admitted) << "admissions never pushed to the store";
+}
+
+}  // namespace
+}  // namespace sluice
