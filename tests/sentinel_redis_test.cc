@@ -26,12 +26,12 @@
 #include <vector>
 
 #include <gtest/gtest.h>
-#include <hiredis/hiredis.h>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 
 #include "redis/connection.h"
 #include "redis/endpoint.h"
+#include "redis/reply.h"
 #include "redis/resp.h"
 #include "redis/scripts.h"
 
@@ -408,7 +408,7 @@ int BatchOfConsumes(internal::Connection& conn, int n) {
                .args = std::move(args),
                .arg_items = 7},
               steady_clock::now() + seconds(2), [promise](const Status& s, const redisReply* r) {
-                promise->set_value(s.ok() && r->type == REDIS_REPLY_ARRAY && r->elements == 4);
+                promise->set_value(s.ok() && internal::CopyReply(*r).elements.size() == 4);
               });
   }
   conn.Uncork();
