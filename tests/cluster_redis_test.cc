@@ -749,6 +749,42 @@ TEST_F(ClusterRedis, AskIsFollowedDuringAMigration) {
   EXPECT_EQ(router.Consume(key, 10)->remaining, 6);
 }
 
+// A target node whose scripts were flushed mid-migration: the call that follows ASK meets
+// NOSCRIPT there, and its resend with the script's source goes after ASKING too (without
+// it the importing node answers MOVED back to the source, which answers ASK again, until
+// the call runs out of redirections).
+TEST_F(ClusterRedis, AskAfterTheTargetsScriptsWereFlushedIsSentAgainWithAsking) {
+  Router router(cluster_->url());
+  const std::string key = Prefix() + ":{flushed}:fw";
+  const uint16_t slot = internal::KeySlot(key);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(router.Consume(key, 10).ok());
+  const uint16_t from = cluster_->PrimaryPortOf(slot);
+  const uint16_t to = OtherPrimary(*cluster_, from);
+  cluster_->BeginMigration(slot, from, to);
+  ASSERT_EQ(cluster_->MigrateKeys(slot, from, to, 100), 1u);
+  // The first ASK makes the connection kept for ASK (its handshake loads the scripts).
+  auto d = router.Consume(key, 10);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->remaining, 7);
+  cluster_->NodeOnPort(to).Command({"SCRIPT", "FLUSH"});
+  const auto before = router.store().router_stats();
+  const uint64_t noscript_before = router.store().stats().noscript_retries;
+  d = router.Consume(key, 10);
+  const auto after = router.store().router_stats();
+  EXPECT_TRUE(d.ok()) << d.status().ToString() << " (" << after.asked - before.asked << " ASK, "
+                      << after.moved - before.moved << " MOVED)";
+  if (d.ok()) {
+    EXPECT_EQ(d->remaining, 6);
+  }
+  // One ASK, answered by the target: no MOVED, no redirection spent in a loop.
+  EXPECT_EQ(after.asked - before.asked, 1u);
+  EXPECT_EQ(after.moved - before.moved, 0u);
+  EXPECT_EQ(after.redirects_exhausted, before.redirects_exhausted);
+  EXPECT_EQ(router.store().stats().noscript_retries, noscript_before + 1);
+  cluster_->FinishMigration(slot, from, to);
+  EXPECT_EQ(router.Consume(key, 10)->remaining, 5);
+}
+
 TEST_F(ClusterRedis, ReshardingUnderLoadKeepsExactCounts) {
   auto clock = std::make_shared<testing::FakeClock>();
   auto client = Connect(clock);

@@ -8,7 +8,8 @@
 //   - MOVED: the slot is moved in the map at once, a refresh starts in the background,
 //     and the call is sent again to the named node;
 //   - ASK (a slot in mid-migration): the call is sent once to the named node right after
-//     ASKING (on a second connection to that node kept for this, see RedisStore::Mode);
+//     ASKING (on a second connection to that node kept for this, see RedisStore::Mode,
+//     which puts ASKING before the connection's NOSCRIPT resend too);
 //   - TRYAGAIN, CLUSTERDOWN, READONLY (a demoted primary), or a node not connected (the
 //     call was never sent): retried with exponential backoff (1 ms up to 100 ms) while
 //     the call's deadline leaves room, else answered with the last error;

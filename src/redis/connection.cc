@@ -422,6 +422,15 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
         }
       } else {
         CloseBatchLocked();
+        if (options_.asking && !handshake) {
+          // Its own request (no callback), so that replies still match requests in order.
+          out_ += "*1\r\n$6\r\nASKING\r\n";
+          Request asking;
+          asking.deadline = request.deadline;
+          asking.issued = request.issued;
+          queue_.push_back(std::move(asking));
+          ++stats_.commands;
+        }
         write(out_, request);
       }
       if (!timer_armed_ || request.deadline < armed_at_) {
@@ -495,7 +504,7 @@ void Connection::Call(BatchableCall call, Deadline deadline, Callback done, Call
   request.tail = std::move(call.args);
   request.tail_items = call.arg_items;
   request.batch_tag = call.batch_tag;
-  if (options_.batch_script < 0 || options_.max_batch <= 1) {
+  if (options_.batch_script < 0 || options_.max_batch <= 1 || options_.asking) {
     Enqueue(
         std::move(request),
         [this](std::string& out, const Request& r) { WriteAlone(out, r, /*eval=*/false); }, false);

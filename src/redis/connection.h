@@ -104,6 +104,10 @@ struct ConnectionOptions {
   // Off for the sentinel links: they run no script, and a Sentinel 6.2 naming a Redis 7
   // primary is common.
   bool require_redis_7 = true;
+  // Redis Cluster's ASKING before every command written after the handshake, its own
+  // resends (NOSCRIPT) included, next to it on the wire (the connection that follows ASK
+  // redirections: ASKING lets the importing node serve one command). Its reply is skipped.
+  bool asking = false;
 };
 
 class SentinelLocator;

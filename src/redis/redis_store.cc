@@ -25,7 +25,7 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
     const long n = std::strtol(env, nullptr, 10);
     if (n >= 1) options.max_batch = static_cast<size_t>(n);
   }
-  if (mode.asking) options.max_batch = 1;
+  options.asking = mode.asking;  // every command after ASKING: calls go alone
   auto connection = Connection::Make(std::move(executor), std::move(endpoint), std::move(options));
   if (in_background) {
     connection->Start(nullptr);
@@ -52,16 +52,6 @@ uint32_t RedisStore::BatchTag(std::string_view key) const {
   return mode_.cross_slot_batches && !mode_.asking ? Connection::kAnySlot : KeySlot(key);
 }
 
-void RedisStore::BeginIssue(Deadline deadline) {
-  if (!mode_.asking) return;
-  asking_mu_.lock();
-  connection_->Send(FormatCommand({"ASKING"}), deadline, [](const Status&, const redisReply*) {});
-}
-
-void RedisStore::EndIssue() {
-  if (mode_.asking) asking_mu_.unlock();
-}
-
 void RedisStore::Check(CheckCall call, DecisionCallback done) {
   const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
   std::string tail;
@@ -81,7 +71,6 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
   const Op op = call.op;
   const int script = static_cast<int>(call.limit.algorithm);
   const uint32_t tag = BatchTag(call.key);
-  BeginIssue(call.deadline);
   connection_->Call(
       {.script = script,
        .function = script,
@@ -109,7 +98,6 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
                     reply->element[2]->integer, reply->element[3]->integer};
         done(MakeDecision(r, limit, op));
       });
-  EndIssue();
 }
 
 void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
@@ -142,7 +130,6 @@ void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
     limits.push_back(c.limit.limit);
   }
   const int items = 3 + 6 * static_cast<int>(calls.size());
-  BeginIssue(calls[0].deadline);
   connection_->Eval(
       kCompositeScript, std::move(tail), items, calls[0].deadline,
       [limits = std::move(limits), done = std::move(done)](const Status& status,
@@ -179,7 +166,6 @@ void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
         }
         done(std::move(out));
       });
-  EndIssue();
 }
 
 namespace {
@@ -237,7 +223,6 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
     std::string token;
     AppendBulk(token, call.args.token);
     const uint32_t tag = BatchTag(call.key);
-    BeginIssue(call.deadline);
     connection_->Call({.command = "ZREM",
                        .function = kReleaseFunction,
                        .key = std::move(call.key),
@@ -254,7 +239,6 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
                           done(LeaseResult{LeaseReply{.code = 1}});
                         }
                       });
-    EndIssue();
     return;
   }
   std::string tail;
@@ -285,7 +269,6 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
     };
   }
   const uint32_t tag = BatchTag(call.key);
-  BeginIssue(call.deadline);
   connection_->Call(
       {.script = kConcurrencyScript,
        .function = kConcurrencyFunction,
@@ -307,7 +290,6 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
         }
       },
       std::move(late));
-  EndIssue();
 }
 
 void RedisStore::AppendToStream(std::string key,
@@ -326,11 +308,9 @@ void RedisStore::AppendToStream(std::string key,
     AppendBulk(tail, value);
   }
   const int items = 6 + 2 * static_cast<int>(fields.size());
-  BeginIssue(deadline);
   connection_->Eval(
       kConcurrencyScript, std::move(tail), items, deadline,
       [done = std::move(done)](const Status& status, const redisReply*) { done(status); });
-  EndIssue();
 }
 
 void RedisStore::Shutdown() {

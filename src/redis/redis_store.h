@@ -10,7 +10,6 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
-#include "core/mutex.h"
 #include "redis/connection.h"
 #include "redis/endpoint.h"
 #include "store/store.h"
@@ -20,8 +19,9 @@ namespace sluice::internal {
 // For the cluster router (redis/cluster_store.h), stores per primary: `cluster` tags each
 // batchable call with its key's slot (a batch holds one slot and declares its keys), or,
 // with `cross_slot_batches`, with Connection::kAnySlot (a batch spans the slots the
-// primary serves, keys undeclared); `asking` sends ASKING right before every command (the
-// store that follows an ASK redirection; its batches hold one slot).
+// primary serves, keys undeclared); `asking` sends ASKING right before every command, the
+// connection's own NOSCRIPT resends included (ConnectionOptions::asking: the store that
+// follows an ASK redirection; its calls go alone).
 struct RedisStoreMode {
   bool cluster = false;
   bool cross_slot_batches = false;
@@ -63,13 +63,8 @@ class RedisStore final : public Store {
       : connection_(std::move(connection)), mode_(mode) {}
   // The batch tag of a call on `key` (its slot in cluster mode).
   uint32_t BatchTag(std::string_view key) const;
-  // Around each command sent on connection_: in asking mode, BeginIssue locks asking_mu_
-  // and sends ASKING, EndIssue unlocks, so each ASKING is next to its command on the wire.
-  void BeginIssue(Deadline deadline) SLUICE_NO_THREAD_SAFETY_ANALYSIS;
-  void EndIssue() SLUICE_NO_THREAD_SAFETY_ANALYSIS;
   std::shared_ptr<Connection> connection_;
   const Mode mode_;
-  Mutex asking_mu_;  // asking mode: keeps each ASKING next to its command
 };
 
 }  // namespace sluice::internal
