@@ -49,6 +49,7 @@ REDIS_PID=$!
 for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 "$SLUICED" --config examples/bench --redis "redis://127.0.0.1:$REDIS_PORT" \
   --http-listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+  --metrics-listen 127.0.0.1:0 \
   --http-threads "${HTTP_THREADS:-0}" --io-threads "${IO_THREADS:-1}" --log-level warn \
   --deadline-ms "${DEADLINE_MS:-5}" \
   >"$WORK/sluiced.log" 2>&1 &
@@ -56,14 +57,16 @@ SLUICED_PID=$!
 # --log-level warn hides the serving line; find the ports from the listening sockets.
 for _ in $(seq 100); do
   ports=$(ss -ltnpH 2>/dev/null | grep "pid=$SLUICED_PID," | awk '{print $4}' | sed 's/.*://' | sort -n || true)
-  [ "$(wc -w <<<"$ports")" -ge 3 ] && break; sleep 0.05
+  [ "$(wc -w <<<"$ports")" -ge 4 ] && break; sleep 0.05
 done
-HTTP_PORT="" GRPC_PORT=""
+HTTP_PORT="" GRPC_PORT="" METRICS_PORT=""
 for p in $ports; do
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/healthz" || true)
-  if [ "$code" = 200 ]; then HTTP_PORT=$p; elif [ "$code" = 401 ]; then :; else GRPC_PORT=$p; fi
+  if [ "$code" = 200 ]; then HTTP_PORT=$p; elif [ "$code" = 401 ]; then :;
+  elif [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p/metrics" || true)" = 200 ]; then METRICS_PORT=$p;
+  else GRPC_PORT=$p; fi
 done
-[ -n "$HTTP_PORT" ] && [ -n "$GRPC_PORT" ] || { echo "could not find sluiced's ports: $ports" >&2; cat "$WORK/sluiced.log"; exit 1; }
+[ -n "$HTTP_PORT" ] && [ -n "$GRPC_PORT" ] && [ -n "$METRICS_PORT" ] || { echo "could not find sluiced's ports: $ports" >&2; cat "$WORK/sluiced.log"; exit 1; }
 
 # The requests are formatted once, in init (ids round robin): wrk's per-request Lua then
 # only indexes a table, so the load generator takes less of the CPU it shares with
@@ -96,7 +99,7 @@ wrk -t1 -c8 -d1s -s "$WORK/check.lua" "http://127.0.0.1:$HTTP_PORT" >/dev/null
 
 # Decisions so far: "<by the store> <all>".
 decisions() {
-  curl -s "http://127.0.0.1:$HTTP_PORT/metrics" | awk '/^sluiced_decisions_total/ { all += $2; if ($0 ~ /source="store"/) store += $2 } END { printf "%d %d\n", store, all }'
+  curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^sluiced_decisions_total/ { all += $2; if ($0 ~ /source="store"/) store += $2 } END { printf "%d %d\n", store, all }'
 }
 run() {  # run NAME COMMAND...: the tool's output, the CPU per check, the store's share
   local name=$1; shift

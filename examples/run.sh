@@ -29,13 +29,14 @@ start_redis
 TOKEN=example-token
 "$BIN/sluiced" --config examples/config --redis "redis://127.0.0.1:$REDIS_PORT" \
   --http-listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --admin-token "$TOKEN" --audit-log "$WORK/audit.log" --deadline-ms 50 >"$WORK/sluiced.log" 2>&1 &
+  --metrics-listen 127.0.0.1:0 --admin-token "$TOKEN" --audit-log "$WORK/audit.log" --deadline-ms 50 >"$WORK/sluiced.log" 2>&1 &
 SLUICED_PID=$!
 for _ in $(seq 200); do grep -q "serving http=" "$WORK/sluiced.log" && break; sleep 0.05; done
 line=$(grep "serving http=" "$WORK/sluiced.log") || { cat "$WORK/sluiced.log"; exit 1; }
 HTTP=$(sed -E 's/.*http=([^ ]+).*/\1/' <<<"$line")
 GRPC=$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$line")
 ADMIN=$(sed -E 's/.*admin=([^ ]+).*/\1/' <<<"$line")
+METRICS=$(sed -E 's/.*metrics=([^ ]+).*/\1/' <<<"$line")
 
 cat <<EOT
 sluiced is serving (redis-server pid $REDIS_PID on port $REDIS_PORT, sluiced pid $SLUICED_PID).
@@ -45,7 +46,7 @@ One curl per endpoint:
   curl -s -XPOST $HTTP/v1/leases -d '{"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"alice"}]}'
   curl -s -XPOST $HTTP/v1/leases/<lease>/heartbeat
   curl -s -XDELETE $HTTP/v1/leases/<lease>
-  curl -s $HTTP/metrics
+  curl -s $METRICS/metrics
   curl -s $HTTP/healthz
   curl -s $HTTP/readyz
   curl -s -H 'Authorization: Bearer $TOKEN' $ADMIN/admin/config
@@ -111,6 +112,6 @@ check "seat map s2 (open)" "$(d1 route seat_map session s2)"
 echo "  readyz: $(curl -s "$HTTP/readyz")"
 echo
 echo "metrics (excerpt):"
-curl -s "$HTTP/metrics" | grep -E '^sluiced_decisions_total\{domain="shop",limit="sign_in"' | sed 's/^/  /'
+curl -s "$METRICS/metrics" | grep -E '^sluiced_decisions_total\{domain="shop",limit="sign_in"' | sed 's/^/  /'
 echo
 echo "stopping sluiced (pid $SLUICED_PID) and redis-server (pid $REDIS_PID)"

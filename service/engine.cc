@@ -545,16 +545,41 @@ StatusOr<sluice::IdState> Engine::Inspect(const Match& match) {
   return (*admin)->Inspect(match.rule->limiter_name, match.id);
 }
 
-void Engine::ProbeStore(std::function<void(bool)> done) {
+void Engine::ProbeStore(std::function<void(StoreProbe)> done) {
   boost::asio::post(pool_, [this, done = std::move(done)]() {
-    auto d = probe_->Peek("probe", {.deadline = std::chrono::milliseconds(250)});
-    done(d.ok() && d->source == DecisionSource::kStore);
+    constexpr auto kDeadline = std::chrono::milliseconds(250);
+    StoreProbe probe;
+    auto d = probe_->Check("probe", {.deadline = kDeadline});
+    if (!d.ok() || d->source != DecisionSource::kStore) {
+      // A check the store did not decide is answered by the probe's failure policy, which
+      // hides why. A refund returns the store's error instead (and goes to the store even
+      // while the breaker is open); its script writes too (DECRBY), so a store refusing
+      // writes refuses it with the same error.
+      auto r = probe_->Refund("probe", 1, {.deadline = kDeadline});
+      const std::string error = !d.ok()   ? d.status().ToString()
+                                : !r.ok() ? r.status().ToString()
+                                          : std::string();
+      if (error.find("OOM ") != std::string::npos || error.find("READONLY") != std::string::npos) {
+        probe.state = StoreProbe::State::kRefusingWrites;
+        probe.error = error;
+      } else if (!r.ok() && r.status().code() != sluice::StatusCode::kUnavailable &&
+                 r.status().code() != sluice::StatusCode::kDeadlineExceeded) {
+        probe.state = StoreProbe::State::kFailing;
+        probe.error = error;
+      } else {
+        probe.state = StoreProbe::State::kUnreachable;
+      }
+    }
+    probe.health = client_->Health();
+    done(std::move(probe));
   });
 }
 
 std::string Engine::MetricsText() {
-  std::string out = metrics_.Format(held_leases());
-  out += sluice::FormatPrometheus(client_->Metrics());
+  std::vector<sluice::MetricSample> samples = client_->Metrics();
+  const std::size_t folded = CapLeaseSeries(samples, Metrics::kMaxLeaseIds);
+  std::string out = metrics_.Format(held_leases(), folded);
+  out += sluice::FormatPrometheus(samples);
   return out;
 }
 

@@ -93,9 +93,22 @@ struct LeaseGrant {
   sluice::RefusalReason reason = sluice::RefusalReason::kNone;
 };
 
+// What a readiness probe found.
+struct StoreProbe {
+  enum class State {
+    kReady,           // the probe's check was decided by the store
+    kUnreachable,     // the store did not answer (down, connecting, too slow, breaker open)
+    kRefusingWrites,  // the store answers, but refuses writes (OOM, READONLY)
+    kFailing,         // the store answers the probe with another error
+  };
+  State state = State::kReady;
+  std::string error;           // the store's error (kRefusingWrites, kFailing)
+  sluice::StoreHealth health;  // the client's view: memory policy, breaker, ...
+};
+
 struct EngineOptions {
   sluice::ClientOptions client;
-  int blocking_threads = 2;  // peeks (hits 0), readiness probes and admin calls
+  int blocking_threads = 2;  // peeks (hits 0), readiness probes, metrics pages, admin calls
   std::string audit_log = "sluiced-audit.log";
 };
 
@@ -129,8 +142,12 @@ class Engine {
   sluice::StatusOr<std::vector<sluice::LeaseInfo>> ListLeases(const Match& match);
   sluice::StatusOr<sluice::IdState> Inspect(const Match& match);
 
-  // Readiness: a peek on the store; calls done(reachable) from the blocking pool.
-  void ProbeStore(std::function<void(bool)> done);
+  // Readiness: one check on the store (it writes the probe's counter, a tiny key that
+  // expires within a second, in the same atomic script as any check), so a store that
+  // answers reads but refuses writes (maxmemory reached under noeviction, a read-only
+  // replica) is not taken for a healthy one. Calls done from the blocking pool, within
+  // about half a second.
+  void ProbeStore(std::function<void(StoreProbe)> done);
   // Set once sluiced stops gracefully (SIGTERM): readiness probes answer not ready.
   void StartDraining() { draining_.store(true, std::memory_order_relaxed); }
   bool draining() const { return draining_.load(std::memory_order_relaxed); }

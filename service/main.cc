@@ -1,5 +1,5 @@
-// sluiced — the rate limit service (issue 14): Envoy RLS v3 over gRPC, HTTP/JSON, an
-// admin listener, on libsluice's public API.
+// sluiced — the rate limit service: Envoy RLS v3 over gRPC, HTTP/JSON, a metrics
+// listener and an admin listener, on libsluice's public API.
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
   std::string config_path = "/etc/sluiced";
   std::string redis = "redis://127.0.0.1:6379";
   std::string http_listen = "127.0.0.1:8080", grpc_listen = "127.0.0.1:8081",
-              admin_listen = "127.0.0.1:8082";
+              admin_listen = "127.0.0.1:8082", metrics_listen = "127.0.0.1:8083";
+  std::string metrics_token;
   std::string admin_token, audit_log = "sluiced-audit.log", prefix = "sluice",
                            default_policy = "open", log_level = "info";
   int http_threads = 0, grpc_threads = 0, io_threads = 1, blocking_threads = 2;
@@ -162,6 +163,14 @@ int main(int argc, char** argv) {
   app.add_option("--admin-listen", admin_listen, "Admin listener (bearer token)")
       ->envname("SLUICED_ADMIN_LISTEN")
       ->capture_default_str();
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Prometheus metrics listener (GET /metrics; the page names descriptor values, "
+                 "so keep it off the public network or set --metrics-token)")
+      ->envname("SLUICED_METRICS_LISTEN")
+      ->capture_default_str();
+  app.add_option("--metrics-token", metrics_token,
+                 "Bearer token every scrape must send (empty: none asked)")
+      ->envname("SLUICED_METRICS_TOKEN");
   app.add_option("--admin-token", admin_token,
                  "Admin bearer token (empty: admin calls all answer 401)")
       ->envname("SLUICED_ADMIN_TOKEN");
@@ -200,7 +209,7 @@ int main(int argc, char** argv) {
       ->envname("SLUICED_IO_THREADS")
       ->capture_default_str();
   app.add_option("--blocking-threads", blocking_threads,
-                 "Threads for peeks (hits 0), readiness probes and admin calls")
+                 "Threads for peeks (hits 0), readiness probes, metrics pages and admin calls")
       ->envname("SLUICED_BLOCKING_THREADS")
       ->capture_default_str();
   app.add_option("--read-timeout-ms", read_timeout_ms,
@@ -237,10 +246,11 @@ int main(int argc, char** argv) {
   }
   if (!check_config.empty()) return CheckConfig(check_config, *policy);
   if (config_opt->count() == 0) return app.exit(CLI::RequiredError("--config"));
-  HostPort http_at, grpc_at, admin_at;
+  HostPort http_at, grpc_at, admin_at, metrics_at;
   for (auto [flag, value, out] : {std::tuple{"--http-listen", &http_listen, &http_at},
                                   std::tuple{"--grpc-listen", &grpc_listen, &grpc_at},
-                                  std::tuple{"--admin-listen", &admin_listen, &admin_at}}) {
+                                  std::tuple{"--admin-listen", &admin_listen, &admin_at},
+                                  std::tuple{"--metrics-listen", &metrics_listen, &metrics_at}}) {
     if (!SplitHostPort(*value, *out)) {
       spdlog::error("{}: expected HOST:PORT, not '{}'", flag, *value);
       return 2;
@@ -288,6 +298,29 @@ int main(int argc, char** argv) {
         sluice::RedactUrl(redis));
   }
 
+  const bool metrics_loopback =
+      metrics_at.host == "127.0.0.1" || metrics_at.host == "::1" || metrics_at.host == "localhost";
+  if (metrics_token.empty() && !metrics_loopback)
+    spdlog::warn(
+        "metrics listener on {} without --metrics-token (SLUICED_METRICS_TOKEN): every caller "
+        "that reaches it reads descriptor values (lease ids, detailed_metric)",
+        metrics_listen);
+  // Threads of its own: a scrape never waits behind checks, nor checks behind a scrape
+  // (the page itself is formatted on the engine's blocking pool).
+  auto metrics = HttpServer::Start({.host = metrics_at.host,
+                                    .port = metrics_at.port,
+                                    .threads = 1,
+                                    .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
+                                   MetricsRoutes(**engine, metrics_token));
+  if (!metrics.ok()) {
+    spdlog::error("{}", metrics.status().message());
+    return 1;
+  }
+  // The address the public listener's 404 for /metrics names (the port bound, for port 0).
+  const std::string metrics_shown =
+      (metrics_at.host.find(':') != std::string::npos ? "[" + metrics_at.host + "]"
+                                                      : metrics_at.host) +
+      ":" + std::to_string((*metrics)->port());
   auto http = HttpServer::Start(
       {.host = http_at.host,
        .port = http_at.port,
@@ -295,7 +328,7 @@ int main(int argc, char** argv) {
        .executor = http_threads == 0 ? std::optional(sluice::IoExecutor((*engine)->client()))
                                      : std::nullopt,
        .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
-      PublicRoutes(**engine));
+      PublicRoutes(**engine, metrics_shown));
   if (!http.ok()) {
     spdlog::error("{}", http.status().message());
     return 1;
@@ -322,9 +355,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   // One line tests and scripts wait for: every listener is up.
-  spdlog::info("serving http={}:{} grpc={}:{} admin={}:{} store={}", http_at.host, (*http)->port(),
-               grpc_at.host, (*grpc)->port(), admin_at.host, (*admin)->port(),
-               sluice::RedactUrl(redis));
+  spdlog::info("serving http={}:{} grpc={}:{} admin={}:{} metrics={}:{} store={}", http_at.host,
+               (*http)->port(), grpc_at.host, (*grpc)->port(), admin_at.host, (*admin)->port(),
+               metrics_at.host, (*metrics)->port(), sluice::RedactUrl(redis));
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -379,13 +412,15 @@ int main(int argc, char** argv) {
   (*engine)->StartDraining();
   (*http)->Drain();
   (*admin)->Drain();
+  (*metrics)->Drain();
   (*grpc)->Drain();
   spdlog::info("stopping on signal {}: draining (at most {} ms)", g_stop_signal.load(),
                drain_timeout_ms);
   const auto drain_start = std::chrono::steady_clock::now();
   const auto drain_until = drain_start + std::chrono::milliseconds(drain_timeout_ms);
   while (true) {
-    const int in_flight = (*http)->requests_in_flight() + (*admin)->requests_in_flight();
+    const int in_flight = (*http)->requests_in_flight() + (*admin)->requests_in_flight() +
+                          (*metrics)->requests_in_flight();
     const std::size_t grpc_open = (*grpc)->open_connections();
     const auto now = std::chrono::steady_clock::now();
     if (in_flight == 0 && grpc_open == 0) {
@@ -404,6 +439,7 @@ int main(int argc, char** argv) {
   }
   (*http)->Stop();
   (*admin)->Stop();
+  (*metrics)->Stop();
   (*grpc)->Stop();
   // The servers go before the engine: the HTTP and gRPC listeners run on the store
   // client's io_context, and an acceptor or timer must not outlive it (ASan: a
@@ -412,6 +448,7 @@ int main(int argc, char** argv) {
   // down, with the engine; a check's callback still out holds what it answers to.
   http->reset();
   admin->reset();
+  metrics->reset();
   grpc->reset();
   engine->reset();
   return 0;

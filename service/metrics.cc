@@ -1,6 +1,9 @@
 #include "service/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
+#include <tuple>
 
 #include "sluice/decision.h"
 
@@ -109,7 +112,74 @@ void Metrics::ObserveStoreLatency(std::chrono::steady_clock::duration took) {
   latency_count_.fetch_add(1, std::memory_order_relaxed);
 }
 
-std::string Metrics::Format(std::size_t held_leases) const {
+std::size_t CapLeaseSeries(std::vector<sluice::MetricSample>& samples, std::size_t max_ids) {
+  static constexpr const char* kNames[] = {"sluice_leases_held", "sluice_leases_live",
+                                           "sluice_leases_live_max_1m"};
+  auto kind_of = [](const sluice::MetricSample& s) {
+    for (int k = 0; k < 3; ++k)
+      if (s.name == kNames[k]) return k;
+    return -1;
+  };
+  auto label = [](const sluice::MetricSample& s, std::string_view name) -> const std::string* {
+    for (const auto& [k, v] : s.labels)
+      if (k == name) return &v;
+    return nullptr;
+  };
+  struct Id {
+    double values[3] = {0, 0, 0};  // held, live, live_max_1m
+  };
+  std::map<std::pair<std::string, std::string>, Id> ids;  // (limiter, id)
+  for (const auto& s : samples) {
+    const int kind = kind_of(s);
+    const std::string* limiter = label(s, "limiter");
+    const std::string* id = label(s, "id");
+    if (kind < 0 || !limiter || !id) continue;
+    ids[{*limiter, *id}].values[kind] = s.value;
+  }
+  if (ids.size() <= max_ids) return 0;
+  std::vector<const std::pair<const std::pair<std::string, std::string>, Id>*> ranked;
+  ranked.reserve(ids.size());
+  for (const auto& entry : ids) ranked.push_back(&entry);
+  // Most held first, then most live; ties in (limiter, id) order (the map's).
+  std::stable_sort(ranked.begin(), ranked.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->second.values[0], a->second.values[1]) >
+           std::tie(b->second.values[0], b->second.values[1]);
+  });
+  std::set<std::pair<std::string, std::string>> kept;
+  for (std::size_t i = 0; i < max_ids; ++i) kept.insert(ranked[i]->first);
+  std::map<std::string, Id> other;  // per limiter: the sums of the folded ids
+  for (std::size_t i = max_ids; i < ranked.size(); ++i) {
+    Id& sum = other[ranked[i]->first.first];
+    for (int k = 0; k < 3; ++k) sum.values[k] += ranked[i]->second.values[k];
+  }
+  // The help text of each name, from its first sample (every sample of a name has it).
+  std::string help[3];
+  std::vector<sluice::MetricSample> out;
+  out.reserve(samples.size());
+  for (auto& s : samples) {
+    const int kind = kind_of(s);
+    const std::string* limiter = label(s, "limiter");
+    const std::string* id = label(s, "id");
+    if (kind >= 0 && limiter && id) {
+      if (help[kind].empty()) help[kind] = s.help;
+      if (!kept.count({*limiter, *id})) continue;
+    }
+    out.push_back(std::move(s));
+  }
+  for (int k = 0; k < 3; ++k) {
+    for (const auto& [limiter, sum] : other) {
+      out.push_back({kNames[k],
+                     sluice::MetricType::kGauge,
+                     help[k],
+                     {{"limiter", limiter}, {"id", "_other"}},
+                     sum.values[k]});
+    }
+  }
+  samples = std::move(out);
+  return ranked.size() - max_ids;
+}
+
+std::string Metrics::Format(std::size_t held_leases, std::size_t folded_lease_ids) const {
   std::string out;
   out += "# HELP sluiced_decisions_total Decisions by domain, limit, outcome and source.\n";
   out += "# TYPE sluiced_decisions_total counter\n";
@@ -176,6 +246,11 @@ std::string Metrics::Format(std::size_t held_leases) const {
   out += "# HELP sluiced_leases_held Leases sluiced holds for remote callers.\n";
   out += "# TYPE sluiced_leases_held gauge\n";
   out += "sluiced_leases_held " + std::to_string(held_leases) + "\n";
+  out +=
+      "# HELP sluiced_lease_ids_folded Lease ids over the cap of per-id series, their "
+      "sluice_leases_* gauges summed under id=\"_other\".\n";
+  out += "# TYPE sluiced_lease_ids_folded gauge\n";
+  out += "sluiced_lease_ids_folded " + std::to_string(folded_lease_ids) + "\n";
   return out;
 }
 

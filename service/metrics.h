@@ -14,6 +14,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#include "sluice/metrics.h"
 
 namespace sluiced {
 
@@ -55,9 +58,12 @@ class Metrics {
     (grpc ? grpc_requests_ : http_requests_).fetch_add(1, std::memory_order_relaxed);
   }
   void BadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
+  // At most this many lease ids get series of their own (sluice_leases_held,
+  // sluice_leases_live, sluice_leases_live_max_1m: three per id); see CapLeaseSeries.
+  static constexpr std::size_t kMaxLeaseIds = 1000;
   // Prometheus text of these metrics; `held_leases` is the gauge of leases held for
-  // remote callers.
-  std::string Format(std::size_t held_leases) const;
+  // remote callers, `folded_lease_ids` the ids CapLeaseSeries summed under "_other".
+  std::string Format(std::size_t held_leases, std::size_t folded_lease_ids = 0) const;
 
   static constexpr std::array<double, 12> kBucketsMs = {0.1, 0.25, 0.5, 1,  2,   3,
                                                         5,   10,   25,  50, 100, 250};
@@ -77,5 +83,13 @@ class Metrics {
   std::atomic<uint64_t> grpc_requests_{0};
   std::atomic<uint64_t> bad_requests_{0};
 };
+
+// Bounds the library's per-id lease gauges (sluice_leases_held, sluice_leases_live,
+// sluice_leases_live_max_1m, labels limiter and id) in `samples` to `max_ids` ids: the
+// ids holding the most leases keep their series (then the most live fleet-wide, then by
+// limiter and id, so the choice is stable between scrapes); the others' values are
+// summed per limiter under id="_other" ("_other" holds no '=', so it names no
+// descriptor). Returns how many ids were folded so; other samples are left as they are.
+std::size_t CapLeaseSeries(std::vector<sluice::MetricSample>& samples, std::size_t max_ids);
 
 }  // namespace sluiced

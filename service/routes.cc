@@ -96,6 +96,56 @@ void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) 
       });
 }
 
+// /readyz's answer. Degraded (503 with strict) while the store does not decide checks:
+// every limit then answers by its failure policy, so sluiced still serves. The store's
+// memory policy is shown once read (as last read), with a warning when it can evict sluice's keys
+// (every one has an expiry): an evicted limit starts afresh, but sluiced serves.
+HttpResponse ReadinessResponse(const StoreProbe& probe, bool strict) {
+  nlohmann::ordered_json j;
+  const bool ready = probe.state == StoreProbe::State::kReady;
+  j["status"] = ready ? "ready" : "degraded";
+  switch (probe.state) {
+    case StoreProbe::State::kReady: j["store"] = "reachable"; break;
+    case StoreProbe::State::kUnreachable: j["store"] = "unreachable"; break;
+    case StoreProbe::State::kRefusingWrites:
+      j["store"] = "refusing writes";
+      j["error"] = probe.error;
+      break;
+    case StoreProbe::State::kFailing:
+      j["store"] = "failing";
+      j["error"] = probe.error;
+      break;
+  }
+  if (!ready) j["answering"] = "failure policies";
+  const sluice::StoreHealth& h = probe.health;
+  // (Not while unreachable: the latest reading may be old.)
+  if (!h.memory_policy.empty() && probe.state != StoreProbe::State::kUnreachable) {
+    j["memory_policy"] = h.memory_policy;
+    if (h.evicting) {
+      j["evicted_keys"] = h.evicted_keys;
+      j["warning"] =
+          "the store's maxmemory-policy can evict sluice's keys: an evicted limit starts "
+          "afresh (give limits a Redis of their own with noeviction)";
+    }
+  }
+  return MakeResponse(ready || !strict ? http::status::ok : http::status::service_unavailable,
+                      j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+// `Authorization: Bearer <token>`: the scheme in any case (RFC 7235 section 2.1), the
+// token compared in constant time.
+bool BearerMatches(const HttpRequest& request, std::string_view token) {
+  const auto raw_auth = request[http::field::authorization];
+  const std::string_view auth(raw_auth.data(), raw_auth.size());
+  constexpr std::string_view kBearer = "bearer ";
+  const std::string_view scheme = auth.substr(0, kBearer.size());
+  const bool is_bearer =
+      scheme.size() == kBearer.size() &&
+      std::equal(scheme.begin(), scheme.end(), kBearer.begin(),
+                 [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+  return is_bearer && ConstantTimeEquals(auth.substr(kBearer.size()), token);
+}
+
 }  // namespace
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
@@ -109,8 +159,9 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-HttpHandler PublicRoutes(Engine& engine) {
-  return [&engine](HttpRequest&& request, Respond respond) {
+HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
+  return [&engine, metrics_listener = std::move(metrics_listener)](HttpRequest&& request,
+                                                                   Respond respond) {
     engine.metrics().Request(false);
     const std::string_view path = PathOf(request);
     const auto method = request.method();
@@ -144,14 +195,15 @@ HttpHandler PublicRoutes(Engine& engine) {
       }
       return Error(respond, http::status::method_not_allowed, "use POST .../heartbeat or DELETE");
     }
+    // Metrics name descriptor values (lease ids, detailed_metric): never on this listener.
+    if (path == "/metrics")
+      return Error(respond, http::status::not_found,
+                   "metrics are served on the metrics listener (--metrics-listen, " +
+                       metrics_listener + "), not on this one");
     if (method != http::verb::get) {
-      if (path == "/metrics" || path == "/healthz" || path == "/readyz")
+      if (path == "/healthz" || path == "/readyz")
         return Error(respond, http::status::method_not_allowed, "use GET");
       return Error(respond, http::status::not_found, "no such path: " + std::string(path));
-    }
-    if (path == "/metrics") {
-      return respond(MakeResponse(http::status::ok, engine.MetricsText(),
-                                  "text/plain; version=0.0.4; charset=utf-8"));
     }
     if (path == "/healthz") return respond(MakeResponse(http::status::ok, R"({"status":"alive"})"));
     if (path == "/readyz") {
@@ -178,14 +230,8 @@ HttpHandler PublicRoutes(Engine& engine) {
           return Error(respond, http::status::bad_request, "strict must be true or false");
         }
       }
-      return engine.ProbeStore([respond = std::move(respond), strict](bool reachable) {
-        if (reachable)
-          return respond(
-              MakeResponse(http::status::ok, R"({"status":"ready","store":"reachable"})"));
-        // Every limit answers by its failure policy: the service still serves.
-        respond(MakeResponse(
-            strict ? http::status::service_unavailable : http::status::ok,
-            R"({"status":"degraded","store":"unreachable","answering":"failure policies"})"));
+      return engine.ProbeStore([respond = std::move(respond), strict](StoreProbe probe) {
+        respond(ReadinessResponse(probe, strict));
       });
     }
     return Error(respond, http::status::not_found, "no such path: " + std::string(path));
@@ -213,16 +259,7 @@ static void LogRefusedAdminCall(const HttpRequest& request) {
 
 HttpHandler AdminRoutes(Engine& engine, std::string token) {
   return [&engine, token = std::move(token)](HttpRequest&& request, Respond respond) {
-    const auto raw_auth = request[http::field::authorization];
-    const std::string_view auth(raw_auth.data(), raw_auth.size());
-    // The scheme is case-insensitive (RFC 7235 section 2.1), the token is not.
-    constexpr std::string_view kBearer = "bearer ";
-    const std::string_view scheme = auth.substr(0, kBearer.size());
-    const bool is_bearer =
-        scheme.size() == kBearer.size() &&
-        std::equal(scheme.begin(), scheme.end(), kBearer.begin(),
-                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
-    if (token.empty() || !is_bearer || !ConstantTimeEquals(auth.substr(kBearer.size()), token)) {
+    if (token.empty() || !BearerMatches(request, token)) {
       LogRefusedAdminCall(request);
       HttpResponse r = MakeResponse(http::status::unauthorized,
                                     ErrorJson("admin calls need Authorization: Bearer <token>"));
@@ -356,6 +393,28 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
     }
     return Error(respond, http::status::not_found,
                  "no such admin call: " + std::string(request.method_string()) + " " + path);
+  };
+}
+
+HttpHandler MetricsRoutes(Engine& engine, std::string token) {
+  return [&engine, token = std::move(token)](HttpRequest&& request, Respond respond) {
+    if (!token.empty() && !BearerMatches(request, token)) {
+      HttpResponse r = MakeResponse(http::status::unauthorized,
+                                    ErrorJson("metrics need Authorization: Bearer <token>"));
+      r.set(http::field::www_authenticate, "Bearer");
+      return respond(std::move(r));
+    }
+    const std::string_view path = PathOf(request);
+    if (path != "/metrics")
+      return Error(respond, http::status::not_found,
+                   "no such path: " + std::string(path) + " (this listener serves /metrics)");
+    if (request.method() != http::verb::get)
+      return Error(respond, http::status::method_not_allowed, "use GET");
+    // The page is formatted on the blocking pool, never on a thread that serves checks.
+    boost::asio::post(engine.blocking_pool(), [&engine, respond = std::move(respond)]() {
+      respond(MakeResponse(http::status::ok, engine.MetricsText(),
+                           "text/plain; version=0.0.4; charset=utf-8"));
+    });
   };
 }
 

@@ -694,7 +694,7 @@ TEST_F(E2e, MetricsPassPromtoolAndCountDecisions) {
                  R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"m"}]})")
                 .status,
             201);
-  HttpReply m = Call(s.http_port(), "GET", "/metrics");
+  HttpReply m = Call(s.metrics_port(), "GET", "/metrics");
   ASSERT_EQ(m.status, 200);
   // Every series the Grafana dashboard of examples/ queries is on the page.
   const json dashboard = json::parse(
@@ -746,6 +746,106 @@ TEST_F(E2e, MetricsPassPromtoolAndCountDecisions) {
   EXPECT_EQ(json::parse(ready.body)["status"], "ready");
 }
 
+// Metrics name descriptor values (lease ids, detailed_metric descriptors): the public
+// listener does not serve them, its 404 names the metrics listener, which does.
+TEST_F(E2e, PublicListenerDoesNotServeMetrics) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  ASSERT_EQ(
+      Call(
+          s.http_port(), "POST", "/v1/leases",
+          R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"alice@example.com"}]})")
+          .status,
+      201);
+  for (const char* method : {"GET", "POST"}) {
+    HttpReply pub = Call(s.http_port(), method, "/metrics");
+    EXPECT_EQ(pub.status, 404) << method;
+    EXPECT_NE(pub.body.find("metrics listener (--metrics-listen, 127.0.0.1:" +
+                            std::to_string(s.metrics_port()) + ")"),
+              std::string::npos)
+        << pub.body;
+    EXPECT_EQ(pub.body.find("alice"), std::string::npos) << pub.body;
+  }
+  // Probes stay on the public listener.
+  EXPECT_EQ(Call(s.http_port(), "GET", "/healthz").status, 200);
+  EXPECT_EQ(Call(s.http_port(), "GET", "/readyz").status, 200);
+  HttpReply m = Call(s.metrics_port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(m.header("content-type"), "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(m.body.find("alice@example.com"), std::string::npos) << m.body;
+  // The metrics listener serves metrics only.
+  EXPECT_EQ(Call(s.metrics_port(), "POST", "/v1/check", SignIn("a")).status, 404);
+  EXPECT_EQ(Call(s.metrics_port(), "POST", "/metrics").status, 405);
+}
+
+// --metrics-token: every scrape needs the bearer token (Prometheus' `authorization`).
+TEST_F(E2e, MetricsTokenIsAskedOfEveryScrape) {
+  auto flags = Flags();
+  flags.insert(flags.end(), {"--metrics-token", "m3trics"});
+  Sluiced s(config_.path(), redis_.url(), flags);
+  HttpReply none = Call(s.metrics_port(), "GET", "/metrics");
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(none.header("www-authenticate"), "Bearer");
+  EXPECT_EQ(none.body.find("sluice"), std::string::npos) << none.body;
+  EXPECT_EQ(Call(s.metrics_port(), "GET", "/metrics", "", "Authorization: Bearer wrong\r\n").status,
+            401);
+  HttpReply ok = Call(s.metrics_port(), "GET", "/metrics", "", "Authorization: bearer m3trics\r\n");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_NE(ok.body.find("sluiced_config_reloads_total 1"), std::string::npos) << ok.body;
+  EXPECT_EQ(s.log().find("m3trics"), std::string::npos) << "a token never reaches the log";
+}
+
+// 3,000 leases of distinct ids: the per-id lease gauges stop at 1,000 ids (the ids
+// holding the most leases), the rest summed under id="_other" and counted, and the page
+// stays valid for promtool.
+TEST_F(E2e, LeaseSeriesAreCappedAndTheRestSummed) {
+  config_.Write("many.yaml",
+                "domain: many\ndescriptors:\n  - key: user\n    algorithm: concurrency\n"
+                "    lease_ttl: 120s\n    rate_limit: {name: per_user, requests_per_unit: 2}\n");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  constexpr int kLeases = 3000;
+  {
+    Connection c(s.http_port(), std::chrono::seconds(10));
+    ASSERT_TRUE(c.connected());
+    for (int i = 0; i < kLeases; ++i) {
+      // u0 holds two leases: among the ids kept, whatever the order of the others.
+      const std::string user = i == kLeases - 1 ? "u0" : "u" + std::to_string(i);
+      ASSERT_TRUE(c.Send(
+          Request("POST", "/v1/leases",
+                  R"({"domain":"many","entries":[{"key":"user","value":")" + user + R"("}]})")));
+      HttpReply r = c.Read();
+      ASSERT_EQ(r.status, 201) << i << " " << r.body;
+    }
+  }
+  HttpReply m = Call(s.metrics_port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  auto lines_of = [&](const std::string& prefix) {
+    std::vector<std::string> lines;
+    std::istringstream in(m.body);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(prefix, 0) == 0) lines.push_back(line);
+    return lines;
+  };
+  const std::string limiter = "many.user";
+  for (const char* name :
+       {"sluice_leases_held{", "sluice_leases_live{", "sluice_leases_live_max_1m{"}) {
+    const auto lines = lines_of(std::string(name) + "limiter=\"" + limiter);
+    EXPECT_EQ(lines.size(), 1001u) << name;  // 1,000 ids and "_other"
+  }
+  EXPECT_EQ(lines_of("sluice_leases_").size(), 3003u);
+  const auto other = lines_of("sluice_leases_held{limiter=\"" + limiter + "\",id=\"_other\"}");
+  ASSERT_EQ(other.size(), 1u) << m.body.substr(0, 4000);
+  EXPECT_EQ(other[0].substr(other[0].rfind(' ') + 1), "1999");  // 2,999 ids, 1,000 shown
+  EXPECT_NE(m.body.find("\nsluiced_lease_ids_folded 1999\n"), std::string::npos);
+  EXPECT_NE(m.body.find("sluice_leases_held{limiter=\"" + limiter + "\",id=\"user=u0\"} 2"),
+            std::string::npos);
+  EXPECT_NE(m.body.find("\nsluiced_leases_held 3000\n"), std::string::npos);
+  TempDir dir;
+  dir.Write("metrics.txt", m.body);
+  const std::string cmd =
+      "promtool check metrics < " + dir.path() + "/metrics.txt > " + dir.path() + "/out.txt 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << testing::ReadAll(dir.path() + "/out.txt");
+}
+
 TEST_F(E2e, ReloadKeepsOldConfigOnErrorAndNeverResetsCounters) {
   const std::string v1 =
       "domain: r\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: minute, "
@@ -785,7 +885,7 @@ TEST_F(E2e, ReloadKeepsOldConfigOnErrorAndNeverResetsCounters) {
   EXPECT_EQ(r.header("ratelimit").rfind("\"per_user\";r=1;", 0), 0u) << r.header("ratelimit");
   EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 200);
   EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 429);
-  HttpReply m = Call(s.http_port(), "GET", "/metrics");
+  HttpReply m = Call(s.metrics_port(), "GET", "/metrics");
   EXPECT_NE(m.body.find("sluiced_config_reload_failures_total 1"), std::string::npos);
   EXPECT_NE(m.body.find("sluiced_config_reloads_total 2"), std::string::npos);
   // The other two ways: a broken file noticed by the watcher (no signal) is refused too,
@@ -839,7 +939,7 @@ descriptors:
   HttpReply shadow = Call(port, "POST", "/v1/check", Check({{{"dark", "a"}}}, 0, "x"));
   EXPECT_EQ(shadow.status, 200);
   EXPECT_EQ(json::parse(shadow.body)["descriptors"][0]["shadow_refused"], true);
-  EXPECT_NE(Call(port, "GET", "/metrics")
+  EXPECT_NE(Call(s.metrics_port(), "GET", "/metrics")
                 .body.find(R"(limit="dark",outcome="shadow_refused",source="store"} 1)"),
             std::string::npos);
   // requests_per_unit 0 refuses; a matching `replaces` lifts it.
@@ -983,8 +1083,86 @@ TEST_F(E2e, RedisStoppedAndRestarted) {
   }
   EXPECT_EQ(source, "store");
   EXPECT_EQ(json::parse(Call(port, "GET", "/readyz").body)["status"], "ready");
-  HttpReply m = Call(port, "GET", "/metrics");
+  HttpReply m = Call(s.metrics_port(), "GET", "/metrics");
   EXPECT_NE(m.body.find(R"(outcome="unavailable",source="fail_closed")"), std::string::npos);
+}
+
+// A Redis at maxmemory under noeviction answers reads but refuses every write: the
+// readiness probe writes (a check), so /readyz says degraded, names the refusal, and
+// says ready again once memory is freed.
+TEST_F(E2e, ReadinessIsDegradedWhileTheStoreRefusesWrites) {
+  sluice::testing::RedisServer full(
+      {.extra_args = {"--maxmemory", "4mb", "--maxmemory-policy", "noeviction"}});
+  Sluiced s(config_.path(), full.url(), Flags());
+  const int port = s.http_port();
+  json ready = json::parse(Call(port, "GET", "/readyz").body);
+  EXPECT_EQ(ready["status"], "ready") << ready;
+  EXPECT_EQ(ready["store"], "reachable") << ready;
+  // One script fills it past maxmemory (a script that has written goes on writing), so
+  // memory stays over the limit afterwards: a small write is refused.
+  full.Command({"EVAL",
+                "for i = 1, 8000 do redis.call('SET', 'fill:' .. i, string.rep('x', 1024)) end",
+                "0"});
+  const auto small = full.Command({"SET", "fill:small", "1"});
+  const bool refused = small.type == sluice::testing::RedisValue::Type::kError &&
+                       small.str.find("OOM") != std::string::npos;
+  ASSERT_TRUE(refused) << "the store never refused a write";
+  // Reads still pass (a peek is answered), writes do not.
+  HttpReply r = Call(port, "GET", "/readyz");
+  EXPECT_EQ(r.status, 200);
+  const json degraded = json::parse(r.body);
+  EXPECT_EQ(degraded["status"], "degraded") << degraded;
+  EXPECT_EQ(degraded["store"], "refusing writes") << degraded;
+  EXPECT_NE(degraded.value("error", "").find("OOM command not allowed"), std::string::npos)
+      << degraded;
+  EXPECT_EQ(degraded["answering"], "failure policies") << degraded;
+  EXPECT_EQ(Call(port, "GET", "/readyz?strict").status, 503);
+  // A check meanwhile is answered by its policy (sign-in: closed).
+  EXPECT_EQ(Call(port, "POST", "/v1/check", SignIn("oom")).status, 503);
+  full.Command({"FLUSHALL"});
+  int status = 0;
+  json again;
+  for (int i = 0; i < 200 && status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    HttpReply a = Call(port, "GET", "/readyz?strict");
+    status = a.status;
+    if (status == 200) again = json::parse(a.body);
+  }
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(again["status"], "ready") << again;
+  EXPECT_EQ(full.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
+}
+
+// A store whose maxmemory-policy can evict sluice's keys (every one has an expiry) is
+// named in /readyz's detail, with a warning; sluiced is still ready (it serves).
+TEST_F(E2e, ReadinessNamesAMemoryPolicyThatCanEvictLimits) {
+  sluice::testing::RedisServer lru({.extra_args = {"--maxmemory-policy", "allkeys-lru"}});
+  Sluiced s(config_.path(), lru.url(), Flags());
+  json detail;
+  int status = 0;
+  for (int i = 0; i < 100 && !detail.contains("memory_policy"); ++i) {
+    HttpReply r = Call(s.http_port(), "GET", "/readyz?strict");
+    status = r.status;
+    detail = json::parse(r.body);
+    if (!detail.contains("memory_policy"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(status, 200) << detail;
+  EXPECT_EQ(detail["status"], "ready") << detail;
+  EXPECT_EQ(detail["memory_policy"], "allkeys-lru") << detail;
+  EXPECT_EQ(detail["evicted_keys"], 0) << detail;
+  EXPECT_NE(detail.value("warning", "").find("can evict sluice's keys"), std::string::npos)
+      << detail;
+  // noeviction (the fixture's default): named, no warning.
+  Sluiced plain(config_.path(), redis_.url(), Flags());
+  json quiet;
+  for (int i = 0; i < 100 && !quiet.contains("memory_policy"); ++i) {
+    quiet = json::parse(Call(plain.http_port(), "GET", "/readyz").body);
+    if (!quiet.contains("memory_policy"))
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(quiet["memory_policy"], "noeviction") << quiet;
+  EXPECT_FALSE(quiet.contains("warning")) << quiet;
 }
 
 TEST_F(E2e, LocalPolicyAndLeasesWhileRedisIsDown) {

@@ -1,5 +1,5 @@
 // sluiced's own counters: the per-descriptor series of detailed_metric limits and their
-// bound.
+// bound; the bound on the library's per-id lease gauges.
 #include "service/metrics.h"
 
 #include <string>
@@ -33,6 +33,46 @@ TEST(Metrics, DescriptorSeriesAreBoundedAndTheRestCountedAsOther) {
                       "descriptor=\"user=0\",outcome=\"allowed\"} 1"),
             std::string::npos);
   EXPECT_EQ(text.find("descriptor=\"user=5\""), std::string::npos) << "no series of zeros";
+}
+
+// The library's lease gauges (three series per id): at most max_ids ids keep series of
+// their own, the ids holding most leases first; the others are summed per limiter
+// under id="_other". Other samples are untouched.
+TEST(Metrics, LeaseSeriesAreCappedPerIdAndTheRestSummedAsOther) {
+  std::vector<sluice::MetricSample> samples;
+  samples.push_back({"sluice_breaker_state", sluice::MetricType::kGauge, "state", {}, 1});
+  auto add_id = [&samples](const std::string& limiter, const std::string& id, double held,
+                           double live) {
+    const std::vector<std::pair<std::string, std::string>> labels = {{"limiter", limiter},
+                                                                     {"id", id}};
+    samples.push_back({"sluice_leases_held", sluice::MetricType::kGauge, "held", labels, held});
+    samples.push_back({"sluice_leases_live", sluice::MetricType::kGauge, "live", labels, live});
+    samples.push_back(
+        {"sluice_leases_live_max_1m", sluice::MetricType::kGauge, "max", labels, live + 1});
+  };
+  add_id("a", "k=1", 1, 1);
+  add_id("a", "k=2", 5, 5);  // holds the most: kept
+  add_id("a", "k=3", 1, 7);  // then the most live: kept
+  add_id("b", "k=1", 1, 1);
+  add_id("b", "k=4", 0, 2);
+  auto untouched = samples;
+  EXPECT_EQ(CapLeaseSeries(untouched, 5), 0u);
+  EXPECT_EQ(untouched.size(), samples.size());
+  EXPECT_EQ(CapLeaseSeries(samples, 2), 3u);
+  const std::string page = sluice::FormatPrometheus(samples);
+  EXPECT_NE(page.find("sluice_breaker_state 1\n"), std::string::npos) << page;
+  EXPECT_NE(page.find("sluice_leases_held{limiter=\"a\",id=\"k=2\"} 5\n"), std::string::npos);
+  EXPECT_NE(page.find("sluice_leases_live{limiter=\"a\",id=\"k=3\"} 7\n"), std::string::npos);
+  EXPECT_EQ(page.find("id=\"k=1\""), std::string::npos) << page;
+  EXPECT_EQ(page.find("id=\"k=4\""), std::string::npos) << page;
+  EXPECT_NE(page.find("sluice_leases_held{limiter=\"a\",id=\"_other\"} 1\n"), std::string::npos);
+  EXPECT_NE(page.find("sluice_leases_held{limiter=\"b\",id=\"_other\"} 1\n"), std::string::npos);
+  EXPECT_NE(page.find("sluice_leases_live{limiter=\"b\",id=\"_other\"} 3\n"), std::string::npos);
+  EXPECT_NE(page.find("sluice_leases_live_max_1m{limiter=\"b\",id=\"_other\"} 5\n"),
+            std::string::npos);
+  // One HELP per name: the "_other" series sit with their name's others.
+  EXPECT_EQ(page.find("# HELP sluice_leases_held"), page.rfind("# HELP sluice_leases_held"));
+  EXPECT_NE(Metrics().Format(0, 3).find("\nsluiced_lease_ids_folded 3\n"), std::string::npos);
 }
 
 // Descriptor values may be any bytes (gRPC takes them as bytes): the exposition stays

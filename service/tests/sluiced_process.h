@@ -78,6 +78,8 @@ class Sluiced {
                                      "127.0.0.1:0",
                                      "--admin-listen",
                                      "127.0.0.1:0",
+                                     "--metrics-listen",
+                                     "127.0.0.1:0",
                                      "--audit-log",
                                      log_dir_.path() + "/audit.log",
                                      "--watch-ms",
@@ -106,7 +108,8 @@ class Sluiced {
       ::_exit(127);
     }
     if (!expect_start) return;
-    const std::regex serving(R"(serving http=[^:]+:(\d+) grpc=[^:]+:(\d+) admin=[^:]+:(\d+))");
+    const std::regex serving(
+        R"(serving http=[^:]+:(\d+) grpc=[^:]+:(\d+) admin=[^:]+:(\d+) metrics=[^:]+:(\d+))");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
       std::smatch m;
@@ -115,6 +118,7 @@ class Sluiced {
         http_port_ = std::stoi(m[1]);
         grpc_port_ = std::stoi(m[2]);
         admin_port_ = std::stoi(m[3]);
+        metrics_port_ = std::stoi(m[4]);
         return;
       }
       int status = 0;
@@ -178,6 +182,7 @@ class Sluiced {
   int http_port() const { return http_port_; }
   int grpc_port() const { return grpc_port_; }
   int admin_port() const { return admin_port_; }
+  int metrics_port() const { return metrics_port_; }
   std::string log() const { return ReadAll(log_path_); }
   std::string audit_log() const { return ReadAll(log_dir_.path() + "/audit.log"); }
 
@@ -186,7 +191,7 @@ class Sluiced {
   std::string log_path_;
   pid_t pid_ = -1;
   int exit_code_ = -1;
-  int http_port_ = 0, grpc_port_ = 0, admin_port_ = 0;
+  int http_port_ = 0, grpc_port_ = 0, admin_port_ = 0, metrics_port_ = 0;
 };
 
 struct HttpReply {
