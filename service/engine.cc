@@ -556,9 +556,14 @@ void Engine::ProbeStore(std::function<void(StoreProbe)> done) {
       // while the breaker is open); its script writes too (DECRBY), so a store refusing
       // writes refuses it with the same error.
       auto r = probe_->Refund("probe", 1, {.deadline = kDeadline});
-      const std::string error = !d.ok()   ? d.status().ToString()
-                                : !r.ok() ? r.status().ToString()
-                                          : std::string();
+      std::string error = !d.ok()   ? std::string(d.status().message())
+                          : !r.ok() ? std::string(r.status().message())
+                                    : std::string();
+      // The store's own words, without its address ("redis HOST:PORT answered: …"):
+      // /readyz is on the public listener.
+      constexpr std::string_view kAnswered = " answered: ";
+      if (const auto at = error.find(kAnswered); at != std::string::npos)
+        error = "the store answered: " + error.substr(at + kAnswered.size());
       if (error.find("OOM ") != std::string::npos || error.find("READONLY") != std::string::npos) {
         probe.state = StoreProbe::State::kRefusingWrites;
         probe.error = error;

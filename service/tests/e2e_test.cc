@@ -1116,6 +1116,8 @@ TEST_F(E2e, ReadinessIsDegradedWhileTheStoreRefusesWrites) {
   EXPECT_NE(degraded.value("error", "").find("OOM command not allowed"), std::string::npos)
       << degraded;
   EXPECT_EQ(degraded["answering"], "failure policies") << degraded;
+  EXPECT_EQ(r.body.find(std::to_string(full.port())), std::string::npos)
+      << "the public listener does not name the store's address: " << r.body;
   EXPECT_EQ(Call(port, "GET", "/readyz?strict").status, 503);
   // A check meanwhile is answered by its policy (sign-in: closed).
   EXPECT_EQ(Call(port, "POST", "/v1/check", SignIn("oom")).status, 503);
