@@ -7,7 +7,7 @@
 #               first the unit, integration and service tests under AddressSanitizer+UBSan
 #   make test-sanitizers
 #               every test under AddressSanitizer+UBSan (build/asan), then under
-#               ThreadSanitizer (build/tsan): too long for `make test` (README: Testing)
+#               ThreadSanitizer (build/tsan): too long for `make test` (docs/development.md, Sanitizers)
 PRESET ?= release
 JOBS ?= 2
 
@@ -40,7 +40,7 @@ SANITIZED_TESTS = -E '^(Style|PackageConfig|CompositeFigure)\.|ListenersBackOffW
 # AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
 # built instrumented, its end-to-end tests included: they found a use-after-free at exit
 # that no other run saw): the part of the sanitizer runs that fits in `make test`
-# (README: Testing).
+# (docs/development.md, Sanitizers).
 test-asan: setup
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS) --target unit_tests integration_tests layering_tests \
@@ -65,7 +65,7 @@ test-sanitizers: setup
 	  fi; \
 	done
 
-# The fixed-window figures in README.md: ceiling vs sluice bench in one run.
+# The fixed-window figures of docs/benchmarks.md: ceiling vs sluice bench in one run.
 bench: build
 	./bench/fixed_window_ceiling.sh
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Audit and repair at scale (issue 5's targets: audit >= 200k keys/s with bounded
+# Audit and repair at scale (what they aim at: audit >= 200k keys/s with bounded
 # memory, repair of 100k leaked keys <= 2 s), on a private redis-server on a free
 # loopback port (stopped at exit, by pid):
 #   1. seeds 1,000,000 keys under prefix "bench" with a server-side Lua loop (fixed-window

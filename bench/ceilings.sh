@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every algorithm's figures in one run on this machine (docs/algorithms.md, README.md):
+# Every algorithm's figures in one run on this machine (docs/benchmarks.md, docs/algorithms.md):
 # a private redis-server on a free loopback port (stopped at exit, by pid), then per
 # algorithm:
 #   ceiling   redis-benchmark -c 50 -P 128 running the algorithm's script by EVALSHA over

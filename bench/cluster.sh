@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Redis Cluster routing overhead (issue 15): `sluice bench` against one redis-server and
+# Redis Cluster routing overhead: `sluice bench` against one redis-server and
 # against a local 3-primary Redis Cluster (redis+cluster://), in the same run, side by
 # side: decisions/s and p99 per algorithm and concurrency, and their ratios. Every server
 # is a private redis-server on free loopback ports (the cluster's bus ports, port+10000,
 # free too), started here and stopped by its pid at exit.
 # On one small box the primaries share its cores with each other and with the client, so
 # this measures what routing costs (slot hashing, one connection per primary, batches
-# split per slot), not how a cluster scales: see README.md (Redis Cluster).
+# split per slot), not how a cluster scales: see docs/library.md (Redis Cluster).
 # Usage: bench/cluster.sh [seconds per measurement, default 3] [runs, default 3]
 # Env: SLUICE (default ./build/release/bin/sluice, else ./build/bin/sluice), ALGORITHMS
 # (default "fixed_window"), CONCURRENCY (default "1 50 500"), KEYS (default 10000).

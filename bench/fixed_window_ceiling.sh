@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fixed-window figures of README.md, all measured in one run on this machine:
+# The fixed-window figures of docs/benchmarks.md, all measured in one run on this machine:
 #   1. starts a private redis-server on a free loopback port (stopped at exit, by pid);
 #   2. the ceiling: redis-benchmark -c 50 -P 128 running the same fixed_window.lua by
 #      EVALSHA over 10k ids (measured before and after sluice; the mean is the reference);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hot ids (issue 16): one id, several client processes (`sluice bench --processes`, each
+# Hot ids: one id, several client processes (`sluice bench --processes`, each
 # its own Client and connection, as separate servers would be) against one private
 # redis-server, per mode: shared (every check to Redis), prefetch (local budgets) and
 # sync (periodic sync, 100 ms). Two runs per mode and repetition:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Concurrency leases against the peer, in one run on one private redis-server (issue 3):
+# Concurrency leases against the peer, in one run on one private redis-server:
 #   ceiling    redis-benchmark -c 50 -P 128 on the acquire script alone (EVALSHA, 10k ids,
 #              random tokens, lease ttl 1 ms: each acquire finds at most its last, expired
 #              lease, and prunes it) and on ZREM alone (of absent members: nearly free, so

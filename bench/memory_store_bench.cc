@@ -1,4 +1,4 @@
-// The embedded store after a mass expiry (issue 11, item 8): memory and the slowest
+// The embedded store after a mass expiry: memory and the slowest
 // single call. One process, one MemoryStore on a model clock (time moves only when the
 // program moves it, so the figures do not depend on how fast the machine inserts):
 //   1. N ids (fixed_window, 1 s window) each get one check: the worst call of the fill;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decisions per Redis core (issue 13): what each decision costs the one Redis core a fleet
+# Decisions per Redis core: what each decision costs the one Redis core a fleet
 # shares, measured in one run on this machine. A private redis-server on a free loopback
 # port (stopped at exit, by pid), then:
 #   floor     redis-benchmark -c 50 -P 128 INCR over 10k keys: Redis CPU per INCR (INFO
@@ -112,7 +112,7 @@ for run in $(seq 1 "$RUNS"); do
       cli FLUSHALL >/dev/null
     done
   done
-  # The same binary with batching off (every call its own EVALSHA, as before issue 13).
+  # The same binary with batching off (every call its own EVALSHA).
   if [ "${UNBATCHED:-1}" = "1" ]; then
     for a in fixed_window concurrency; do
       [[ " ${ALGORITHMS[*]} " == *" $a "* ]] || continue

@@ -4,7 +4,8 @@
 # runs the same command N1 and then N2 times (two servers, by pid); the difference of
 # their instruction totals over N2 - N1 is one command's cost, start-up cancelled out.
 # Per row: INCR (the floor of one write), each algorithm's script alone by EVALSHA as of
-# BEFORE (a git revision, default 6e33174, main before issue 13) and as built now, and the
+# BEFORE (a git revision to compare with; default 6e33174, the last one without batch
+# scripts) and as built now, and the
 # batch script (src/algo/batch.lua) deciding 50 calls per EVALSHA, each call with its own
 # arguments and (as one limiter's calls go) the 49 after the first sharing its arguments. Every call admitted
 # (limit 1e9 per 60 s) over 10k ids, Redis TIME.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sluiced's throughput: wrk (keep-alive, POST /v1/check via a Lua script) and a gRPC
 # load generator (ShouldRateLimit, closed loop) against one sluiced and one private
-# redis-server on this box. Prints checks/s, p50, p99 and the CPU that sluiced, Redis and
+# redis-server on this machine. Prints checks/s, p50, p99 and the CPU that sluiced, Redis and
 # the load generator (wrk, or the gRPC one) spent per check (from /proc/<pid>/stat and the
 # generators' getrusage). Stops what it started, by pid.
 #
@@ -70,7 +70,7 @@ done
 
 # The requests are formatted once, in init (ids round robin): wrk's per-request Lua then
 # only indexes a table, so the load generator takes less of the CPU it shares with
-# sluiced and Redis on this box (formatting each request anew cost wrk ~2x its CPU).
+# sluiced and Redis on the same cores (formatting each request anew cost wrk ~2x its CPU).
 cat >"$WORK/check.lua" <<LUA
 local ids = ${IDS:-10000}
 local requests = {}

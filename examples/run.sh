@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The worked example of README.md ("sluiced"): starts a private redis-server on a free
+# The worked example of docs/sluiced.md (`make run`): starts a private redis-server on a free
 # loopback port and sluiced on examples/config (every listener on a free port), prints a
 # curl line per endpoint, walks the example routes through 200 / 429 / 503 with Redis up,
 # then stopped, then back — and stops what it started, by pid. `make run` runs it.

@@ -758,7 +758,7 @@ TEST(CliRelease, ActorAndReasonMustBeWellFormedUtf8) {
   std::filesystem::remove(log);
 }
 
-// Issue 10, item b: a Redis that stalls (CLIENT PAUSE) past ReleaseAll's deadline runs
+// A Redis that stalls (CLIENT PAUSE) past ReleaseAll's deadline runs
 // the release when it resumes; the record was written before, and says the outcome is
 // unknown. After the pause, either nothing was released or a record exists.
 TEST(CliRelease, ReleaseAllPastItsDeadlineIsNeverUnrecorded) {
@@ -841,7 +841,7 @@ TEST(AdminApi, ExpireIfNoneLeavesExpiriesAndForeignKeysAlone) {
   EXPECT_EQ((*admin)->ExpireIfNone(zero).status().code(), StatusCode::kInvalidArgument);
 }
 
-// Issue 11, item 9: a key scanned as sluice's and replaced by another application's
+// A key scanned as sluice's and replaced by another application's
 // value before the expiry is set (here: a hash under a string suffix) is left alone; the
 // type is checked in the script that sets the expiry.
 TEST(AdminApi, ExpireIfNoneLeavesAKeyReplacedByAnotherTypeAlone) {
@@ -880,7 +880,7 @@ void SeedLeakedFixedWindows(const RedisServer& server, const std::string& prefix
   }
 }
 
-// Issue 11, item 10: the expiries of a large leak are set in paced script calls, each
+// The expiries of a large leak are set in paced script calls, each
 // with its own --timeout; all submitted at once under one deadline, 400,000 keys did not
 // fit in 0.5 s (Redis sets about half a million expiries a second).
 TEST(CliRepair, LargeLeakIsRepairedInPacedCallsEachWithItsOwnTimeout) {
@@ -908,7 +908,7 @@ TEST(CliRepair, LargeLeakIsRepairedInPacedCallsEachWithItsOwnTimeout) {
   EXPECT_LE(ttl, 3600);
 }
 
-// Issue 10, item 3: a sliding window's state counts the current and the previous window:
+// A sliding window's state counts the current and the previous window:
 // a repaired key must live until the window after the current one ends (a 20 h window
 // lives up to 40 h; the old 24 h default expired it while counted units remained). The
 // value records its window; one of the earlier 20-byte form, which does not, lives as
@@ -964,7 +964,7 @@ TEST(CliRepair, TtlsCoverTheLongestStateAndAreCapped) {
   EXPECT_TRUE(server.KeysWithoutTtl(prefix + ":*").empty());
 }
 
-// Issue 11, item 12: past the 10,000 leases inspect reads, the rest are counted, not
+// Past the 10,000 leases inspect reads, the rest are counted, not
 // assumed live.
 TEST(CliInspect, CountsStaleLeasesBeyondTheOnesItLists) {
   RedisServer server;
@@ -997,7 +997,7 @@ TEST(CliInspect, CountsStaleLeasesBeyondTheOnesItLists) {
   EXPECT_TRUE(server.KeysWithoutTtl(prefix + ":*").empty());
 }
 
-// Issue 11, item 11: each refresh of top goes on where the last one stopped, so a set
+// Each refresh of top goes on where the last one stopped, so a set
 // of 50 live leases that SCAN returns last among 100,000 keys shows up although every
 // refresh reads only 10,000 keys.
 TEST(CliTop, SuccessiveRefreshesSampleTheWholeKeyspace) {
@@ -1048,7 +1048,7 @@ TEST(CliTop, SuccessiveRefreshesSampleTheWholeKeyspace) {
   EXPECT_GE(j["passes"].get<int64_t>(), 1);
 }
 
-// Issue 11, item 13: SCAN returns keys again when Redis shrinks its table between two
+// SCAN returns keys again when Redis shrinks its table between two
 // calls. Provoked here: after the first batch, every key not yet reported is deleted and
 // Redis's cron shrinks the table; the rest of the scan then returns reported keys again.
 // With ScanOptions::distinct each key is reported once (and the repeats are counted).

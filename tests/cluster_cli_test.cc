@@ -1,4 +1,4 @@
-// The operator commands and the admin API on a local Redis Cluster (issue 15, item 6):
+// The operator commands and the admin API on a local Redis Cluster:
 // audit, repair, inspect, top and release run as the built `sluice` binary against
 // redis+cluster://, and must see every primary (SCAN per node) while each script call
 // keeps to one slot. Keys are planted on every primary, co-located keys among them.

@@ -272,7 +272,7 @@ long long ScriptCalls(RedisCluster& cluster) {
   return calls;
 }
 
-// Issue 15, item 5: limiters co-located by tenant (LimiterOptions::colocate) put a
+// Limiters co-located by tenant (LimiterOptions::colocate) put a
 // request's user, tenant and route keys in one slot, and CheckComposite is then one
 // script on that slot's primary, exactly as on one Redis.
 TEST_F(ClusterRedis, CoLocatedCompositeIsOneScriptOnItsSlot) {
@@ -429,9 +429,10 @@ TEST_F(ClusterRedis, ConcurrentCoLocatedCompositesCountExactly) {
   EXPECT_EQ(route.Peek("t9/search")->remaining, 1000 - kTenantLimit);
 }
 
-// The figure for the README: Redis time (INFO commandstats usec of EVALSHA over every
-// primary) and wall time per composite of three limits, co-located (one script) against
-// not (staged: three), all admitting, sequential calls. Printed, not asserted.
+// The figure of docs/benchmarks.md (Redis Cluster): Redis time (INFO commandstats usec of
+// EVALSHA over every primary) and wall time per composite of three limits, co-located
+// (one script) against not (staged: three), all admitting, sequential calls. Printed,
+// not asserted.
 TEST_F(ClusterRedis, CoLocationFigure) {
   auto client = Connect(nullptr, /*denial_cache_size=*/0);
   ASSERT_NE(client, nullptr);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Style.ClangFormat: fails when clang-format (with the repository's .clang-format) would
 # change any C++ file of the tree, naming each such file and the first lines it would
-# change. Fix with: clang-format -i <file> (or every file: see README, Layout).
+# change. Fix with: clang-format -i <file> (or every file: see docs/development.md, Layout).
 set -euo pipefail
 root=${1:?usage: format_check.sh <source root>}
 cd "$root"

@@ -115,7 +115,7 @@ std::string_view KeyTypeName(KeyType type);
 // (suffix "audit", limiter and ids empty).
 struct KeyName {
   std::string limiter;
-  std::string encoded_id;         // as written in the key (see README, Keys)
+  std::string encoded_id;         // as written in the key (see docs/library.md, Keys)
   std::optional<std::string> id;  // decoded; nullopt for a hashed id (`#` + SHA-256)
   std::string suffix;             // fw2, sw, sl, tb, gcra, cc, audit, or fw (fixed_window
                                   // before v2: read, never written)
@@ -211,7 +211,7 @@ struct KeyState {
   // Empty when the value decoded; otherwise why it is not sluice's (a script that reads
   // it would delete it).
   std::string problem;
-  // The algorithm's state in its own terms (README, "Operating sluice", lists them).
+  // The algorithm's state in its own terms (docs/operating.md, inspect, lists them).
   std::vector<StateField> fields;
   // How much of the budget the state holds now: units counted (fw2, fw, sw, sl), tokens
   // missing (tb), ms until full (gcra), live leases (cc); `used_unit` says which.

@@ -15,7 +15,7 @@
 namespace sluice {
 namespace {
 
-// Issue 11, item 13: audit and repair count each key once although SCAN may return it
+// Audit and repair count each key once although SCAN may return it
 // again; KeyHashSet is what remembers the keys seen (a hash each, not a copy).
 TEST(KeyHashSet, CountsEachKeyOnceThroughRepeatsAndGrowth) {
   const uint32_t seed = 20261130;

@@ -39,7 +39,7 @@
 --            or one error reply, for that call only (a bad argument or value of one call
 --            fails only that call).
 --          Flat, not an array per call: Redis 7.0 turns a nested Lua table into a reply
---          at about 0.4 us per call on this box (a third of a decision's whole cost), a
+--          at about 0.4 us per call on a 2-core EPYC VM (a third of a decision's whole cost), a
 --          flat one at a tenth of that, and the client's reader makes one object per
 --          element instead of two (src/redis/connection.cc, DispatchBatch).
 -- TTL rule: each function keeps its own (it is its script); the driver writes no key.

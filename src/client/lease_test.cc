@@ -819,7 +819,7 @@ TEST(ConcurrencyLimiterApi, ReleaseAsyncNeverAnswersInsideTheCall) {
 }
 
 TEST(ConcurrencyLimiter, MetricsKeepALongHeldLeaseWhateverTheTrafficOnOtherIds) {
-  // issue 11, item 5, through the public API: one lease held on `leaky` while leases of
+  // Through the public API: one lease held on `leaky` while leases of
   // more ids than the gauges track come and go.
   auto client = MemoryClient();
   auto limiter = MakeLimiter(client, "c", {.limit = 1});
