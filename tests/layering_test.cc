@@ -118,6 +118,13 @@ std::vector<std::string> Violations(const std::string& path, const std::string& 
       continue;
     }
     const std::string head = name.substr(0, name.find('/'));
+    // The repository root is an include directory of sluiced's targets (for "service/…"),
+    // so "src/core/…" would compile there and slip past the layer names below.
+    if (head == "src" || head == "include") {
+      bad.push_back(where + " — include a header by its layer's name (core/…, sluice/…), " +
+                    "not by its place in the tree");
+      continue;
+    }
     const bool internal = kLayers.count(head) > 0;
     const bool is_public = head == "sluice";
     if (top == "include") {
@@ -156,6 +163,9 @@ std::vector<std::string> Violations(const std::string& path, const std::string& 
 }
 
 TEST(Layering, TheCheckerCatchesEachKindOfWrongInclude) {
+  EXPECT_EQ(Violations("service/engine.cc", "#include \"src/core/keys.h\"\n").size(), 1u);
+  EXPECT_EQ(Violations("cli/audit.cc", "#include \"include/sluice/client.h\"\n").size(), 1u);
+  EXPECT_EQ(Violations("src/client/client.cc", "#include \"src/core/keys.h\"\n").size(), 1u);
   EXPECT_EQ(Violations("src/core/keys.cc", "#include \"client/client_core.h\"\n").size(), 1u);
   EXPECT_EQ(Violations("src/algo/gcra.cc", "#include \"store/store.h\"\n").size(), 1u);
   EXPECT_EQ(Violations("src/store/store.h", "#include \"sluice/client.h\"\n").size(), 1u);

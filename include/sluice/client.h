@@ -197,9 +197,11 @@ struct LimiterOptions {
   // (the buckets: a slice of k lives reset_after - k / refill). The price: units left
   // in a slice when its life ends are not spent by anyone (at most servers x max_slice
   // per window, or at any moment for the buckets). Cold ids, Peek, Reset, per-call
-  // limits and shadow mode take the plain path. A refund of a kLocalBudget decision
-  // goes back to the slice while it lasts. Memory: a small entry per id this limiter
-  // saw in the last two seconds (swept as the table grows). Off by default.
+  // limits and shadow mode take the plain path; a Reset also drops this process's slice
+  // of the id (other processes' slices are spent until they end). A refund of a
+  // kLocalBudget decision goes back to the slice while it lasts. Memory: a small entry
+  // per id this limiter saw in the last two seconds (swept as the table grows). Off by
+  // default.
   struct LocalBudget {
     bool enabled = false;
     int64_t hot_checks_per_second = 200;
@@ -245,7 +247,8 @@ struct LimiterOptions {
   // in the last second returns to the exact shared path at the next interval (its last
   // count pushed first). When the store cannot be reached, the share already held keeps
   // being spent; past it, checks get the failure policy. A refund of a kLocalSync
-  // decision gives nothing back (the unit stays counted: stricter). `servers` must be at
+  // decision gives nothing back (the unit stays counted: stricter). A Reset drops what
+  // this process admitted and had not pushed, with its share. `servers` must be at
   // least the number of processes that count the id locally, or the bound does not
   // hold. One background thread per limiter with sync on (none with a model clock:
   // checks run the due syncs). Not with local_budget. Off by default.
