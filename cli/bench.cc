@@ -410,30 +410,159 @@ StatusOr<Outcome> RunProcesses(const BenchOptions& o, Algorithm algorithm,
   return total;
 }
 
-int RunBench(const BenchOptions& o) {
-  const StatusOr<FailurePolicy> parsed = ParseFailurePolicy(o.on_failure);
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "sluice bench: --on-failure: %s\n", parsed.status().ToString().c_str());
-    return kExitError;
+// The figures a run's Outcome gives, derived once for both outputs.
+struct Summary {
+  double elapsed = 0, rate = 0, per_write = 0, client_cpu_us = -1;
+  uint64_t total = 0;
+  // Redis's own cost: time inside the script per call, and the server's whole CPU
+  // (parsing, I/O, scripts) per decision. Negative when unknown (embedded store).
+  double script_us = -1, server_cpu_us = -1, per_script = -1, store_calls = -1;
+  // Per window, over the windows wholly inside the measured period (--aligned only).
+  int64_t windows = 0, over_demand = 0, overshoot = 0, overshoot_max = 0, under = 0, under_max = 0;
+  std::vector<int64_t> admitted_per_window;
+};
+
+Summary Summarize(const BenchOptions& o, const Outcome& r, int64_t t0_ms, int64_t t1_ms,
+                  const ServerSample& server_before, const ServerSample& server_after) {
+  Summary s;
+  s.elapsed = static_cast<double>(t1_ms - t0_ms) / 1000.0;
+  s.total = r.allowed + r.refused + r.errors;
+  s.rate = static_cast<double>(s.total) / s.elapsed;
+  s.per_write = r.writes ? static_cast<double>(r.commands) / static_cast<double>(r.writes) : 0;
+  if (server_before.ok && server_after.ok && s.total > 0) {
+    s.store_calls = server_after.script_calls - server_before.script_calls;
+    if (s.store_calls > 0) {
+      s.script_us = (server_after.script_usec - server_before.script_usec) / s.store_calls;
+      s.per_script = static_cast<double>(s.total) / s.store_calls;
+    }
+    s.server_cpu_us =
+        (server_after.cpu_s - server_before.cpu_s) * 1e6 / static_cast<double>(s.total);
   }
-  const FailurePolicy policy = *parsed;
+  if (o.aligned) {
+    for (const auto& [end, n] : r.windows) {
+      if (end - o.window_ms < t0_ms || end > t1_ms) continue;
+      ++s.windows;
+      s.admitted_per_window.push_back(n.first);
+      const int64_t over = std::max<int64_t>(0, n.first - o.limit);
+      s.overshoot += over;
+      s.overshoot_max = std::max(s.overshoot_max, over);
+      if (n.second > o.limit) {
+        ++s.over_demand;
+        const int64_t short_by = std::max<int64_t>(0, o.limit - n.first);
+        s.under += short_by;
+        s.under_max = std::max(s.under_max, short_by);
+      }
+    }
+  }
+  if (s.total) s.client_cpu_us = r.client_cpu_s * 1e6 / static_cast<double>(s.total);
+  return s;
+}
+
+void PrintJson(const BenchOptions& o, const Outcome& r, const Summary& s) {
+  nlohmann::json j = {
+      {"algorithm", o.algorithm},
+      {"concurrency", o.concurrency},
+      {"keys", o.keys},
+      {"processes", o.processes},
+      {"mode", o.mode},
+      {"duration_s", s.elapsed},
+      {"decisions_per_s", s.rate},
+      {"allowed", r.allowed},
+      {"refused", r.refused},
+      {"errors", r.errors},
+      {"not_from_store", r.not_from_store},
+      {"p50_us", r.latency.Quantile(0.50)},
+      {"p99_us", r.latency.Quantile(0.99)},
+      {"p999_us", r.latency.Quantile(0.999)},
+      {"commands_per_write", s.per_write},
+      {"redis_script_us_per_call", s.script_us},
+      {"redis_cpu_us_per_decision", s.server_cpu_us},
+      {"decisions_per_script_call", s.per_script},
+      {"store_calls", s.store_calls},
+      {"store_calls_per_1000", s.store_calls >= 0 && s.total > 0
+                                   ? s.store_calls * 1000.0 / static_cast<double>(s.total)
+                                   : -1.0},
+      {"client_cpu_us_per_decision", s.client_cpu_us}};
+  if (o.phase_length_s > 0) {
+    j["phase_calls"] = r.phase_calls;
+    j["phase_not_from_store"] = r.phase_not_from_store;
+    j["phase_p50_us"] = r.phase_latency.Quantile(0.50);
+    j["phase_p99_us"] = r.phase_latency.Quantile(0.99);
+    j["phase_p999_us"] = r.phase_latency.Quantile(0.999);
+  }
+  if (o.aligned) {
+    j["windows_measured"] = s.windows;
+    j["windows_over_demand"] = s.over_demand;
+    j["overshoot"] = s.overshoot;
+    j["overshoot_max"] = s.overshoot_max;
+    j["under_admission"] = s.under;
+    j["under_admission_max"] = s.under_max;
+    j["admitted_per_window"] = s.admitted_per_window;
+  }
+  if (!r.first_error.empty()) j["first_error"] = r.first_error;
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void PrintText(const BenchOptions& o, const Outcome& r, const Summary& s) {
+  std::printf("sluice bench  %s  concurrency=%d keys=%d processes=%d mode=%s  %.1f s measured\n",
+              o.algorithm.c_str(), o.concurrency, o.keys, o.processes, o.mode.c_str(), s.elapsed);
+  std::printf(
+      "  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu; %llu not from "
+      "the store)\n",
+      s.rate, static_cast<unsigned long long>(r.allowed),
+      static_cast<unsigned long long>(r.refused), static_cast<unsigned long long>(r.errors),
+      static_cast<unsigned long long>(r.not_from_store));
+  std::printf("  latency      p50 %lld us  p99 %lld us  p999 %lld us\n",
+              static_cast<long long>(r.latency.Quantile(0.50)),
+              static_cast<long long>(r.latency.Quantile(0.99)),
+              static_cast<long long>(r.latency.Quantile(0.999)));
+  if (o.phase_length_s > 0) {
+    std::printf(
+        "  phase        %llu calls started %.1f-%.1f s in (%llu not from the store): "
+        "p50 %lld us  p99 %lld us  p999 %lld us\n",
+        static_cast<unsigned long long>(r.phase_calls), o.phase_start_s,
+        o.phase_start_s + o.phase_length_s, static_cast<unsigned long long>(r.phase_not_from_store),
+        static_cast<long long>(r.phase_latency.Quantile(0.50)),
+        static_cast<long long>(r.phase_latency.Quantile(0.99)),
+        static_cast<long long>(r.phase_latency.Quantile(0.999)));
+  }
+  std::printf("  pipelining   %.1f commands per write\n", s.per_write);
+  if (s.script_us >= 0) {
+    std::printf(
+        "  redis cost   %.2f us per script call (%.1f decisions each), %.2f us of server CPU "
+        "per decision; %.0f script calls (%.2f per 1,000 decisions)\n",
+        s.script_us, s.per_script, s.server_cpu_us, s.store_calls,
+        s.store_calls * 1000.0 / static_cast<double>(s.total));
+  }
+  if (o.aligned) {
+    std::printf(
+        "  windows      %lld measured, %lld with demand over the limit; overshoot %lld "
+        "(max %lld in one window), under-admission %lld (max %lld)\n",
+        static_cast<long long>(s.windows), static_cast<long long>(s.over_demand),
+        static_cast<long long>(s.overshoot), static_cast<long long>(s.overshoot_max),
+        static_cast<long long>(s.under), static_cast<long long>(s.under_max));
+  }
+  if (s.total > 0) {
+    std::printf("  client cost  %.2f us of client CPU per decision\n", s.client_cpu_us);
+  }
+  if (!r.first_error.empty()) std::printf("  first error  %s\n", r.first_error.c_str());
+}
+
+int RunBench(const BenchOptions& o) {
+  const auto fail = [](const std::string& what) {
+    std::fprintf(stderr, "sluice bench: %s\n", what.c_str());
+    return kExitError;
+  };
+  const StatusOr<FailurePolicy> policy = ParseFailurePolicy(o.on_failure);
+  if (!policy.ok()) return fail("--on-failure: " + policy.status().ToString());
   if (o.algorithm == "concurrency") return RunLeaseBench(o);
   auto algorithm = ParseAlgorithm(o.algorithm);
-  if (!algorithm.ok()) {
-    std::fprintf(stderr, "sluice bench: %s\n", algorithm.status().ToString().c_str());
-    return kExitError;
-  }
+  if (!algorithm.ok()) return fail(algorithm.status().ToString());
   if (o.concurrency < 1 || o.keys < 1 || o.duration_s <= 0 || o.warmup_s < 0 || o.processes < 1) {
-    std::fprintf(stderr,
-                 "sluice bench: --concurrency, --keys, --processes and --duration must be "
-                 "positive\n");
-    return kExitError;
+    return fail("--concurrency, --keys, --processes and --duration must be positive");
   }
   const StatusOr<LimiterOptions> limiter_options = OptionsForMode(o);
-  if (!limiter_options.ok()) {
-    std::fprintf(stderr, "sluice bench: %s\n", limiter_options.status().ToString().c_str());
-    return kExitError;
-  }
+  if (!limiter_options.ok()) return fail(limiter_options.status().ToString());
   // Client creation, then the warm-up; the children measure the same wall-clock period.
   const int64_t t0_ms =
       WallMs() + static_cast<int64_t>(o.warmup_s * 1000) + (o.processes > 1 ? 500 : 100);
@@ -441,139 +570,17 @@ int RunBench(const BenchOptions& o) {
   ServerSample server_before, server_after;
   StatusOr<Outcome> outcome = o.processes == 1
                                   ? RunProcess(
-                                        o, *algorithm, *limiter_options, policy, t0_ms, t1_ms,
+                                        o, *algorithm, *limiter_options, *policy, t0_ms, t1_ms,
                                         [&](const Client& c) { server_before = SampleServer(c); },
                                         [&](const Client& c) { server_after = SampleServer(c); })
-                                  : RunProcesses(o, *algorithm, *limiter_options, policy, t0_ms,
+                                  : RunProcesses(o, *algorithm, *limiter_options, *policy, t0_ms,
                                                  t1_ms, server_before, server_after);
-  if (!outcome.ok()) {
-    std::fprintf(stderr, "sluice bench: %s\n", outcome.status().ToString().c_str());
-    return kExitError;
-  }
-  const Outcome& r = *outcome;
-  const double elapsed = static_cast<double>(t1_ms - t0_ms) / 1000.0;
-
-  const uint64_t total = r.allowed + r.refused + r.errors;
-  const double rate = static_cast<double>(total) / elapsed;
-  const double per_write =
-      r.writes ? static_cast<double>(r.commands) / static_cast<double>(r.writes) : 0;
-  // Redis's own cost: time inside the script per call, and the server's whole CPU
-  // (parsing, I/O, scripts) per decision. Negative when unknown (embedded store).
-  double script_us = -1, server_cpu_us = -1, per_script = -1, store_calls = -1;
-  if (server_before.ok && server_after.ok && total > 0) {
-    store_calls = server_after.script_calls - server_before.script_calls;
-    if (store_calls > 0) {
-      script_us = (server_after.script_usec - server_before.script_usec) / store_calls;
-      per_script = static_cast<double>(total) / store_calls;
-    }
-    server_cpu_us = (server_after.cpu_s - server_before.cpu_s) * 1e6 / static_cast<double>(total);
-  }
-  // Per window, over the windows wholly inside the measured period.
-  int64_t windows = 0, over_demand = 0, overshoot = 0, overshoot_max = 0, under = 0, under_max = 0;
-  std::vector<int64_t> admitted_per_window;
-  if (o.aligned) {
-    for (const auto& [end, n] : r.windows) {
-      if (end - o.window_ms < t0_ms || end > t1_ms) continue;
-      ++windows;
-      admitted_per_window.push_back(n.first);
-      const int64_t over = std::max<int64_t>(0, n.first - o.limit);
-      overshoot += over;
-      overshoot_max = std::max(overshoot_max, over);
-      if (n.second > o.limit) {
-        ++over_demand;
-        const int64_t short_by = std::max<int64_t>(0, o.limit - n.first);
-        under += short_by;
-        under_max = std::max(under_max, short_by);
-      }
-    }
-  }
-  const double client_cpu_us = total ? r.client_cpu_s * 1e6 / static_cast<double>(total) : -1;
+  if (!outcome.ok()) return fail(outcome.status().ToString());
+  const Summary summary = Summarize(o, *outcome, t0_ms, t1_ms, server_before, server_after);
   if (o.json) {
-    nlohmann::json j = {
-        {"algorithm", o.algorithm},
-        {"concurrency", o.concurrency},
-        {"keys", o.keys},
-        {"processes", o.processes},
-        {"mode", o.mode},
-        {"duration_s", elapsed},
-        {"decisions_per_s", rate},
-        {"allowed", r.allowed},
-        {"refused", r.refused},
-        {"errors", r.errors},
-        {"not_from_store", r.not_from_store},
-        {"p50_us", r.latency.Quantile(0.50)},
-        {"p99_us", r.latency.Quantile(0.99)},
-        {"p999_us", r.latency.Quantile(0.999)},
-        {"commands_per_write", per_write},
-        {"redis_script_us_per_call", script_us},
-        {"redis_cpu_us_per_decision", server_cpu_us},
-        {"decisions_per_script_call", per_script},
-        {"store_calls", store_calls},
-        {"store_calls_per_1000",
-         store_calls >= 0 && total > 0 ? store_calls * 1000.0 / static_cast<double>(total) : -1.0},
-        {"client_cpu_us_per_decision", client_cpu_us}};
-    if (o.phase_length_s > 0) {
-      j["phase_calls"] = r.phase_calls;
-      j["phase_not_from_store"] = r.phase_not_from_store;
-      j["phase_p50_us"] = r.phase_latency.Quantile(0.50);
-      j["phase_p99_us"] = r.phase_latency.Quantile(0.99);
-      j["phase_p999_us"] = r.phase_latency.Quantile(0.999);
-    }
-    if (o.aligned) {
-      j["windows_measured"] = windows;
-      j["windows_over_demand"] = over_demand;
-      j["overshoot"] = overshoot;
-      j["overshoot_max"] = overshoot_max;
-      j["under_admission"] = under;
-      j["under_admission_max"] = under_max;
-      j["admitted_per_window"] = admitted_per_window;
-    }
-    if (!r.first_error.empty()) j["first_error"] = r.first_error;
-    std::printf("%s\n", j.dump().c_str());
+    PrintJson(o, *outcome, summary);
   } else {
-    std::printf("sluice bench  %s  concurrency=%d keys=%d processes=%d mode=%s  %.1f s measured\n",
-                o.algorithm.c_str(), o.concurrency, o.keys, o.processes, o.mode.c_str(), elapsed);
-    std::printf(
-        "  decisions/s  %.0f   (allowed %llu, refused %llu, errors %llu; %llu not from "
-        "the store)\n",
-        rate, static_cast<unsigned long long>(r.allowed),
-        static_cast<unsigned long long>(r.refused), static_cast<unsigned long long>(r.errors),
-        static_cast<unsigned long long>(r.not_from_store));
-    std::printf("  latency      p50 %lld us  p99 %lld us  p999 %lld us\n",
-                static_cast<long long>(r.latency.Quantile(0.50)),
-                static_cast<long long>(r.latency.Quantile(0.99)),
-                static_cast<long long>(r.latency.Quantile(0.999)));
-    if (o.phase_length_s > 0) {
-      std::printf(
-          "  phase        %llu calls started %.1f-%.1f s in (%llu not from the store): "
-          "p50 %lld us  p99 %lld us  p999 %lld us\n",
-          static_cast<unsigned long long>(r.phase_calls), o.phase_start_s,
-          o.phase_start_s + o.phase_length_s,
-          static_cast<unsigned long long>(r.phase_not_from_store),
-          static_cast<long long>(r.phase_latency.Quantile(0.50)),
-          static_cast<long long>(r.phase_latency.Quantile(0.99)),
-          static_cast<long long>(r.phase_latency.Quantile(0.999)));
-    }
-    std::printf("  pipelining   %.1f commands per write\n", per_write);
-    if (script_us >= 0) {
-      std::printf(
-          "  redis cost   %.2f us per script call (%.1f decisions each), %.2f us of server CPU "
-          "per decision; %.0f script calls (%.2f per 1,000 decisions)\n",
-          script_us, per_script, server_cpu_us, store_calls,
-          store_calls * 1000.0 / static_cast<double>(total));
-    }
-    if (o.aligned) {
-      std::printf(
-          "  windows      %lld measured, %lld with demand over the limit; overshoot %lld "
-          "(max %lld in one window), under-admission %lld (max %lld)\n",
-          static_cast<long long>(windows), static_cast<long long>(over_demand),
-          static_cast<long long>(overshoot), static_cast<long long>(overshoot_max),
-          static_cast<long long>(under), static_cast<long long>(under_max));
-    }
-    if (total > 0) {
-      std::printf("  client cost  %.2f us of client CPU per decision\n", client_cpu_us);
-    }
-    if (!r.first_error.empty()) std::printf("  first error  %s\n", r.first_error.c_str());
+    PrintText(o, *outcome, summary);
   }
   return kExitOk;
 }

@@ -180,6 +180,83 @@ constexpr std::string_view kSchemes[] = {"redis://",          "rediss://",
                                          "redis+cluster://",  "rediss+cluster://",
                                          "redis+sentinel://", "rediss+sentinel://"};
 
+// The userinfo's user and password, percent-decoded, into `out`.
+Status ParseUserinfo(std::string_view userinfo, NetworkUrl& out) {
+  std::string_view user, password = userinfo;
+  if (auto colon = userinfo.find(':'); colon != std::string_view::npos) {
+    user = userinfo.substr(0, colon);
+    password = userinfo.substr(colon + 1);
+  }
+  auto u = PercentDecode(user, "user");
+  if (!u.ok()) return u.status();
+  auto p = PercentDecode(password, "password");
+  if (!p.ok()) return p.status();
+  out.user = std::move(*u);
+  out.password = std::move(*p);
+  return Status::Ok();
+}
+
+// The host list of `out.form` ("host:port", or a comma-separated list of seed nodes or
+// sentinels) into `out.hosts`.
+Status ParseHosts(std::string_view hosts, NetworkUrl& out) {
+  const uint16_t default_port = out.form == Form::kSentinel ? 26379 : 6379;
+  if (out.form == Form::kSingle) {
+    auto one = ParseHostPort(hosts, default_port);
+    if (!one.ok()) return one.status();
+    out.hosts.push_back(*std::move(one));
+    return Status::Ok();
+  }
+  const char* what = out.form == Form::kCluster ? "redis+cluster" : "redis+sentinel";
+  if (hosts.empty()) {
+    return InvalidArgumentError(std::string(what) + " URL has no " +
+                                (out.form == Form::kCluster ? "seed node" : "sentinel") + " (" +
+                                what + "://host:port)");
+  }
+  while (true) {
+    const size_t comma = hosts.find(',');
+    std::string_view one = hosts.substr(0, comma);
+    if (one.empty()) return InvalidArgumentError(std::string(what) + " URL has an empty host");
+    auto parsed = ParseHostPort(one, default_port);
+    if (!parsed.ok()) return parsed.status();
+    out.hosts.push_back(*std::move(parsed));
+    if (comma == std::string_view::npos) return Status::Ok();
+    hosts = hosts.substr(comma + 1);
+  }
+}
+
+// One query parameter (TLS files and name, a Sentinel's own credentials) into `out`.
+Status ApplyParameter(std::string_view name, std::string value, NetworkUrl& out) {
+  TlsOptions& tls = out.options.tls;
+  if (name == "ca" || name == "cert" || name == "key" || name == "sni") {
+    if (!out.tls) {
+      return InvalidArgumentError("the TLS parameter \"" + std::string(name) +
+                                  "\" needs a TLS URL (rediss://, rediss+cluster://, "
+                                  "rediss+sentinel://)");
+    }
+    if (value.empty()) {
+      return InvalidArgumentError("the TLS parameter \"" + std::string(name) + "\" is empty");
+    }
+    (name == "ca"     ? tls.ca_file
+     : name == "cert" ? tls.cert_file
+     : name == "key"  ? tls.key_file
+                      : tls.server_name) = std::move(value);
+    return Status::Ok();
+  }
+  if (out.form == Form::kSentinel && (name == "sentinel_user" || name == "sentinel_password")) {
+    (name == "sentinel_user" ? out.options.sentinel_user : out.options.sentinel_password) =
+        std::move(value);
+    return Status::Ok();
+  }
+  std::string known = out.tls ? "ca, cert, key, sni" : "";
+  if (out.form == Form::kSentinel) {
+    known += std::string(known.empty() ? "" : ", ") + "sentinel_user, sentinel_password";
+  }
+  return InvalidArgumentError("unknown URL parameter \"" + std::string(name.substr(0, 32)) + "\"" +
+                              (known.empty()
+                                   ? "; this URL takes none (TLS parameters need rediss://)"
+                                   : "; known: " + known));
+}
+
 StatusOr<NetworkUrl> ParseNetworkUrl(std::string_view url) {
   NetworkUrl out;
   std::string_view rest;
@@ -198,83 +275,20 @@ StatusOr<NetworkUrl> ParseNetworkUrl(std::string_view url) {
         "redis URL is ambiguous: a '?' followed by name=... comes before an '@'; "
         "percent-encode a '?' in the password as %3F or an '@' in a parameter value as %40");
   }
-  const std::string_view query = parts.query;
-  rest = parts.authority;
   if (parts.has_userinfo) {
-    const std::string_view userinfo = parts.userinfo;
-    std::string_view user, password = userinfo;
-    if (auto colon = userinfo.find(':'); colon != std::string_view::npos) {
-      user = userinfo.substr(0, colon);
-      password = userinfo.substr(colon + 1);
-    }
-    auto u = PercentDecode(user, "user");
-    if (!u.ok()) return u.status();
-    auto p = PercentDecode(password, "password");
-    if (!p.ok()) return p.status();
-    out.user = std::move(*u);
-    out.password = std::move(*p);
+    if (Status s = ParseUserinfo(parts.userinfo, out); !s.ok()) return s;
   }
-  std::string_view hosts = rest.substr(0, rest.find('/'));
+  rest = parts.authority;
+  const std::string_view hosts = rest.substr(0, rest.find('/'));
   out.path = hosts.size() < rest.size() ? rest.substr(hosts.size() + 1) : std::string_view();
-  const uint16_t default_port = out.form == Form::kSentinel ? 26379 : 6379;
-  if (out.form == Form::kSingle) {
-    auto one = ParseHostPort(hosts, default_port);
-    if (!one.ok()) return one.status();
-    out.hosts.push_back(*std::move(one));
-  } else {
-    const char* what = out.form == Form::kCluster ? "redis+cluster" : "redis+sentinel";
-    if (hosts.empty()) {
-      return InvalidArgumentError(std::string(what) + " URL has no " +
-                                  (out.form == Form::kCluster ? "seed node" : "sentinel") + " (" +
-                                  what + "://host:port)");
-    }
-    while (true) {
-      const size_t comma = hosts.find(',');
-      std::string_view one = hosts.substr(0, comma);
-      if (one.empty()) return InvalidArgumentError(std::string(what) + " URL has an empty host");
-      auto parsed = ParseHostPort(one, default_port);
-      if (!parsed.ok()) return parsed.status();
-      out.hosts.push_back(*std::move(parsed));
-      if (comma == std::string_view::npos) break;
-      hosts = hosts.substr(comma + 1);
-    }
-  }
-  TlsOptions& tls = out.options.tls;
-  tls.enabled = out.tls;
+  if (Status s = ParseHosts(hosts, out); !s.ok()) return s;
+  out.options.tls.enabled = out.tls;
   Status params =
-      ForEachParameter(query, "redis", [&](std::string_view name, std::string value) -> Status {
-        if (name == "ca" || name == "cert" || name == "key" || name == "sni") {
-          if (!out.tls) {
-            return InvalidArgumentError("the TLS parameter \"" + std::string(name) +
-                                        "\" needs a TLS URL (rediss://, rediss+cluster://, "
-                                        "rediss+sentinel://)");
-          }
-          if (value.empty()) {
-            return InvalidArgumentError("the TLS parameter \"" + std::string(name) + "\" is empty");
-          }
-          (name == "ca"     ? tls.ca_file
-           : name == "cert" ? tls.cert_file
-           : name == "key"  ? tls.key_file
-                            : tls.server_name) = std::move(value);
-          return Status::Ok();
-        }
-        if (out.form == Form::kSentinel &&
-            (name == "sentinel_user" || name == "sentinel_password")) {
-          (name == "sentinel_user" ? out.options.sentinel_user : out.options.sentinel_password) =
-              std::move(value);
-          return Status::Ok();
-        }
-        std::string known = out.tls ? "ca, cert, key, sni" : "";
-        if (out.form == Form::kSentinel) {
-          known += std::string(known.empty() ? "" : ", ") + "sentinel_user, sentinel_password";
-        }
-        return InvalidArgumentError(
-            "unknown URL parameter \"" + std::string(name.substr(0, 32)) + "\"" +
-            (known.empty() ? "; this URL takes none (TLS parameters need rediss://)"
-                           : "; known: " + known));
+      ForEachParameter(parts.query, "redis", [&](std::string_view name, std::string value) {
+        return ApplyParameter(name, std::move(value), out);
       });
   if (!params.ok()) return params;
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
+  if (out.options.tls.cert_file.empty() != out.options.tls.key_file.empty()) {
     return InvalidArgumentError(
         "a TLS client certificate needs both cert= (the certificate) and key= (its key)");
   }
