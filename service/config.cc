@@ -203,10 +203,28 @@ struct Parser {
     rule->path = path;
     rule->limiter_name = LimiterName(pieces);
     rule->position = At(file, rl);
-    if (rl["unlimited"]) rule->unlimited = Bool(file, rl["unlimited"], "unlimited");
+    ParseNames(rl, *rule);
+    if (const YAML::Node alg = descriptor["algorithm"]) rule->kind = ParseKind(alg);
+    ParseRate(rl, *rule);
+    ParseExtensions(descriptor, *rule);
+    if (rule->unlimited && rl["requests_per_unit"])
+      Fail(file, rl["unlimited"], "unlimited: true cannot have requests_per_unit");
+    if (rule->kind != RuleKind::kConcurrency && !rule->unlimited && rule->requests_per_unit > 0) {
+      if (Status s = rule->ToLimit().Validate(); !s.ok()) Fail(file, rl, s.message());
+    }
+    if (rules.size() >= limits.max_rules)
+      Fail(file, rl,
+           "more than " + std::to_string(limits.max_rules) + " rate limits in the configuration");
+    rules.push_back(rule);
+    return rule;
+  }
+
+  // rate_limit's unlimited, name and replaces.
+  void ParseNames(const YAML::Node& rl, Rule& rule) {
+    if (rl["unlimited"]) rule.unlimited = Bool(file, rl["unlimited"], "unlimited");
     if (rl["name"]) {
-      rule->name = Scalar(file, rl["name"], "name");
-      if (rule->name.empty()) Fail(file, rl["name"], "name must not be empty");
+      rule.name = Scalar(file, rl["name"], "name");
+      if (rule.name.empty()) Fail(file, rl["name"], "name must not be empty");
     }
     if (rl["replaces"]) {
       const YAML::Node replaces = rl["replaces"];
@@ -217,30 +235,27 @@ struct Parser {
         if (!r["name"]) Fail(file, r, "replaces entry needs a name");
         std::string name = Scalar(file, r["name"], "replaces name");
         if (name.empty()) Fail(file, r["name"], "replaces name must not be empty");
-        rule->replaces.push_back(std::move(name));
+        rule.replaces.push_back(std::move(name));
       }
     }
-    if (const YAML::Node alg = descriptor["algorithm"]) {
-      const std::string a = Scalar(file, alg, "algorithm");
-      if (a == "fixed_window")
-        rule->kind = RuleKind::kFixedWindow;
-      else if (a == "sliding_window")
-        rule->kind = RuleKind::kSlidingWindow;
-      else if (a == "sliding_log")
-        rule->kind = RuleKind::kSlidingLog;
-      else if (a == "token_bucket")
-        rule->kind = RuleKind::kTokenBucket;
-      else if (a == "gcra")
-        rule->kind = RuleKind::kGcra;
-      else if (a == "concurrency")
-        rule->kind = RuleKind::kConcurrency;
-      else
-        Fail(file, alg,
-             "unknown algorithm '" + a +
-                 "' (expected fixed_window, sliding_window, sliding_log, token_bucket, gcra or "
-                 "concurrency)");
+  }
+
+  // sluice's `algorithm` extension, by the names RuleKindName gives.
+  RuleKind ParseKind(const YAML::Node& alg) {
+    const std::string a = Scalar(file, alg, "algorithm");
+    for (RuleKind kind : {RuleKind::kFixedWindow, RuleKind::kSlidingWindow, RuleKind::kSlidingLog,
+                          RuleKind::kTokenBucket, RuleKind::kGcra, RuleKind::kConcurrency}) {
+      if (a == RuleKindName(kind)) return kind;
     }
-    const bool needs_unit = !rule->unlimited && rule->kind != RuleKind::kConcurrency;
+    Fail(file, alg,
+         "unknown algorithm '" + a +
+             "' (expected fixed_window, sliding_window, sliding_log, token_bucket, gcra or "
+             "concurrency)");
+  }
+
+  // rate_limit's unit and requests_per_unit.
+  void ParseRate(const YAML::Node& rl, Rule& rule) {
+    const bool needs_unit = !rule.unlimited && rule.kind != RuleKind::kConcurrency;
     if (const YAML::Node unit = rl["unit"]) {
       std::string u = Scalar(file, unit, "unit");
       std::transform(u.begin(), u.end(), u.begin(),
@@ -252,7 +267,7 @@ struct Parser {
       bool found = false;
       for (const auto& [n, v] : kUnits) {
         if (u == n) {
-          rule->unit = v;
+          rule.unit = v;
           found = true;
         }
       }
@@ -264,55 +279,46 @@ struct Parser {
       Fail(file, rl, "rate_limit needs a unit (or unlimited: true)");
     }
     if (const YAML::Node rpu = rl["requests_per_unit"]) {
-      rule->requests_per_unit = Integer(file, rpu, "requests_per_unit", 0, sluice::kMaxLimit);
-    } else if (!rule->unlimited) {
+      rule.requests_per_unit = Integer(file, rpu, "requests_per_unit", 0, sluice::kMaxLimit);
+    } else if (!rule.unlimited) {
       Fail(file, rl, "rate_limit needs requests_per_unit (or unlimited: true)");
     }
+  }
+
+  // sluice's extensions beside rate_limit (burst, lease_ttl, failure_mode, local_servers,
+  // colocate) and envoy-ratelimit's shadow_mode and detailed_metric.
+  void ParseExtensions(const YAML::Node& descriptor, Rule& rule) {
     if (const YAML::Node burst = descriptor["burst"]) {
-      if (rule->kind != RuleKind::kTokenBucket && rule->kind != RuleKind::kGcra)
+      if (rule.kind != RuleKind::kTokenBucket && rule.kind != RuleKind::kGcra)
         Fail(file, burst, "burst applies to algorithm token_bucket or gcra only");
-      rule->burst = Integer(file, burst, "burst", 1, sluice::kMaxLimit);
+      rule.burst = Integer(file, burst, "burst", 1, sluice::kMaxLimit);
     }
     if (const YAML::Node ttl = descriptor["lease_ttl"]) {
-      if (rule->kind != RuleKind::kConcurrency)
+      if (rule.kind != RuleKind::kConcurrency)
         Fail(file, ttl, "lease_ttl applies to algorithm concurrency only");
-      rule->lease_ttl = Duration(file, ttl, "lease_ttl");
-      if (rule->lease_ttl < std::chrono::milliseconds(10) || rule->lease_ttl > sluice::kMaxWindow)
+      rule.lease_ttl = Duration(file, ttl, "lease_ttl");
+      if (rule.lease_ttl < std::chrono::milliseconds(10) || rule.lease_ttl > sluice::kMaxWindow)
         Fail(file, ttl, "lease_ttl must be between 10ms and 366 days");
     }
     if (const YAML::Node fm = descriptor["failure_mode"]) {
       const std::string f = Scalar(file, fm, "failure_mode");
-      if (f == "open")
-        rule->failure_mode = sluice::FailurePolicy::kOpen;
-      else if (f == "closed")
-        rule->failure_mode = sluice::FailurePolicy::kClosed;
-      else if (f == "local")
-        rule->failure_mode = sluice::FailurePolicy::kLocal;
-      else
+      const auto policy = sluice::ParseFailurePolicy(f);
+      if (!policy.ok() || *policy == sluice::FailurePolicy::kDefault)
         Fail(file, fm, "unknown failure_mode '" + f + "' (expected open, closed or local)");
+      rule.failure_mode = *policy;
     }
     if (const YAML::Node ls = descriptor["local_servers"]) {
-      rule->local_servers = Integer(file, ls, "local_servers", 1, 1000000);
+      rule.local_servers = Integer(file, ls, "local_servers", 1, 1000000);
     }
     if (const YAML::Node co = descriptor["colocate"]) {
-      rule->colocate = Bool(file, co, "colocate");
-      if (rule->colocate && rule->kind == RuleKind::kConcurrency)
+      rule.colocate = Bool(file, co, "colocate");
+      if (rule.colocate && rule.kind == RuleKind::kConcurrency)
         Fail(file, co, "colocate applies to rate limits, not to algorithm: concurrency");
     }
     if (descriptor["shadow_mode"])
-      rule->shadow_mode = Bool(file, descriptor["shadow_mode"], "shadow_mode");
+      rule.shadow_mode = Bool(file, descriptor["shadow_mode"], "shadow_mode");
     if (descriptor["detailed_metric"])
-      rule->detailed_metric = Bool(file, descriptor["detailed_metric"], "detailed_metric");
-    if (rule->unlimited && rl["requests_per_unit"])
-      Fail(file, rl["unlimited"], "unlimited: true cannot have requests_per_unit");
-    if (rule->kind != RuleKind::kConcurrency && !rule->unlimited && rule->requests_per_unit > 0) {
-      if (Status s = rule->ToLimit().Validate(); !s.ok()) Fail(file, rl, s.message());
-    }
-    if (rules.size() >= limits.max_rules)
-      Fail(file, rl,
-           "more than " + std::to_string(limits.max_rules) + " rate limits in the configuration");
-    rules.push_back(rule);
-    return rule;
+      rule.detailed_metric = Bool(file, descriptor["detailed_metric"], "detailed_metric");
   }
 
   std::vector<DescriptorNode> ParseList(const YAML::Node& list, std::vector<std::string> pieces,

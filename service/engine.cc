@@ -22,10 +22,10 @@ Code CodeOf(const Decision& d) {
   return d.reason == RefusalReason::kStoreUnavailable ? Code::kUnavailable : Code::kOverLimit;
 }
 
-int OutcomeOf(const Decision& d) {
-  if (d.shadow_refused) return 3;
-  if (d.allowed) return 0;
-  return d.reason == RefusalReason::kStoreUnavailable ? 2 : 1;
+Outcome OutcomeOf(const Decision& d) {
+  if (d.shadow_refused) return kShadowRefused;
+  if (d.allowed) return kAllowed;
+  return d.reason == RefusalReason::kStoreUnavailable ? kUnavailable : kOverLimit;
 }
 
 // A lease handle: 128 bits from the kernel's CSPRNG (getrandom), as 22 base64url
@@ -59,20 +59,19 @@ std::string RandomHandle() {
 }
 
 // The shared state of one check while its store calls are out.
-struct Pending {
-  CheckResult result;
-  CheckDone done;
-  Clock::time_point start = Clock::now();
-  std::atomic<int> outstanding{0};
-};
+// requests_per_unit: 0 refuses every request (envoy-ratelimit's way to ban a key); in
+// shadow mode it refuses nobody.
+Decision ZeroLimitDecision(const Rule& rule, Unit unit) {
+  Decision d;
+  d.allowed = rule.shadow_mode;
+  d.shadow_refused = rule.shadow_mode;
+  d.reason = RefusalReason::kOverLimit;
+  d.reset_after = d.retry_after =
+      rule.shadow_mode ? std::chrono::milliseconds(0) : UnitWindow(unit);
+  return d;
+}
 
 }  // namespace
-
-void CompositeCheckAsync(std::span<const sluice::LimitCheck> checks,
-                         const sluice::CheckOptions& options,
-                         sluice::CompositeDecisionCallback done) {
-  sluice::CheckCompositeAsync(checks, options, std::move(done));
-}
 
 std::string_view CodeName(Code code) {
   switch (code) {
@@ -213,46 +212,66 @@ void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Cloc
   }
 }
 
-void Engine::Check(CheckRequest request, CheckDone done) {
-  auto gen = current();
-  auto pending = std::make_shared<Pending>();
-  pending->done = std::move(done);
-  CheckResult& result = pending->result;
-  result.statuses.resize(request.descriptors.size());
-  const DomainConfig* domain = gen->config->FindDomain(request.domain);
-  if (!domain) {
-    result.unknown_domain = true;
-    pending->done(std::move(result));
-    return;
+struct Engine::Pending {
+  CheckResult result;
+  CheckDone done;
+  Clock::time_point start = Clock::now();
+  std::atomic<int> outstanding{0};
+};
+
+// Picks the status that answers the request: the first over-limit one, else the first
+// unavailable one; an admitted request's headline is the limit with the least remaining
+// (a shadow limit refuses nobody: it never heads the RateLimit headers).
+void Engine::Finish(const std::shared_ptr<Pending>& p) {
+  CheckResult& r = p->result;
+  for (std::size_t i = 0; i < r.statuses.size(); ++i) {
+    const auto& s = r.statuses[i];
+    if (s.code == Code::kOverLimit && r.overall != Code::kOverLimit) {
+      r.overall = Code::kOverLimit;
+      r.headline = static_cast<int>(i);
+    } else if (s.code == Code::kUnavailable && r.overall == Code::kOk) {
+      r.overall = Code::kUnavailable;
+      r.headline = static_cast<int>(i);
+    }
   }
+  if (r.overall == Code::kOk) {
+    int64_t least = INT64_MAX;
+    for (std::size_t i = 0; i < r.statuses.size(); ++i) {
+      const auto& s = r.statuses[i];
+      if (s.decision && !(s.rule && s.rule->shadow_mode) && s.decision->remaining < least) {
+        least = s.decision->remaining;
+        r.headline = static_cast<int>(i);
+      }
+    }
+  }
+  p->done(std::move(r));
+}
+
+// The limits a request is checked against, one item per descriptor that a limit applies
+// to; descriptors answered without the store (no rule, unlimited, concurrency,
+// requests_per_unit 0) get their status here.
+std::vector<Engine::Item> Engine::Plan(const Generation& gen, const DomainConfig& domain,
+                                       const CheckRequest& request, CheckResult& result,
+                                       bool& zero_refusal) {
   std::vector<Match> matches;
   matches.reserve(request.descriptors.size());
-  for (const auto& d : request.descriptors) matches.push_back(MatchDescriptor(*domain, d.entries));
+  for (const auto& d : request.descriptors) matches.push_back(MatchDescriptor(domain, d.entries));
   ApplyReplaces(matches);
-
-  struct Item {
-    std::size_t index;
-    const BuiltRule* built;
-    int64_t cost;
-    std::optional<sluice::Limit> limit;  // an override
-  };
   std::vector<Item> items;
-  bool zero_refusal = false;
   const uint64_t request_hits = request.hits == 0 ? 1 : request.hits;
   for (std::size_t i = 0; i < matches.size(); ++i) {
     DescriptorResult& status = result.statuses[i];
     const auto& desc = request.descriptors[i];
-    const BuiltRule* found = matches[i].rule ? &gen->rules.at(matches[i].rule.get()) : nullptr;
+    const BuiltRule* found = matches[i].rule ? &gen.rules.at(matches[i].rule.get()) : nullptr;
     if (desc.limit && (!found || !found->limiter || found->rule->shadow_mode)) {
       // The override is the limit, counted on the domain's override window (as in
       // envoy-ratelimit, an override is never in shadow mode).
-      found = &gen->overrides.at(request.domain);
+      found = &gen.overrides.at(request.domain);
       if (matches[i].id.empty()) matches[i].id = DescriptorId(desc.entries);
     }
     if (!found) continue;
-    const BuiltRule& built = *found;
-    const Rule& rule = *built.rule;
-    status.rule = built.rule;
+    const Rule& rule = *found->rule;
+    status.rule = found->rule;
     status.id = std::move(matches[i].id);
     status.limit = rule.requests_per_unit;
     status.unit = rule.unit;
@@ -264,127 +283,110 @@ void Engine::Check(CheckRequest request, CheckDone done) {
       status.limit = desc.limit->requests_per_unit;
       status.unit = desc.limit->unit;
       if (status.limit > 0) {
-        sluice::Limit l = rule.ToLimit();
-        Rule copy = rule;
-        copy.requests_per_unit = std::min<int64_t>(status.limit, sluice::kMaxLimit);
-        copy.unit = desc.limit->unit;
-        copy.burst = 0;
-        l = copy.ToLimit();
-        limit = l;
+        Rule overridden = rule;
+        overridden.requests_per_unit = std::min<int64_t>(status.limit, sluice::kMaxLimit);
+        overridden.unit = desc.limit->unit;
+        overridden.burst = 0;
+        limit = overridden.ToLimit();
       }
     }
     if (status.limit == 0) {
-      // requests_per_unit: 0 refuses every request (envoy-ratelimit's way to ban a key).
-      Decision d;
-      d.allowed = rule.shadow_mode;
-      d.shadow_refused = rule.shadow_mode;
-      d.reason = RefusalReason::kOverLimit;
-      d.reset_after = d.retry_after =
-          rule.shadow_mode ? std::chrono::milliseconds(0) : UnitWindow(status.unit);
-      if (rule.shadow_mode) d.retry_after = std::chrono::milliseconds(0);
-      status.decision = d;
-      status.code = CodeOf(d);
-      if (!d.allowed) zero_refusal = true;
-      Record(built, status, {});
+      status.decision = ZeroLimitDecision(rule, status.unit);
+      status.code = CodeOf(*status.decision);
+      if (!status.decision->allowed) zero_refusal = true;
+      Record(*found, status, {});
       continue;
     }
-    items.push_back({i, &built, cost, limit});
+    items.push_back({i, found, cost, limit});
   }
+  return items;
+}
 
-  auto finish = [](const std::shared_ptr<Pending>& p) {
-    CheckResult& r = p->result;
-    int64_t least = INT64_MAX;
-    for (std::size_t i = 0; i < r.statuses.size(); ++i) {
-      const auto& s = r.statuses[i];
-      if (s.code == Code::kOverLimit && r.overall != Code::kOverLimit) {
-        r.overall = Code::kOverLimit;
-        r.headline = static_cast<int>(i);
-      } else if (s.code == Code::kUnavailable && r.overall == Code::kOk) {
-        r.overall = Code::kUnavailable;
-        r.headline = static_cast<int>(i);
-      }
-    }
-    if (r.overall == Code::kOk) {
-      for (std::size_t i = 0; i < r.statuses.size(); ++i) {
-        const auto& s = r.statuses[i];
-        // A shadow limit refuses nobody: it never heads the RateLimit headers.
-        if (s.decision && !(s.rule && s.rule->shadow_mode) && s.decision->remaining < least) {
-          least = s.decision->remaining;
-          r.headline = static_cast<int>(i);
+void Engine::Set(const std::shared_ptr<Pending>& p, const Item& item, StatusOr<Decision> d,
+                 bool timed) {
+  DescriptorResult& s = p->result.statuses[item.index];
+  if (d.ok()) {
+    s.decision = *d;
+    s.code = CodeOf(*d);
+  } else {
+    s.code = Code::kUnavailable;
+    s.error = d.status().ToString();
+  }
+  Record(*item.built, s, Clock::now() - p->start, timed);
+}
+
+// One composite check: a request refused by any limit spends none of them. Started here,
+// answered from the client's I/O thread (no pool hop).
+void Engine::CheckTogether(const std::shared_ptr<Pending>& pending, std::vector<Item> items) {
+  std::vector<sluice::LimitCheck> checks;
+  checks.reserve(items.size());
+  for (const auto& it : items)
+    checks.push_back({&*it.built->limiter, pending->result.statuses[it.index].id});
+  const int64_t cost = items.front().cost;
+  sluice::CheckCompositeAsync(
+      checks, {.cost = cost},
+      [this, pending,
+       items = std::move(items)](sluice::StatusOr<sluice::CompositeDecision> composite) {
+        if (!composite.ok()) {
+          for (const auto& it : items) Set(pending, it, composite.status());
+        } else {
+          const std::size_t decider = composite->decided_by;
+          Set(pending, items[decider], composite->decision);
+          if (composite->decision.allowed && composite->decisions.size() == items.size()) {
+            // Admitted: every limit reports its own state (Envoy's x-ratelimit headers
+            // take the least remaining of them).
+            for (std::size_t k = 0; k < items.size(); ++k) {
+              if (k != decider) Set(pending, items[k], composite->decisions[k], false);
+            }
+          }
         }
-      }
-    }
-    p->done(std::move(r));
-  };
+        Finish(pending);
+      });
+}
 
-  if (zero_refusal || items.empty()) {
-    finish(pending);
+// Each limit on its own (different costs, overrides, or one limit): the last answer
+// finishes the request.
+void Engine::CheckEach(const std::shared_ptr<Pending>& pending, const std::vector<Item>& items) {
+  pending->outstanding.store(static_cast<int>(items.size()));
+  for (const auto& item : items) {
+    auto complete = [this, pending, item](StatusOr<Decision> d) {
+      Set(pending, item, std::move(d));
+      if (pending->outstanding.fetch_sub(1) == 1) Finish(pending);
+    };
+    sluice::CheckOptions options{.cost = std::max<int64_t>(item.cost, 1), .limit = item.limit};
+    const std::string& id = pending->result.statuses[item.index].id;
+    if (item.cost == 0) {
+      // hits_addend 0: report without spending (Peek has no asynchronous form).
+      boost::asio::post(pool_, [item, options, complete, id]() {
+        complete(item.built->limiter->Peek(id, options));
+      });
+    } else {
+      item.built->limiter->CheckAsync(id, options, complete);
+    }
+  }
+}
+
+void Engine::Check(CheckRequest request, CheckDone done) {
+  auto gen = current();
+  auto pending = std::make_shared<Pending>();
+  pending->done = std::move(done);
+  pending->result.statuses.resize(request.descriptors.size());
+  const DomainConfig* domain = gen->config->FindDomain(request.domain);
+  if (!domain) {
+    pending->result.unknown_domain = true;
+    pending->done(std::move(pending->result));
     return;
   }
-
-  auto set = [this](const std::shared_ptr<Pending>& p, const Item& item, StatusOr<Decision> d,
-                    bool timed = true) {
-    DescriptorResult& s = p->result.statuses[item.index];
-    if (d.ok()) {
-      s.decision = *d;
-      s.code = CodeOf(*d);
-    } else {
-      s.code = Code::kUnavailable;
-      s.error = d.status().ToString();
-    }
-    Record(*item.built, s, Clock::now() - p->start, timed);
-  };
-
+  bool zero_refusal = false;
+  std::vector<Item> items = Plan(*gen, *domain, request, pending->result, zero_refusal);
+  if (zero_refusal || items.empty()) return Finish(pending);
   const bool same_cost = std::all_of(items.begin(), items.end(), [&](const Item& it) {
     return it.cost == items.front().cost && !it.limit;
   });
   if (items.size() > 1 && same_cost && items.front().cost > 0) {
-    // One composite check: a request refused by any limit spends none of them. Started
-    // here, answered from the client's I/O thread (no pool hop).
-    std::vector<sluice::LimitCheck> checks;
-    checks.reserve(items.size());
-    for (const auto& it : items)
-      checks.push_back({&*it.built->limiter, pending->result.statuses[it.index].id});
-    const int64_t cost = items.front().cost;
-    CompositeCheckAsync(
-        checks, {.cost = cost},
-        [pending, items = std::move(items), set,
-         finish](sluice::StatusOr<sluice::CompositeDecision> composite) {
-          if (!composite.ok()) {
-            for (const auto& it : items) set(pending, it, composite.status());
-          } else {
-            const std::size_t decider = composite->decided_by;
-            set(pending, items[decider], composite->decision);
-            if (composite->decision.allowed && composite->decisions.size() == items.size()) {
-              // Admitted: every limit reports its own state (Envoy's
-              // x-ratelimit headers take the least remaining of them).
-              for (std::size_t k = 0; k < items.size(); ++k) {
-                if (k != decider) set(pending, items[k], composite->decisions[k], false);
-              }
-            }
-          }
-          finish(pending);
-        });
-    return;
+    return CheckTogether(pending, std::move(items));
   }
-
-  pending->outstanding.store(static_cast<int>(items.size()));
-  for (const auto& item : items) {
-    auto complete = [pending, item, set, finish](StatusOr<Decision> d) {
-      set(pending, item, std::move(d));
-      if (pending->outstanding.fetch_sub(1) == 1) finish(pending);
-    };
-    sluice::CheckOptions options{.cost = std::max<int64_t>(item.cost, 1), .limit = item.limit};
-    if (item.cost == 0) {
-      // hits_addend 0: report without spending (Peek has no asynchronous form).
-      boost::asio::post(pool_,
-                        [item, options, complete, id = pending->result.statuses[item.index].id]() {
-                          complete(item.built->limiter->Peek(id, options));
-                        });
-    } else {
-      item.built->limiter->CheckAsync(pending->result.statuses[item.index].id, options, complete);
-    }
-  }
+  CheckEach(pending, items);
 }
 
 StatusOr<Match> Engine::Resolve(const std::string& domain, const Entries& entries) const {
@@ -442,7 +444,9 @@ void Engine::Acquire(std::string domain, Entries entries, std::function<void(Lea
         grant.retry_after = a->retry_after;
         grant.source = a->source;
         grant.reason = a->reason;
-        const int outcome = a->acquired ? 0 : a->reason == RefusalReason::kStoreUnavailable ? 2 : 1;
+        const Outcome outcome = a->acquired                                     ? kAllowed
+                                : a->reason == RefusalReason::kStoreUnavailable ? kUnavailable
+                                                                                : kOverLimit;
         counters->decisions[outcome][static_cast<int>(a->source)].fetch_add(
             1, std::memory_order_relaxed);
         if (a->source != DecisionSource::kStore) metrics_.StoreError();

@@ -29,12 +29,6 @@
 
 namespace sluiced {
 
-// The single place the composite check is called (asynchronously: `done` runs on the
-// client's I/O thread).
-void CompositeCheckAsync(std::span<const sluice::LimitCheck> checks,
-                         const sluice::CheckOptions& options,
-                         sluice::CompositeDecisionCallback done);
-
 struct LimitOverride {
   int64_t requests_per_unit = 0;
   Unit unit = Unit::kSecond;
@@ -181,7 +175,26 @@ class Engine {
     std::chrono::milliseconds ttl;
   };
 
+  // A request being checked: its result so far and the callback that answers it.
+  struct Pending;
+  // One descriptor of a request that a limit applies to: what Check sends to the store.
+  struct Item {
+    std::size_t index;  // into the request's descriptors
+    const BuiltRule* built;
+    int64_t cost;
+    std::optional<sluice::Limit> limit;  // a RateLimitOverride
+  };
+
   Engine(EngineOptions options, std::shared_ptr<sluice::Client> client);
+  // Check's steps: the limits to check, then one composite or each on its own, each
+  // answer stored with Set and counted; Finish answers the request.
+  std::vector<Item> Plan(const Generation& gen, const DomainConfig& domain,
+                         const CheckRequest& request, CheckResult& result, bool& zero_refusal);
+  void CheckTogether(const std::shared_ptr<Pending>& pending, std::vector<Item> items);
+  void CheckEach(const std::shared_ptr<Pending>& pending, const std::vector<Item>& items);
+  void Set(const std::shared_ptr<Pending>& pending, const Item& item,
+           sluice::StatusOr<sluice::Decision> decision, bool timed = true);
+  static void Finish(const std::shared_ptr<Pending>& pending);
   sluice::StatusOr<std::shared_ptr<const Generation>> Build(std::shared_ptr<const Config> config);
   std::shared_ptr<const Generation> current() const;
   // Counts the decision; `timed`: also its store latency or store error (once per store

@@ -124,10 +124,8 @@ int CheckConfig(const std::string& path, sluice::FailurePolicy default_policy) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"sluiced: distributed rate limits over HTTP/JSON and Envoy's RLS v3 gRPC"};
+// Every flag of sluiced, with its default.
+struct Settings {
   std::string config_path = "/etc/sluiced";
   std::string redis = "redis://127.0.0.1:6379";
   std::string http_listen = "127.0.0.1:8080", grpc_listen = "127.0.0.1:8081",
@@ -139,155 +137,147 @@ int main(int argc, char** argv) {
   int64_t grpc_max_buffered_mib = 64;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   int64_t drain_timeout_ms = 10000;
-  app.set_version_flag("--version", std::string("sluiced ") + SLUICE_VERSION);
-  auto* config_opt =
-      app.add_option("--config", config_path, "YAML file, or directory of *.yaml (one domain each)")
-          ->envname("SLUICED_CONFIG");
   std::string check_config;
+};
+
+// The flags (each also an environment variable), into `s`. Returns --config's option,
+// which is required unless --check-config is given.
+CLI::Option* AddFlags(CLI::App& app, Settings& s) {
+  app.set_version_flag("--version", std::string("sluiced ") + SLUICE_VERSION);
+  auto* config_opt = app.add_option("--config", s.config_path,
+                                    "YAML file, or directory of *.yaml (one domain each)")
+                         ->envname("SLUICED_CONFIG");
   app.add_option(
-      "--check-config", check_config,
+      "--check-config", s.check_config,
       "Validate this config (file or directory) as sluiced would load it, print a line "
       "per domain and exit: 0 valid, 1 refused (file:line:column); no store, no listener");
   app.add_option(
-         "--redis", redis,
+         "--redis", s.redis,
          "Store URL: redis://, rediss:// (TLS), redis+sentinel://, redis+cluster://, unix:// or "
          "memory://")
       ->envname("SLUICED_REDIS")
       ->capture_default_str();
-  app.add_option("--http-listen", http_listen, "HTTP/JSON listener")
+  app.add_option("--http-listen", s.http_listen, "HTTP/JSON listener")
       ->envname("SLUICED_HTTP_LISTEN")
       ->capture_default_str();
-  app.add_option("--grpc-listen", grpc_listen, "Envoy RLS v3 gRPC listener")
+  app.add_option("--grpc-listen", s.grpc_listen, "Envoy RLS v3 gRPC listener")
       ->envname("SLUICED_GRPC_LISTEN")
       ->capture_default_str();
-  app.add_option("--admin-listen", admin_listen, "Admin listener (bearer token)")
+  app.add_option("--admin-listen", s.admin_listen, "Admin listener (bearer token)")
       ->envname("SLUICED_ADMIN_LISTEN")
       ->capture_default_str();
-  app.add_option("--metrics-listen", metrics_listen,
+  app.add_option("--metrics-listen", s.metrics_listen,
                  "Prometheus metrics listener (GET /metrics; the page names descriptor values, "
                  "so keep it off the public network or set --metrics-token)")
       ->envname("SLUICED_METRICS_LISTEN")
       ->capture_default_str();
-  app.add_option("--metrics-token", metrics_token,
+  app.add_option("--metrics-token", s.metrics_token,
                  "Bearer token every scrape must send (empty: none asked)")
       ->envname("SLUICED_METRICS_TOKEN");
-  app.add_option("--admin-token", admin_token,
+  app.add_option("--admin-token", s.admin_token,
                  "Admin bearer token (empty: admin calls all answer 401)")
       ->envname("SLUICED_ADMIN_TOKEN");
-  app.add_option("--audit-log", audit_log, "Audit log of admin releases (JSON lines)")
+  app.add_option("--audit-log", s.audit_log, "Audit log of admin releases (JSON lines)")
       ->envname("SLUICED_AUDIT_LOG")
       ->capture_default_str();
-  app.add_option("--prefix", prefix, "Key prefix in Redis")
+  app.add_option("--prefix", s.prefix, "Key prefix in Redis")
       ->envname("SLUICED_PREFIX")
       ->capture_default_str();
-  app.add_option("--default-failure-mode", default_policy,
+  app.add_option("--default-failure-mode", s.default_policy,
                  "Policy of limits naming none: open, closed, local")
       ->envname("SLUICED_DEFAULT_FAILURE_MODE")
       ->capture_default_str();
-  app.add_option("--deadline-ms", deadline_ms, "Deadline of each store call")
+  app.add_option("--deadline-ms", s.deadline_ms, "Deadline of each store call")
       ->envname("SLUICED_DEADLINE_MS")
       ->capture_default_str();
-  app.add_option("--http-threads", http_threads,
+  app.add_option("--http-threads", s.http_threads,
                  "HTTP threads of their own; 0: serve HTTP on the store client's I/O threads "
                  "(no hand-off between threads per check)")
       ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_HTTP_THREADS")
       ->capture_default_str();
-  app.add_option("--grpc-threads", grpc_threads,
+  app.add_option("--grpc-threads", s.grpc_threads,
                  "gRPC threads of their own; 0: serve gRPC on the store client's I/O threads "
                  "(no hand-off between threads per check)")
       ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_GRPC_THREADS")
       ->capture_default_str();
-  app.add_option("--grpc-max-buffered-mib", grpc_max_buffered_mib,
+  app.add_option("--grpc-max-buffered-mib", s.grpc_max_buffered_mib,
                  "Request bytes all gRPC connections together may hold, in MiB (each one 8 MiB "
                  "at most); a call that would go over is answered RESOURCE_EXHAUSTED")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->envname("SLUICED_GRPC_MAX_BUFFERED_MIB")
       ->capture_default_str();
-  app.add_option("--io-threads", io_threads, "Store client I/O threads")
+  app.add_option("--io-threads", s.io_threads, "Store client I/O threads")
       ->envname("SLUICED_IO_THREADS")
       ->capture_default_str();
-  app.add_option("--blocking-threads", blocking_threads,
+  app.add_option("--blocking-threads", s.blocking_threads,
                  "Threads for peeks (hits 0), readiness probes, metrics pages and admin calls")
       ->envname("SLUICED_BLOCKING_THREADS")
       ->capture_default_str();
-  app.add_option("--read-timeout-ms", read_timeout_ms,
+  app.add_option("--read-timeout-ms", s.read_timeout_ms,
                  "Time to read one HTTP request (slow clients are cut off)")
       ->envname("SLUICED_READ_TIMEOUT_MS")
       ->capture_default_str();
-  app.add_option("--watch-ms", watch_ms,
+  app.add_option("--watch-ms", s.watch_ms,
                  "How often config files are checked for changes (0: only SIGHUP)")
       ->envname("SLUICED_WATCH_MS")
       ->capture_default_str();
-  app.add_option("--connect-wait-ms", connect_wait_ms,
+  app.add_option("--connect-wait-ms", s.connect_wait_ms,
                  "At start, wait this long for the store before serving anyway")
       ->envname("SLUICED_CONNECT_WAIT_MS")
       ->capture_default_str();
-  app.add_option("--drain-timeout-ms", drain_timeout_ms,
+  app.add_option("--drain-timeout-ms", s.drain_timeout_ms,
                  "On SIGTERM or SIGINT, how long calls in flight may take to finish before "
                  "sluiced exits anyway (a second signal exits at once)")
       ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_DRAIN_TIMEOUT_MS")
       ->capture_default_str();
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+  app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
       ->envname("SLUICED_LOG_LEVEL")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  return config_opt;
+}
 
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
-
-  auto policy = sluice::ParseFailurePolicy(default_policy);
-  if (!policy.ok() || *policy == sluice::FailurePolicy::kDefault) {
-    spdlog::error("--default-failure-mode: expected open, closed or local, not '{}'",
-                  default_policy);
-    return 2;
-  }
-  if (!check_config.empty()) return CheckConfig(check_config, *policy);
-  if (config_opt->count() == 0) return app.exit(CLI::RequiredError("--config"));
-  HostPort http_at, grpc_at, admin_at, metrics_at;
-  for (auto [flag, value, out] : {std::tuple{"--http-listen", &http_listen, &http_at},
-                                  std::tuple{"--grpc-listen", &grpc_listen, &grpc_at},
-                                  std::tuple{"--admin-listen", &admin_listen, &admin_at},
-                                  std::tuple{"--metrics-listen", &metrics_listen, &metrics_at}}) {
+// Where each listener binds, from its flag; false (logged) when one is not HOST:PORT.
+struct Addresses {
+  HostPort http, grpc, admin, metrics;
+};
+bool ParseAddresses(const Settings& s, Addresses& at) {
+  for (auto [flag, value, out] : {std::tuple{"--http-listen", &s.http_listen, &at.http},
+                                  std::tuple{"--grpc-listen", &s.grpc_listen, &at.grpc},
+                                  std::tuple{"--admin-listen", &s.admin_listen, &at.admin},
+                                  std::tuple{"--metrics-listen", &s.metrics_listen, &at.metrics}}) {
     if (!SplitHostPort(*value, *out)) {
       spdlog::error("{}: expected HOST:PORT, not '{}'", flag, *value);
-      return 2;
+      return false;
     }
   }
+  return true;
+}
 
-  auto config = LoadConfig(config_path);
-  if (!config.ok()) {
-    spdlog::error("config refused, not starting: {}", config.status().message());
-    return 1;
-  }
-  spdlog::info("config loaded: {} file(s), {} domain(s), {} limit(s) from {}",
-               (*config)->files.size(), (*config)->domains.size(), (*config)->rules.size(),
-               config_path);
-
+// The engine on its store. The connection is made in the background: give it
+// --connect-wait-ms so the first requests are decided by the store, then serve either
+// way (by the failure policies until it is up).
+sluice::StatusOr<std::unique_ptr<Engine>> StartEngine(const Settings& s,
+                                                      sluice::FailurePolicy policy,
+                                                      std::shared_ptr<const Config> config) {
   EngineOptions options;
-  options.client.url = redis;
-  options.client.prefix = prefix;
-  options.client.deadline = std::chrono::milliseconds(deadline_ms);
-  options.client.io_threads = io_threads;
-  options.client.on_failure = *policy;
+  options.client.url = s.redis;
+  options.client.prefix = s.prefix;
+  options.client.deadline = std::chrono::milliseconds(s.deadline_ms);
+  options.client.io_threads = s.io_threads;
+  options.client.on_failure = policy;
   // What the library has to say about the store (a memory policy that can evict limits).
   options.client.on_warning = [](const std::string& warning) {
     spdlog::warn("store: {}", warning);
   };
-  options.blocking_threads = blocking_threads;
-  options.audit_log = audit_log;
-  auto engine = Engine::Create(options, *config);
-  if (!engine.ok()) {
-    spdlog::error("cannot start: {}", engine.status().ToString());
-    return 1;
-  }
-
-  // The connection is made in the background; give it a moment so the first requests
-  // are decided by the store, then serve either way (by the failure policies until it is up).
+  options.blocking_threads = s.blocking_threads;
+  options.audit_log = s.audit_log;
+  auto engine = Engine::Create(options, std::move(config));
+  if (!engine.ok()) return engine;
   const auto wait_until =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(connect_wait_ms);
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(s.connect_wait_ms);
   while (!(*engine)->client().Health().connected && std::chrono::steady_clock::now() < wait_until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -295,87 +285,96 @@ int main(int argc, char** argv) {
     spdlog::warn(
         "store {} not reachable yet: serving, every limit answering by its failure policy until it "
         "is",
-        sluice::RedactUrl(redis));
+        sluice::RedactUrl(s.redis));
   }
+  return engine;
+}
 
+struct Listeners {
+  std::unique_ptr<HttpServer> http, admin, metrics;
+  std::unique_ptr<GrpcServer> grpc;
+
+  int InFlight() const {
+    return http->requests_in_flight() + admin->requests_in_flight() + metrics->requests_in_flight();
+  }
+};
+
+// Every listener, or the first error (logged).
+bool StartListeners(Engine& engine, const Settings& s, const Addresses& at, Listeners& out) {
+  const auto read_timeout = std::chrono::milliseconds(s.read_timeout_ms);
   const bool metrics_loopback =
-      metrics_at.host == "127.0.0.1" || metrics_at.host == "::1" || metrics_at.host == "localhost";
-  if (metrics_token.empty() && !metrics_loopback)
+      at.metrics.host == "127.0.0.1" || at.metrics.host == "::1" || at.metrics.host == "localhost";
+  if (s.metrics_token.empty() && !metrics_loopback)
     spdlog::warn(
         "metrics listener on {} without --metrics-token (SLUICED_METRICS_TOKEN): every caller "
         "that reaches it reads descriptor values (lease ids, detailed_metric)",
-        metrics_listen);
+        s.metrics_listen);
   // Threads of its own: a scrape never waits behind checks, nor checks behind a scrape
   // (the page itself is formatted on the engine's blocking pool).
-  auto metrics = HttpServer::Start({.host = metrics_at.host,
-                                    .port = metrics_at.port,
+  auto metrics = HttpServer::Start({.host = at.metrics.host,
+                                    .port = at.metrics.port,
                                     .threads = 1,
-                                    .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
-                                   MetricsRoutes(**engine, metrics_token));
+                                    .read_timeout = read_timeout},
+                                   MetricsRoutes(engine, s.metrics_token));
   if (!metrics.ok()) {
     spdlog::error("{}", metrics.status().message());
-    return 1;
+    return false;
   }
+  out.metrics = std::move(*metrics);
   // The address the public listener's 404 for /metrics names (the port bound, for port 0).
   const std::string metrics_shown =
-      (metrics_at.host.find(':') != std::string::npos ? "[" + metrics_at.host + "]"
-                                                      : metrics_at.host) +
-      ":" + std::to_string((*metrics)->port());
-  auto http = HttpServer::Start(
-      {.host = http_at.host,
-       .port = http_at.port,
-       .threads = http_threads,
-       .executor = http_threads == 0 ? std::optional(sluice::IoExecutor((*engine)->client()))
-                                     : std::nullopt,
-       .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
-      PublicRoutes(**engine, metrics_shown));
+      (at.metrics.host.find(':') != std::string::npos ? "[" + at.metrics.host + "]"
+                                                      : at.metrics.host) +
+      ":" + std::to_string(out.metrics->port());
+  const auto on_io = [&engine](int threads) {
+    return threads == 0 ? std::optional(sluice::IoExecutor(engine.client())) : std::nullopt;
+  };
+  auto http = HttpServer::Start({.host = at.http.host,
+                                 .port = at.http.port,
+                                 .threads = s.http_threads,
+                                 .executor = on_io(s.http_threads),
+                                 .read_timeout = read_timeout},
+                                PublicRoutes(engine, metrics_shown));
   if (!http.ok()) {
     spdlog::error("{}", http.status().message());
-    return 1;
+    return false;
   }
-  if (admin_token.empty())
+  out.http = std::move(*http);
+  if (s.admin_token.empty())
     spdlog::warn("no --admin-token (SLUICED_ADMIN_TOKEN): every admin call answers 401");
-  auto admin = HttpServer::Start({.host = admin_at.host,
-                                  .port = admin_at.port,
-                                  .threads = 1,
-                                  .read_timeout = std::chrono::milliseconds(read_timeout_ms)},
-                                 AdminRoutes(**engine, admin_token));
+  auto admin = HttpServer::Start(
+      {.host = at.admin.host, .port = at.admin.port, .threads = 1, .read_timeout = read_timeout},
+      AdminRoutes(engine, s.admin_token));
   if (!admin.ok()) {
     spdlog::error("{}", admin.status().message());
-    return 1;
+    return false;
   }
+  out.admin = std::move(*admin);
   auto grpc = GrpcServer::Start(
-      **engine, grpc_listen,
-      {.threads = grpc_threads,
-       .executor = grpc_threads == 0 ? std::optional(sluice::IoExecutor((*engine)->client()))
-                                     : std::nullopt,
-       .max_server_buffer_bytes = static_cast<std::size_t>(grpc_max_buffered_mib) << 20});
+      engine, s.grpc_listen,
+      {.threads = s.grpc_threads,
+       .executor = on_io(s.grpc_threads),
+       .max_server_buffer_bytes = static_cast<std::size_t>(s.grpc_max_buffered_mib) << 20});
   if (!grpc.ok()) {
     spdlog::error("{}", grpc.status().message());
-    return 1;
+    return false;
   }
-  // One line tests and scripts wait for: every listener is up.
-  spdlog::info("serving http={}:{} grpc={}:{} admin={}:{} metrics={}:{} store={}", http_at.host,
-               (*http)->port(), grpc_at.host, (*grpc)->port(), admin_at.host, (*admin)->port(),
-               metrics_at.host, (*metrics)->port(), sluice::RedactUrl(redis));
+  out.grpc = std::move(*grpc);
+  return true;
+}
 
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGHUP, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  std::string fingerprint = Fingerprint(config_path);
-  std::string last_breaker = (*engine)->client().Health().breaker;
+// Serves until SIGTERM or SIGINT: reloads on SIGHUP and when the config's files change,
+// reaps the leases of callers that stopped heartbeating, logs the breaker's changes.
+void ServeUntilStopped(Engine& engine, const Settings& s) {
+  std::string fingerprint = Fingerprint(s.config_path);
+  std::string last_breaker = engine.client().Health().breaker;
   auto reload = [&](const char* why) {
-    auto next = LoadConfig(config_path);
-    sluice::Status s = next.ok() ? (*engine)->Reload(*next) : next.status();
-    if (!s.ok()) {
-      if (!next.ok()) (*engine)->metrics().ConfigLoad(false);
+    auto next = LoadConfig(s.config_path);
+    sluice::Status status = next.ok() ? engine.Reload(*next) : next.status();
+    if (!status.ok()) {
+      if (!next.ok()) engine.metrics().ConfigLoad(false);
       spdlog::error("config reload ({}) refused, keeping the previous config: {}", why,
-                    s.message());
+                    status.message());
       return;
     }
     spdlog::info("config reloaded ({}): {} file(s), {} domain(s), {} limit(s)", why,
@@ -385,71 +384,125 @@ int main(int argc, char** argv) {
   while (true) {
     for (int i = 0; i < 10 && g_stops.load() == 0; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (g_stops.load() > 0) break;
+    if (g_stops.load() > 0) return;
     if (g_reload.exchange(false)) {
-      fingerprint = Fingerprint(config_path);
+      fingerprint = Fingerprint(s.config_path);
       reload("SIGHUP");
     }
     const auto now = std::chrono::steady_clock::now();
-    if (watch_ms > 0 && now - last_watch >= std::chrono::milliseconds(watch_ms)) {
+    if (s.watch_ms > 0 && now - last_watch >= std::chrono::milliseconds(s.watch_ms)) {
       last_watch = now;
-      std::string f = Fingerprint(config_path);
+      std::string f = Fingerprint(s.config_path);
       if (f != fingerprint) {
         fingerprint = std::move(f);
         reload("file change");
       }
     }
-    (*engine)->ReapExpiredLeases();
-    const std::string breaker = (*engine)->client().Health().breaker;
+    engine.ReapExpiredLeases();
+    const std::string breaker = engine.client().Health().breaker;
     if (breaker != last_breaker) {
       spdlog::warn("store breaker {} -> {}", last_breaker, breaker);
       last_breaker = breaker;
     }
   }
-  // A graceful stop: /readyz answers 503 from now on, the listeners stop accepting, gRPC
-  // connections get GOAWAY and HTTP responses `Connection: close`; the calls in flight
-  // finish, until none is left, the drain timeout passes or a second signal comes.
-  (*engine)->StartDraining();
-  (*http)->Drain();
-  (*admin)->Drain();
-  (*metrics)->Drain();
-  (*grpc)->Drain();
+}
+
+// A graceful stop: /readyz answers 503 from now on, the listeners stop accepting, gRPC
+// connections get GOAWAY and HTTP responses `Connection: close`; the calls in flight
+// finish, until none is left, the drain timeout passes or a second signal comes.
+void Drain(Engine& engine, Listeners& l, const Settings& s) {
+  engine.StartDraining();
+  l.http->Drain();
+  l.admin->Drain();
+  l.metrics->Drain();
+  l.grpc->Drain();
   spdlog::info("stopping on signal {}: draining (at most {} ms)", g_stop_signal.load(),
-               drain_timeout_ms);
+               s.drain_timeout_ms);
   const auto drain_start = std::chrono::steady_clock::now();
-  const auto drain_until = drain_start + std::chrono::milliseconds(drain_timeout_ms);
+  const auto drain_until = drain_start + std::chrono::milliseconds(s.drain_timeout_ms);
   while (true) {
-    const int in_flight = (*http)->requests_in_flight() + (*admin)->requests_in_flight() +
-                          (*metrics)->requests_in_flight();
-    const std::size_t grpc_open = (*grpc)->open_connections();
+    const int in_flight = l.InFlight();
+    const std::size_t grpc_open = l.grpc->open_connections();
     const auto now = std::chrono::steady_clock::now();
     if (in_flight == 0 && grpc_open == 0) {
       spdlog::info(
           "drained in {} ms",
           std::chrono::duration_cast<std::chrono::milliseconds>(now - drain_start).count());
-      break;
+      return;
     }
     if (g_stops.load() > 1 || now >= drain_until) {
       spdlog::warn(
           "stopping {}: {} HTTP request(s) and {} gRPC connection(s) still open are dropped",
           g_stops.load() > 1 ? "on a second signal" : "at the drain timeout", in_flight, grpc_open);
-      break;
+      return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  (*http)->Stop();
-  (*admin)->Stop();
-  (*metrics)->Stop();
-  (*grpc)->Stop();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sluiced: distributed rate limits over HTTP/JSON and Envoy's RLS v3 gRPC"};
+  Settings s;
+  CLI::Option* config_opt = AddFlags(app, s);
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(s.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %l %v");
+
+  auto policy = sluice::ParseFailurePolicy(s.default_policy);
+  if (!policy.ok() || *policy == sluice::FailurePolicy::kDefault) {
+    spdlog::error("--default-failure-mode: expected open, closed or local, not '{}'",
+                  s.default_policy);
+    return 2;
+  }
+  if (!s.check_config.empty()) return CheckConfig(s.check_config, *policy);
+  if (config_opt->count() == 0) return app.exit(CLI::RequiredError("--config"));
+  Addresses at;
+  if (!ParseAddresses(s, at)) return 2;
+
+  auto config = LoadConfig(s.config_path);
+  if (!config.ok()) {
+    spdlog::error("config refused, not starting: {}", config.status().message());
+    return 1;
+  }
+  spdlog::info("config loaded: {} file(s), {} domain(s), {} limit(s) from {}",
+               (*config)->files.size(), (*config)->domains.size(), (*config)->rules.size(),
+               s.config_path);
+  auto engine = StartEngine(s, *policy, *config);
+  if (!engine.ok()) {
+    spdlog::error("cannot start: {}", engine.status().ToString());
+    return 1;
+  }
+  Listeners listeners;
+  if (!StartListeners(**engine, s, at, listeners)) return 1;
+  // One line tests and scripts wait for: every listener is up.
+  spdlog::info("serving http={}:{} grpc={}:{} admin={}:{} metrics={}:{} store={}", at.http.host,
+               listeners.http->port(), at.grpc.host, listeners.grpc->port(), at.admin.host,
+               listeners.admin->port(), at.metrics.host, listeners.metrics->port(),
+               sluice::RedactUrl(s.redis));
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGHUP, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  ServeUntilStopped(**engine, s);
+  Drain(**engine, listeners, s);
+  listeners.http->Stop();
+  listeners.admin->Stop();
+  listeners.metrics->Stop();
+  listeners.grpc->Stop();
   // The servers go before the engine: the HTTP and gRPC listeners run on the store
   // client's io_context, and an acceptor or timer must not outlive it (ASan: a
   // use-after-free when the gRPC listener was released after it). What their handlers
   // still hold (a listener, connections) is released as the client's io_context shuts
   // down, with the engine; a check's callback still out holds what it answers to.
-  http->reset();
-  admin->reset();
-  metrics->reset();
-  grpc->reset();
+  listeners = Listeners();
   engine->reset();
   return 0;
 }

@@ -16,12 +16,16 @@
 #include <string>
 #include <vector>
 
+#include "sluice/decision.h"
 #include "sluice/metrics.h"
 
 namespace sluiced {
 
-inline constexpr int kOutcomes = 4;  // allowed, over_limit, unavailable, shadow_refused
-inline constexpr int kSources = 6;   // sluice::DecisionSource
+// A decision's outcome, the first index of the decision counters.
+enum Outcome : int { kAllowed, kOverLimit, kUnavailable, kShadowRefused };
+inline constexpr int kOutcomes = kShadowRefused + 1;
+// Every sluice::DecisionSource, the second index (the last is kLocalSync).
+inline constexpr int kSources = static_cast<int>(sluice::DecisionSource::kLocalSync) + 1;
 
 struct RuleCounters {
   std::string domain;

@@ -257,6 +257,129 @@ static void LogRefusedAdminCall(const HttpRequest& request) {
                more ? " (and " + std::to_string(more) + " more refused since the last line)" : "");
 }
 
+namespace {
+
+// GET /admin/config: every rule as loaded, and the store (its password masked).
+HttpResponse AdminConfig(Engine& engine) {
+  json rules = json::array();
+  auto config = engine.config();
+  for (const auto& r : config->rules) {
+    rules.push_back({{"domain", r->domain},
+                     {"path", r->path},
+                     {"name", r->name},
+                     {"limiter", r->limiter_name},
+                     {"algorithm", RuleKindName(r->kind)},
+                     {"unit", UnitName(r->unit)},
+                     {"requests_per_unit", r->requests_per_unit},
+                     {"unlimited", r->unlimited},
+                     {"shadow_mode", r->shadow_mode},
+                     {"burst", r->burst},
+                     {"lease_ttl_ms", r->lease_ttl.count()},
+                     {"failure_mode", sluice::FailurePolicyName(r->failure_mode)},
+                     {"local_servers", r->local_servers},
+                     {"replaces", r->replaces},
+                     {"at", r->position.ToString()}});
+  }
+  json j = {{"store", engine.store_shown()}, {"files", config->files}, {"rules", rules}};
+  spdlog::info("admin config rules={}", config->rules.size());
+  return MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+// GET /admin/breaker: the store's health as the breaker sees it.
+HttpResponse AdminBreaker(Engine& engine) {
+  const sluice::StoreHealth h = engine.client().Health();
+  json j = {{"breaker", h.breaker},
+            {"connected", h.connected},
+            {"consecutive_failures", h.consecutive_failures},
+            {"breaker_opens", h.breaker_opens},
+            {"short_circuited", h.short_circuited},
+            {"probe_in_ms", h.probe_in.count()}};
+  spdlog::info("admin breaker state={}", h.breaker);
+  return MakeResponse(http::status::ok, j.dump());
+}
+
+// The actor and reason of a release, or why they are refused (both needed; a control
+// character is refused before anything is logged: a newline would forge log lines).
+sluice::StatusOr<sluice::AdminAction> ReleaseAction(const std::string& body_text) {
+  sluice::AdminAction action;
+  json body = json::parse(body_text, nullptr, false);
+  if (body.is_object() && body.contains("actor") && body["actor"].is_string())
+    action.actor = body["actor"];
+  if (body.is_object() && body.contains("reason") && body["reason"].is_string())
+    action.reason = body["reason"];
+  if (action.actor.empty() || action.reason.empty())
+    return sluice::InvalidArgumentError(
+        "release needs an actor and a reason (they go to the audit log)");
+  auto has_control = [](const std::string& v) {
+    return std::any_of(v.begin(), v.end(),
+                       [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  };
+  if (has_control(action.actor) || has_control(action.reason))
+    return sluice::InvalidArgumentError("actor and reason must not contain control characters");
+  return action;
+}
+
+// POST /admin/leases/release (blocking: on the engine's pool).
+void AdminRelease(Engine& engine, const Match& match, const sluice::AdminAction& action,
+                  const Respond& respond) {
+  auto r = engine.ReleaseAll(match, action);
+  if (!r.ok()) {
+    spdlog::warn("admin release_all limiter={} id={} actor={} failed: {}", match.rule->limiter_name,
+                 match.id, action.actor, r.status().ToString());
+    return Error(respond, StatusFor(r.status()), r.status().message());
+  }
+  spdlog::info("admin release_all limiter={} id={} actor={} reason={} released={}",
+               match.rule->limiter_name, match.id, action.actor, action.reason, r->released);
+  json j = {{"released", r->released}, {"record", json::parse(r->record, nullptr, false)}};
+  respond(MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
+}
+
+// POST /admin/leases/list (blocking: on the engine's pool).
+void AdminListLeases(Engine& engine, const Match& match, const Respond& respond) {
+  auto r = engine.ListLeases(match);
+  if (!r.ok()) {
+    spdlog::warn("admin list_leases limiter={} id={} failed: {}", match.rule->limiter_name,
+                 match.id, r.status().ToString());
+    return Error(respond, StatusFor(r.status()), r.status().message());
+  }
+  spdlog::info("admin list_leases limiter={} id={} leases={}", match.rule->limiter_name, match.id,
+               r->size());
+  json leases = json::array();
+  for (const auto& l : *r)
+    leases.push_back(
+        {{"id", l.id}, {"acquired_at_ms", l.acquired_at_ms}, {"expires_at_ms", l.expires_at_ms}});
+  json j = {{"limiter", match.rule->limiter_name}, {"id", match.id}, {"leases", leases}};
+  respond(MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
+}
+
+// POST /admin/inspect (blocking: on the engine's pool).
+void AdminInspect(Engine& engine, const Match& match, const Respond& respond) {
+  auto r = engine.Inspect(match);
+  if (!r.ok()) {
+    spdlog::warn("admin inspect limiter={} id={} failed: {}", match.rule->limiter_name, match.id,
+                 r.status().ToString());
+    return Error(respond, StatusFor(r.status()), r.status().message());
+  }
+  spdlog::info("admin inspect limiter={} id={} keys={}", match.rule->limiter_name, match.id,
+               r->keys.size());
+  json keys = json::array();
+  for (const auto& k : r->keys) {
+    json fields = json::object();
+    for (const auto& f : k.fields) fields[f.name] = f.value;
+    keys.push_back({{"key", k.key},
+                    {"type", sluice::KeyTypeName(k.type)},
+                    {"ttl_ms", k.ttl_ms},
+                    {"fields", fields},
+                    {"used", k.used},
+                    {"used_unit", k.used_unit},
+                    {"problem", k.problem}});
+  }
+  json j = {{"limiter", r->limiter}, {"id", r->id}, {"now_ms", r->now_ms}, {"keys", keys}};
+  respond(MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
+}
+
+}  // namespace
+
 HttpHandler AdminRoutes(Engine& engine, std::string token) {
   return [&engine, token = std::move(token)](HttpRequest&& request, Respond respond) {
     if (token.empty() || !BearerMatches(request, token)) {
@@ -268,127 +391,27 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
     }
     const std::string path(PathOf(request));
     const auto method = request.method();
-    if (path == "/admin/config" && method == http::verb::get) {
-      json rules = json::array();
-      auto config = engine.config();
-      for (const auto& r : config->rules) {
-        rules.push_back({{"domain", r->domain},
-                         {"path", r->path},
-                         {"name", r->name},
-                         {"limiter", r->limiter_name},
-                         {"algorithm", RuleKindName(r->kind)},
-                         {"unit", UnitName(r->unit)},
-                         {"requests_per_unit", r->requests_per_unit},
-                         {"unlimited", r->unlimited},
-                         {"shadow_mode", r->shadow_mode},
-                         {"burst", r->burst},
-                         {"lease_ttl_ms", r->lease_ttl.count()},
-                         {"failure_mode", sluice::FailurePolicyName(r->failure_mode)},
-                         {"local_servers", r->local_servers},
-                         {"replaces", r->replaces},
-                         {"at", r->position.ToString()}});
-      }
-      json j = {{"store", engine.store_shown()}, {"files", config->files}, {"rules", rules}};
-      spdlog::info("admin config rules={}", config->rules.size());
-      return respond(
-          MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
-    }
-    if (path == "/admin/breaker" && method == http::verb::get) {
-      const sluice::StoreHealth h = engine.client().Health();
-      json j = {{"breaker", h.breaker},
-                {"connected", h.connected},
-                {"consecutive_failures", h.consecutive_failures},
-                {"breaker_opens", h.breaker_opens},
-                {"short_circuited", h.short_circuited},
-                {"probe_in_ms", h.probe_in.count()}};
-      spdlog::info("admin breaker state={}", h.breaker);
-      return respond(MakeResponse(http::status::ok, j.dump()));
-    }
-    if ((path == "/admin/leases/release" || path == "/admin/leases/list" ||
-         path == "/admin/inspect") &&
+    if (path == "/admin/config" && method == http::verb::get) return respond(AdminConfig(engine));
+    if (path == "/admin/breaker" && method == http::verb::get) return respond(AdminBreaker(engine));
+    const bool release = path == "/admin/leases/release";
+    if ((release || path == "/admin/leases/list" || path == "/admin/inspect") &&
         method == http::verb::post) {
       auto parsed = ParseDescriptorRequest(request.body());
       if (!parsed.ok()) return Error(respond, http::status::bad_request, parsed.status().message());
       auto match = engine.Resolve(parsed->first, parsed->second);
       if (!match.ok()) return Error(respond, http::status::not_found, match.status().message());
       sluice::AdminAction action;
-      if (path == "/admin/leases/release") {
-        json body = json::parse(request.body(), nullptr, false);
-        if (body.is_object() && body.contains("actor") && body["actor"].is_string())
-          action.actor = body["actor"];
-        if (body.is_object() && body.contains("reason") && body["reason"].is_string())
-          action.reason = body["reason"];
-        if (action.actor.empty() || action.reason.empty())
-          return Error(respond, http::status::bad_request,
-                       "release needs an actor and a reason (they go to the audit log)");
-        // Refused before anything is logged: a newline in either would forge log lines.
-        auto has_control = [](const std::string& v) {
-          return std::any_of(v.begin(), v.end(), [](char c) {
-            return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-          });
-        };
-        if (has_control(action.actor) || has_control(action.reason))
-          return Error(respond, http::status::bad_request,
-                       "actor and reason must not contain control characters");
+      if (release) {
+        auto given = ReleaseAction(request.body());
+        if (!given.ok()) return Error(respond, http::status::bad_request, given.status().message());
+        action = *std::move(given);
       }
       // Blocking library calls: on the engine's blocking pool, never on a server thread.
       return boost::asio::post(engine.blocking_pool(), [&engine, path, match = std::move(*match),
                                                         action, respond = std::move(respond)]() {
-        if (path == "/admin/leases/release") {
-          auto r = engine.ReleaseAll(match, action);
-          if (!r.ok()) {
-            spdlog::warn("admin release_all limiter={} id={} actor={} failed: {}",
-                         match.rule->limiter_name, match.id, action.actor, r.status().ToString());
-            return Error(respond, StatusFor(r.status()), r.status().message());
-          }
-          spdlog::info("admin release_all limiter={} id={} actor={} reason={} released={}",
-                       match.rule->limiter_name, match.id, action.actor, action.reason,
-                       r->released);
-          json j = {{"released", r->released}, {"record", json::parse(r->record, nullptr, false)}};
-          return respond(MakeResponse(http::status::ok,
-                                      j.dump(-1, ' ', false, json::error_handler_t::replace)));
-        }
-        if (path == "/admin/leases/list") {
-          auto r = engine.ListLeases(match);
-          if (!r.ok()) {
-            spdlog::warn("admin list_leases limiter={} id={} failed: {}", match.rule->limiter_name,
-                         match.id, r.status().ToString());
-            return Error(respond, StatusFor(r.status()), r.status().message());
-          }
-          spdlog::info("admin list_leases limiter={} id={} leases={}", match.rule->limiter_name,
-                       match.id, r->size());
-          json leases = json::array();
-          for (const auto& l : *r)
-            leases.push_back({{"id", l.id},
-                              {"acquired_at_ms", l.acquired_at_ms},
-                              {"expires_at_ms", l.expires_at_ms}});
-          json j = {{"limiter", match.rule->limiter_name}, {"id", match.id}, {"leases", leases}};
-          return respond(MakeResponse(http::status::ok,
-                                      j.dump(-1, ' ', false, json::error_handler_t::replace)));
-        }
-        auto r = engine.Inspect(match);
-        if (!r.ok()) {
-          spdlog::warn("admin inspect limiter={} id={} failed: {}", match.rule->limiter_name,
-                       match.id, r.status().ToString());
-          return Error(respond, StatusFor(r.status()), r.status().message());
-        }
-        spdlog::info("admin inspect limiter={} id={} keys={}", match.rule->limiter_name, match.id,
-                     r->keys.size());
-        json keys = json::array();
-        for (const auto& k : r->keys) {
-          json fields = json::object();
-          for (const auto& f : k.fields) fields[f.name] = f.value;
-          keys.push_back({{"key", k.key},
-                          {"type", sluice::KeyTypeName(k.type)},
-                          {"ttl_ms", k.ttl_ms},
-                          {"fields", fields},
-                          {"used", k.used},
-                          {"used_unit", k.used_unit},
-                          {"problem", k.problem}});
-        }
-        json j = {{"limiter", r->limiter}, {"id", r->id}, {"now_ms", r->now_ms}, {"keys", keys}};
-        respond(
-            MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
+        if (path == "/admin/leases/release") return AdminRelease(engine, match, action, respond);
+        if (path == "/admin/leases/list") return AdminListLeases(engine, match, respond);
+        AdminInspect(engine, match, respond);
       });
     }
     return Error(respond, http::status::not_found,
