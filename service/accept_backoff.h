@@ -10,7 +10,7 @@
 // CreateReactorNow.
 #pragma once
 
-#include <utility>  // before Boost (asio 1.74 under g++ 12)
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <chrono>
 #include <string_view>

@@ -85,7 +85,7 @@ std::string_view CodeName(Code code) {
 StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options,
                                                  std::shared_ptr<const Config> config) {
   // Start and serve while Redis is down: every limit answers by its failure policy
-  // until the connection is up (issue 14, item 6).
+  // until the connection is up.
   options.client.connect_in_background = true;
   auto client = sluice::Client::Create(options.client);
   if (!client.ok()) return client.status();

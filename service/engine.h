@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <utility>  // before Boost (asio 1.74 under g++ 12)
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <boost/asio/thread_pool.hpp>
 

@@ -16,7 +16,7 @@
 // finished from any thread (see GrpcServerOptions::reply_from_completion_thread).
 #pragma once
 
-#include <utility>  // before Boost (asio 1.74 under g++ 12)
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <chrono>
 #include <cstdint>

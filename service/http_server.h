@@ -8,7 +8,7 @@
 // Thread-safety: Start/Stop from one thread; handlers run on the server's threads.
 #pragma once
 
-#include <utility>  // before Boost (asio 1.74 under g++ 12)
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <chrono>
 #include <cstdint>

@@ -13,7 +13,7 @@
 // it lives as long as one of them does.
 #pragma once
 
-#include <utility>  // before Boost (asio 1.74 under g++ 12)
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
 #include <cstdint>
