@@ -141,7 +141,7 @@ struct GrpcServerOptions {
   // send. True writes it from the finishing thread instead, under the connection's lock
   // (one thread wake-up less per call, one send per reply): measured slower under
   // closed-loop load on 2 cores (the store client's one I/O thread then also makes every
-  // reply's send; README: gRPC figures). Default: false.
+  // reply's send; bench/service.sh). Default: false.
   bool reply_from_completion_thread = false;
 };
 

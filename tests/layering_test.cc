@@ -1,5 +1,5 @@
 // The layering of src/ holds itself: every `#include` of sluice's own headers is checked
-// against a small matrix of which folder may include which (docs/design.md §8), so the
+// against a small matrix of which folder may include which (docs/design.md §9), so the
 // next cycle fails the build's tests instead of creeping in.
 //
 // From the ground up:

@@ -340,7 +340,7 @@ std::size_t ProcStatusBytes(pid_t pid, const std::string& field) {
 }
 
 // Calls that send a whole 1 MiB message but never end their stream: sluiced holds at
-// most 8 MiB of them per connection (README), answering the others RESOURCE_EXHAUSTED,
+// most 8 MiB of them per connection (docs/sluiced.md), answering the others RESOURCE_EXHAUSTED,
 // so its peak resident memory grows by tens of MiB, not by what the clients send.
 TEST_F(Grpc, StreamsWithoutEndStreamHoldBoundedMemory) {
 #if defined(__SANITIZE_ADDRESS__)
