@@ -264,6 +264,9 @@ struct LimiterOptions {
 };
 
 // The client's view of its store, for status pages and health checks.
+// On a Redis Cluster each primary has a breaker of its own (docs/design.md §5): `breaker`
+// is then the worst of their states (open, then half_open, then closed),
+// consecutive_failures the highest, the counts their sums, probe_in the soonest probe.
 struct StoreHealth {
   bool connected = true;  // the store takes calls now (Store connection up)
   std::string breaker;    // "closed", "open" or "half_open"
@@ -271,6 +274,11 @@ struct StoreHealth {
   int64_t breaker_opens = 0;              // times the breaker opened since Create
   int64_t short_circuited = 0;            // checks answered by their policy without a store call
   std::chrono::milliseconds probe_in{0};  // open: until the next probe
+  int64_t breaker_domains = 1;            // breakers: the cluster's primaries, else 1
+  int64_t open_domains = 0;               // of those, open or half-open
+  // Their names ("host:port" of a primary; "(no primary known)" for the calls of slots no
+  // primary is known to serve); empty when every breaker is closed.
+  std::vector<std::string> open_domain_names;
   // The store's memory policy as last read (ClientOptions::eviction_check_interval);
   // empty until a reading succeeds (or for the embedded store).
   std::string memory_policy;

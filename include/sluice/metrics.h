@@ -13,6 +13,11 @@
 //   sluice_breaker_state{state}          gauge: 1 for the current state, 0 for the others
 //   sluice_breaker_opens_total, sluice_breaker_short_circuited_total       counters
 //   sluice_breaker_consecutive_failures                                     gauge
+//   sluice_breaker_domains, sluice_breaker_open_domains  gauges: breakers (one per
+//                                         primary of a Redis Cluster, else 1), and of
+//                                         those the open or half-open; on a cluster the
+//                                         state above is the worst primary's, the
+//                                         failures the highest, the counters sums
 //   sluice_store_evicting{policy}         gauge: 1 when the store's maxmemory-policy can
 //                                         evict sluice's keys (after the first reading)
 //   sluice_store_evicted_keys             gauge: the store's evicted_keys, as last read

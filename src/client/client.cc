@@ -325,10 +325,13 @@ StatusOr<ConcurrencyLimiter> Client::MakeConcurrencyLimiter(
 }
 
 StoreHealth Client::Health() const {
-  const internal::Breaker& b = core_->policy->breaker();
-  StoreHealth health{core_->store->connected(), std::string(internal::BreakerStateName(b.state())),
-                     b.consecutive_failures(),  b.opens(),
-                     b.short_circuited(),       b.RetryIn()};
+  internal::DomainBreakers::Summary b = core_->policy->breakers().Summarize();
+  StoreHealth health{core_->store->connected(), std::string(internal::BreakerStateName(b.worst)),
+                     b.consecutive_failures,    b.opens,
+                     b.short_circuited,         b.probe_in};
+  health.breaker_domains = b.domains;
+  health.open_domains = b.open_domains;
+  health.open_domain_names = std::move(b.open_names);
   internal::EvictionWatch::Reading r = core_->eviction.reading();
   if (r.known) {
     health.memory_policy = std::move(r.policy);

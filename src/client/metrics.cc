@@ -100,20 +100,26 @@ std::vector<MetricSample> Client::Metrics() const {
       double(s.shadow_refusals));
   add("sluice_syncs_total", kCounter,
       "Periodic-sync calls sent to the store for hot ids (LimiterOptions::sync).", double(s.syncs));
-  const internal::Breaker& b = core_->policy->breaker();
-  const auto state = b.state();
+  // One breaker per fault domain (a Redis Cluster's primaries): the state is the worst
+  // of them, the counters their sums, the failures the highest.
+  const internal::DomainBreakers::Summary b = core_->policy->breakers().Summarize();
   for (auto st : {internal::Breaker::State::kClosed, internal::Breaker::State::kOpen,
                   internal::Breaker::State::kHalfOpen}) {
-    add("sluice_breaker_state", kGauge, "The store circuit breaker's state (1 = current).",
-        st == state ? 1 : 0, {{"state", std::string(internal::BreakerStateName(st))}});
+    add("sluice_breaker_state", kGauge,
+        "The store circuit breaker's state (1 = current; on a cluster the worst primary's).",
+        st == b.worst ? 1 : 0, {{"state", std::string(internal::BreakerStateName(st))}});
   }
-  add("sluice_breaker_opens_total", kCounter, "Times the circuit breaker opened.",
-      double(b.opens()));
+  add("sluice_breaker_opens_total", kCounter, "Times the circuit breaker opened.", double(b.opens));
   add("sluice_breaker_short_circuited_total", kCounter,
       "Calls answered without a store call because the breaker was open.",
-      double(b.short_circuited()));
+      double(b.short_circuited));
   add("sluice_breaker_consecutive_failures", kGauge, "Consecutive store failures.",
-      double(b.consecutive_failures()));
+      double(b.consecutive_failures));
+  add("sluice_breaker_domains", kGauge,
+      "Fault domains with a breaker of their own (a cluster's primaries; 1 otherwise).",
+      double(b.domains));
+  add("sluice_breaker_open_domains", kGauge, "Fault domains whose breaker is open or half-open.",
+      double(b.open_domains));
   if (const auto eviction = core_->eviction.reading(); eviction.known) {
     add("sluice_store_evicting", kGauge,
         "1 when the store's maxmemory-policy can evict sluice's keys (any but noeviction).",

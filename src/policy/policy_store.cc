@@ -44,7 +44,8 @@ PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clo
     : inner_(std::move(inner)),
       clock_(local_clock),
       local_(std::move(local_clock)),
-      breaker_(breaker),
+      domains_(inner_->HasFaultDomains()),
+      breakers_(breaker, [store = inner_.get()] { return store->FaultDomains(); }),
       // The embedded store decides at once, on the caller's thread: asking it late costs
       // nothing and gives the limit's own answer.
       inline_store_(dynamic_cast<const MemoryStore*>(inner_.get()) != nullptr),
@@ -85,7 +86,7 @@ CheckCall PolicyStore::LocalCall(const CheckCall& call) {
   return local;
 }
 
-StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
+StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call, const Breaker& breaker) {
   policy_decisions_.fetch_add(1, std::memory_order_relaxed);
   Decision d;
   d.limit = call.limit.limit;
@@ -104,7 +105,7 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call) {
       d.allowed = false;
       d.remaining = 0;
       // Until the breaker probes again (at least a second: nobody knows better).
-      d.retry_after = std::max(breaker_.RetryIn(), std::chrono::milliseconds(1000));
+      d.retry_after = std::max(breaker.RetryIn(), std::chrono::milliseconds(1000));
       d.reset_after = d.retry_after;
       d.reason = RefusalReason::kStoreUnavailable;
       d.source = DecisionSource::kFailClosed;
@@ -152,41 +153,44 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   } else if (denials_ && !decision && call.op != Op::kSync) {
     denials_->Forget(call.key);  // a refund or reset: the remembered refusal may be over
   }
+  DomainBreakers::Gate gate = GateOf(call.key);
   if (decision && call.refuse_evicting && Evicting()) {
-    done(Fallback(call));
+    done(Fallback(call, *gate.breaker));
     return;
   }
   if (ExpiredBeforeSending(call)) {
     // Not sent, so not a store failure: the breaker hears nothing of it.
     if (decision) {
-      done(Fallback(call));
+      done(Fallback(call, *gate.breaker));
     } else {
       done(ExpiredError());
     }
     return;
   }
-  const Breaker::Pass pass = breaker_.Allow();
+  const Breaker::Pass pass = gate->Allow();
   if (!pass) {
     if (decision) {
-      done(Fallback(call));
+      done(Fallback(call, *gate.breaker));
     } else {
       done(UnavailableError("the store is unavailable (circuit breaker open); retry in " +
-                            std::to_string(breaker_.RetryIn().count()) + " ms"));
+                            std::to_string(gate->RetryIn().count()) + " ms"));
     }
     return;
   }
   if (!decision) {
-    inner_->Check(std::move(call), [this, pass, done = std::move(done)](StatusOr<Decision> result) {
-      breaker_.Settle(pass, OutcomeOf(result.status()));
+    inner_->Check(std::move(call), [pass, gate = std::move(gate),
+                                    done = std::move(done)](StatusOr<Decision> result) {
+      gate->Settle(pass, OutcomeOf(result.status()));
       done(std::move(result));
     });
     return;
   }
   // The fallback needs the call after the store had it: keep a copy of what it reads.
   CheckCall fallback = call;
-  inner_->Check(std::move(call), [this, pass, cache, generation, fallback = std::move(fallback),
+  inner_->Check(std::move(call), [this, pass, gate = std::move(gate), cache, generation,
+                                  fallback = std::move(fallback),
                                   done = std::move(done)](StatusOr<Decision> result) {
-    breaker_.Settle(pass, OutcomeOf(result.status()));
+    gate->Settle(pass, OutcomeOf(result.status()));
     if (result.ok()) {
       if (cache) {
         denials_->Record(fallback.key, fallback.limit, fallback.cost, *result, CacheNowMs(fallback),
@@ -194,17 +198,18 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
       }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
-      done(Fallback(fallback));
+      done(Fallback(fallback, *gate.breaker));
     } else {
       done(std::move(result));
     }
   });
 }
 
-StatusOr<CompositeOutcome> PolicyStore::FallbackMany(const std::vector<CheckCall>& calls) {
+StatusOr<CompositeOutcome> PolicyStore::FallbackMany(const std::vector<CheckCall>& calls,
+                                                     const Breaker& breaker) {
   CompositeOutcome out;
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    StatusOr<Decision> d = Fallback(calls[i]);
+    StatusOr<Decision> d = Fallback(calls[i], breaker);
     if (d.ok() && d->allowed) {
       out.decisions.push_back(*d);
       continue;
@@ -240,24 +245,28 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
       }
     }
   }
+  // One domain for all (store/store.h): the first key's.
+  DomainBreakers::Gate gate =
+      call.calls.empty() ? GateOf(std::string_view()) : GateOf(call.calls.front().key);
   if (!call.calls.empty() && ExpiredBeforeSending(call.calls.front())) {
-    done(FallbackMany(call.calls));
+    done(FallbackMany(call.calls, *gate.breaker));
     return;
   }
   const bool refused =
       Evicting() && std::any_of(call.calls.begin(), call.calls.end(),
                                 [](const CheckCall& c) { return c.refuse_evicting; });
-  const Breaker::Pass pass = refused ? Breaker::Pass() : breaker_.Allow();
+  const Breaker::Pass pass = refused ? Breaker::Pass() : gate->Allow();
   if (!pass) {
-    done(FallbackMany(call.calls));
+    done(FallbackMany(call.calls, *gate.breaker));
     return;
   }
   // The fallback and the denial cache need the calls after the store had them.
   std::vector<CheckCall> calls = call.calls;
   inner_->CheckComposite(
-      std::move(call), [this, pass, calls = std::move(calls), generations = std::move(generations),
+      std::move(call), [this, pass, gate = std::move(gate), calls = std::move(calls),
+                        generations = std::move(generations),
                         done = std::move(done)](StatusOr<CompositeOutcome> result) {
-        breaker_.Settle(pass, OutcomeOf(result.status()));
+        gate->Settle(pass, OutcomeOf(result.status()));
         if (result.ok()) {
           if (denials_ && result->refused_by && calls[*result->refused_by].cache_denials) {
             const CheckCall& c = calls[*result->refused_by];
@@ -266,14 +275,14 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
           }
           done(std::move(result));
         } else if (IsStoreFailure(result.status())) {
-          done(FallbackMany(calls));
+          done(FallbackMany(calls, *gate.breaker));
         } else {
           done(std::move(result));
         }
       });
 }
 
-LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call) {
+LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call, const Breaker& breaker) {
   policy_decisions_.fetch_add(1, std::memory_order_relaxed);
   switch (call.on_failure) {
     case FailurePolicy::kLocal: {
@@ -289,7 +298,7 @@ LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call) {
       // Until the breaker probes again (at least a second), as for checks.
       result.reply.expires_at_ms =
           result.reply.now_ms +
-          std::max(breaker_.RetryIn(), std::chrono::milliseconds(1000)).count();
+          std::max(breaker.RetryIn(), std::chrono::milliseconds(1000)).count();
       result.source = DecisionSource::kFailClosed;
       return result;
     }
@@ -316,20 +325,22 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
     // slots taken (a release not sent) while Redis may well be answering. Their
     // successes close the breaker (the store answers); their failures are not counted
     // (the checks and acquires that the breaker protects count their own).
-    inner_->RunLease(std::move(call), [this, done = std::move(done)](StatusOr<LeaseResult> result) {
-      if (result.ok()) breaker_.OnAnswered();
+    DomainBreakers::Gate gate = GateOf(call.key);
+    inner_->RunLease(std::move(call), [gate = std::move(gate),
+                                       done = std::move(done)](StatusOr<LeaseResult> result) {
+      if (result.ok()) gate->OnAnswered();
       done(std::move(result));
     });
     return;
   }
+  DomainBreakers::Gate gate = GateOf(call.key);
   if (ExpiredBeforeSending(call)) {
-    done(LeaseFallback(call));
+    done(LeaseFallback(call, *gate.breaker));
     return;
   }
-  const Breaker::Pass pass =
-      call.refuse_evicting && Evicting() ? Breaker::Pass() : breaker_.Allow();
+  const Breaker::Pass pass = call.refuse_evicting && Evicting() ? Breaker::Pass() : gate->Allow();
   if (!pass) {
-    done(LeaseFallback(call));
+    done(LeaseFallback(call, *gate.breaker));
     return;
   }
   // What the fallback needs (the key and token only for a local lease), without copying
@@ -345,15 +356,16 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
     fallback.key = call.key;
     fallback.args.token = call.args.token;
   }
-  inner_->RunLease(std::move(call), [this, pass, fallback = std::move(fallback),
-                                     done = std::move(done)](StatusOr<LeaseResult> result) {
-    breaker_.Settle(pass, OutcomeOf(result.status()));
-    if (!result.ok() && IsStoreFailure(result.status())) {
-      done(LeaseFallback(fallback));
-      return;
-    }
-    done(std::move(result));
-  });
+  inner_->RunLease(std::move(call),
+                   [this, pass, gate = std::move(gate), fallback = std::move(fallback),
+                    done = std::move(done)](StatusOr<LeaseResult> result) {
+                     gate->Settle(pass, OutcomeOf(result.status()));
+                     if (!result.ok() && IsStoreFailure(result.status())) {
+                       done(LeaseFallback(fallback, *gate.breaker));
+                       return;
+                     }
+                     done(std::move(result));
+                   });
 }
 
 }  // namespace sluice::internal

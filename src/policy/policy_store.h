@@ -7,7 +7,12 @@
 // errors.
 //
 // The breaker counts store failures, not the caller's errors (InvalidArgument) nor a
-// backlog in this client (core/client_side.h). It short-circuits checks and acquires
+// backlog in this client (core/client_side.h). There is one per fault domain of the store
+// (policy/domain_breakers.h: one per primary of a Redis Cluster, one in all otherwise);
+// a call is gated, and its outcome counted, by the breaker of its key's domain as the
+// store places it when the call is made (a call redirected to another primary on the way
+// still reports to the first). A composite's keys share one domain (store/store.h), its
+// first key's. The breakers short-circuit checks and acquires
 // only; lease heartbeats, releases and lists always go to the store. A call whose
 // deadline passed before it could be sent (it waited in this client: behind a periodic
 // sync, or for a second step) is not sent: its policy answers it (a refund or reset gets
@@ -28,6 +33,7 @@
 #include "memory/memory_store.h"
 #include "policy/breaker.h"
 #include "policy/denial_cache.h"
+#include "policy/domain_breakers.h"
 #include "store/store.h"
 
 namespace sluice::internal {
@@ -68,7 +74,8 @@ class PolicyStore final : public Store {
     inner_->Info(section, deadline, std::move(done));
   }
 
-  const Breaker& breaker() const { return breaker_; }
+  // The breakers of the store's fault domains.
+  DomainBreakers& breakers() { return breakers_; }
   // Whether the store's latest memory reading says it can evict sluice's keys: the
   // checks and acquires of limiters that refuse such a store
   // (LimiterOptions::refuse_evicting_store) are then answered by their failure policy.
@@ -81,9 +88,17 @@ class PolicyStore final : public Store {
 
  private:
   // What the check answers instead of the store.
-  StatusOr<Decision> Fallback(const CheckCall& call);
-  LeaseResult LeaseFallback(const LeaseCall& call);
-  StatusOr<CompositeOutcome> FallbackMany(const std::vector<CheckCall>& calls);
+  // `breaker`: the one that gates the call (a refusal says when it probes again).
+  StatusOr<Decision> Fallback(const CheckCall& call, const Breaker& breaker);
+  LeaseResult LeaseFallback(const LeaseCall& call, const Breaker& breaker);
+  StatusOr<CompositeOutcome> FallbackMany(const std::vector<CheckCall>& calls,
+                                          const Breaker& breaker);
+  // The breaker of `key`'s fault domain: domain 0's, with no lookup, for a store
+  // without domains.
+  DomainBreakers::Gate GateOf(std::string_view key) {
+    if (!domains_) return {&breakers_.first(), nullptr};
+    return breakers_.For(inner_->FaultDomain(key));
+  }
   // `call` as the local fallback runs it: the limit divided among the servers.
   static CheckCall LocalCall(const CheckCall& call);
 
@@ -115,7 +130,8 @@ class PolicyStore final : public Store {
   std::shared_ptr<Store> inner_;
   std::shared_ptr<const Clock> clock_;
   MemoryStore local_;
-  Breaker breaker_;
+  const bool domains_;  // inner_->HasFaultDomains()
+  DomainBreakers breakers_;
   std::optional<DenialCache> denials_;
   std::atomic<bool> evicting_{false};
   const bool inline_store_;  // inner_ is the embedded store

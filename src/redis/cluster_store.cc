@@ -107,6 +107,7 @@ StatusOr<std::shared_ptr<ClusterStore>> ClusterStore::Connect(asio::any_io_execu
     n->address = seed.Describe();
     n->store = *std::move(node);
     MutexLock lock(store->mu_);
+    n->domain = store->next_domain_++;
     store->nodes_.push_back(std::move(n));
     any = true;
     break;
@@ -152,6 +153,7 @@ std::shared_ptr<ClusterStore::Node> ClusterStore::NodeAtLocked(const std::string
   // In the background: never fails (the connection retries with its backoff).
   node->store = *RedisStore::Connect(executor_, node->endpoint, options_, /*in_background=*/true,
                                      {.cluster = true, .cross_slot_batches = true});
+  node->domain = next_domain_++;
   nodes_.push_back(node);
   return node;
 }
@@ -363,6 +365,32 @@ void ClusterStore::AppendToStream(std::string key,
         store.AppendToStream(key, fields, max_len, retention_ms, deadline, std::move(then));
       },
       std::move(done));
+}
+
+uint64_t ClusterStore::FaultDomain(std::string_view key) const {
+  const uint16_t slot = KeySlot(key);
+  MutexLock lock(mu_);
+  const int index = slot_node_[slot];
+  return index < 0 ? 0 : nodes_[static_cast<size_t>(index)]->domain;
+}
+
+std::vector<FaultDomainInfo> ClusterStore::FaultDomains() const {
+  MutexLock lock(mu_);
+  std::vector<bool> seen(nodes_.size(), false);
+  std::vector<FaultDomainInfo> out;
+  bool unserved = false;
+  for (int index : slot_node_) {
+    if (index < 0) {
+      unserved = true;
+      continue;
+    }
+    if (seen[static_cast<size_t>(index)]) continue;
+    seen[static_cast<size_t>(index)] = true;
+    const Node& node = *nodes_[static_cast<size_t>(index)];
+    out.push_back({node.domain, node.address});
+  }
+  if (unserved) out.push_back(FaultDomainInfo{});
+  return out;
 }
 
 bool ClusterStore::connected() const {

@@ -81,6 +81,13 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,
                       std::function<void(Status)> done) override;
+  // Each primary is a fault domain of its own (a node's id, never reused: a replica
+  // promoted in its place, or the node made anew after it was retired, is another); a
+  // key whose slot the map does not name yet is in domain 0.
+  bool HasFaultDomains() const override { return true; }
+  uint64_t FaultDomain(std::string_view key) const override;
+  // The primaries of the map, and domain 0 while some slot has none.
+  std::vector<FaultDomainInfo> FaultDomains() const override;
   // Whether the slot map is known and every primary in it is connected.
   bool connected() const override;
   void Shutdown() override;
@@ -125,6 +132,7 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
     std::shared_ptr<RedisStore> asking;   // made at the first ASK to this node
     // Slot maps read in a row that do not name this node (guarded by the store's mu_).
     int absent = 0;
+    uint64_t domain = 0;  // its fault domain (FaultDomain), set when made
   };
   template <typename Result>
   struct Attempt;
@@ -183,6 +191,7 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   Status last_refresh_error_ SLUICE_GUARDED_BY(mu_);
   RouterStats router_stats_ SLUICE_GUARDED_BY(mu_);
   uint64_t retired_ SLUICE_GUARDED_BY(mu_) = 0;
+  uint64_t next_domain_ SLUICE_GUARDED_BY(mu_) = 1;  // the next node's fault domain
 };
 
 }  // namespace sluice::internal

@@ -88,6 +88,18 @@ struct LeaseResult {
 };
 using LeaseCallback = std::function<void(StatusOr<LeaseResult>)>;
 
+// A part of a store that fails on its own: one primary of a Redis Cluster. The policy
+// layer keeps a circuit breaker per fault domain (src/policy/domain_breakers.h), so that
+// a failing primary short-circuits only the calls of the slots it serves. Domain 0 is
+// the store's only one (one server, Sentinel's primary, the embedded store) and, on a
+// cluster, the calls whose slot no known primary serves yet. An id is never reused: a
+// node that left and came back, or a replica promoted in a primary's place, is a new
+// domain (whose breaker starts closed).
+struct FaultDomainInfo {
+  uint64_t id = 0;
+  std::string name;  // "host:port"; empty for domain 0
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -130,6 +142,17 @@ class Store {
     (void)deadline;
     done(FailedPreconditionError("the embedded store has no server INFO"));
   }
+  // Whether calls may lie in more than one fault domain; constant for the store's life.
+  virtual bool HasFaultDomains() const { return false; }
+  // The fault domain that serves `key` now (0 for a store without domains). Thread-safe,
+  // cheap: a call asks it before it is sent.
+  virtual uint64_t FaultDomain(std::string_view key) const {
+    (void)key;
+    return 0;
+  }
+  // The fault domains that serve keys now, each once (domain 0 alone for a store without
+  // domains). Keys of one CompositeGroup lie in one fault domain.
+  virtual std::vector<FaultDomainInfo> FaultDomains() const { return {FaultDomainInfo{}}; }
   // Whether the store can take calls now (false while a Redis connection is down or
   // still being made). Always true for the embedded store.
   virtual bool connected() const { return true; }
