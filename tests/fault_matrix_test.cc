@@ -53,6 +53,7 @@
 #include "testing/eventually.h"
 #include "testing/fault_proxy.h"
 #include "testing/processes.h"
+#include "testing/redis_cluster.h"
 #include "testing/redis_sentinel.h"
 #include "testing/redis_server.h"
 
@@ -1294,6 +1295,160 @@ std::vector<SentinelCell> SentinelCells() {
 
 INSTANTIATE_TEST_SUITE_P(Sentinel, SentinelFaultMatrix, ::testing::ValuesIn(SentinelCells()),
                          SentinelCellName);
+
+// ---------------------------------------------------------------------------------------
+// Cluster: one primary of three stalled (SIGSTOP) or down (killed, then started again
+// from its own cluster config) while checks of ids on every primary run. Invariant (7):
+// the ids whose slots the healthy primaries serve keep getting store decisions all
+// along; and (1), (2) for the ids of the faulty primary, (3) on every primary.
+
+enum class NodeFault { kStalled, kDown };
+
+struct ClusterCell {
+  bool async;
+  NodeFault fault;
+  FailurePolicy policy;
+};
+
+void PrintTo(const ClusterCell& cell, std::ostream* os) {
+  *os << (cell.async ? "CheckAsync" : "Check") << " x "
+      << (cell.fault == NodeFault::kStalled ? "PrimaryStalled" : "PrimaryDown") << " x "
+      << FailurePolicyName(cell.policy);
+}
+
+std::string ClusterCellName(const ::testing::TestParamInfo<ClusterCell>& info) {
+  return std::string(info.param.async ? "CheckAsync" : "Check") + "_" +
+         (info.param.fault == NodeFault::kStalled ? "PrimaryStalled" : "PrimaryDown") + "_" +
+         std::string(FailurePolicyName(info.param.policy));
+}
+
+class ClusterFaultMatrix : public ::testing::TestWithParam<ClusterCell> {};
+
+TEST_P(ClusterFaultMatrix, Cell) {
+  const ClusterCell cell = GetParam();
+  testing::RedisCluster cluster({.primaries = 3});
+  auto created = Client::Create(MatrixOptions(cluster.url(), cell.policy));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::shared_ptr<Client> client = *created;
+  const Limit limit{.limit = 1'000'000, .window = std::chrono::seconds(60)};
+  auto limiter = *client->MakeLimiter("spread", limit);
+  // Ids over every primary; the victim is the primary of the first id.
+  std::vector<std::string> ids;
+  std::vector<uint16_t> port_of;
+  for (int i = 0; i < 30; ++i) {
+    ids.push_back("id" + std::to_string(i));
+    port_of.push_back(cluster.PrimaryPortOf(cluster.KeySlot(*limiter.KeyFor(ids.back()))));
+  }
+  const uint16_t victim = port_of[0];
+  ASSERT_GT(std::count_if(port_of.begin(), port_of.end(), [&](uint16_t p) { return p != victim; }),
+            5);
+
+  Ledger ledger(cell.policy);
+  std::atomic<bool> stop{false}, fault_on{false};
+  std::atomic<int64_t> healthy_calls{0}, healthy_not_store{0};
+  std::mutex example_mu;
+  std::string example;
+  auto account = [&](std::size_t i, const StatusOr<Decision>& d, bool during) {
+    ExpectDecision(ledger, "Check", d);
+    if (!during || port_of[i] == victim) return;
+    ++healthy_calls;
+    if (!d.ok() || d->source != DecisionSource::kStore) {
+      ++healthy_not_store;
+      std::lock_guard<std::mutex> lock(example_mu);
+      if (example.empty())
+        example = ids[i] + ": " + (d.ok() ? d->ToString() : d.status().ToString());
+    }
+  };
+  std::atomic<int> outstanding{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      for (std::size_t n = static_cast<std::size_t>(t); !stop.load(); ++n) {
+        const std::size_t i = n % ids.size();
+        const bool during = fault_on.load();
+        const auto t0 = steady_clock::now();
+        if (cell.async) {
+          while (outstanding.load() >= 8) std::this_thread::sleep_for(milliseconds(1));
+          ++outstanding;
+          limiter.CheckAsync(ids[i], {.deadline = kCallDeadline},
+                             [&, i, during, t0](StatusOr<Decision> d) {
+                               ledger.Timed("CheckAsync", Since(t0), kCallDeadline);
+                               account(i, d, during && fault_on.load());
+                               --outstanding;
+                             });
+        } else {
+          auto d = limiter.Check(ids[i], {.deadline = kCallDeadline});
+          ledger.Timed("Check", Since(t0), kCallDeadline);
+          account(i, d, during && fault_on.load());
+        }
+        std::this_thread::sleep_for(milliseconds(2));
+      }
+    });
+  }
+  for (int r = 0; r < Repetitions(); ++r) {
+    std::this_thread::sleep_for(milliseconds(200));
+    fault_on = true;
+    if (cell.fault == NodeFault::kStalled) {
+      cluster.NodeOnPort(victim).Pause();
+    } else {
+      cluster.NodeOnPort(victim).Kill();
+    }
+    std::this_thread::sleep_for(FaultLength());
+    fault_on = false;
+    if (cell.fault == NodeFault::kStalled) {
+      cluster.NodeOnPort(victim).Resume();
+    } else {
+      cluster.NodeOnPort(victim).Start();
+      // Back in the cluster (its own part: the other nodes see it again).
+      EXPECT_TRUE(cluster.WaitUntilStable(20000)) << "the cluster did not heal";
+    }
+    const auto ended = steady_clock::now();
+    const milliseconds bound = kCoolDown + kCallDeadline + kRecoverySlack +
+                               (cell.fault == NodeFault::kDown ? kMaxBackoff : milliseconds(0));
+    bool recovered = false;
+    while (Since(ended) < bound + milliseconds(3000)) {
+      auto d = limiter.Check(ids[0], {.deadline = kCallDeadline});
+      if (d.ok() && d->source == DecisionSource::kStore && client->Health().breaker == "closed") {
+        recovered = true;
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    const milliseconds took = Since(ended);
+    EXPECT_TRUE(recovered && took <= bound)
+        << "invariant 2 (recovery): repetition " << r << ": the faulty primary's ids "
+        << (recovered
+                ? "were answered by the store again " + std::to_string(took.count()) + " ms"
+                : "were not answered by the store within " + std::to_string(took.count()) + " ms")
+        << " after the fault ended; bound " << bound.count() << " ms (breaker "
+        << client->Health().breaker << ")";
+  }
+  stop = true;
+  for (auto& w : workers) w.join();
+  Eventually([&] { return outstanding.load() == 0; }, milliseconds(3000), milliseconds(1));
+  EXPECT_GT(healthy_calls.load(), 0);
+  EXPECT_EQ(healthy_not_store.load(), 0)
+      << "invariant 7 (one node's fault stays on its slots): " << healthy_not_store.load() << " of "
+      << healthy_calls.load()
+      << " calls on ids served by the healthy primaries were not decided by the store while "
+         "one primary was "
+      << (cell.fault == NodeFault::kStalled ? "stalled" : "down") << "; e.g. " << example;
+  ledger.ExpectTimely();
+  EXPECT_EQ(cluster.KeysWithoutTtl(std::string(kPrefix) + ":*"), std::vector<std::string>{})
+      << "invariant 3 (expiry)";
+}
+
+std::vector<ClusterCell> ClusterCells() {
+  std::vector<ClusterCell> cells;
+  for (bool async : {false, true})
+    for (NodeFault f : {NodeFault::kStalled, NodeFault::kDown})
+      for (FailurePolicy p : {FailurePolicy::kOpen, FailurePolicy::kClosed, FailurePolicy::kLocal})
+        cells.push_back({async, f, p});
+  return cells;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, ClusterFaultMatrix, ::testing::ValuesIn(ClusterCells()),
+                         ClusterCellName);
 
 }  // namespace
 }  // namespace sluice
