@@ -141,6 +141,8 @@ struct ClientOptions {
   // the deadline, does not open the breaker either; each call then waits its deadline and gets its
   // policy. A successful lease heartbeat or release also closes the breaker. The breaker
   // short-circuits checks and acquires only; lease heartbeats and releases always go to the store.
+  // On a Redis Cluster each primary has a breaker of its own (these options apply to each): a
+  // failing primary short-circuits only the calls of the slots it serves.
   // Default: 5 and 1000 ms.
   int breaker_failures = 5;
   std::chrono::milliseconds breaker_cool_down{1000};
