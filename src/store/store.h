@@ -93,8 +93,8 @@ using LeaseCallback = std::function<void(StatusOr<LeaseResult>)>;
 // a failing primary short-circuits only the calls of the slots it serves. Domain 0 is
 // the store's only one (one server, Sentinel's primary, the embedded store) and, on a
 // cluster, the calls whose slot no known primary serves yet. An id is never reused: a
-// node that left and came back, or a replica promoted in a primary's place, is a new
-// domain (whose breaker starts closed).
+// replica promoted in a primary's place, or a node the router retired and meets again,
+// is a new domain (whose breaker starts closed).
 struct FaultDomainInfo {
   uint64_t id = 0;
   std::string name;  // "host:port"; empty for domain 0
