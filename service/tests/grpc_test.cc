@@ -113,7 +113,10 @@ TEST_F(Grpc, ShouldRateLimitFromCpp) {
     EXPECT_EQ(r.statuses(0).current_limit().unit(), rls::RateLimitResponse::RateLimit::MINUTE);
     EXPECT_EQ(r.statuses(0).current_limit().name(), "sign_in");
     EXPECT_EQ(r.statuses(0).limit_remaining(), static_cast<uint32_t>(2 - i));
-    EXPECT_GT(r.statuses(0).duration_until_reset().seconds(), 0);
+    // Whole milliseconds: in the last second of a minute the seconds alone are 0.
+    EXPECT_GT(r.statuses(0).duration_until_reset().seconds() * 1000 +
+                  r.statuses(0).duration_until_reset().nanos() / 1000000,
+              0);
   }
   rls::RateLimitResponse over = Call(SignIn("alice"));
   EXPECT_EQ(over.overall_code(), rls::RateLimitResponse::OVER_LIMIT);
@@ -237,8 +240,11 @@ TEST_F(Grpc, EveryStatusOfAnAdmittedCompositeCarriesItsState) {
     SCOPED_TRACE(i);
     EXPECT_TRUE(r.statuses(i).has_current_limit());
     EXPECT_TRUE(r.statuses(i).has_duration_until_reset());
-    EXPECT_GT(r.statuses(i).duration_until_reset().seconds(), 0);
-    EXPECT_LE(r.statuses(i).duration_until_reset().seconds(), 60);
+    // Whole milliseconds: in the last second of a minute the seconds alone are 0.
+    const int64_t ms = r.statuses(i).duration_until_reset().seconds() * 1000 +
+                       r.statuses(i).duration_until_reset().nanos() / 1000000;
+    EXPECT_GT(ms, 0);
+    EXPECT_LE(ms, 60000);
   }
   EXPECT_EQ(r.statuses(0).limit_remaining(), 5u);
   EXPECT_EQ(r.statuses(1).limit_remaining(), 3u);
