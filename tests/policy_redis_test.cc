@@ -2,7 +2,7 @@
 // (SIGKILL) and comes back: each policy answers within its deadline, the breaker stops
 // sending commands while open, and decisions come from the store again once Redis is
 // back, with no restart of the client.
-#include <utility>
+#include "sluice/boost_first.h"  // before any Boost header
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "client/client_core.h"
+#include "sluice/asio.h"
 #include "sluice/sluice.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
@@ -471,6 +472,49 @@ TEST(PolicyRedis, ACallWhoseDeadlinePassedBeforeSendingIsNoStoreFailure) {
   auto peek = limiter.Peek("x");
   ASSERT_THAT(peek, IsOk());
   EXPECT_EQ(peek->source, DecisionSource::kStore);
+}
+
+// What counts as a store failure (docs/design.md §5): a deadline missed because this
+// process's own event loop lagged is not. A server that shares the client's I/O thread
+// (sluiced's listeners with --http-threads 0) holds it with its own work; the calls made
+// meanwhile are written, and their expiry noticed, late. Their policy answers them, and
+// the breaker, which opens here on one store failure, must stay closed: Redis answered
+// every call at once.
+TEST(PolicyRedis, DeadlinesMissedWhileTheClientsEventLoopLaggedNeverOpenTheBreaker) {
+  testing::RedisServer server;
+  auto client = *Client::Create({.url = server.url(),
+                                 .deadline = seconds(2),
+                                 .on_failure = FailurePolicy::kOpen,
+                                 .breaker_failures = 1,
+                                 .breaker_cool_down = seconds(30)});
+  auto limiter = *client->MakeLimiter("lagged", {.limit = 1000, .window = seconds(60)});
+  ASSERT_EQ(limiter.Check("warm")->source, DecisionSource::kStore);
+  std::atomic<int> answered{0}, by_policy{0};
+  constexpr int kRounds = 5, kCalls = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    // The loop busy for 40 ms, from before the calls are made.
+    std::promise<void> holding;
+    boost::asio::post(IoExecutor(*client), [&holding] {
+      holding.set_value();
+      std::this_thread::sleep_for(milliseconds(40));
+    });
+    holding.get_future().wait();
+    for (int i = 0; i < kCalls; ++i) {
+      limiter.CheckAsync("id" + std::to_string(i), {.deadline = milliseconds(5)},
+                         [&](StatusOr<Decision> d) {
+                           if (d.ok() && d->source == DecisionSource::kFailOpen) ++by_policy;
+                           ++answered;
+                         });
+    }
+    ASSERT_TRUE(Eventually([&] { return answered.load() == (round + 1) * kCalls; }));
+  }
+  std::cout << kRounds * kCalls
+            << " checks of deadline 5 ms behind a 40 ms loop lag: " << by_policy.load()
+            << " answered by the policy\n";
+  EXPECT_GT(by_policy.load(), 0) << "no call missed its deadline: the lag was not reproduced";
+  EXPECT_EQ(client->Health().breaker_opens, 0)
+      << "deadlines missed while this process's event loop lagged opened the breaker";
+  EXPECT_EQ(limiter.Check("after")->source, DecisionSource::kStore);
 }
 
 }  // namespace

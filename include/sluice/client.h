@@ -108,7 +108,8 @@ struct ClientOptions {
   // Redis is down (StoreHealth::connected says when it is up). Default: false.
   bool connect_in_background = false;
   // A connection whose oldest outstanding command has waited this long is considered
-  // dead: it is closed and reconnected. Default: 1000 ms.
+  // dead: it is closed and reconnected (unless this process's event loop lagged by a
+  // quarter of it meanwhile: its replies may be waiting unread). Default: 1000 ms.
   std::chrono::milliseconds stall_timeout{1000};
   // Reconnect backoff: first delay, doubled per failed attempt up to the maximum.
   // Default: 10 ms and 1000 ms.
@@ -135,15 +136,17 @@ struct ClientOptions {
   // store failure is a call the store did not answer: a connection error, a script
   // error, or a deadline missed while the connection received no reply at all (a
   // stalled or unreachable Redis). A backlog in this client is not: a call refused because
-  // max_in_flight calls are queued, or a deadline missed while replies kept arriving, gets its
-  // failure policy's answer but is not counted (a local burst must not refuse everyone for the
-  // cool-down while Redis is healthy). The price: a Redis that answers everything, only slower than
-  // the deadline, does not open the breaker either; each call then waits its deadline and gets its
-  // policy. A successful lease heartbeat or release also closes the breaker. The breaker
-  // short-circuits checks and acquires only; lease heartbeats and releases always go to the store.
-  // On a Redis Cluster each primary has a breaker of its own (these options apply to each): a
-  // failing primary short-circuits only the calls of the slots it serves.
-  // Default: 5 and 1000 ms.
+  // max_in_flight calls are queued, a deadline missed while replies kept arriving, or one
+  // missed while this process's event loop lagged (the connection's writes or deadline timer
+  // ran late by a quarter of the call's deadline, at least 1 ms: a server's own work on the
+  // I/O threads, a slow callback, CPU starvation) gets its failure policy's answer but is not
+  // counted (a local burst must not refuse everyone for the cool-down while Redis is healthy). The
+  // price: a Redis that answers everything, only slower than the deadline, does not open the
+  // breaker either; each call then waits its deadline and gets its policy. A successful lease
+  // heartbeat or release also closes the breaker. The breaker short-circuits checks and acquires
+  // only; lease heartbeats and releases always go to the store. On a Redis Cluster each primary has
+  // a breaker of its own (these options apply to each): a failing primary short-circuits only the
+  // calls of the slots it serves. Default: 5 and 1000 ms.
   int breaker_failures = 5;
   std::chrono::milliseconds breaker_cool_down{1000};
   // Keys whose latest refusal is remembered (LRU), so that checks of a refused id (same

@@ -1,9 +1,11 @@
-// Errors that happen on this side of the connection while the store keeps answering: a
-// call refused because too many are in flight, or a deadline missed behind a backlog of
-// replies that kept arriving. The caller gets its error (or its failure policy's answer)
-// as for any store error, but the circuit breaker does not count it: the breaker is for
-// a store that cannot answer, and opening it on a local burst would refuse everyone for
-// the cool-down while Redis is healthy.
+// Errors that happen on this side of the connection: a call refused because too many
+// are in flight, a deadline missed behind a backlog of replies that kept arriving, or a
+// deadline missed while this process's own event loop lagged (its I/O thread ran the
+// connection's work late: other work on that thread, a slow callback, CPU starvation).
+// The caller gets its error (or its failure policy's answer) as for any store error, but
+// the circuit breaker does not count it: the breaker is for a store that cannot answer,
+// and opening it on a local burst would refuse everyone for the cool-down while Redis is
+// healthy.
 #pragma once
 
 #include <string>
@@ -13,17 +15,19 @@
 
 namespace sluice::internal {
 
-inline constexpr std::string_view kClientSideNote =
-    " (a backlog in this client; the store is answering)";
+// How every client-side error's message ends: what IsClientSide recognises.
+inline constexpr std::string_view kClientSideEnd =
+    ": a backlog in this client, not a store failure)";
 
-// `code` with `message` and the note that marks it as client-side.
-inline Status ClientSideError(StatusCode code, std::string message) {
-  message.append(kClientSideNote);
+// `code` with `message`, then `cause` and the ending that marks it as client-side.
+inline Status ClientSideError(StatusCode code, std::string message,
+                              std::string_view cause = "the store is answering") {
+  message.append(" (").append(cause).append(kClientSideEnd);
   return Status(code, std::move(message));
 }
 
 inline bool IsClientSide(const Status& status) {
-  return std::string_view(status.message()).ends_with(kClientSideNote);
+  return std::string_view(status.message()).ends_with(kClientSideEnd);
 }
 
 }  // namespace sluice::internal

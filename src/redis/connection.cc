@@ -400,6 +400,7 @@ void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status s
 template <typename WriteFn>
 void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
   constexpr bool kJoin = std::is_same_v<std::decay_t<WriteFn>, JoinBatch>;
+  const steady_clock::time_point posted = request.issued;
   bool post_write = false, post_timer = false;
   Status fail;
   std::shared_ptr<Session> session;
@@ -443,6 +444,7 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
       ++stats_.commands;
       if (!write_in_flight_ && !write_posted_) {
         write_posted_ = true;
+        write_posted_at_ = posted;
         post_write = true;
         session = session_;
       }
@@ -456,7 +458,7 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
     return;
   }
   if (post_write) asio::post(strand_, [self, session] { self->StartWrite(session); });
-  if (post_timer) asio::post(strand_, [self] { self->OnTimer(); });
+  if (post_timer) asio::post(strand_, [self, posted] { self->OnTimer(posted); });
 }
 
 void Connection::Send(std::string_view command, Deadline deadline, Callback done) {
@@ -517,6 +519,7 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
   Status fail;
   bool post_write = false, post_timer = false;
   std::shared_ptr<Session> session;
+  const steady_clock::time_point posted = steady_clock::now();
   {
     MutexLock lock(mu_);
     if (state_ != State::kReady) {
@@ -542,6 +545,7 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
       ++stats_.commands;
       if (!write_in_flight_ && !write_posted_) {
         write_posted_ = true;
+        write_posted_at_ = posted;
         post_write = true;
         session = session_;
       }
@@ -556,7 +560,9 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
   if (post_write) {
     asio::post(strand_, [self = shared_from_this(), session] { self->StartWrite(session); });
   }
-  if (post_timer) asio::post(strand_, [self = shared_from_this()] { self->OnTimer(); });
+  if (post_timer) {
+    asio::post(strand_, [self = shared_from_this(), posted] { self->OnTimer(posted); });
+  }
 }
 
 void Connection::CloseBatchLocked() {
@@ -708,6 +714,7 @@ void Connection::StartWrite(const std::shared_ptr<Session>& session) {
   {
     MutexLock lock(mu_);
     if (!session || session->closed || session_ != session) return;
+    if (write_posted_) NoteLagLocked(write_posted_at_, steady_clock::now());
     write_posted_ = false;
     if (write_in_flight_ || corked_) return;
     CloseBatchLocked();
@@ -994,12 +1001,28 @@ bool Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
   return readonly;
 }
 
-void Connection::OnTimer() {
+void Connection::NoteLagLocked(steady_clock::time_point scheduled, steady_clock::time_point now) {
+  const steady_clock::duration late = now - scheduled;
+  if (late < kLagFloor) return;
+  lag_ = now - lag_at_ > kLagMemory ? late : std::max(lag_, late);
+  lag_at_ = now;
+}
+
+std::chrono::milliseconds Connection::LagSinceLocked(steady_clock::time_point since,
+                                                     steady_clock::duration budget) const {
+  if (lag_at_ <= since || lag_ < std::max<steady_clock::duration>(kLagFloor, budget / 4)) {
+    return std::chrono::milliseconds(0);
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(lag_);
+}
+
+void Connection::OnTimer(steady_clock::time_point scheduled) {
   const auto now = steady_clock::now();
   struct Expired {
     Callback done;
     int64_t waited_ms;
-    bool backlog;  // replies kept arriving while it waited
+    bool backlog;    // replies kept arriving while it waited
+    int64_t lag_ms;  // this process's event loop lagged that long while it waited
   };
   std::vector<Expired> expired;
   Deadline next = Deadline::max();
@@ -1007,11 +1030,14 @@ void Connection::OnTimer() {
   int64_t stalled_ms = 0;
   {
     MutexLock lock(mu_);
+    // How late this ran is itself a reading: a timer that fires late expires calls whose
+    // replies may be waiting, unread, behind the work that held the loop.
+    NoteLagLocked(scheduled, now);
     for (Request& r : queue_) {
       if (!r.done) continue;
       if (r.deadline <= now) {
-        expired.push_back(
-            {std::move(r.done), Ms(r.deadline - r.issued), last_reply_at_ > r.issued});
+        expired.push_back({std::move(r.done), Ms(r.deadline - r.issued), last_reply_at_ > r.issued,
+                           LagSinceLocked(r.issued, r.deadline - r.issued).count()});
         r.done = nullptr;
         ++stats_.deadline_exceeded;
       } else {
@@ -1020,13 +1046,17 @@ void Connection::OnTimer() {
     }
     if (state_ == State::kReady && !queue_.empty()) {
       // Timed-out calls stay queued until their reply arrives (FIFO matching); if the
-      // oldest waits too long, the server or the network is gone.
-      const auto stall_at = queue_.front().issued + options_.stall_timeout;
-      if (stall_at <= now) {
-        stalled = session_;
-        stalled_ms = Ms(now - queue_.front().issued);
-      } else {
+      // oldest waits too long, the server or the network is gone. Unless the loop itself
+      // lagged meanwhile: its replies may be waiting to be read, so look again soon.
+      const Request& oldest = queue_.front();
+      const auto stall_at = oldest.issued + options_.stall_timeout;
+      if (stall_at > now) {
         next = std::min(next, stall_at);
+      } else if (LagSinceLocked(oldest.issued, options_.stall_timeout).count() > 0) {
+        next = std::min(next, now + options_.stall_timeout / 4);
+      } else {
+        stalled = session_;
+        stalled_ms = Ms(now - oldest.issued);
       }
     }
     timer_armed_ = next != Deadline::max();
@@ -1035,9 +1065,16 @@ void Connection::OnTimer() {
   for (Expired& e : expired) {
     std::string message = "redis " + endpoint_.Describe() + " did not answer within " +
                           std::to_string(e.waited_ms) + " ms";
-    e.done(e.backlog ? ClientSideError(StatusCode::kDeadlineExceeded, std::move(message))
-                     : DeadlineExceededError(std::move(message)),
-           nullptr);
+    if (e.lag_ms > 0) {
+      e.done(ClientSideError(StatusCode::kDeadlineExceeded, std::move(message),
+                             "this process's event loop ran up to " + std::to_string(e.lag_ms) +
+                                 " ms late meanwhile"),
+             nullptr);
+    } else {
+      e.done(e.backlog ? ClientSideError(StatusCode::kDeadlineExceeded, std::move(message))
+                       : DeadlineExceededError(std::move(message)),
+             nullptr);
+    }
   }
   if (stalled) {
     Break(stalled, UnavailableError("redis " + endpoint_.Describe() + " sent no reply for " +
@@ -1046,9 +1083,9 @@ void Connection::OnTimer() {
   }
   if (next != Deadline::max()) {
     timer_.expires_at(next);
-    timer_.async_wait(
-        asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
-          if (!ec) self->OnTimer();
+    timer_.async_wait(asio::bind_executor(
+        strand_, [self = shared_from_this(), next](boost::system::error_code ec) {
+          if (!ec) self->OnTimer(next);
         }));
   }
 }

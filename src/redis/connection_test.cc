@@ -17,6 +17,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 
@@ -668,6 +669,38 @@ TEST(Connection, ADeadlineMissedBehindABacklogIsClientSideAndASilentOneIsNot) {
   server.Resume();
   EXPECT_EQ(stalled.code(), StatusCode::kDeadlineExceeded) << stalled.ToString();
   EXPECT_FALSE(internal::IsClientSide(stalled)) << stalled.ToString();
+  conn->Shutdown();
+}
+
+// A deadline missed because this process's event loop lagged (its I/O thread busy with
+// other work when the calls should have been written) is client-side: Redis answered
+// each call at once, and the breaker must not count it.
+TEST(Connection, ADeadlineMissedWhileTheEventLoopLaggedIsClientSide) {
+  RedisServer server;
+  IoThreads io(1);
+  auto endpoint = internal::ParseRedisUrl(server.url());
+  ASSERT_THAT(endpoint, IsOk());
+  auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint, {});
+  std::promise<Status> started;
+  conn->Start([&](Status s) { started.set_value(std::move(s)); });
+  ASSERT_THAT(started.get_future().get(), IsOk());
+  std::promise<void> holding;
+  boost::asio::post(io.io(), [&holding] {
+    holding.set_value();
+    std::this_thread::sleep_for(milliseconds(50));
+  });
+  holding.get_future().wait();
+  constexpr int kCalls = 5;
+  std::vector<std::promise<Status>> results(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    conn->Send(internal::FormatCommand({"PING"}), steady_clock::now() + milliseconds(5),
+               [&results, i](const Status& s, const redisReply*) { results[i].set_value(s); });
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    const Status s = results[i].get_future().get();
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+    EXPECT_TRUE(internal::IsClientSide(s)) << s.ToString();
+  }
   conn->Shutdown();
 }
 
