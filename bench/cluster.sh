@@ -93,7 +93,7 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 median() { tr ' ' '\n' | awk 'NF' | sort -g | awk '{v[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 # Three targets: the single node as shipped (batching on: up to 64 queued calls per
-# EVALSHA), the single node with batching off (SLUICE_REDIS_MAX_BATCH=1: every call its own
+# EVALSHA), the single node with batching off (--max-batch 1: every call its own
 # EVALSHA), and the cluster (the calls queued for one primary share a batch whatever
 # their slots, keys undeclared: src/redis/cluster_store.h). The one-primary pair, both
 # unbatched (a redis:// batch of several slots would be refused with CROSSSLOT), is the
@@ -105,12 +105,12 @@ for run in $(seq 1 "$RUNS"); do
     for c in "${LEVELS[@]}"; do
       for target in "${targets[@]}"; do
         url="redis://127.0.0.1:$single"
-        batch=""
+        batch=64
         [ "$target" = unbatched ] && batch=1
         [ "$target" = cluster ] && url=$cluster_url
         [ "$target" = one_direct ] && url="redis://127.0.0.1:$one" && batch=1
         [ "$target" = one_routed ] && url="redis+cluster://127.0.0.1:$one" && batch=1
-        out=$(SLUICE_REDIS_MAX_BATCH=$batch "$SLUICE" bench --redis "$url" --algorithm "$a" \
+        out=$("$SLUICE" bench --redis "$url" --algorithm "$a" --max-batch "$batch" \
               --concurrency "$c" --duration "$SECONDS_PER_RUN" --keys "$KEYS" --limit 1000000000 --json)
         k="$target/$a/$c"
         rate[$k]+=" $(json "$out" decisions_per_s)"

@@ -12,7 +12,7 @@
 #   rlf       rate-limiter-flexible's fixed window (bench/rlf/rlf_bench.js, installed with
 #             npm into a scratch directory under /tmp) at the same concurrencies; skipped
 #             with a note when node, npm or the registry is not there
-#   unbatched fixed_window and lease cycles again with SLUICE_REDIS_MAX_BATCH=1 (every
+#   unbatched fixed_window and lease cycles again with --max-batch 1 (every
 #             call its own EVALSHA, as before batching; UNBATCHED=0 skips them)
 # Every cell is the median of RUNS runs (each run measures every row once, in turn).
 # Usage: bench/redis_core.sh [seconds per measurement, default 3] [runs, default 3]
@@ -118,7 +118,7 @@ for run in $(seq 1 "$RUNS"); do
       [[ " ${ALGORITHMS[*]} " == *" $a "* ]] || continue
       for c in "${LEVELS[@]}"; do
         [ "$c" = 1 ] && continue
-        out=$(SLUICE_REDIS_MAX_BATCH=1 "$SLUICE" bench --redis "redis://127.0.0.1:$port" --algorithm "$a" \
+        out=$("$SLUICE" bench --redis "redis://127.0.0.1:$port" --algorithm "$a" --max-batch 1 \
               --concurrency "$c" --duration "$SECONDS_PER_RUN" --keys 10000 --limit 1000000000 --json)
         k="unbatched-$a/$c"
         rate[$k]+=" $(json "$out" decisions_per_s)"
@@ -193,6 +193,6 @@ fi
 echo
 echo "redis us/d: Redis CPU (INFO cpu user+sys) per decision (lease: per acquire+release cycle);"
 echo "xfloor: that / the floor; d/script: decisions per script call (batching; - for leases);"
-echo "unbatched: the same binary with SLUICE_REDIS_MAX_BATCH=1;"
+echo "unbatched: the same binary with --max-batch 1;"
 echo "client us/d: the benchmark process's own CPU per decision (getrusage / process.cpuUsage)."
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -277,6 +277,7 @@ StatusOr<Outcome> RunProcess(const BenchOptions& o, Algorithm algorithm,
                                 .prefix = "sluicebench",
                                 .deadline = std::chrono::milliseconds(o.deadline_ms),
                                 .max_in_flight = static_cast<size_t>(o.concurrency) + 1024,
+                                .max_batch = static_cast<size_t>(o.max_batch),
                                 .on_failure = policy});
   if (!client.ok()) return client.status();
   auto limiter = (*client)->MakeLimiter("bench",
@@ -607,6 +608,9 @@ void AddBench(CLI::App& app, int& exit_code) {
   cmd->add_option("--limit", o->limit, "Limit per window per id")->capture_default_str();
   cmd->add_option("--window-ms", o->window_ms, "Window length")->capture_default_str();
   cmd->add_option("--deadline-ms", o->deadline_ms, "Deadline per call")->capture_default_str();
+  cmd->add_option("--max-batch", o->max_batch,
+                  "Calls sent to Redis as one batch at most (1: every call alone)")
+      ->capture_default_str();
   cmd->add_option("--on-failure", o->on_failure,
                   "Policy when Redis cannot answer: open, closed, local")
       ->capture_default_str();

@@ -19,6 +19,7 @@ struct BenchOptions {
   int64_t limit = 1'000'000'000;
   int64_t window_ms = 60'000;
   int64_t deadline_ms = 200;
+  int64_t max_batch = 64;  // ClientOptions::max_batch (1: every call alone)
   std::string on_failure = "open";
   double phase_start_s = 0;
   double phase_length_s = 0;

@@ -517,5 +517,43 @@ TEST(PolicyRedis, DeadlinesMissedWhileTheClientsEventLoopLaggedNeverOpenTheBreak
   EXPECT_EQ(limiter.Check("after")->source, DecisionSource::kStore);
 }
 
+// ClientOptions::max_batch: the calls that queue while a write is in flight go to Redis
+// as one script call of at most that many; 1 sends every call alone.
+TEST(PolicyRedis, MaxBatchBoundsHowManyCallsShareOneScriptCall) {
+  testing::RedisServer server;
+  constexpr int kCalls = 2000;
+  auto burst = [&](std::size_t max_batch) {
+    auto client =
+        *Client::Create({.url = server.url(), .deadline = seconds(5), .max_batch = max_batch});
+    auto limiter = *client->MakeLimiter("batched", {.limit = 1'000'000, .window = seconds(60)});
+    server.Command({"CONFIG", "RESETSTAT"});
+    std::atomic<int> from_store{0}, answered{0};
+    // Every call queues before the first write: the I/O thread is held meanwhile.
+    std::promise<void> holding, release;
+    boost::asio::post(IoExecutor(*client), [&] {
+      holding.set_value();
+      release.get_future().wait();
+    });
+    holding.get_future().wait();
+    for (int i = 0; i < kCalls; ++i) {
+      limiter.CheckAsync("id" + std::to_string(i % 100), {}, [&](StatusOr<Decision> d) {
+        if (d.ok() && d->source == DecisionSource::kStore) ++from_store;
+        ++answered;
+      });
+    }
+    release.set_value();
+    EXPECT_TRUE(Eventually([&] { return answered.load() == kCalls; }, seconds(20)));
+    EXPECT_EQ(from_store.load(), kCalls);
+    return server.CommandCalls("evalsha") + server.CommandCalls("eval");
+  };
+  const int64_t alone = burst(1);
+  const int64_t batched = burst(64);
+  std::cout << kCalls << " checks: " << alone << " script calls with max_batch 1, " << batched
+            << " with 64\n";
+  EXPECT_EQ(alone, kCalls);
+  EXPECT_LE(batched, kCalls / 64 + 1) << "queued calls did not share script calls of 64";
+  EXPECT_GE(batched, kCalls / 64);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -118,6 +118,10 @@ struct ClientOptions {
   // Commands in flight on one connection before new ones fail fast with Unavailable
   // instead of queueing behind a store that cannot keep up. Default: 100000.
   std::size_t max_in_flight = 100000;
+  // The most calls one connection sends to Redis as one batch script call (calls that
+  // queued while a write was in flight; nothing waits to fill a batch): 1 sends every
+  // call alone, e.g. to compare with and without batching. 1 to 256. Default: 64.
+  std::size_t max_batch = 64;
   // Threads running the client's I/O and callbacks. Default: 1.
   int io_threads = 1;
   // The failure policy of every limiter that names none (LimiterOptions::on_failure).

@@ -14,6 +14,7 @@
 #include "core/wait.h"
 #include "memory/memory_store.h"
 #include "redis/cluster_store.h"
+#include "redis/connection.h"
 #include "redis/endpoint.h"
 #include "redis/redis_store.h"
 #include "sluice/asio.h"
@@ -144,6 +145,10 @@ Status ValidateOptions(const ClientOptions& o) {
     return InvalidArgumentError("io_threads must be 1-64, got " + std::to_string(o.io_threads));
   }
   if (o.max_in_flight < 1) return InvalidArgumentError("max_in_flight must be >= 1");
+  if (o.max_batch < 1 || o.max_batch > internal::Connection::kMaxBatchCalls) {
+    return InvalidArgumentError("max_batch must be 1 to " +
+                                std::to_string(internal::Connection::kMaxBatchCalls));
+  }
   if (o.on_failure == FailurePolicy::kDefault) {
     return InvalidArgumentError("on_failure must name a policy (open, closed or local)");
   }
@@ -216,6 +221,7 @@ StatusOr<std::shared_ptr<Client>> Client::Create(ClientOptions options) {
   copts.reconnect_min_backoff = o.reconnect_min_backoff;
   copts.reconnect_max_backoff = o.reconnect_max_backoff;
   copts.max_in_flight = o.max_in_flight;
+  copts.max_batch = o.max_batch;
   if (internal::IsClusterUrl(o.url)) {
     auto cluster = internal::ClusterStore::Connect(core->io.get_executor(), std::move(*seeds),
                                                    copts, o.connect_in_background);

@@ -41,6 +41,11 @@ TEST(Client, RejectsBadOptions) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(Client::Create({.url = "memory://", .io_threads = 0}).status().code(),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(Client::Create({.url = "memory://", .max_batch = 0}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Client::Create({.url = "memory://", .max_batch = 257}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Client::Create({.url = "memory://", .max_batch = 256}).ok());
   auto status = Client::Create({.url = "redis://127.0.0.1?ca=/etc/ssl/ca.pem"}).status();
   EXPECT_NE(status.message().find("TLS"), std::string::npos) << status.ToString();
 }

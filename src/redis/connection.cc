@@ -73,10 +73,6 @@ namespace {
 
 // Callbacks run between flushes of what they issued (see OnReplies).
 constexpr size_t kFlushEvery = 16;
-// The most calls one batch takes, whatever ConnectionOptions::max_batch says (the batch
-// script's own bound).
-constexpr size_t kMaxBatchCalls = 256;
-
 int64_t Ms(steady_clock::duration d) {
   return std::chrono::duration_cast<milliseconds>(d).count();
 }

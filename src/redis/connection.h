@@ -88,7 +88,7 @@ struct ConnectionOptions {
   std::size_t max_in_flight = 100000;
   // The script Call batches into (an index into `scripts`); -1: every call is sent alone.
   int batch_script = -1;
-  // The most calls one batch holds (1: no batching).
+  // The most calls one batch holds (1: no batching; at most kMaxBatchCalls).
   std::size_t max_batch = 64;
   // Loaded at every (re)connect; Eval's script index points into this list.
   std::vector<Script> scripts;
@@ -159,6 +159,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     uint32_t batch_tag = 0;
   };
   static constexpr uint32_t kAnySlot = 0xffffffff;
+  // The most calls one batch takes, whatever ConnectionOptions::max_batch says (the batch
+  // script's own bound).
+  static constexpr std::size_t kMaxBatchCalls = 256;
   void Call(BatchableCall call, Deadline deadline, Callback done, Callback late = nullptr);
 
   // While corked, nothing is written: calls queue up (and batch) until Uncork. For tests

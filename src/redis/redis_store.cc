@@ -19,12 +19,6 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
   const auto wait = options.connect_timeout + std::chrono::seconds(1);
   options.scripts = AllScripts();
   options.batch_script = kBatchScript;
-  // SLUICE_REDIS_MAX_BATCH=N bounds batches at N calls (1: every call alone), e.g. to
-  // compare with and without batching (bench/redis_core.sh) or to turn it off in the field.
-  if (const char* env = std::getenv("SLUICE_REDIS_MAX_BATCH"); env != nullptr && *env != 0) {
-    const long n = std::strtol(env, nullptr, 10);
-    if (n >= 1) options.max_batch = static_cast<size_t>(n);
-  }
   options.asking = mode.asking;  // every command after ASKING: calls go alone
   auto connection = Connection::Make(std::move(executor), std::move(endpoint), std::move(options));
   if (in_background) {
