@@ -269,7 +269,7 @@ TEST_F(MemoryStoreTest, SweepingFreesExpiredKeys) {
   EXPECT_EQ(store_.KeyCount(), static_cast<std::size_t>(kKeys));
 }
 
-// Issue 11, item 8: 20,000 ids expire, then light traffic on ONE id (one shard): every
+// 20,000 ids expire, then light traffic on ONE id (one shard): every
 // call frees a bounded number of expired entries (its own shard and one other), and the
 // store soon holds only the live one.
 TEST_F(MemoryStoreTest, LightTrafficOnOneIdReclaimsEveryExpiredEntry) {

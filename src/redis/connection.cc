@@ -38,7 +38,7 @@ struct Connection::Session {
   // rediss://: the TLS stream over `socket` (made once TCP is connected).
   std::unique_ptr<asio::ssl::stream<asio::generic::stream_protocol::socket&>> tls;
   bool tls_handshaking = false;  // strand only
-  HostPort address;              // where this session connects (TCP only; strand only)
+  HostPort address;              // where this connection attempt goes (TCP only; strand only)
   bool demoted = false;          // a READONLY reply: the server is no longer a primary
   bool handshaken = false;       // the handshake succeeded (strand only)
   redisReader* reader;

@@ -178,7 +178,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Redirect(HostPort to, std::string why);
 
   bool ready() const { return ready_.load(std::memory_order_relaxed); }
-  // Why the last Session (one connection's life) broke or the last connect failed; Ok
+  // Why the connection last broke (a Session: one connection's life) or failed to connect; Ok
   // when none did or the connection is up again.
   Status last_error() const;
   const Endpoint& endpoint() const { return endpoint_; }
