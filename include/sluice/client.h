@@ -59,6 +59,7 @@ namespace sluice {
 namespace internal {
 class ClientCore;
 class ClientFactory;
+class CompositeRun;
 class LocalBudgets;
 class SyncedCounts;
 struct CheckCall;
@@ -389,6 +390,7 @@ class Limiter {
   friend class Client;
   friend void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
                                   CompositeDecisionCallback done);
+  friend class internal::CompositeRun;
   Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
           LimiterOptions options);
 

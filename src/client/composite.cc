@@ -1,9 +1,12 @@
 // CheckComposite (docs/design.md §6): several limits on one request, in one store step
-// when the store can, staged with refunds otherwise. CheckCompositeAsync is the
-// implementation; CheckComposite is it plus WaitFor.
+// when the store can, staged with refunds otherwise. CheckCompositeAsync validates and
+// plans the stages, then a CompositeRun checks them one after the other; CheckComposite
+// is CheckCompositeAsync plus WaitFor.
 #include <utility>
 
 #include <atomic>
+#include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +17,198 @@
 #include "sluice/client.h"
 
 namespace sluice {
+namespace internal {
+
+// One composite check in flight: its stages, what each admitted, and the answer. It
+// holds copies of the limiters and ids (the caller's may go), and keeps itself alive
+// through the callbacks of its store calls.
+class CompositeRun : public std::enable_shared_from_this<CompositeRun> {
+ public:
+  using Stages = std::vector<std::pair<std::size_t, std::size_t>>;  // [begin, end) of each
+
+  // The options every limit is checked with: the request's, without a per-call limit.
+  static CheckOptions EachOptions(const CheckOptions& options) {
+    CheckOptions each = options;
+    each.limit.reset();
+    each.counted_by = DecisionSource::kStore;
+    return each;
+  }
+  // Whether a key is listed twice: a refusal then describes a state no single check sees
+  // (the other listing's spending, given back afterwards), and is not cached.
+  static bool RepeatsAKey(std::span<const LimitCheck> checks);
+  // The stages: runs of neighbouring limits that the store decides in one atomic step
+  // (the composite script: one client, one CompositeGroup — one Redis, or one cluster
+  // slot — and no shadow limiter, which must never make the composite refuse; the staged
+  // path applies shadow mode per limit). A single run is the one-step path. Every call
+  // is made (and so validated) here, before any is sent: bad input spends nothing.
+  static StatusOr<Stages> Plan(std::span<const LimitCheck> checks, const CheckOptions& each);
+
+  CompositeRun(std::span<const LimitCheck> checks, Stages stages, CheckOptions each, bool repeats,
+               CompositeDecisionCallback finish);
+
+  // Checks stage `r`, then the next; past the last, answers with every limit's state.
+  void Step(std::size_t r);
+
+ private:
+  // Stage `first`.. refused at limit `index` with `d`, or failed: answer so after
+  // refunding the earlier stages.
+  void Refused(std::size_t first, std::size_t index, StatusOr<Decision> d);
+  void Admitted(std::size_t index, const Decision& d);
+  // Gives back limit j - 1 and below, newest first, where each counted the request (a
+  // stage's composite counts all of its limits or none), then answers.
+  void Refund(std::size_t j);
+  // A stage of one limit: its own check.
+  void CheckOne(std::size_t r, CheckCall call);
+  // A stage of several: one composite store call.
+  void CheckTogether(std::size_t r, std::vector<CheckCall> calls);
+  void Answer(StatusOr<CompositeDecision> answer) {
+    // Moved out first: answering may drop the last reference to this run.
+    CompositeDecisionCallback answer_with = std::move(finish_);
+    answer_with(std::move(answer));
+  }
+
+  std::vector<Limiter> limiters_;
+  std::vector<std::string> ids_;
+  const Stages stages_;
+  const CheckOptions each_;
+  const bool repeats_;
+  std::vector<Decision> admitted_;  // per limit checked so far
+  CompositeDecision result_;
+  std::optional<StatusOr<CompositeDecision>> answer_;  // set once a limit refused or failed
+  CompositeDecisionCallback finish_;
+};
+
+bool CompositeRun::RepeatsAKey(std::span<const LimitCheck> checks) {
+  std::set<std::pair<const ClientCore*, std::string>> keys;
+  for (const LimitCheck& c : checks) {
+    StatusOr<std::string> key = c.limiter->KeyFor(c.id);
+    if (key.ok() && !keys.emplace(c.limiter->core_.get(), *key).second) return true;
+  }
+  return false;
+}
+
+StatusOr<CompositeRun::Stages> CompositeRun::Plan(std::span<const LimitCheck> checks,
+                                                  const CheckOptions& each) {
+  Stages stages;
+  std::optional<uint32_t> group;  // of the last stage; nullopt: a stage of its own
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    const Limiter& limiter = *checks[i].limiter;
+    CheckCall call;
+    if (Status s = limiter.MakeCall(Op::kConsume, checks[i].id, each, call); !s.ok()) return s;
+    const std::optional<uint32_t> g =
+        limiter.options_.shadow ? std::nullopt : limiter.core_->store->CompositeGroup(call.key);
+    const bool joins = g && group && *g == *group &&
+                       limiter.core_ == checks[stages.back().first].limiter->core_ &&
+                       stages.back().second - stages.back().first < kMaxCompositeCalls;
+    if (joins) {
+      ++stages.back().second;
+    } else {
+      stages.emplace_back(i, i + 1);
+    }
+    group = g;
+  }
+  return stages;
+}
+
+CompositeRun::CompositeRun(std::span<const LimitCheck> checks, Stages stages, CheckOptions each,
+                           bool repeats, CompositeDecisionCallback finish)
+    : stages_(std::move(stages)),
+      each_(std::move(each)),
+      repeats_(repeats),
+      finish_(std::move(finish)) {
+  limiters_.reserve(checks.size());
+  ids_.reserve(checks.size());
+  for (const LimitCheck& c : checks) {
+    limiters_.push_back(*c.limiter);
+    ids_.emplace_back(c.id);
+  }
+}
+
+void CompositeRun::Refused(std::size_t first, std::size_t index, StatusOr<Decision> d) {
+  if (d.ok()) {
+    result_.decision = *d;
+    result_.decided_by = index;
+    answer_ = result_;
+  } else {
+    answer_ = d.status();
+  }
+  Refund(first);
+}
+
+void CompositeRun::Admitted(std::size_t index, const Decision& d) {
+  if (admitted_.empty() || d.remaining < result_.decision.remaining) {
+    result_.decision = d;
+    result_.decided_by = index;
+  }
+  admitted_.push_back(d);
+}
+
+void CompositeRun::Refund(std::size_t j) {
+  while (j > 0 && admitted_[j - 1].shadow_refused) --j;  // a shadow refusal counted nothing
+  if (j == 0) return Answer(std::move(*answer_));
+  const std::size_t k = j - 1;
+  CheckOptions give_back{
+      .cost = each_.cost, .deadline = each_.deadline, .counted_by = admitted_[k].source};
+  // A refund the store cannot take leaves the request counted (an over-count).
+  limiters_[k].Execute(Op::kRefund, ids_[k], give_back,
+                       [self = shared_from_this(), k](StatusOr<Decision>) { self->Refund(k); });
+}
+
+void CompositeRun::Step(std::size_t r) {
+  if (r == stages_.size()) {
+    CompositeDecision result = result_;
+    result.decisions = std::move(admitted_);
+    return Answer(std::move(result));
+  }
+  const auto [first, end] = stages_[r];
+  std::vector<CheckCall> calls(end - first);
+  for (std::size_t i = first; i < end; ++i) {
+    CheckCall& call = calls[i - first];
+    if (Status s = limiters_[i].MakeCall(Op::kConsume, ids_[i], each_, call); !s.ok()) {
+      return Refused(first, i, std::move(s));
+    }
+    call.cache_denials = call.cache_denials && !repeats_;
+  }
+  if (calls.size() == 1) return CheckOne(r, std::move(calls[0]));
+  CheckTogether(r, std::move(calls));
+}
+
+void CompositeRun::CheckOne(std::size_t r, CheckCall call) {
+  const std::size_t first = stages_[r].first;
+  limiters_[first].ExecuteCall(std::move(call),
+                               [self = shared_from_this(), r, first](StatusOr<Decision> d) {
+                                 if (!d.ok() || !d->allowed)
+                                   return self->Refused(first, first, std::move(d));
+                                 self->Admitted(first, *d);
+                                 self->Step(r + 1);
+                               });
+}
+
+void CompositeRun::CheckTogether(std::size_t r, std::vector<CheckCall> calls) {
+  const std::size_t first = stages_[r].first;
+  CompositeCall many;
+  many.calls = std::move(calls);
+  for (auto& call : many.calls) {
+    // One time and one deadline for the whole step.
+    call.now_ms = many.calls[0].now_ms;
+    call.deadline = many.calls[0].deadline;
+  }
+  // `core` (captured) keeps the store alive until its callback has run.
+  std::shared_ptr<ClientCore> core = limiters_[first].core_;
+  core->store->CheckComposite(std::move(many), [self = shared_from_this(), r, first,
+                                                core](StatusOr<CompositeOutcome> decided) {
+    if (!decided.ok()) return self->Refused(first, first, decided.status());
+    if (decided->refused_by) {
+      return self->Refused(first, first + *decided->refused_by, decided->decisions.at(0));
+    }
+    for (std::size_t i = 0; i < decided->decisions.size(); ++i) {
+      self->Admitted(first + i, decided->decisions[i]);
+    }
+    self->Step(r + 1);
+  });
+}
+
+}  // namespace internal
 
 void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
                          CompositeDecisionCallback done) {
@@ -47,156 +242,15 @@ void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions&
     if (c.limiter == nullptr)
       return finish(InvalidArgumentError("CheckComposite: a LimitCheck has no limiter"));
   }
-  CheckOptions each = options;
-  each.limit.reset();
-  each.counted_by = DecisionSource::kStore;
-  // The same key listed twice: a refusal then describes a state no single check sees
-  // (the other listing's spending, given back afterwards); it is not cached.
-  bool repeats = false;
-  {
-    std::set<std::pair<const internal::ClientCore*, std::string>> keys;
-    for (const LimitCheck& c : checks) {
-      StatusOr<std::string> key = c.limiter->KeyFor(c.id);
-      if (key.ok() && !keys.emplace(c.limiter->core_.get(), *key).second) repeats = true;
-    }
-  }
-  // Every call is made (and so validated) before any is sent: bad input spends nothing.
-  // Stages: runs of neighbouring limits that the store decides in one atomic step (the
-  // composite script: one client, one CompositeGroup — one Redis, or one cluster slot —
-  // and no shadow limiter, which must never make the composite refuse; the staged path
-  // applies shadow mode per limit). A single run is the one-step path.
-  std::vector<std::pair<std::size_t, std::size_t>> runs;  // [begin, end) of each stage
-  std::optional<uint32_t> group;  // of the last run; nullopt: a stage of its own
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    const Limiter& limiter = *checks[i].limiter;
-    internal::CheckCall call;
-    if (Status s = limiter.MakeCall(internal::Op::kConsume, checks[i].id, each, call); !s.ok()) {
-      return finish(std::move(s));
-    }
-    const std::optional<uint32_t> g =
-        limiter.options_.shadow ? std::nullopt : limiter.core_->store->CompositeGroup(call.key);
-    const bool joins = g && group && *g == *group &&
-                       limiter.core_ == checks[runs.back().first].limiter->core_ &&
-                       runs.back().second - runs.back().first < internal::kMaxCompositeCalls;
-    if (joins) {
-      ++runs.back().second;
-    } else {
-      runs.emplace_back(i, i + 1);
-    }
-    group = g;
-  }
-
+  const CheckOptions each = internal::CompositeRun::EachOptions(options);
+  StatusOr<internal::CompositeRun::Stages> stages = internal::CompositeRun::Plan(checks, each);
+  if (!stages.ok()) return finish(stages.status());
   // One stage after the other, most specific first; a refusal (or an error) refunds the
-  // limits that admitted in earlier stages, newest first, where each counted the request
-  // (a stage's composite counts all of its limits or none), and then answers. The state
-  // holds copies of the limiters and ids (the caller's may go).
-  struct Staged {
-    std::vector<Limiter> limiters;
-    std::vector<std::string> ids;
-    std::vector<std::pair<std::size_t, std::size_t>> runs;
-    CheckOptions each;
-    bool repeats = false;
-    std::vector<Decision> admitted;  // per limit checked so far
-    CompositeDecision result;
-    std::optional<StatusOr<CompositeDecision>> answer;  // set once a limit refused or failed
-    CompositeDecisionCallback finish;
-    // Step r: check stage r. Refund j: give back limit j - 1 and below, then answer.
-    std::function<void(const std::shared_ptr<Staged>&, std::size_t)> step, refund;
-    // Stage r (begin `first`) refused at limit `index` with `d`, or failed: answer so
-    // after the refunds.
-    void Refused(const std::shared_ptr<Staged>& st, std::size_t first, std::size_t index,
-                 StatusOr<Decision> d) {
-      if (d.ok()) {
-        result.decision = *d;
-        result.decided_by = index;
-        answer = result;
-      } else {
-        answer = d.status();
-      }
-      refund(st, first);
-    }
-    void Admitted(std::size_t index, const Decision& d) {
-      if (admitted.empty() || d.remaining < result.decision.remaining) {
-        result.decision = d;
-        result.decided_by = index;
-      }
-      admitted.push_back(d);
-    }
-  };
-  auto staged = std::make_shared<Staged>();
-  staged->limiters.reserve(checks.size());
-  staged->ids.reserve(checks.size());
-  for (const LimitCheck& c : checks) {
-    staged->limiters.push_back(*c.limiter);
-    staged->ids.emplace_back(c.id);
-  }
-  staged->runs = std::move(runs);
-  staged->each = each;
-  staged->repeats = repeats;
-  staged->finish = std::move(finish);
-  staged->refund = [](const std::shared_ptr<Staged>& st, std::size_t j) {
-    while (j > 0 && st->admitted[j - 1].shadow_refused) --j;  // a shadow refusal counted nothing
-    if (j == 0) {
-      // Moved out first: finishing may drop the last reference to the state.
-      CompositeDecisionCallback answer_with = std::move(st->finish);
-      StatusOr<CompositeDecision> answer = std::move(*st->answer);
-      return answer_with(std::move(answer));
-    }
-    const std::size_t k = j - 1;
-    CheckOptions give_back{
-        .cost = st->each.cost, .deadline = st->each.deadline, .counted_by = st->admitted[k].source};
-    // A refund the store cannot take leaves the request counted (an over-count).
-    st->limiters[k].Execute(internal::Op::kRefund, st->ids[k], give_back,
-                            [st, k](StatusOr<Decision>) { st->refund(st, k); });
-  };
-  staged->step = [](const std::shared_ptr<Staged>& st, std::size_t r) {
-    if (r == st->runs.size()) {
-      CompositeDecisionCallback answer_with = std::move(st->finish);
-      CompositeDecision result = st->result;
-      result.decisions = std::move(st->admitted);
-      return answer_with(std::move(result));
-    }
-    // Plain names (not a structured binding): the callback below captures `first`.
-    const std::size_t first = st->runs[r].first, end = st->runs[r].second;
-    std::vector<internal::CheckCall> calls(end - first);
-    for (std::size_t i = first; i < end; ++i) {
-      internal::CheckCall& call = calls[i - first];
-      if (Status s = st->limiters[i].MakeCall(internal::Op::kConsume, st->ids[i], st->each, call);
-          !s.ok()) {
-        return st->Refused(st, first, i, std::move(s));
-      }
-      call.cache_denials = call.cache_denials && !st->repeats;
-    }
-    if (calls.size() == 1) {
-      st->limiters[first].ExecuteCall(std::move(calls[0]), [st, r, first](StatusOr<Decision> d) {
-        if (!d.ok() || !d->allowed) return st->Refused(st, first, first, std::move(d));
-        st->Admitted(first, *d);
-        st->step(st, r + 1);
-      });
-      return;
-    }
-    internal::CompositeCall many;
-    many.calls = std::move(calls);
-    for (auto& call : many.calls) {
-      // One time and one deadline for the whole step.
-      call.now_ms = many.calls[0].now_ms;
-      call.deadline = many.calls[0].deadline;
-    }
-    // `stage_core` (captured) keeps the store alive until its callback has run.
-    std::shared_ptr<internal::ClientCore> stage_core = st->limiters[first].core_;
-    stage_core->store->CheckComposite(
-        std::move(many), [st, r, first, stage_core](StatusOr<internal::CompositeOutcome> decided) {
-          if (!decided.ok()) return st->Refused(st, first, first, decided.status());
-          if (decided->refused_by) {
-            return st->Refused(st, first, first + *decided->refused_by, decided->decisions.at(0));
-          }
-          for (std::size_t i = 0; i < decided->decisions.size(); ++i) {
-            st->Admitted(first + i, decided->decisions[i]);
-          }
-          st->step(st, r + 1);
-        });
-  };
-  staged->step(staged, 0);
+  // limits that admitted in earlier stages and then answers.
+  std::make_shared<internal::CompositeRun>(checks, *std::move(stages), each,
+                                           internal::CompositeRun::RepeatsAKey(checks),
+                                           std::move(finish))
+      ->Step(0);
 }
 
 StatusOr<CompositeDecision> CheckComposite(std::span<const LimitCheck> checks,
