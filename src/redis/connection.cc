@@ -1098,6 +1098,13 @@ void Connection::Break(const std::shared_ptr<Session>& session, Status why) {
     out_.clear();
     write_posted_ = false;
     write_in_flight_ = false;
+    // The queue is empty: no deadline is armed for now. Kept (a stall found while a
+    // call's deadline was still ahead leaves them set, with no timer waiting), they
+    // would tell Enqueue that a timer is armed, and the calls after the reconnect (the
+    // handshake's too) would wait for Redis's reply whatever their deadline, with no
+    // stall check either.
+    timer_armed_ = false;
+    armed_at_ = Deadline::max();
     session_.reset();
     last_error_ = why;
     shutdown = state_ == State::kShutdown;

@@ -175,6 +175,49 @@ TEST(Connection, StalledConnectionIsReplacedAndWorksAgain) {
   EXPECT_GE(client->stats().reconnects, 1u);
 }
 
+// A stall found while a call with a later deadline still waited (the cluster router's
+// slot-map read waits up to connect_timeout) breaks the connection; the calls made on
+// the connection that replaces it must still return at their deadline when Redis goes
+// silent again, not when it answers.
+TEST(Connection, DeadlinesHoldAfterAStallBrokeTheConnectionWhileACallWaited) {
+  RedisServer server;
+  IoThreads io(1);
+  auto endpoint = internal::ParseRedisUrl(server.url());
+  ASSERT_THAT(endpoint, IsOk());
+  auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint,
+                                         {.stall_timeout = milliseconds(100)});
+  std::promise<Status> started;
+  conn->Start([&](Status s) { started.set_value(std::move(s)); });
+  ASSERT_THAT(started.get_future().get(), IsOk());
+  const std::string ping = internal::FormatCommand({"PING"});
+
+  server.Pause();
+  // Its deadline is still ahead when the stall breaks the connection.
+  const auto waited_until = steady_clock::now() + milliseconds(300);
+  std::promise<Status> waiting;
+  conn->Send(ping, waited_until, [&](const Status& s, const redisReply*) { waiting.set_value(s); });
+  const Status broken = waiting.get_future().get();
+  EXPECT_EQ(broken.code(), StatusCode::kUnavailable) << broken.ToString();
+  server.Resume();
+  ASSERT_TRUE(Eventually([&] { return conn->ready(); }));
+  std::this_thread::sleep_until(waited_until + milliseconds(50));
+
+  server.Pause();
+  const auto t0 = steady_clock::now();
+  std::promise<Status> silent;
+  conn->Send(ping, t0 + milliseconds(50),
+             [&](const Status& s, const redisReply*) { silent.set_value(s); });
+  auto result = silent.get_future();
+  const bool in_time = result.wait_for(seconds(2)) == std::future_status::ready;
+  const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0);
+  server.Resume();
+  EXPECT_TRUE(in_time) << "a call with a 50 ms deadline was not answered within " << took.count()
+                       << " ms while Redis was silent";
+  EXPECT_LT(took, milliseconds(500));
+  EXPECT_EQ(result.get().code(), StatusCode::kDeadlineExceeded);
+  conn->Shutdown();
+}
+
 TEST(Connection, ReconnectsAfterRedisRestarts) {
   RedisServer server;
   auto client = MustCreate({.url = server.url(),
