@@ -122,4 +122,38 @@ uint16_t RedisSentinelSet::WaitForNewPrimary(uint16_t old_port, int timeout_ms) 
   return 0;
 }
 
+std::string RedisSentinelSet::MovePrimarySilently() {
+  RedisServer& old = data_node(0);
+  RedisServer& next = data_node(1);
+  const auto expect_ok = [](const RedisValue& reply, const std::string& what) {
+    return reply.str == "OK" ? std::string() : what + " answered " + reply.str;
+  };
+  if (auto e = expect_ok(next.Command({"REPLICAOF", "NO", "ONE"}), "REPLICAOF NO ONE"); !e.empty())
+    return e;
+  for (auto& sentinel : sentinels_) {
+    if (auto e =
+            expect_ok(sentinel->Command({"SENTINEL", "REMOVE", master_name()}), "SENTINEL REMOVE");
+        !e.empty())
+      return e;
+    if (auto e = expect_ok(
+            sentinel->Command({"SENTINEL", "MONITOR", master_name(), "127.0.0.1",
+                               std::to_string(next.port()), std::to_string(options_.quorum)}),
+            "SENTINEL MONITOR");
+        !e.empty())
+      return e;
+  }
+  if (auto e = expect_ok(old.Command({"REPLICAOF", "127.0.0.1", std::to_string(next.port())}),
+                         "REPLICAOF");
+      !e.empty())
+    return e;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    // With an expiry, in case the write lands before the node turns replica.
+    if (old.Command({"SET", "sentinel-set:probe", "1", "PX", "1000"}).str.starts_with("READONLY"))
+      return "";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "the old primary did not answer READONLY within 10 s";
+}
+
 }  // namespace sluice::testing

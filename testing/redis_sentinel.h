@@ -51,6 +51,12 @@ class RedisSentinelSet {
   // Waits (at most `timeout_ms`) until the sentinels name a primary other than
   // `old_port` and that node says it is one (ROLE); its port, or 0.
   uint16_t WaitForNewPrimary(uint16_t old_port, int timeout_ms);
+  // Moves the primary from data node 0 to data node 1 behind the clients' backs: node 1
+  // stops replicating, the sentinels are made to monitor it (SENTINEL REMOVE and MONITOR
+  // announce no +switch-master), and node 0 replicates from it, answering READONLY to
+  // writes. Only a READONLY reply tells a client it is on a demoted primary. Returns an
+  // empty string when done, else what failed.
+  std::string MovePrimarySilently();
 
  private:
   bool Ready();

@@ -90,6 +90,27 @@ bool ClientCore::OnIoThread() const {
   return false;
 }
 
+class ClientCore::Reclaimer final : public HeartbeatScheduler::Target,
+                                    public std::enable_shared_from_this<Reclaimer> {
+ public:
+  Reclaimer(HeartbeatScheduler& scheduler, PolicyStore& policy)
+      : scheduler_(scheduler), policy_(policy) {}
+  void Due() override {
+    policy_.ReclaimStep();
+    Schedule();
+  }
+  void Schedule() {
+    scheduler_.Schedule(HeartbeatScheduler::Clock::now() + MemoryStore::kStepPeriod,
+                        weak_from_this());
+  }
+
+ private:
+  // Both the core's: the scheduler is shut down, and no step runs, before the policy
+  // store goes.
+  HeartbeatScheduler& scheduler_;
+  PolicyStore& policy_;
+};
+
 void ClientCore::UseStore(std::shared_ptr<Store> real) {
   std::shared_ptr<const Clock> clock = options.model_clock;
   if (!clock) clock = std::make_shared<SystemClock>();
@@ -98,6 +119,8 @@ void ClientCore::UseStore(std::shared_ptr<Store> real) {
       BreakerOptions{options.breaker_failures, options.breaker_cool_down},
       options.denial_cache_size);
   store = policy;
+  reclaimer_ = std::make_shared<Reclaimer>(heartbeats, *policy);
+  reclaimer_->Schedule();
 }
 
 ClientCore::~ClientCore() {

@@ -71,15 +71,20 @@ class ClientCore {
   std::shared_ptr<Store> store;
   std::shared_ptr<PolicyStore> policy;  // == store
   LeaseGauges lease_gauges;
-  // Every lease's next heartbeat (after `io`: destroyed before it).
+  // Every lease's next heartbeat, and the next reclaim step (after `io`: destroyed
+  // before it).
   HeartbeatScheduler heartbeats{io};
   // The store's memory policy (client/eviction.h); started by Client::Create for Redis.
   EvictionWatch eviction{io};
 
-  // Puts the policy layer in front of `real` and makes it the store.
+  // Puts the policy layer in front of `real` and makes it the store, and starts the
+  // periodic reclaim of its embedded stores (PolicyStore::ReclaimStep) on `heartbeats`.
   void UseStore(std::shared_ptr<Store> real);
 
  private:
+  // Runs a reclaim step, then schedules the next one kStepPeriod later.
+  class Reclaimer;
+  std::shared_ptr<Reclaimer> reclaimer_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   bool OnIoThread() const;
   std::vector<std::thread> threads_;

@@ -2,7 +2,9 @@
 // heartbeat, and when the timer fires, every lease that is due heartbeats at once (so
 // the heartbeats of many leases leave in one pipelined write). Registering and
 // cancelling are a map insert and erase under a mutex: a lease that is acquired and
-// released costs no timer of its own, no cancelled-wait handler, no extra dispatch.
+// released costs no timer of its own, no cancelled-wait handler, no extra dispatch. The
+// client's periodic reclaim of its embedded stores (memory/memory_store.h) runs on the
+// same timer.
 //
 // Thread-safety: thread-safe. Due callbacks run on the io_context's threads, outside
 // the scheduler's lock.

@@ -47,7 +47,8 @@ void MemoryStore::Unfile(Shard& shard, Entry& entry) {
   entry.prev = entry.next = nullptr;
 }
 
-void MemoryStore::Reclaim(Shard& shard, int64_t now_ms) {
+std::size_t MemoryStore::Reclaim(Shard& shard, int64_t now_ms) {
+  std::size_t freed = 0;
   int budget = kReclaimPerCall;
   while (budget-- > 0 && !shard.slots.empty()) {
     const auto first = shard.slots.begin();
@@ -57,10 +58,12 @@ void MemoryStore::Reclaim(Shard& shard, int64_t now_ms) {
     Unfile(shard, entry);
     if (entry.expires_at_ms <= now_ms) {
       shard.entries.erase(shard.entries.find(*entry.key));
+      ++freed;
     } else {
       File(shard, entry);  // a later call moved its expiry: into a later slot
     }
   }
+  return freed;
 }
 
 void MemoryStore::ReclaimElsewhere(int64_t now_ms) {
@@ -69,6 +72,18 @@ void MemoryStore::ReclaimElsewhere(int64_t now_ms) {
   if (!shard.mu.try_lock()) return;
   Reclaim(shard, now_ms);
   shard.mu.unlock();
+}
+
+std::size_t MemoryStore::ReclaimStep() {
+  const std::size_t first = step_rotation_.fetch_add(kShardsPerStep, std::memory_order_relaxed);
+  const int64_t now = clock_->NowMs();
+  std::size_t freed = 0;
+  for (std::size_t i = 0; i < kShardsPerStep; ++i) {
+    Shard& shard = shards_[(first + i) % kShards];
+    MutexLock lock(shard.mu);
+    freed += Reclaim(shard, now);
+  }
+  return freed;
 }
 
 template <typename State>

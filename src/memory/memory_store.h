@@ -3,14 +3,25 @@
 // keys expire on the store's clock like Redis keys do.
 //
 // Memory follows the live keys: every entry is filed in an index by its expiry, and
-// each call reclaims (frees) up to kReclaimPerCall entries whose expiry has passed in
-// its own shard, and as many in one other shard (the next of a per-thread rotation, if
-// its lock is free). So expired state is freed as calls arrive, whichever ids they are
-// for (one busy id visits every shard every kShards calls): N expired entries are gone
-// after about N / kReclaimPerCall calls, and no call does more than that bounded work
-// under a lock. An entry becomes reclaimable up to kSlotMs after its expiry (its index
-// slot must be over). With no calls at all nothing is reclaimed (there is no
-// background thread).
+// expired entries are freed (reclaimed) two ways, each a bounded amount of work:
+// - By the calls: each call reclaims up to kReclaimPerCall entries whose expiry has
+//   passed in its own shard, and as many in one other shard (the next of a per-thread
+//   rotation, if its lock is free), whichever ids the calls are for (one busy id visits
+//   every shard every kShards calls).
+// - By a step every kStepPeriod (ReclaimStep) that a Client runs on its I/O thread, on
+//   its embedded store (memory://) and on its local fallback's store, whatever calls
+//   arrive: none at all, only refusals the denial cache answers (they never reach the
+//   store), or only calls to Redis while the fallback's store holds what it counted when
+//   Redis was down. A step visits the next kShardsPerStep shards of the store's own
+//   rotation, each under its own lock, up to kReclaimPerCall entries each: at most
+//   kShardsPerStep x kReclaimPerCall = 2,048 entries examined per step, one shard's lock
+//   held at a time for at most 64 of them. Every shard is visited every
+//   kShards / kShardsPerStep steps (160 ms), so a shard's m reclaimable entries are gone
+//   within ceil(m / 64) x 160 ms, with no call at all: N expired entries spread over the
+//   shards within about N / (kShards x kReclaimPerCall) x 160 ms (one million: ~10 s).
+// An entry becomes reclaimable up to kSlotMs after its expiry (its index slot must be
+// over). A store used without a Client (tests, benchmarks) gets only the calls' share,
+// unless its owner runs ReclaimStep.
 // What is not bounded per call: a shard's hash table grows by rehashing all of its
 // entries at once (std::unordered_map), one shard of kShards at a time. It keeps its
 // slot array (8 bytes per slot, as many slots as the shard's peak entries) when entries
@@ -22,6 +33,8 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -71,6 +84,15 @@ class MemoryStore final : public Store {
   // later call moved their expiry).
   static constexpr int kReclaimPerCall = 64;
   static constexpr std::size_t kShards = 256;
+  // The periodic reclaim: shards visited per step, and how often a Client runs a step.
+  static constexpr std::size_t kShardsPerStep = 32;
+  static constexpr std::chrono::milliseconds kStepPeriod{20};
+  static_assert(kShards % kShardsPerStep == 0, "a rotation visits every shard once");
+
+  // One step of the periodic reclaim: the next kShardsPerStep shards of the store's
+  // rotation, each under its own lock, up to kReclaimPerCall entries each, on the store's
+  // clock. Returns the entries it freed.
+  std::size_t ReclaimStep();
 
  private:
   // Keys carry their algorithm's suffix, so one key only ever holds one kind of state.
@@ -106,8 +128,8 @@ class MemoryStore final : public Store {
   static void Keep(Shard& shard, Map::iterator it, const std::string& key,
                    std::optional<State>& state, int64_t expires_at_ms) SLUICE_REQUIRES(shard.mu);
   // Frees up to kReclaimPerCall entries of the shard whose slot is over; the caller
-  // holds the shard's lock.
-  static void Reclaim(Shard& shard, int64_t now_ms) SLUICE_REQUIRES(shard.mu);
+  // holds the shard's lock. Returns the entries it freed.
+  static std::size_t Reclaim(Shard& shard, int64_t now_ms) SLUICE_REQUIRES(shard.mu);
   // Reclaim in the next shard of this thread's rotation, unless its lock is taken. Called
   // with no lock held.
   void ReclaimElsewhere(int64_t now_ms);
@@ -122,6 +144,7 @@ class MemoryStore final : public Store {
 
   std::shared_ptr<const Clock> clock_;
   std::array<Shard, kShards> shards_;
+  std::atomic<std::size_t> step_rotation_{0};  // ReclaimStep's next shard
 };
 
 }  // namespace sluice::internal

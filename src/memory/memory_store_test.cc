@@ -1,6 +1,7 @@
 // MemoryStore: the fixed window semantics behind the Store interface, key expiry on the
 // store's clock, reclaiming of expired keys (bounded per call, whichever ids the calls
-// are for), and exactness under concurrent calls.
+// are for, and per periodic step, with no call at all), and exactness under concurrent
+// calls.
 #include "memory/memory_store.h"
 
 #include <gtest/gtest.h>
@@ -269,9 +270,9 @@ TEST_F(MemoryStoreTest, SweepingFreesExpiredKeys) {
   EXPECT_EQ(store_.KeyCount(), static_cast<std::size_t>(kKeys));
 }
 
-// 20,000 ids expire, then light traffic on ONE id (one shard): every
-// call frees a bounded number of expired entries (its own shard and one other), and the
-// store soon holds only the live one.
+// 20,000 ids expire, then light traffic on ONE id (one shard): every call frees a
+// bounded number of expired entries (its own shard and one other), and the store soon
+// holds only the live one.
 TEST_F(MemoryStoreTest, LightTrafficOnOneIdReclaimsEveryExpiredEntry) {
   constexpr int kKeys = 20'000;
   for (int i = 0; i < kKeys; ++i) {
@@ -326,6 +327,35 @@ TEST_F(MemoryStoreTest, NoCallFreesMoreThanItsBound) {
   }
   EXPECT_LE(most, static_cast<std::size_t>(2 * MemoryStore::kReclaimPerCall));
   EXPECT_EQ(store_.EntryCount(), static_cast<std::size_t>(kKeys)) << "the first generation is gone";
+}
+
+// With no calls at all, reclaim steps (a Client runs one every kStepPeriod) free every
+// expired entry: each step at most kShardsPerStep x kReclaimPerCall entries, and a
+// backlog within a few rotations of kShards / kShardsPerStep steps.
+TEST_F(MemoryStoreTest, ReclaimStepsFreeExpiredEntriesWithoutCalls) {
+  constexpr int kKeys = 40'000;
+  for (int i = 0; i < kKeys; ++i) {
+    ASSERT_TRUE(Check(Call("old:" + std::to_string(i), 1, seconds(1))).allowed);
+  }
+  ASSERT_TRUE(Check(Call("live", 1, seconds(1000))).allowed);
+  EXPECT_EQ(store_.ReclaimStep(), 0u) << "nothing has expired yet";
+  clock_->Advance(seconds(1) + milliseconds(MemoryStore::kSlotMs));
+  ASSERT_EQ(store_.EntryCount(), static_cast<std::size_t>(kKeys) + 1);
+
+  constexpr std::size_t kStepsPerRotation = MemoryStore::kShards / MemoryStore::kShardsPerStep;
+  std::size_t steps = 0, most = 0;
+  while (store_.EntryCount() > 1 && steps < 100 * kStepsPerRotation) {
+    most = std::max(most, store_.ReclaimStep());
+    ++steps;
+  }
+  std::printf("%d expired entries freed by %zu steps (%zu rotations), at most %zu by one step\n",
+              kKeys, steps, (steps + kStepsPerRotation - 1) / kStepsPerRotation, most);
+  EXPECT_EQ(store_.EntryCount(), 1u) << "after " << steps << " steps";
+  EXPECT_LE(most, MemoryStore::kShardsPerStep * MemoryStore::kReclaimPerCall);
+  // A shard holds about kKeys / kShards = 156 of them (a hash spreads them; twice that at
+  // most), freed kReclaimPerCall per rotation.
+  const std::size_t rotations = 2 * kKeys / MemoryStore::kShards / MemoryStore::kReclaimPerCall + 1;
+  EXPECT_LE(steps, rotations * kStepsPerRotation);
 }
 
 // The index follows expiries that move: a token bucket's expiry (when it is full again)

@@ -48,9 +48,15 @@ PolicyStore::PolicyStore(std::shared_ptr<Store> inner, std::shared_ptr<const Clo
       breakers_(breaker, [store = inner_.get()] { return store->FaultDomains(); }),
       // The embedded store decides at once, on the caller's thread: asking it late costs
       // nothing and gives the limit's own answer.
-      inline_store_(dynamic_cast<const MemoryStore*>(inner_.get()) != nullptr),
+      inner_memory_(dynamic_cast<MemoryStore*>(inner_.get())),
       fork_generation_(ForkGeneration()) {
   if (denial_cache_size > 0) denials_.emplace(denial_cache_size);
+}
+
+std::size_t PolicyStore::ReclaimStep() {
+  std::size_t freed = local_.ReclaimStep();
+  if (inner_memory_ != nullptr) freed += inner_memory_->ReclaimStep();
+  return freed;
 }
 
 bool PolicyStore::Forked() const {

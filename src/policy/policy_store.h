@@ -81,6 +81,13 @@ class PolicyStore final : public Store {
   // (LimiterOptions::refuse_evicting_store) are then answered by their failure policy.
   void SetEvicting(bool evicting) { evicting_.store(evicting, std::memory_order_relaxed); }
   bool Evicting() const { return evicting_.load(std::memory_order_relaxed); }
+  // One step of the periodic reclaim (memory/memory_store.h) on every embedded store
+  // behind this one: the local fallback's, and the store itself when it is the embedded
+  // store. The client runs it every MemoryStore::kStepPeriod on its I/O thread, so their
+  // expired entries are freed whatever calls arrive. Returns the entries it freed.
+  std::size_t ReclaimStep();
+  // The local fallback's store; for tests.
+  MemoryStore& local_store() { return local_; }
   // True in a child process forked after this store was made.
   bool Forked() const;
   // What every call answers then.
@@ -124,7 +131,8 @@ class PolicyStore final : public Store {
   // busy the machine is).
   template <typename Call>
   bool ExpiredBeforeSending(const Call& call) const {
-    return !inline_store_ && !call.now_ms && call.deadline <= std::chrono::steady_clock::now();
+    return inner_memory_ == nullptr && !call.now_ms &&
+           call.deadline <= std::chrono::steady_clock::now();
   }
 
   std::shared_ptr<Store> inner_;
@@ -134,7 +142,8 @@ class PolicyStore final : public Store {
   DomainBreakers breakers_;
   std::optional<DenialCache> denials_;
   std::atomic<bool> evicting_{false};
-  const bool inline_store_;  // inner_ is the embedded store
+  // inner_, when it is the embedded store (which decides at once, on the caller's thread).
+  MemoryStore* const inner_memory_;
   std::atomic<uint64_t> cached_denials_{0}, policy_decisions_{0}, shadow_refusals_{0}, syncs_{0};
   const uint64_t fork_generation_;  // core/process.h, when this store was made
 };

@@ -10,6 +10,7 @@
 #include "memory/memory_store.h"
 #include "policy/breaker.h"
 #include "sluice/sluice.h"
+#include "testing/eventually.h"
 #include "testing/fake_clock.h"
 #include "testing/fault_store.h"
 #include "testing/status_matchers.h"
@@ -456,6 +457,74 @@ TEST_F(Policies, ShadowModeCountsButNeverRefuses) {
   EXPECT_EQ(client->stats().shadow_refusals, 3u);
   // The limit really counted what it admitted: a peek sees the window spent.
   EXPECT_EQ(limiter.Peek("x")->remaining, 0);
+}
+
+// The periodic reclaim (memory/memory_store.h) frees expired entries whatever calls
+// arrive. kReclaimIds expired ids spread over the store's 256 shards take about
+// ceil(largest shard / 64) rotations of 160 ms each (about 0.6 s here); the tests allow
+// kReclaimWithin, room for a loaded machine and sanitizer builds.
+constexpr int kReclaimIds = 40'000;
+constexpr milliseconds kReclaimWithin{5000};
+
+// A client whose only traffic is refusals its denial cache answers never calls its
+// embedded store, yet the store's expired entries are freed.
+TEST(EmbeddedStoreReclaim, ExpiredEntriesAreFreedWhileOnlyCachedDenialsArrive) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto store = std::make_shared<internal::MemoryStore>(clock);
+  auto client =
+      *internal::ClientFactory::WithStore({.url = "memory://", .model_clock = clock}, store);
+  auto once = *client->MakeLimiter("once", {.limit = 1, .window = seconds(1)});
+  auto flood = *client->MakeLimiter("flood", {.limit = 1, .window = std::chrono::hours(1)});
+  constexpr int kRefused = 50;
+  for (int i = 0; i < kReclaimIds; ++i) ASSERT_TRUE(once.Check("id" + std::to_string(i))->allowed);
+  for (int i = 0; i < kRefused; ++i) {
+    const std::string id = "abuser" + std::to_string(i);
+    ASSERT_TRUE(flood.Check(id)->allowed);
+    ASSERT_EQ(flood.Check(id)->source, DecisionSource::kStore);  // refused: now cached
+  }
+  ASSERT_EQ(store->EntryCount(), static_cast<std::size_t>(kReclaimIds + kRefused));
+
+  clock->Advance(seconds(1) + milliseconds(internal::MemoryStore::kSlotMs));
+  const auto start = steady_clock::now();
+  const bool freed = testing::Eventually(
+      [&] {
+        for (int i = 0; i < kRefused; ++i) {
+          auto d = flood.Check("abuser" + std::to_string(i));
+          if (!d.ok() || d->source != DecisionSource::kCachedDenial) {
+            ADD_FAILURE() << "not a cached denial: " << d.status().ToString();
+            return true;
+          }
+        }
+        return store->EntryCount() == static_cast<std::size_t>(kRefused);
+      },
+      kReclaimWithin);
+  std::cout << kReclaimIds << " expired entries freed in "
+            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count()
+            << " ms while only cached denials arrived\n";
+  EXPECT_TRUE(freed) << store->EntryCount() << " entries still held, " << kRefused << " live";
+  EXPECT_GE(client->stats().cached_denials, static_cast<uint64_t>(kRefused));
+}
+
+// The local fallback's store, filled while the store was down, is freed once its entries
+// expire, with no call at all.
+TEST(EmbeddedStoreReclaim, TheLocalFallbackFreesItsExpiredEntriesWithNoCalls) {
+  auto clock = std::make_shared<testing::FakeClock>();
+  auto faults =
+      std::make_shared<testing::FaultStore>(std::make_shared<internal::MemoryStore>(clock));
+  auto client = *internal::ClientFactory::WithStore(
+      {.url = "memory://", .on_failure = FailurePolicy::kLocal, .model_clock = clock}, faults);
+  auto limiter = *client->MakeLimiter("api", {.limit = 10, .window = seconds(1)});
+  faults->FailRandomly(1.0, UnavailableError("injected: redis down"));
+  for (int i = 0; i < kReclaimIds; ++i) {
+    ASSERT_EQ(limiter.Check("id" + std::to_string(i))->source, DecisionSource::kLocalFallback);
+  }
+  internal::MemoryStore& local = internal::ClientFactory::CoreOf(*client).policy->local_store();
+  ASSERT_EQ(local.EntryCount(), static_cast<std::size_t>(kReclaimIds));
+  faults->FailRandomly(0, Status::Ok());  // the store is back; nothing calls the fallback
+
+  clock->Advance(seconds(1) + milliseconds(internal::MemoryStore::kSlotMs));
+  EXPECT_TRUE(testing::Eventually([&] { return local.EntryCount() == 0; }, kReclaimWithin))
+      << local.EntryCount() << " expired entries still held";
 }
 
 }  // namespace
