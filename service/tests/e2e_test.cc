@@ -617,6 +617,60 @@ TEST(E2eSecrets, TheStorePasswordIsNeverLoggedOrShown) {
   EXPECT_EQ(down.log().find("hunter2"), std::string::npos) << down.log();
 }
 
+// GET /admin/breaker (token s3cret), parsed.
+json BreakerOf(const Sluiced& s) {
+  HttpReply r =
+      Call(s.admin_port(), "GET", "/admin/breaker", "", "Authorization: Bearer s3cret\r\n");
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? json::parse(r.body) : json::object();
+}
+
+// Sends `checks` round after round until /admin/breaker says at least `open` domains are
+// open (at most 10 s); its last answer.
+json CheckUntilOpen(const Sluiced& s, const std::vector<std::string>& checks, int open) {
+  json breaker;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    for (const std::string& c : checks) Call(s.http_port(), "POST", "/v1/check", c);
+    breaker = BreakerOf(s);
+    if (breaker.value("open_domains", 0) >= open) break;
+  }
+  return breaker;
+}
+
+// One server is one fault domain: an open breaker names the store itself, by its URL with
+// the password masked, on /admin/breaker and in the log's breaker line.
+TEST(E2eSecrets, AnOpenBreakerNamesTheStoreWithItsPasswordMasked) {
+  sluice::testing::RedisServer redis({.requirepass = "hunter2-secret"});
+  TempDir config;
+  config.Write("shop.yaml", ExampleConfig());
+  Sluiced s(config.path(), redis.url(), {"--admin-token", "s3cret", "--deadline-ms", "100"});
+  const std::string checkout = Check({{{"route", "checkout"}, {"account", "b"}}});
+  ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", checkout).status, 200);
+  const json closed = BreakerOf(s);
+  EXPECT_EQ(closed.value("breaker", json()), "closed") << closed;
+  EXPECT_EQ(closed.value("domains", json()), 1) << closed;
+  EXPECT_EQ(closed.value("open_domains", json()), 0) << closed;
+  EXPECT_EQ(closed.value("open", json()), json::array()) << closed;
+  redis.Pause();
+  const json open = CheckUntilOpen(s, {checkout}, 1);
+  redis.Resume();
+  ASSERT_EQ(open.value("open_domains", 0), 1) << open;
+  EXPECT_EQ(open.value("domains", json()), 1) << open;
+  EXPECT_NE(open.value("breaker", json()), "closed") << open;
+  ASSERT_EQ(open.value("open", json()).size(), 1u) << open;
+  const std::string shown = open.value("open", json())[0];
+  EXPECT_EQ(shown.rfind("redis://:***@127.0.0.1:", 0), 0u) << open;
+  EXPECT_EQ(open.value("store", json()), shown) << open;
+  EXPECT_EQ(open.dump().find("hunter2"), std::string::npos) << open;
+  for (int i = 0; i < 100 && s.log().find("domains open: redis://:***@") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_NE(s.log().find("store breaker closed -> open (1 of 1 domains open: redis://:***@"),
+            std::string::npos)
+      << s.log();
+  EXPECT_EQ(s.log().find("hunter2"), std::string::npos) << s.log();
+}
+
 TEST_F(E2e, BearerSchemeIsCaseInsensitiveAndActorsWithNewlinesAreRefused) {
   Sluiced s(config_.path(), redis_.url(), Flags());
   EXPECT_EQ(
@@ -1356,6 +1410,61 @@ descriptors:
   // Two keys per tenant, one slot per tenant (fewer if two tenants share one).
   EXPECT_LE(slots.size(), tenants.size());
   EXPECT_EQ(cluster.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
+}
+
+// A Redis Cluster has a breaker per primary: one primary stalled opens its breaker only.
+// /admin/breaker counts the primaries, names the open one by its address, and the ids of
+// the other primaries are still decided by the store; once the primary is back, every
+// breaker closes.
+TEST(E2eCluster, AdminBreakerShowsEachPrimarysBreaker) {
+  // A node timeout above the stall: the other primaries keep serving their slots (else
+  // they refuse every slot, CLUSTERDOWN, once the stalled one is deemed failed).
+  sluice::testing::RedisCluster cluster({.node_timeout_ms = 60000});
+  TempDir config;
+  config.Write("shop.yaml", ExampleConfig());
+  Sluiced s(config.path(), cluster.url(), {"--admin-token", "s3cret", "--deadline-ms", "100"});
+  std::vector<std::string> checks;
+  for (int i = 0; i < 30; ++i)
+    checks.push_back(Check({{{"route", "checkout"}, {"account", "a" + std::to_string(i)}}}));
+  for (const std::string& c : checks)
+    ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", c).status, 200);
+  const json closed = BreakerOf(s);
+  EXPECT_EQ(closed.value("breaker", json()), "closed") << closed;
+  EXPECT_EQ(closed.value("domains", json()), 3) << closed;
+  EXPECT_EQ(closed.value("open_domains", json()), 0) << closed;
+  EXPECT_EQ(closed.value("open", json()), json::array()) << closed;
+
+  sluice::testing::RedisServer& stalled = cluster.node(0);
+  stalled.Pause();
+  const json open = CheckUntilOpen(s, checks, 1);
+  int by_store = 0;
+  for (const std::string& c : checks) {
+    HttpReply r = Call(s.http_port(), "POST", "/v1/check", c);
+    if (r.status == 200 && json::parse(r.body)["descriptors"][0]["source"] == "store") ++by_store;
+  }
+  const std::string metrics = Call(s.metrics_port(), "GET", "/metrics").body;
+  stalled.Resume();
+  ASSERT_EQ(open.value("open_domains", 0), 1) << open;
+  EXPECT_EQ(open.value("domains", json()), 3) << open;
+  EXPECT_NE(open.value("breaker", json()), "closed") << open;
+  EXPECT_EQ(open.value("open", json()),
+            json::array({"127.0.0.1:" + std::to_string(stalled.port())}))
+      << open;
+  EXPECT_EQ(open.value("store", json()), cluster.url()) << open;
+  EXPECT_GT(by_store, 0) << "the ids of the healthy primaries are decided by the store";
+  EXPECT_NE(metrics.find("\nsluice_breaker_domains 3\n"), std::string::npos) << metrics;
+
+  json after;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    for (const std::string& c : checks) Call(s.http_port(), "POST", "/v1/check", c);
+    after = BreakerOf(s);
+    if (after.value("open_domains", -1) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(after.value("breaker", json()), "closed") << after;
+  EXPECT_EQ(after.value("open", json()), json::array()) << after;
+  EXPECT_EQ(after.value("domains", json()), 3) << after;
 }
 
 }  // namespace
