@@ -14,6 +14,19 @@
 #      several times more CPU per call on the same cores), GRPC_RATE (h2 only: calls/s on
 #      a fixed schedule, open loop, latency from each call's scheduled start; default:
 #      closed loop), ONLY (http or grpc: one run).
+#
+#   STOP_AFTER=2 bench/service.sh 6   a graceful stop under load instead of the throughput
+#                                     runs: wrk and the gRPC load generator (h2) run
+#                                     together for 6 s, SIGTERM goes to sluiced 2 s in;
+#                                     prints the calls each load completed and failed and
+#                                     how sluiced exited (--drain-timeout-ms: DRAIN_MS,
+#                                     10000). Every call sent must be answered: wrk's read
+#                                     and timeout errors and h2_load's errors and lost calls
+#                                     are failures; wrk's connect and write errors (a
+#                                     connection refused once the listener is closed shows
+#                                     as a failed write) and h2_load's refused
+#                                     (REFUSED_STREAM, unprocessed after the GOAWAY) are
+#                                     calls never sent or never taken, safe to retry.
 # A check that misses its deadline is answered by its failure policy (here: open) and a
 # run of them opens the breaker: the "store" column says which share of the checks Redis
 # actually decided. Figures with a low share measure the fallback, not the service.
@@ -51,7 +64,7 @@ for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
   --http-listen 127.0.0.1:0 --grpc-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 \
   --http-threads "${HTTP_THREADS:-0}" --io-threads "${IO_THREADS:-1}" --log-level warn \
-  --deadline-ms "${DEADLINE_MS:-5}" \
+  --deadline-ms "${DEADLINE_MS:-5}" --drain-timeout-ms "${DRAIN_MS:-10000}" \
   >"$WORK/sluiced.log" 2>&1 &
 SLUICED_PID=$!
 # --log-level warn hides the serving line; find the ports from the listening sockets.
@@ -110,6 +123,47 @@ run() {  # run NAME COMMAND...: the tool's output, the CPU per check, the store'
   echo "$((s1 - s0)) $((r1 - r0))" >"$WORK/$name.cpu"
   awk -v a="$d0" -v b="$d1" 'BEGIN { split(a, x, " "); split(b, y, " "); n = y[2] - x[2]; if (n > 0) printf "%.1f%%\n", 100 * (y[1] - x[1]) / n; else print "-" }' >"$WORK/$name.store"
 }
+
+# STOP_AFTER: both loads at once, SIGTERM in their middle, then what each load saw.
+stop_under_load() {
+  [ "${GRPC_LOAD:-h2}" = h2 ] || { echo "STOP_AFTER needs GRPC_LOAD=h2 (it counts refused and lost calls)" >&2; exit 2; }
+  wrk -t"${WRK_THREADS:-1}" -c"${HTTP_CONNECTIONS:-64}" -d"${SECONDS_PER_RUN}s" -s "$WORK/check.lua" \
+    "http://127.0.0.1:$HTTP_PORT" >"$WORK/http.out" 2>&1 &
+  local wrk_pid=$!
+  "$GRPC_LOADER" --target "127.0.0.1:$GRPC_PORT" --seconds "$SECONDS_PER_RUN" \
+    --concurrency "${GRPC_CONCURRENCY:-64}" --connections "${GRPC_CONNECTIONS:-4}" --ids "${IDS:-10000}" \
+    >"$WORK/grpc.out" 2>&1 &
+  local grpc_pid=$!
+  sleep "$STOP_AFTER"
+  local t0 t1 code=0
+  t0=$(date +%s%N)
+  kill -TERM "$SLUICED_PID"
+  wait "$SLUICED_PID" || code=$?
+  t1=$(date +%s%N)
+  SLUICED_PID=""
+  wait "$wrk_pid" || true
+  wait "$grpc_pid" || true
+  echo "SIGTERM ${STOP_AFTER} s into ${SECONDS_PER_RUN} s of load: sluiced exited $code after $(((t1 - t0) / 1000000)) ms"
+  grep -E 'drain|stopping' "$WORK/sluiced.log" || true
+  awk '/requests in/ { done = $1 }
+       /Socket errors/ { gsub(",", ""); connect = $4; read = $6; write = $8; timeout = $10 }
+       /Non-2xx/ { non2xx = $5 }
+       END { printf "HTTP (wrk, c=%s): completed=%d failed=%d (read %d, timeout %d) non_2xx=%d not_sent=%d (connect %d, write %d)\n",
+             c, done, read + timeout, read, timeout, non2xx, connect + write, connect, write }' \
+    c="${HTTP_CONNECTIONS:-64}" "$WORK/http.out"
+  local line
+  line=$(grep '^grpc ' "$WORK/grpc.out" || true)
+  [ -n "$line" ] || { cat "$WORK/grpc.out"; exit 1; }
+  kv() { sed -E "s/.*$1=([^ ]+).*/\1/" <<<"$line"; }
+  echo "gRPC (h2_load, c=${GRPC_CONCURRENCY:-64} on ${GRPC_CONNECTIONS:-4} connections): completed=$(kv checks)" \
+    "(ok $(kv ok), over_limit $(kv over_limit)) failed=$(($(kv errors) + $(kv lost))) (errors $(kv errors), lost $(kv lost))" \
+    "refused_unprocessed=$(kv refused)"
+  grep -v '^grpc ' "$WORK/grpc.out" || true
+}
+if [ -n "${STOP_AFTER:-}" ]; then
+  stop_under_load
+  exit 0
+fi
 
 http_rps=- http_p50=- http_p99=- http_total=0 http_non2xx="" http_client_cpu="" hs=0 hr=0
 if [ "${ONLY:-http}" = http ] || [ -z "${ONLY:-}" ]; then

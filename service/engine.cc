@@ -584,6 +584,13 @@ void Engine::ProbeStore(std::function<void(StoreProbe)> done) {
   });
 }
 
+std::vector<std::string> Engine::OpenDomainsShown(const sluice::StoreHealth& h) const {
+  const std::string_view url = options_.client.url;
+  if (url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://"))
+    return h.open_domain_names;
+  return std::vector<std::string>(h.open_domain_names.size(), store_shown());
+}
+
 std::string Engine::MetricsText() {
   std::vector<sluice::MetricSample> samples = client_->Metrics();
   const std::size_t folded = CapLeaseSeries(samples, Metrics::kMaxLeaseIds);

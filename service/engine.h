@@ -149,6 +149,11 @@ class Engine {
   sluice::Client& client() { return *client_; }
   // The store's URL as it may be shown: its password masked (sluice::RedactUrl).
   std::string store_shown() const { return sluice::RedactUrl(options_.client.url); }
+  // The fault domains whose breaker is open or half-open (`h.open_domain_names`) as they
+  // may be shown: a Redis Cluster primary's "host:port" as the library names it; the one
+  // domain of any other store (one server, Sentinel) is the store itself, shown as
+  // store_shown() (the library has no address of its own for it).
+  std::vector<std::string> OpenDomainsShown(const sluice::StoreHealth& h) const;
   Metrics& metrics() { return metrics_; }
   std::string MetricsText();
   boost::asio::thread_pool& blocking_pool() { return pool_; }

@@ -363,11 +363,24 @@ bool StartListeners(Engine& engine, const Settings& s, const Addresses& at, List
   return true;
 }
 
+// The breakers' state as the log shows it: the worst domain's state, and which domains
+// are open ("open (1 of 3 domains open: 10.0.0.7:6379)"), so that a change of which
+// primary is open is logged too.
+std::string BreakerShown(Engine& engine) {
+  const sluice::StoreHealth h = engine.client().Health();
+  if (h.open_domains == 0) return h.breaker;
+  std::string names;
+  for (const std::string& name : engine.OpenDomainsShown(h))
+    names += (names.empty() ? "" : ", ") + name;
+  return h.breaker + " (" + std::to_string(h.open_domains) + " of " +
+         std::to_string(h.breaker_domains) + " domains open: " + names + ")";
+}
+
 // Serves until SIGTERM or SIGINT: reloads on SIGHUP and when the config's files change,
 // reaps the leases of callers that stopped heartbeating, logs the breaker's changes.
 void ServeUntilStopped(Engine& engine, const Settings& s) {
   std::string fingerprint = Fingerprint(s.config_path);
-  std::string last_breaker = engine.client().Health().breaker;
+  std::string last_breaker = BreakerShown(engine);
   auto reload = [&](const char* why) {
     auto next = LoadConfig(s.config_path);
     sluice::Status status = next.ok() ? engine.Reload(*next) : next.status();
@@ -399,7 +412,7 @@ void ServeUntilStopped(Engine& engine, const Settings& s) {
       }
     }
     engine.ReapExpiredLeases();
-    const std::string breaker = engine.client().Health().breaker;
+    const std::string breaker = BreakerShown(engine);
     if (breaker != last_breaker) {
       spdlog::warn("store breaker {} -> {}", last_breaker, breaker);
       last_breaker = breaker;

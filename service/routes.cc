@@ -285,17 +285,27 @@ HttpResponse AdminConfig(Engine& engine) {
   return MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-// GET /admin/breaker: the store's health as the breaker sees it.
+// GET /admin/breaker: the store's health as its breakers see it. There is one breaker per
+// fault domain (each primary of a Redis Cluster; the store itself otherwise): the state
+// is the worst domain's, the failures the highest, the counters sums, and the open (or
+// half-open) domains are named by address, never with a password.
 HttpResponse AdminBreaker(Engine& engine) {
   const sluice::StoreHealth h = engine.client().Health();
-  json j = {{"breaker", h.breaker},
-            {"connected", h.connected},
-            {"consecutive_failures", h.consecutive_failures},
-            {"breaker_opens", h.breaker_opens},
-            {"short_circuited", h.short_circuited},
-            {"probe_in_ms", h.probe_in.count()}};
-  spdlog::info("admin breaker state={}", h.breaker);
-  return MakeResponse(http::status::ok, j.dump());
+  const std::vector<std::string> open = engine.OpenDomainsShown(h);
+  nlohmann::ordered_json j = {{"breaker", h.breaker},
+                              {"store", engine.store_shown()},
+                              {"connected", h.connected},
+                              {"domains", h.breaker_domains},
+                              {"open_domains", h.open_domains},
+                              {"open", open},
+                              {"consecutive_failures", h.consecutive_failures},
+                              {"breaker_opens", h.breaker_opens},
+                              {"short_circuited", h.short_circuited},
+                              {"probe_in_ms", h.probe_in.count()}};
+  spdlog::info("admin breaker state={} domains={} open={}", h.breaker, h.breaker_domains,
+               h.open_domains);
+  return MakeResponse(http::status::ok,
+                      j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
 // The actor and reason of a release, or why they are refused (both needed; a control

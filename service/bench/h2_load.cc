@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   }
   // refused: calls the server refused unprocessed (REFUSED_STREAM, after its GOAWAY):
   // safe to retry elsewhere, not errors.
-  uint64_t ok = 0, over = 0, errors = 0, refused = 0;
+  // lost: calls sent and never answered (their connection closed, or the wait ran out).
+  uint64_t ok = 0, over = 0, errors = 0, refused = 0, lost = 0;
   std::string first_error;
   std::vector<double> latencies_us;
   latencies_us.reserve(1 << 20);
@@ -173,16 +174,19 @@ int main(int argc, char** argv) {
       if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !clients[i]->OnReadable()) {
         if (clients[i]->goaway_received() && clients[i]->open_calls() == 0)
           continue;  // closed after its GOAWAY with every call answered
+        // Calls sent and never answered: counted (a stop under load must show none).
+        lost += clients[i]->open_calls();
         std::fprintf(stderr, "h2_load: connection %zu closed with %zu call(s) open\n", i,
                      clients[i]->open_calls());
-        return 1;
       }
     }
   }
+  // Calls still open when the wait for them ran out were never answered either.
+  for (auto& c : clients) lost += c->open() ? c->open_calls() : 0;
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  sluiced::bench::PrintLoadReport(
-      ok, over, errors, elapsed, latencies_us,
-      " unsent=" + std::to_string(unsent) + " refused=" + std::to_string(refused));
+  sluiced::bench::PrintLoadReport(ok, over, errors, elapsed, latencies_us,
+                                  " unsent=" + std::to_string(unsent) + " refused=" +
+                                      std::to_string(refused) + " lost=" + std::to_string(lost));
   if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
-  return errors > 0 ? 1 : 0;
+  return errors > 0 || lost > 0 ? 1 : 0;
 }

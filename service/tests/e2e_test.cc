@@ -617,6 +617,60 @@ TEST(E2eSecrets, TheStorePasswordIsNeverLoggedOrShown) {
   EXPECT_EQ(down.log().find("hunter2"), std::string::npos) << down.log();
 }
 
+// GET /admin/breaker (token s3cret), parsed.
+json BreakerOf(const Sluiced& s) {
+  HttpReply r =
+      Call(s.admin_port(), "GET", "/admin/breaker", "", "Authorization: Bearer s3cret\r\n");
+  EXPECT_EQ(r.status, 200) << r.body;
+  return r.status == 200 ? json::parse(r.body) : json::object();
+}
+
+// Sends `checks` round after round until /admin/breaker says at least `open` domains are
+// open (at most 10 s); its last answer.
+json CheckUntilOpen(const Sluiced& s, const std::vector<std::string>& checks, int open) {
+  json breaker;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    for (const std::string& c : checks) Call(s.http_port(), "POST", "/v1/check", c);
+    breaker = BreakerOf(s);
+    if (breaker.value("open_domains", 0) >= open) break;
+  }
+  return breaker;
+}
+
+// One server is one fault domain: an open breaker names the store itself, by its URL with
+// the password masked, on /admin/breaker and in the log's breaker line.
+TEST(E2eSecrets, AnOpenBreakerNamesTheStoreWithItsPasswordMasked) {
+  sluice::testing::RedisServer redis({.requirepass = "hunter2-secret"});
+  TempDir config;
+  config.Write("shop.yaml", ExampleConfig());
+  Sluiced s(config.path(), redis.url(), {"--admin-token", "s3cret", "--deadline-ms", "100"});
+  const std::string checkout = Check({{{"route", "checkout"}, {"account", "b"}}});
+  ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", checkout).status, 200);
+  const json closed = BreakerOf(s);
+  EXPECT_EQ(closed.value("breaker", json()), "closed") << closed;
+  EXPECT_EQ(closed.value("domains", json()), 1) << closed;
+  EXPECT_EQ(closed.value("open_domains", json()), 0) << closed;
+  EXPECT_EQ(closed.value("open", json()), json::array()) << closed;
+  redis.Pause();
+  const json open = CheckUntilOpen(s, {checkout}, 1);
+  redis.Resume();
+  ASSERT_EQ(open.value("open_domains", 0), 1) << open;
+  EXPECT_EQ(open.value("domains", json()), 1) << open;
+  EXPECT_NE(open.value("breaker", json()), "closed") << open;
+  ASSERT_EQ(open.value("open", json()).size(), 1u) << open;
+  const std::string shown = open.value("open", json())[0];
+  EXPECT_EQ(shown.rfind("redis://:***@127.0.0.1:", 0), 0u) << open;
+  EXPECT_EQ(open.value("store", json()), shown) << open;
+  EXPECT_EQ(open.dump().find("hunter2"), std::string::npos) << open;
+  for (int i = 0; i < 100 && s.log().find("domains open: redis://:***@") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_NE(s.log().find("store breaker closed -> open (1 of 1 domains open: redis://:***@"),
+            std::string::npos)
+      << s.log();
+  EXPECT_EQ(s.log().find("hunter2"), std::string::npos) << s.log();
+}
+
 TEST_F(E2e, BearerSchemeIsCaseInsensitiveAndActorsWithNewlinesAreRefused) {
   Sluiced s(config_.path(), redis_.url(), Flags());
   EXPECT_EQ(
@@ -735,11 +789,8 @@ TEST_F(E2e, MetricsPassPromtoolAndCountDecisions) {
   EXPECT_NE(m.body.find("sluiced_store_latency_seconds_bucket"), std::string::npos);
   EXPECT_NE(m.body.find("sluice_breaker_state"), std::string::npos);
   EXPECT_NE(m.body.find("sluiced_config_reloads_total 1"), std::string::npos);
-  TempDir dir;
-  dir.Write("metrics.txt", m.body);
-  const std::string cmd =
-      "promtool check metrics < " + dir.path() + "/metrics.txt > " + dir.path() + "/out.txt 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << testing::ReadAll(dir.path() + "/out.txt");
+  std::string promtool;
+  EXPECT_TRUE(testing::PromtoolAccepts(m.body, promtool)) << promtool;
   EXPECT_EQ(Call(s.http_port(), "GET", "/healthz").status, 200);
   HttpReply ready = Call(s.http_port(), "GET", "/readyz");
   EXPECT_EQ(ready.status, 200);
@@ -839,11 +890,8 @@ TEST_F(E2e, LeaseSeriesAreCappedAndTheRestSummed) {
   EXPECT_NE(m.body.find("sluice_leases_held{limiter=\"" + limiter + "\",id=\"user=u0\"} 2"),
             std::string::npos);
   EXPECT_NE(m.body.find("\nsluiced_leases_held 3000\n"), std::string::npos);
-  TempDir dir;
-  dir.Write("metrics.txt", m.body);
-  const std::string cmd =
-      "promtool check metrics < " + dir.path() + "/metrics.txt > " + dir.path() + "/out.txt 2>&1";
-  EXPECT_EQ(std::system(cmd.c_str()), 0) << testing::ReadAll(dir.path() + "/out.txt");
+  std::string promtool;
+  EXPECT_TRUE(testing::PromtoolAccepts(m.body, promtool)) << promtool;
 }
 
 TEST_F(E2e, ReloadKeepsOldConfigOnErrorAndNeverResetsCounters) {
@@ -1030,6 +1078,114 @@ TEST_F(E2e, AliasBombsAreRefusedAtStartAndOnReload) {
   EXPECT_EQ(second.header("ratelimit-policy"), "\"per_user\";q=2;w=60");
   EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", u).status, 429);
   EXPECT_EQ(s.log().find("config reloaded"), std::string::npos) << s.log();
+}
+
+// The config's bounds, on the built binary: descriptors nested over 64 levels, a file
+// over 4 MiB and over 100,000 rate limits across files are refused at start-up (exit 1,
+// file:line:column) and on a reload, which keeps the running config.
+TEST_F(E2e, ConfigsOverTheirBoundsAreRefusedAtStartAndOnReload) {
+  std::string deep = "domain: deep\ndescriptors: ";
+  for (int i = 1; i <= 65; ++i) deep += "[{key: k" + std::to_string(i) + ", descriptors: ";
+  deep.replace(deep.rfind("descriptors: "), std::string::npos,
+               "rate_limit: {unit: second, requests_per_unit: 1}");
+  for (int i = 0; i < 65; ++i) deep += "}]";
+  deep += "\n";
+  const std::string one_rule =
+      "domain: big\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: "
+      "1}\n";
+  const std::string big = one_rule + "# " + std::string(4 << 20, 'x') + "\n";
+  // 34,000 rules a file (2.2 MB), three files: 102,000.
+  auto many = [](int file) {
+    std::string yaml = "domain: m" + std::to_string(file) + "\ndescriptors:\n";
+    for (int i = 0; i < 34000; ++i)
+      yaml +=
+          "- {key: k" + std::to_string(i) + ", rate_limit: {unit: second, requests_per_unit: 1}}\n";
+    return yaml;
+  };
+  const struct {
+    std::vector<std::pair<std::string, std::string>> files;
+    std::string error;
+  } cases[] = {
+      {{{"deep.yaml", deep}}, "/deep.yaml:2:"},
+      {{{"big.yaml", big}}, "/big.yaml:1:1: the file has "},
+      {{{"m0.yaml", many(0)}, {"m1.yaml", many(1)}, {"m2.yaml", many(2)}},
+       ": more than 100000 rate limits in the configuration"},
+  };
+  const std::string explanation[] = {"descriptors nested deeper than 64 levels",
+                                     "more than the 4194304 a config file may have",
+                                     "rate limits in the configuration"};
+  for (std::size_t c = 0; c < std::size(cases); ++c) {
+    SCOPED_TRACE(explanation[c]);
+    TempDir bad;
+    for (const auto& [name, text] : cases[c].files) bad.Write(name, text);
+    Sluiced refused(bad.path(), "memory://", Flags(), /*expect_start=*/false);
+    EXPECT_EQ(refused.WaitExit(std::chrono::seconds(30)), 1) << refused.log().substr(0, 2000);
+    const std::string log = refused.log();
+    EXPECT_NE(log.find("config refused, not starting: " + bad.path()), std::string::npos)
+        << log.substr(0, 2000);
+    EXPECT_NE(log.find(cases[c].error), std::string::npos) << log.substr(0, 2000);
+    EXPECT_NE(log.find(explanation[c]), std::string::npos) << log.substr(0, 2000);
+  }
+  // On a reload: refused, the running config kept.
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("r")).status, 200);
+  config_.Write("deep.yaml", deep);
+  bool refused = false;
+  for (int i = 0; i < 100 && !refused; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    refused = s.log().find("descriptors nested deeper than 64 levels") != std::string::npos;
+  }
+  EXPECT_TRUE(refused) << s.log();
+  EXPECT_NE(s.log().find("config reload (file change) refused, keeping the previous config"),
+            std::string::npos)
+      << s.log();
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", SignIn("r")).status, 200);
+  EXPECT_EQ(json::parse(Call(s.http_port(), "POST", "/v1/check", SignIn("r"))
+                            .body)["descriptors"][0]["limit"]["name"],
+            "sign_in");
+}
+
+// envoy-ratelimit's wildcards over HTTP: a '*' anywhere in a value (each any run of
+// bytes), in config order before the bare key; value "" is the bare key.
+TEST_F(E2e, WildcardsAnywhereInAValueChooseTheLimit) {
+  config_.Write("w.yaml", R"(domain: w
+descriptors:
+  - key: path
+    value: foo*bar
+    rate_limit: {name: foo_bar, unit: minute, requests_per_unit: 1}
+  - key: path
+    value: "*.png"
+    rate_limit: {name: png, unit: minute, requests_per_unit: 2}
+  - key: path
+    value: a*b*c
+    rate_limit: {name: abc, unit: minute, requests_per_unit: 3}
+  - key: path
+    rate_limit: {name: any_path, unit: minute, requests_per_unit: 4}
+  - key: user
+    value: ""
+    rate_limit: {name: per_user, unit: minute, requests_per_unit: 5}
+)");
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  auto limit_of = [&](const std::string& key, const std::string& value) {
+    HttpReply r = Call(s.http_port(), "POST", "/v1/check", Check({{{key, value}}}, 0, "w"));
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json limit = json::parse(r.body)["descriptors"][0]["limit"];
+    return limit.is_null() ? std::string("(none)") : limit["name"].get<std::string>();
+  };
+  EXPECT_EQ(limit_of("path", "foo-x-bar"), "foo_bar");
+  EXPECT_EQ(limit_of("path", "foobar"), "foo_bar");
+  EXPECT_EQ(limit_of("path", "xfoobar"), "any_path");
+  EXPECT_EQ(limit_of("path", "img/cat.png"), "png");
+  EXPECT_EQ(limit_of("path", "a-b-c"), "abc");
+  EXPECT_EQ(limit_of("path", "a-c-b"), "any_path");
+  EXPECT_EQ(limit_of("user", "alice"), "per_user");
+  // One counter per wildcard rule and distinct value: foo-y-bar has its own 1.
+  EXPECT_EQ(
+      Call(s.http_port(), "POST", "/v1/check", Check({{{"path", "foo-x-bar"}}}, 0, "w")).status,
+      429);
+  EXPECT_EQ(
+      Call(s.http_port(), "POST", "/v1/check", Check({{{"path", "foo-y-bar"}}}, 0, "w")).status,
+      200);
 }
 
 TEST_F(E2e, RefusesToStartOnABadConfig) {
@@ -1356,6 +1512,61 @@ descriptors:
   // Two keys per tenant, one slot per tenant (fewer if two tenants share one).
   EXPECT_LE(slots.size(), tenants.size());
   EXPECT_EQ(cluster.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
+}
+
+// A Redis Cluster has a breaker per primary: one primary stalled opens its breaker only.
+// /admin/breaker counts the primaries, names the open one by its address, and the ids of
+// the other primaries are still decided by the store; once the primary is back, every
+// breaker closes.
+TEST(E2eCluster, AdminBreakerShowsEachPrimarysBreaker) {
+  // A node timeout above the stall: the other primaries keep serving their slots (else
+  // they refuse every slot, CLUSTERDOWN, once the stalled one is deemed failed).
+  sluice::testing::RedisCluster cluster({.node_timeout_ms = 60000});
+  TempDir config;
+  config.Write("shop.yaml", ExampleConfig());
+  Sluiced s(config.path(), cluster.url(), {"--admin-token", "s3cret", "--deadline-ms", "100"});
+  std::vector<std::string> checks;
+  for (int i = 0; i < 30; ++i)
+    checks.push_back(Check({{{"route", "checkout"}, {"account", "a" + std::to_string(i)}}}));
+  for (const std::string& c : checks)
+    ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", c).status, 200);
+  const json closed = BreakerOf(s);
+  EXPECT_EQ(closed.value("breaker", json()), "closed") << closed;
+  EXPECT_EQ(closed.value("domains", json()), 3) << closed;
+  EXPECT_EQ(closed.value("open_domains", json()), 0) << closed;
+  EXPECT_EQ(closed.value("open", json()), json::array()) << closed;
+
+  sluice::testing::RedisServer& stalled = cluster.node(0);
+  stalled.Pause();
+  const json open = CheckUntilOpen(s, checks, 1);
+  int by_store = 0;
+  for (const std::string& c : checks) {
+    HttpReply r = Call(s.http_port(), "POST", "/v1/check", c);
+    if (r.status == 200 && json::parse(r.body)["descriptors"][0]["source"] == "store") ++by_store;
+  }
+  const std::string metrics = Call(s.metrics_port(), "GET", "/metrics").body;
+  stalled.Resume();
+  ASSERT_EQ(open.value("open_domains", 0), 1) << open;
+  EXPECT_EQ(open.value("domains", json()), 3) << open;
+  EXPECT_NE(open.value("breaker", json()), "closed") << open;
+  EXPECT_EQ(open.value("open", json()),
+            json::array({"127.0.0.1:" + std::to_string(stalled.port())}))
+      << open;
+  EXPECT_EQ(open.value("store", json()), cluster.url()) << open;
+  EXPECT_GT(by_store, 0) << "the ids of the healthy primaries are decided by the store";
+  EXPECT_NE(metrics.find("\nsluice_breaker_domains 3\n"), std::string::npos) << metrics;
+
+  json after;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    for (const std::string& c : checks) Call(s.http_port(), "POST", "/v1/check", c);
+    after = BreakerOf(s);
+    if (after.value("open_domains", -1) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(after.value("breaker", json()), "closed") << after;
+  EXPECT_EQ(after.value("open", json()), json::array()) << after;
+  EXPECT_EQ(after.value("domains", json()), 3) << after;
 }
 
 }  // namespace

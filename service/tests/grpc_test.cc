@@ -33,11 +33,12 @@ class Grpc : public ::testing::Test {
     Start();
   }
 
-  // (Re)starts sluiced, with `env` in its environment, and connects the stub to it.
-  void Start(std::vector<std::string> env = {}) {
+  // (Re)starts sluiced, with `env` in its environment and `flags` on its command line,
+  // and connects the stub to it.
+  void Start(std::vector<std::string> env = {}, std::vector<std::string> flags = {}) {
     sluiced_.reset();
-    sluiced_ = std::make_unique<Sluiced>(config_.path(), redis_.url(),
-                                         std::vector<std::string>{"--deadline-ms", "2000"},
+    flags.insert(flags.begin(), {"--deadline-ms", "2000"});
+    sluiced_ = std::make_unique<Sluiced>(config_.path(), redis_.url(), std::move(flags),
                                          /*expect_start=*/true, std::move(env));
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(sluiced_->grpc_port()),
                                    grpc::InsecureChannelCredentials());
@@ -396,6 +397,71 @@ TEST_F(Grpc, StreamsWithoutEndStreamHoldBoundedMemory) {
       << "RSS before " << (rss_before >> 20) << " MiB, peak " << (peak >> 20) << " MiB";
   // The service answers as ever.
   EXPECT_EQ(Call(SignIn("after-flood")).overall_code(), rls::RateLimitResponse::OK);
+}
+
+// --grpc-max-buffered-mib bounds the request bytes all connections hold together: at 1
+// MiB, eight messages of 256 KiB held on eight connections (one each, far below a
+// connection's own 8 MiB) do not all fit; those over are answered RESOURCE_EXHAUSTED
+// naming the bound, and once the held calls are reset the service answers as ever.
+TEST_F(Grpc, RequestBytesOfAllConnectionsAreBoundedByTheFlag) {
+  Start({}, {"--grpc-max-buffered-mib", "1"});
+  const std::string body = std::string{0, 0, 4, 0, 0} + std::string(256 << 10, 'd');
+  std::vector<std::unique_ptr<bench::H2Client>> clients;
+  std::vector<int32_t> ids;
+  for (int c = 0; c < 8; ++c) {
+    std::string error;
+    clients.push_back(bench::H2Client::Connect("127.0.0.1", sluiced_->grpc_port(), error));
+    ASSERT_TRUE(clients.back()) << error;
+    auto& client = *clients.back();
+    ids.push_back(client.Submit("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                                body, {}, /*end_stream=*/false));
+    const int32_t id = ids.back();
+    ASSERT_TRUE(client.PumpUntil(
+        [&] { return client.call(id)->closed || client.call(id)->body_sent == body.size(); },
+        std::chrono::seconds(10)));
+  }
+  for (auto& c : clients) c->Pump(std::chrono::milliseconds(50));
+  int held = 0, refused = 0;
+  for (std::size_t c = 0; c < clients.size(); ++c) {
+    const bench::H2Call* call = clients[c]->call(ids[c]);
+    if (!call->closed) {
+      ++held;
+      continue;
+    }
+    EXPECT_EQ(call->GrpcStatus(), 8) << call->GrpcMessage();
+    EXPECT_EQ(call->GrpcMessage(), "more than 1048576 request bytes buffered on this server");
+    ++refused;
+  }
+  EXPECT_LE(held, 3);  // 3 messages and their prefixes fit in 1 MiB, a 4th does not
+  EXPECT_GE(held, 1);
+  EXPECT_EQ(held + refused, 8);
+  for (std::size_t c = 0; c < clients.size(); ++c) {
+    if (!clients[c]->call(ids[c])->closed) clients[c]->Reset(ids[c]);
+    clients[c]->Pump(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Call(SignIn("after-the-bound")).overall_code(), rls::RateLimitResponse::OK);
+}
+
+// A descriptor value that is not UTF-8 under a detailed_metric limit: its series' label
+// shows U+FFFD for each odd byte, and the page still passes promtool.
+TEST_F(Grpc, DetailedSeriesOfValuesThatAreNotUtf8KeepTheScrapeValid) {
+  config_.Write("det.yaml",
+                "domain: det\ndescriptors:\n  - key: user\n    detailed_metric: true\n"
+                "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 1}\n");
+  Start();
+  rls::RateLimitRequest r;
+  r.set_domain("det");
+  auto* e = r.add_descriptors()->add_entries();
+  e->set_key("user");
+  e->set_value("caf\xc3\x28\xff");
+  EXPECT_EQ(Call(r).overall_code(), rls::RateLimitResponse::OK);
+  EXPECT_EQ(Call(r).overall_code(), rls::RateLimitResponse::OVER_LIMIT);
+  const testing::HttpReply page = testing::Call(sluiced_->metrics_port(), "GET", "/metrics");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("descriptor=\"user=caf\xef\xbf\xbd(\xef\xbf\xbd\""), std::string::npos)
+      << page.body;
+  std::string promtool;
+  EXPECT_TRUE(testing::PromtoolAccepts(page.body, promtool)) << promtool;
 }
 
 TEST_F(Grpc, HealthAndReflection) {

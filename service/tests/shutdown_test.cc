@@ -2,7 +2,9 @@
 // redis-server.
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -144,6 +146,141 @@ TEST_F(Shutdown, SigtermDrainsCallsInFlight) {
   EXPECT_EQ(s.WaitExit(std::chrono::seconds(8)), 0) << s.log();
   EXPECT_NE(s.log().find("drained in"), std::string::npos) << s.log();
 }
+
+// HTTP load for a stop under load: `connections` threads, each sending checks back to back
+// on a kept-alive connection (a new one when the server closes it) until the server
+// refuses new connections after the signal. Every request sent must get a full response.
+class HttpLoad {
+ public:
+  HttpLoad(int port, int connections) {
+    for (int t = 0; t < connections; ++t) threads_.emplace_back([this, port, t] { Run(port, t); });
+  }
+  ~HttpLoad() { Join(); }
+  void Join() {
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+  }
+  // From now on a refused connection ends a thread (before, it is an error).
+  void Signalled() { signalled_.store(true); }
+
+  std::atomic<int> answered{0};    // full responses
+  std::atomic<int> closing{0};     // of those, with `Connection: close` (after the signal)
+  std::atomic<int> unanswered{0};  // requests sent (or being sent) without a full response
+  std::atomic<int> refused_before_signal{0};
+
+ private:
+  void Run(int port, int thread) {
+    int n = 0;
+    while (true) {
+      testing::Connection c(port);
+      if (!c.connected()) {
+        if (signalled_.load()) return;
+        ++refused_before_signal;
+        return;
+      }
+      while (true) {
+        const std::string body =
+            R"({"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"h)" +
+            std::to_string(thread) + "-" + std::to_string(n++ % 100) + R"("}]}]})";
+        const testing::HttpReply r =
+            c.Send(testing::Request("POST", "/v1/check", body)) ? c.Read() : testing::HttpReply{};
+        if (r.status == 0) {
+          ++unanswered;
+          break;
+        }
+        ++answered;
+        if (r.header("connection") == "close") {
+          ++closing;
+          break;
+        }
+      }
+    }
+  }
+
+  std::atomic<bool> signalled_{false};
+  std::vector<std::thread> threads_;
+};
+
+// The result line of the repository's gRPC load generator (bench/service.sh's):
+// "grpc checks=N ok=N over_limit=N errors=N ... refused=N lost=N".
+int64_t Field(const std::string& line, const std::string& name) {
+  const auto at = line.find(" " + name + "=");
+  return at == std::string::npos ? -1 : std::stoll(line.substr(at + name.size() + 2));
+}
+
+// SIGTERM under sustained load of both kinds (bench/service.sh's, bounded and small):
+// 16 kept-alive HTTP connections sending checks back to back, and the gRPC load generator
+// keeping 64 calls in flight on 4 connections. Every call sent is answered in full (HTTP:
+// a response; gRPC: a status), except gRPC calls the server refused unprocessed after its
+// GOAWAY (REFUSED_STREAM, safe to retry elsewhere), which are counted apart; sluiced exits
+// 0 within its drain timeout. Run with the listeners on the store client's I/O thread
+// (the default) and on threads of their own.
+class ShutdownUnderLoad : public ::testing::TestWithParam<std::vector<std::string>> {
+ protected:
+  ShutdownUnderLoad() {
+    config_.Write("bench.yaml",
+                  testing::ReadAll(std::string(SLUICED_SOURCE_DIR) + "/examples/bench/bench.yaml"));
+  }
+  sluice::testing::RedisServer redis_;
+  TempDir config_;
+};
+
+TEST_P(ShutdownUnderLoad, SigtermAnswersEveryCallInFlight) {
+  constexpr int kDrainMs = 5000;
+  std::vector<std::string> flags = {"--deadline-ms", "200", "--drain-timeout-ms",
+                                    std::to_string(kDrainMs)};
+  flags.insert(flags.end(), GetParam().begin(), GetParam().end());
+  Sluiced s(config_.path(), redis_.url(), flags);
+  ASSERT_TRUE(s.running());
+  const std::string grpc_load = std::string(SLUICED_H2_LOAD_PATH) +
+                                " --target 127.0.0.1:" + std::to_string(s.grpc_port()) +
+                                " --seconds 20 --concurrency 64 --connections 4 --ids 1000";
+  FILE* grpc = ::popen(grpc_load.c_str(), "r");
+  ASSERT_NE(grpc, nullptr);
+  HttpLoad http(s.http_port(), 16);
+  std::this_thread::sleep_for(1500ms);
+  const int answered_before = http.answered.load();
+
+  http.Signalled();
+  const auto signalled = std::chrono::steady_clock::now();
+  s.Signal(SIGTERM);
+  const int code = s.WaitExit(std::chrono::seconds(kDrainMs / 1000 + 5));
+  const auto stopped_in = std::chrono::steady_clock::now() - signalled;
+  http.Join();
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, grpc) != nullptr) out += buf;
+  const int grpc_exit = ::pclose(grpc);
+
+  EXPECT_EQ(code, 0) << s.log();
+  EXPECT_LT(stopped_in, std::chrono::milliseconds(kDrainMs)) << s.log();
+  EXPECT_NE(s.log().find("drained in"), std::string::npos) << s.log();
+  // HTTP: load before the signal, responses after it, none missing.
+  EXPECT_GT(answered_before, 100);
+  EXPECT_GT(http.closing.load(), 0) << "no response after the signal";
+  EXPECT_EQ(http.unanswered.load(), 0) << "HTTP requests without a full response";
+  EXPECT_EQ(http.refused_before_signal.load(), 0);
+  // gRPC: every call a status, but those refused unprocessed after the GOAWAY.
+  const auto line_at = out.find("grpc checks=");
+  ASSERT_NE(line_at, std::string::npos) << out;
+  const std::string line = out.substr(line_at, out.find('\n', line_at) - line_at);
+  EXPECT_GT(Field(line, "checks"), 100) << line;
+  EXPECT_EQ(Field(line, "errors"), 0) << out;
+  EXPECT_EQ(Field(line, "lost"), 0) << out;
+  EXPECT_GE(Field(line, "refused"), 0) << line;
+  EXPECT_EQ(grpc_exit, 0) << out;
+  std::printf("http answered=%d (after the signal, Connection: close: %d) unanswered=%d; %s\n",
+              http.answered.load(), http.closing.load(), http.unanswered.load(), line.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Listeners, ShutdownUnderLoad,
+                         ::testing::Values(std::vector<std::string>{},
+                                           std::vector<std::string>{"--http-threads", "2",
+                                                                    "--grpc-threads", "2"}),
+                         [](const auto& param_info) {
+                           return param_info.param.empty() ? std::string("OnTheStoreIoThread")
+                                                           : std::string("OnThreadsOfTheirOwn");
+                         });
 
 // A second signal during the drain stops sluiced at once.
 TEST_F(Shutdown, SecondSignalStopsTheDrain) {

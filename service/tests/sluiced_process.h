@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -300,6 +301,18 @@ inline HttpReply Call(int port, const std::string& method, const std::string& pa
   Connection c(port);
   if (!c.connected() || !c.Send(Request(method, path, body, extra_headers))) return {};
   return c.Read();
+}
+
+// `promtool check metrics` on a metrics page: true when it passes; `output`, what
+// promtool said.
+inline bool PromtoolAccepts(const std::string& page, std::string& output) {
+  TempDir dir;
+  dir.Write("metrics.txt", page);
+  const std::string cmd =
+      "promtool check metrics < " + dir.path() + "/metrics.txt > " + dir.path() + "/out.txt 2>&1";
+  const bool passed = std::system(cmd.c_str()) == 0;
+  output = ReadAll(dir.path() + "/out.txt");
+  return passed;
 }
 
 }  // namespace sluiced::testing
