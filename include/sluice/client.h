@@ -108,9 +108,9 @@ struct ClientOptions {
   // policy's answer. For services that must start, and serve by their policies, while
   // Redis is down (StoreHealth::connected says when it is up). Default: false.
   bool connect_in_background = false;
-  // A connection whose oldest outstanding command has waited this long is considered
-  // dead: it is closed and reconnected (unless this process's event loop lagged by a
-  // quarter of it meanwhile: its replies may be waiting unread). Default: 1000 ms.
+  // A connection whose oldest outstanding command has waited this long for the store
+  // (counted from when it was written: not while this process held it) is considered
+  // dead: it is closed and reconnected. Default: 1000 ms.
   std::chrono::milliseconds stall_timeout{1000};
   // Reconnect backoff: first delay, doubled per failed attempt up to the maximum.
   // Default: 10 ms and 1000 ms.
@@ -142,9 +142,9 @@ struct ClientOptions {
   // error, or a deadline missed while the connection received no reply at all (a
   // stalled or unreachable Redis). A backlog in this client is not: a call refused because
   // max_in_flight calls are queued, a deadline missed while replies kept arriving, or one
-  // missed while this process's event loop lagged (the connection's writes or deadline timer
-  // ran late by a quarter of the call's deadline, at least 1 ms: a server's own work on the
-  // I/O threads, a slow callback, CPU starvation) gets its failure policy's answer but is not
+  // missed after this process held the call for more than half its deadline before writing
+  // it (its event loop lagged: a server's own work on the I/O threads, a slow callback, CPU
+  // starvation) gets its failure policy's answer but is not
   // counted (a local burst must not refuse everyone for the cool-down while Redis is healthy). The
   // price: a Redis that answers everything, only slower than the deadline, does not open the
   // breaker either; each call then waits its deadline and gets its policy. A successful lease

@@ -1,7 +1,8 @@
 // Errors that happen on this side of the connection: a call refused because too many
 // are in flight, a deadline missed behind a backlog of replies that kept arriving, or a
-// deadline missed while this process's own event loop lagged (its I/O thread ran the
-// connection's work late: other work on that thread, a slow callback, CPU starvation).
+// deadline missed after this process held the call for more than half its time before
+// writing it (its own event loop lagged: other work on the I/O thread, a slow callback,
+// CPU starvation).
 // The caller gets its error (or its failure policy's answer) as for any store error, but
 // the circuit breaker does not count it: the breaker is for a store that cannot answer,
 // and opening it on a local burst would refuse everyone for the cool-down while Redis is

@@ -396,7 +396,6 @@ void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status s
 template <typename WriteFn>
 void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
   constexpr bool kJoin = std::is_same_v<std::decay_t<WriteFn>, JoinBatch>;
-  const steady_clock::time_point posted = request.issued;
   bool post_write = false, post_timer = false;
   Status fail;
   std::shared_ptr<Session> session;
@@ -435,12 +434,12 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
         armed_at_ = request.deadline;
         post_timer = true;
       }
+      request.written = {};  // a call sent again (NOSCRIPT) is written anew
       queue_.push_back(std::move(request));
       if constexpr (kJoin) ++open_count_;
       ++stats_.commands;
       if (!write_in_flight_ && !write_posted_) {
         write_posted_ = true;
-        write_posted_at_ = posted;
         post_write = true;
         session = session_;
       }
@@ -454,7 +453,7 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
     return;
   }
   if (post_write) asio::post(strand_, [self, session] { self->StartWrite(session); });
-  if (post_timer) asio::post(strand_, [self, posted] { self->OnTimer(posted); });
+  if (post_timer) asio::post(strand_, [self] { self->OnTimer(); });
 }
 
 void Connection::Send(std::string_view command, Deadline deadline, Callback done) {
@@ -515,7 +514,6 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
   Status fail;
   bool post_write = false, post_timer = false;
   std::shared_ptr<Session> session;
-  const steady_clock::time_point posted = steady_clock::now();
   {
     MutexLock lock(mu_);
     if (state_ != State::kReady) {
@@ -526,6 +524,7 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
       pointers.reserve(calls.size());
       for (Request& r : calls) {
         r.retried = true;
+        r.written = {};
         pointers.push_back(&r);
       }
       WriteBatch(out_, pointers.data(), pointers.size(), /*eval=*/true);
@@ -541,7 +540,6 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
       ++stats_.commands;
       if (!write_in_flight_ && !write_posted_) {
         write_posted_ = true;
-        write_posted_at_ = posted;
         post_write = true;
         session = session_;
       }
@@ -556,9 +554,7 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
   if (post_write) {
     asio::post(strand_, [self = shared_from_this(), session] { self->StartWrite(session); });
   }
-  if (post_timer) {
-    asio::post(strand_, [self = shared_from_this(), posted] { self->OnTimer(posted); });
-  }
+  if (post_timer) asio::post(strand_, [self = shared_from_this()] { self->OnTimer(); });
 }
 
 void Connection::CloseBatchLocked() {
@@ -710,11 +706,18 @@ void Connection::StartWrite(const std::shared_ptr<Session>& session) {
   {
     MutexLock lock(mu_);
     if (!session || session->closed || session_ != session) return;
-    if (write_posted_) NoteLagLocked(write_posted_at_, steady_clock::now());
     write_posted_ = false;
     if (write_in_flight_ || corked_) return;
     CloseBatchLocked();
     if (out_.empty()) return;
+    // Every request not written yet is in out_ (the open batch was just closed into it),
+    // and those are the last ones queued.
+    const auto now = steady_clock::now();
+    for (auto r = queue_.rbegin(); r != queue_.rend() && r->written == steady_clock::time_point();
+         ++r) {
+      r->written = now;
+    }
+    write_started_at_ = now;
     write_in_flight_ = true;
     session->writing.clear();
     std::swap(session->writing, out_);
@@ -997,28 +1000,18 @@ bool Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
   return readonly;
 }
 
-void Connection::NoteLagLocked(steady_clock::time_point scheduled, steady_clock::time_point now) {
-  const steady_clock::duration late = now - scheduled;
-  if (late < kLagFloor) return;
-  lag_ = now - lag_at_ > kLagMemory ? late : std::max(lag_, late);
-  lag_at_ = now;
+steady_clock::time_point Connection::SentAtLocked(const Request& r) const {
+  if (r.written != steady_clock::time_point()) return r.written;
+  return write_in_flight_ ? write_started_at_ : steady_clock::time_point::max();
 }
 
-std::chrono::milliseconds Connection::LagSinceLocked(steady_clock::time_point since,
-                                                     steady_clock::duration budget) const {
-  if (lag_at_ <= since || lag_ < std::max<steady_clock::duration>(kLagFloor, budget / 4)) {
-    return std::chrono::milliseconds(0);
-  }
-  return std::chrono::duration_cast<std::chrono::milliseconds>(lag_);
-}
-
-void Connection::OnTimer(steady_clock::time_point scheduled) {
+void Connection::OnTimer() {
   const auto now = steady_clock::now();
   struct Expired {
     Callback done;
     int64_t waited_ms;
-    bool backlog;    // replies kept arriving while it waited
-    int64_t lag_ms;  // this process's event loop lagged that long while it waited
+    bool backlog;     // replies kept arriving while it waited
+    int64_t held_ms;  // this process held it that long before writing it; -1: never written
   };
   std::vector<Expired> expired;
   Deadline next = Deadline::max();
@@ -1026,14 +1019,20 @@ void Connection::OnTimer(steady_clock::time_point scheduled) {
   int64_t stalled_ms = 0;
   {
     MutexLock lock(mu_);
-    // How late this ran is itself a reading: a timer that fires late expires calls whose
-    // replies may be waiting, unread, behind the work that held the loop.
-    NoteLagLocked(scheduled, now);
     for (Request& r : queue_) {
       if (!r.done) continue;
       if (r.deadline <= now) {
-        expired.push_back({std::move(r.done), Ms(r.deadline - r.issued), last_reply_at_ > r.issued,
-                           LagSinceLocked(r.issued, r.deadline - r.issued).count()});
+        // Held here for more than half its time: the store had too little of it to be
+        // blamed (this process's event loop lagged before the call went out).
+        const auto sent = SentAtLocked(r);
+        int64_t held_ms = 0;
+        if (sent == steady_clock::time_point::max()) {
+          held_ms = -1;
+        } else if (sent - r.issued > (r.deadline - r.issued) / 2) {
+          held_ms = std::max<int64_t>(1, Ms(sent - r.issued));
+        }
+        expired.push_back(
+            {std::move(r.done), Ms(r.deadline - r.issued), last_reply_at_ > r.issued, held_ms});
         r.done = nullptr;
         ++stats_.deadline_exceeded;
       } else {
@@ -1042,17 +1041,17 @@ void Connection::OnTimer(steady_clock::time_point scheduled) {
     }
     if (state_ == State::kReady && !queue_.empty()) {
       // Timed-out calls stay queued until their reply arrives (FIFO matching); if the
-      // oldest waits too long, the server or the network is gone. Unless the loop itself
-      // lagged meanwhile: its replies may be waiting to be read, so look again soon.
-      const Request& oldest = queue_.front();
-      const auto stall_at = oldest.issued + options_.stall_timeout;
-      if (stall_at > now) {
-        next = std::min(next, stall_at);
-      } else if (LagSinceLocked(oldest.issued, options_.stall_timeout).count() > 0) {
-        next = std::min(next, now + options_.stall_timeout / 4);
+      // oldest has waited for the store too long, the server or the network is gone. Its
+      // wait counts from when it was written: time this process held it is not the
+      // store's (a call not written yet, with no write in flight, is not waiting for it).
+      const auto sent = SentAtLocked(queue_.front());
+      if (sent == steady_clock::time_point::max()) {
+        next = std::min(next, now + options_.stall_timeout);
+      } else if (sent + options_.stall_timeout > now) {
+        next = std::min(next, sent + options_.stall_timeout);
       } else {
         stalled = session_;
-        stalled_ms = Ms(now - oldest.issued);
+        stalled_ms = Ms(now - sent);
       }
     }
     timer_armed_ = next != Deadline::max();
@@ -1061,11 +1060,12 @@ void Connection::OnTimer(steady_clock::time_point scheduled) {
   for (Expired& e : expired) {
     std::string message = "redis " + endpoint_.Describe() + " did not answer within " +
                           std::to_string(e.waited_ms) + " ms";
-    if (e.lag_ms > 0) {
-      e.done(ClientSideError(StatusCode::kDeadlineExceeded, std::move(message),
-                             "this process's event loop ran up to " + std::to_string(e.lag_ms) +
-                                 " ms late meanwhile"),
-             nullptr);
+    if (e.held_ms != 0) {
+      const std::string cause = e.held_ms < 0
+                                    ? "this process never wrote it: its event loop lagged"
+                                    : "this process held it " + std::to_string(e.held_ms) +
+                                          " ms before writing it: its event loop lagged";
+      e.done(ClientSideError(StatusCode::kDeadlineExceeded, std::move(message), cause), nullptr);
     } else {
       e.done(e.backlog ? ClientSideError(StatusCode::kDeadlineExceeded, std::move(message))
                        : DeadlineExceededError(std::move(message)),
@@ -1079,9 +1079,9 @@ void Connection::OnTimer(steady_clock::time_point scheduled) {
   }
   if (next != Deadline::max()) {
     timer_.expires_at(next);
-    timer_.async_wait(asio::bind_executor(
-        strand_, [self = shared_from_this(), next](boost::system::error_code ec) {
-          if (!ec) self->OnTimer(next);
+    timer_.async_wait(
+        asio::bind_executor(strand_, [self = shared_from_this()](boost::system::error_code ec) {
+          if (!ec) self->OnTimer();
         }));
   }
 }

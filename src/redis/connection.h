@@ -5,9 +5,8 @@
 // callers in FIFO order. Every call carries a deadline that a timer enforces even when
 // Redis is silent; a call completes exactly once — with its reply, DeadlineExceeded, or
 // Unavailable when the connection breaks. A connection whose oldest command has waited
-// stall_timeout (while this process's event loop did not lag) is closed; after a break the
-// connection reconnects with exponential backoff, authenticates, selects the database and reloads
-// the scripts.
+// stall_timeout since it was written is closed; after a break the connection reconnects with
+// exponential backoff, authenticates, selects the database and reloads the scripts.
 //
 // Scripts are loaded at every (re)connect and called by EVALSHA; a NOSCRIPT reply
 // (SCRIPT FLUSH) is answered by resending the same call as EVAL, which also reloads the
@@ -216,6 +215,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // Set when written: the number of calls (this one and the ones after it in the
     // queue) that one reply answers; 1 for a command alone.
     std::size_t batch = 1;
+    // When its bytes were handed to a write (the epoch until then). A call that this
+    // process held for more than half its time before writing it (its event loop lagged:
+    // other work on the I/O thread, a slow callback, CPU starvation) and that then missed
+    // its deadline is no store failure (core/client_side.h).
+    std::chrono::steady_clock::time_point written{};
   };
   enum class State { kIdle, kConnecting, kHandshaking, kReady, kDown, kShutdown };
 
@@ -262,18 +266,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void StartWrite(const std::shared_ptr<Session>& session);
   void OnReplies(const std::shared_ptr<Session>& session, std::vector<redisReply*>& replies);
   // Expires the calls whose deadline passed and gives up a stalled connection.
-  // `scheduled`: when it was meant to run (the timer's expiry, or when it was posted);
-  // how late it ran is a reading of the event loop's lag.
-  void OnTimer(std::chrono::steady_clock::time_point scheduled);
-  // Notes that work of this connection meant to run at `scheduled` ran at `now`: a
-  // delay of kLagFloor or more is this process's event loop lagging.
-  void NoteLagLocked(std::chrono::steady_clock::time_point scheduled,
-                     std::chrono::steady_clock::time_point now) SLUICE_REQUIRES(mu_);
-  // The loop lag seen since `since` if it is at least a quarter of `budget` (and at
-  // least kLagFloor): a deadline of that budget missed then is this process's doing.
-  std::chrono::milliseconds LagSinceLocked(std::chrono::steady_clock::time_point since,
-                                           std::chrono::steady_clock::duration budget) const
-      SLUICE_REQUIRES(mu_);
+  void OnTimer();
+  // From when the store has held `r` up: when its bytes were handed to a write; not
+  // written yet, when the write still in flight began (the store or the network is not
+  // taking bytes); else never (time_point::max(): this process has not sent it).
+  std::chrono::steady_clock::time_point SentAtLocked(const Request& r) const SLUICE_REQUIRES(mu_);
   void Break(const std::shared_ptr<Session>& session, Status why);
   void ScheduleReconnect();
 
@@ -307,16 +304,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // When the latest reply was read: a deadline missed although replies kept coming after
   // the call was issued is a backlog in this client, not a silent store.
   std::chrono::steady_clock::time_point last_reply_at_ SLUICE_GUARDED_BY(mu_){};
-  // This process's event-loop lag as this connection sees it: how late its posted writes
-  // and its timer ran. lag_ is the largest delay seen within kLagMemory of the previous
-  // one, lag_at_ when the latest was seen. A deadline missed while the loop lagged is not
-  // the store's failure (core/client_side.h).
-  static constexpr std::chrono::milliseconds kLagFloor{1};
-  static constexpr std::chrono::milliseconds kLagMemory{100};
-  std::chrono::steady_clock::duration lag_ SLUICE_GUARDED_BY(mu_){};
-  std::chrono::steady_clock::time_point lag_at_ SLUICE_GUARDED_BY(mu_){};
-  // When the pending StartWrite was posted (write_posted_).
-  std::chrono::steady_clock::time_point write_posted_at_ SLUICE_GUARDED_BY(mu_){};
+  // When the write in flight (write_in_flight_) began.
+  std::chrono::steady_clock::time_point write_started_at_ SLUICE_GUARDED_BY(mu_){};
   Status last_error_ SLUICE_GUARDED_BY(mu_);
   Stats stats_ SLUICE_GUARDED_BY(mu_);
 
