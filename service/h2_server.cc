@@ -6,7 +6,6 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <unordered_map>
 
@@ -152,8 +151,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection& operator=(const Connection&) = delete;
 
   const Strand& strand() const { return strand_; }
-  // Whether a reply finished on this thread is written from it.
-  bool reply_here() const { return options_.reply_from_completion_thread || OnOwnThread(); }
 
   // Once, registered, from the acceptor's strand.
   void Start() {
@@ -162,7 +159,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // On the connection's strand.
   void Begin() {
-    std::lock_guard lock(mu_);
     if (closed_) return;  // stopped before it started
     accepted_ = last_input_ = Clock::now();
     if (nghttp2_session_server_new2(&session_, shared_->callbacks, this, shared_->option) != 0)
@@ -179,10 +175,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     MaybeRead();
   }
 
-  // A unary call's answer: on the connection's thread (handed over by UnaryReply), or
-  // on the finishing thread with GrpcServerOptions::reply_from_completion_thread.
+  // A unary call's answer, on the connection's strand (handed over by UnaryReply).
   void OnReply(int32_t stream_id, std::string message, GrpcStatus status) {
-    std::lock_guard lock(mu_);
     --in_flight_;
     if (closed_) return;
     auto it = streams_.find(stream_id);
@@ -196,9 +190,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       Answer(s, std::move(status));
     }
-    if (!OnOwnThread()) return Flush();
-    // On the connection's thread: the handlers' dispatch flushes after it; replies
-    // handed over from other threads are flushed together once the ones queued ran.
+    // A reply finished inside a handler is flushed after the dispatch; replies handed
+    // over from other threads are flushed together once the ones queued ran.
     if (!dispatching_) ScheduleFlush();
   }
 
@@ -207,18 +200,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // From any thread: drains the connection on its strand (H2GrpcServer::Drain).
   void Drain() {
-    asio::post(strand_, [self = shared_from_this()] {
-      std::lock_guard lock(self->mu_);
-      self->StartDrain();
-    });
+    asio::post(strand_, [self = shared_from_this()] { self->StartDrain(); });
   }
 
   // From any thread: closes the connection on its strand (H2GrpcServer::Stop).
   void Shutdown() {
-    asio::post(strand_, [self = shared_from_this()] {
-      std::lock_guard lock(self->mu_);
-      self->Close();
-    });
+    asio::post(strand_, [self = shared_from_this()] { self->Close(); });
   }
 
   // nghttp2's callbacks (user_data is the Connection).
@@ -509,8 +496,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
                         "more than " + std::to_string(options_.max_calls_in_flight) +
                             " calls in flight on this connection"});
     ++in_flight_;
-    // Called after mem_recv, without the lock: a handler may finish its reply at once,
-    // or call into code that finishes other replies.
+    // Called after mem_recv: a handler may finish its reply at once, or call into code
+    // that finishes other replies.
     pending_.push_back({s.method, s.id, std::move(s.message)});
     Account(s);
   }
@@ -560,7 +547,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     deadline_at_ = at;
     deadline_timer_.expires_at(at);
     deadline_timer_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      std::lock_guard lock(self->mu_);
       if (ec == asio::error::operation_aborted || self->closed_) return;
       self->deadline_armed_ = false;
       self->OnDeadlines();
@@ -588,7 +574,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Tick() {
     tick_.expires_after(shared_->tick);
     tick_.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      std::lock_guard lock(self->mu_);
       if (ec == asio::error::operation_aborted || self->closed_) return;
       self->OnTick();
     });
@@ -645,7 +630,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnRead(boost::system::error_code ec, size_t n) {
     std::vector<PendingCall> calls;
     {
-      std::lock_guard lock(mu_);
       reading_ = false;
       if (closed_) return;
       if (ec) return Close();
@@ -668,7 +652,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     auto self = shared_from_this();
     for (auto& call : calls) call.method->unary(call.message, UnaryReply(self, call.stream_id));
-    std::lock_guard lock(mu_);
     dispatching_ = false;
     Flush();
     MaybeRead();
@@ -678,7 +661,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (in_recv_ || flush_posted_ || closed_) return;
     flush_posted_ = true;
     asio::post(strand_, [self = shared_from_this()] {
-      std::lock_guard lock(self->mu_);
       self->flush_posted_ = false;
       self->Flush();
       self->MaybeRead();
@@ -688,7 +670,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Everything nghttp2 has to send, in one non-blocking send when it fits the socket;
   // the rest asynchronously, from the connection's thread (and no reading until it is
   // written: a client that does not read its answers gets no more of them computed).
-  // Any thread, with the lock held.
   void Flush() {
     while (!closed_ && !writing_) {
       out_.clear();
@@ -710,12 +691,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       writing_ = true;
       write_started_ = Clock::now();
       out_sent_ = sent;
-      if (OnOwnThread()) return WriteRest();
-      asio::post(strand_, [self = shared_from_this()] {
-        std::lock_guard lock(self->mu_);
-        if (!self->closed_) self->WriteRest();
-      });
-      return;
+      return WriteRest();
     }
   }
 
@@ -723,7 +699,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WriteRest() {
     asio::async_write(socket_, asio::buffer(out_) + out_sent_,
                       [self = shared_from_this()](boost::system::error_code ec, size_t) {
-                        std::lock_guard lock(self->mu_);
                         self->writing_ = false;
                         if (self->closed_) return;
                         if (ec) return self->Close();
@@ -789,16 +764,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     MaybeRead();
   }
 
-  // Any thread, with the lock held: the socket is closed on the connection's thread.
   void Close() {
     if (closed_) return;
-    if (!OnOwnThread()) {
-      asio::post(strand_, [self = shared_from_this()] {
-        std::lock_guard lock(self->mu_);
-        self->Close();
-      });
-      return;
-    }
     closed_ = true;
     for (auto& [id, s] : streams_) Release(*s);
     boost::system::error_code ignored;
@@ -816,11 +783,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
   std::array<uint8_t, 16384> in_{};
-  // Guards everything below (and the socket's use): the connection's thread holds it
-  // while it handles input and timers, a completion thread while it writes a reply.
-  // Never held while a unary handler runs. Recursive: a reply finished on the
-  // connection's thread while it holds the lock.
-  std::recursive_mutex mu_;
   std::string out_;
   std::size_t out_sent_ = 0;
   std::vector<PendingCall> pending_;  // unary calls to hand to their handlers
@@ -855,7 +817,7 @@ UnaryReply::UnaryReply(std::shared_ptr<h2internal::Connection> connection, int32
 
 void UnaryReply::Finish(std::string message) {
   const Strand& strand = connection_->strand();
-  if (connection_->reply_here()) {
+  if (connection_->OnOwnThread()) {
     connection_->OnReply(stream_id_, std::move(message), {});
     return;
   }
@@ -866,7 +828,7 @@ void UnaryReply::Finish(std::string message) {
 void UnaryReply::Fail(GrpcStatus status) {
   if (status.ok()) status = {GrpcCode::kUnknown, "Fail called with OK"};
   const Strand& strand = connection_->strand();
-  if (connection_->reply_here()) {
+  if (connection_->OnOwnThread()) {
     connection_->OnReply(stream_id_, {}, std::move(status));
     return;
   }

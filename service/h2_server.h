@@ -12,8 +12,8 @@
 //
 // Thread-safety: Start/Stop from one thread. Handlers run on the server's threads, or on
 // a given executor's (GrpcServerOptions::executor), each connection on a strand (its
-// handlers never run concurrently), without any server lock held; a UnaryReply may be
-// finished from any thread (see GrpcServerOptions::reply_from_completion_thread).
+// handlers never run concurrently); a UnaryReply may be finished from any thread (its
+// answer is handed to the connection's strand).
 #pragma once
 
 #include "sluice/boost_first.h"  // before any Boost header
@@ -136,13 +136,6 @@ struct GrpcServerOptions {
   // A connection without streams and without input for this long is closed (GOAWAY).
   // Default: 5 min.
   std::chrono::milliseconds idle_timeout{300000};
-  // A unary reply finished on another thread (a store client's completion) is handed to
-  // the connection's thread, which writes the replies that complete together in one
-  // send. True writes it from the finishing thread instead, under the connection's lock
-  // (one thread wake-up less per call, one send per reply): measured slower under
-  // closed-loop load on 2 cores (the store client's one I/O thread then also makes every
-  // reply's send; bench/service.sh). Default: false.
-  bool reply_from_completion_thread = false;
 };
 
 class H2GrpcServer {

@@ -290,17 +290,13 @@ TEST_F(H2Server, RequestBytesHeldAreBoundedPerConnectionAndPerServer) {
   EXPECT_EQ(server_->buffered_bytes(), 0u);
 }
 
-class H2ServerReplyMode : public H2Server, public ::testing::WithParamInterface<bool> {};
-
-TEST_P(H2ServerReplyMode, ManyConcurrentStreamsOnFewConnections) {
-  Start({.reply_from_completion_thread = GetParam()});
+// Replies finished on other threads are handed to each connection's thread.
+TEST_F(H2Server, ManyConcurrentStreamsOnFewConnections) {
+  Start();
   std::vector<std::unique_ptr<H2Client>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(Connect());
   EXPECT_EQ(ManyCalls(clients, [](int) { return "/test.Echo/Async"; }), 1000);
 }
-
-INSTANTIATE_TEST_SUITE_P(HandedOverOrWrittenByTheFinishingThread, H2ServerReplyMode,
-                         ::testing::Bool());
 
 // On a given executor run by two threads (as sluiced runs it on a store client with
 // --io-threads 2): each connection's handlers on its strand, every call answered; Stop
