@@ -32,30 +32,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "service/grpc_wire.h"
 #include "service/listener.h"
 #include "sluice/status.h"
 
 namespace sluiced {
-
-// gRPC's status codes (the subset sluiced answers with).
-enum class GrpcCode : int {
-  kOk = 0,
-  kCancelled = 1,
-  kUnknown = 2,
-  kInvalidArgument = 3,
-  kDeadlineExceeded = 4,
-  kNotFound = 5,
-  kResourceExhausted = 8,
-  kUnimplemented = 12,
-  kInternal = 13,
-  kUnavailable = 14,
-};
-
-struct GrpcStatus {
-  GrpcCode code = GrpcCode::kOk;
-  std::string message;
-  bool ok() const { return code == GrpcCode::kOk; }
-};
 
 namespace h2internal {
 class Connection;
@@ -175,10 +156,5 @@ class H2GrpcServer {
   uint16_t port_ = 0;
   bool stopped_ = false;
 };
-
-// gRPC's grpc-message encoding: bytes outside printable ASCII, and '%', as %XX.
-std::string PercentEncode(std::string_view message);
-// grpc-timeout ("<1-8 digits><H|M|S|m|u|n>") in nanoseconds; false when malformed.
-bool ParseGrpcTimeout(std::string_view value, std::chrono::nanoseconds& out);
 
 }  // namespace sluiced
