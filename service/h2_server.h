@@ -12,8 +12,8 @@
 //
 // Thread-safety: Start/Stop from one thread. Handlers run on the server's threads, or on
 // a given executor's (GrpcServerOptions::executor), each connection on a strand (its
-// handlers never run concurrently), without any server lock held; a UnaryReply may be
-// finished from any thread (see GrpcServerOptions::reply_from_completion_thread).
+// handlers never run concurrently); a UnaryReply may be finished from any thread (its
+// answer is handed to the connection's strand).
 #pragma once
 
 #include "sluice/boost_first.h"  // before any Boost header
@@ -32,30 +32,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 
+#include "service/grpc_wire.h"
 #include "service/listener.h"
 #include "sluice/status.h"
 
 namespace sluiced {
-
-// gRPC's status codes (the subset sluiced answers with).
-enum class GrpcCode : int {
-  kOk = 0,
-  kCancelled = 1,
-  kUnknown = 2,
-  kInvalidArgument = 3,
-  kDeadlineExceeded = 4,
-  kNotFound = 5,
-  kResourceExhausted = 8,
-  kUnimplemented = 12,
-  kInternal = 13,
-  kUnavailable = 14,
-};
-
-struct GrpcStatus {
-  GrpcCode code = GrpcCode::kOk;
-  std::string message;
-  bool ok() const { return code == GrpcCode::kOk; }
-};
 
 namespace h2internal {
 class Connection;
@@ -136,13 +117,6 @@ struct GrpcServerOptions {
   // A connection without streams and without input for this long is closed (GOAWAY).
   // Default: 5 min.
   std::chrono::milliseconds idle_timeout{300000};
-  // A unary reply finished on another thread (a store client's completion) is handed to
-  // the connection's thread, which writes the replies that complete together in one
-  // send. True writes it from the finishing thread instead, under the connection's lock
-  // (one thread wake-up less per call, one send per reply): measured slower under
-  // closed-loop load on 2 cores (the store client's one I/O thread then also makes every
-  // reply's send; bench/service.sh). Default: false.
-  bool reply_from_completion_thread = false;
 };
 
 class H2GrpcServer {
@@ -182,10 +156,5 @@ class H2GrpcServer {
   uint16_t port_ = 0;
   bool stopped_ = false;
 };
-
-// gRPC's grpc-message encoding: bytes outside printable ASCII, and '%', as %XX.
-std::string PercentEncode(std::string_view message);
-// grpc-timeout ("<1-8 digits><H|M|S|m|u|n>") in nanoseconds; false when malformed.
-bool ParseGrpcTimeout(std::string_view value, std::chrono::nanoseconds& out);
 
 }  // namespace sluiced

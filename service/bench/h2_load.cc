@@ -12,8 +12,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +24,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "service/bench/h2_client.h"
 #include "service/bench/load_report.h"
+#include "service/grpc_wire.h"
 
 namespace rls = envoy::service::ratelimit::v3;
 using Clock = std::chrono::steady_clock;
@@ -37,26 +41,42 @@ int OverallCode(const std::string& message) {
   return static_cast<unsigned char>(message[1]);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"h2_load: closed-loop load on ShouldRateLimit over a lean HTTP/2 client"};
-  sluiced::bench::LoadOptions o;
+struct Options {
+  sluiced::bench::LoadOptions load;
   std::string grpc_timeout;
-  double rate = 0;
-  sluiced::bench::AddLoadOptions(app, o);
-  app.add_option("--rate", rate, "calls per second, open loop (0: closed loop)");
-  app.add_option("--grpc-timeout", grpc_timeout, "grpc-timeout header to send (e.g. 20m)");
-  CLI11_PARSE(app, argc, argv);
-  const std::string& target = o.target;
-  const std::string& domain = o.domain;
-  const int concurrency = o.concurrency, connections = o.connections, ids = o.ids;
-  const double seconds = o.seconds;
-  const auto colon = target.rfind(':');
-  if (colon == std::string::npos || connections < 1 || concurrency < 1 || ids < 1) {
-    std::fprintf(stderr, "h2_load: bad --target, --connections, --concurrency or --ids\n");
-    return 2;
+  double rate = 0;  // calls per second, open loop; 0: closed loop
+  std::string host;
+  int port = 0;
+};
+
+// The command line; nullopt (after printing why, or the help) when the program exits
+// with `exit_code`.
+std::optional<Options> ParseOptions(int argc, char** argv, int& exit_code) {
+  CLI::App app{"h2_load: closed-loop load on ShouldRateLimit over a lean HTTP/2 client"};
+  Options o;
+  sluiced::bench::AddLoadOptions(app, o.load);
+  app.add_option("--rate", o.rate, "calls per second, open loop (0: closed loop)");
+  app.add_option("--grpc-timeout", o.grpc_timeout, "grpc-timeout header to send (e.g. 20m)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    exit_code = app.exit(e);
+    return std::nullopt;
   }
+  const auto colon = o.load.target.rfind(':');
+  if (colon == std::string::npos || o.load.connections < 1 || o.load.concurrency < 1 ||
+      o.load.ids < 1) {
+    std::fprintf(stderr, "h2_load: bad --target, --connections, --concurrency or --ids\n");
+    exit_code = 2;
+    return std::nullopt;
+  }
+  o.host = o.load.target.substr(0, colon);
+  o.port = std::stoi(o.load.target.substr(colon + 1));
+  return o;
+}
+
+// One request per id, serialized and framed once, up front.
+std::vector<std::string> RequestBodies(const std::string& domain, int ids) {
   std::vector<std::string> bodies;
   for (int i = 0; i < ids; ++i) {
     rls::RateLimitRequest request;
@@ -64,129 +84,187 @@ int main(int argc, char** argv) {
     auto* e = request.add_descriptors()->add_entries();
     e->set_key("user");
     e->set_value("u" + std::to_string(i));
-    const std::string m = request.SerializeAsString();
-    const auto n = static_cast<uint32_t>(m.size());
-    std::string framed = {0, static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                          static_cast<char>(n >> 8), static_cast<char>(n)};
-    bodies.push_back(framed + m);
+    std::string framed;
+    sluiced::AppendGrpcMessage(framed, request.SerializeAsString());
+    bodies.push_back(std::move(framed));
   }
-  std::vector<std::pair<std::string, std::string>> extra;
-  if (!grpc_timeout.empty()) extra.emplace_back("grpc-timeout", grpc_timeout);
+  return bodies;
+}
 
+// --connections connections; none when one cannot be made.
+std::vector<std::unique_ptr<H2Client>> Connect(const Options& o) {
   std::vector<std::unique_ptr<H2Client>> clients;
-  for (int c = 0; c < connections; ++c) {
+  for (int c = 0; c < o.load.connections; ++c) {
     std::string error;
-    auto client =
-        H2Client::Connect(target.substr(0, colon), std::stoi(target.substr(colon + 1)), error);
+    auto client = H2Client::Connect(o.host, o.port, error);
     if (!client) {
-      std::fprintf(stderr, "h2_load: cannot connect to %s: %s\n", target.c_str(), error.c_str());
-      return 1;
+      std::fprintf(stderr, "h2_load: cannot connect to %s: %s\n", o.load.target.c_str(),
+                   error.c_str());
+      return {};
     }
     clients.push_back(std::move(client));
   }
-  // refused: calls the server refused unprocessed (REFUSED_STREAM, after its GOAWAY):
-  // safe to retry elsewhere, not errors.
-  // lost: calls sent and never answered (their connection closed, or the wait ran out).
-  uint64_t ok = 0, over = 0, errors = 0, refused = 0, lost = 0;
-  std::string first_error;
-  std::vector<double> latencies_us;
-  latencies_us.reserve(1 << 20);
-  std::mt19937_64 rng(1234);
-  const auto start = Clock::now();
-  const auto end =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  bool running = true;
-  auto submit = [&](H2Client& client) {
-    client.Submit(kPath, bodies[rng() % bodies.size()], extra);
-  };
-  for (auto& client : clients) {
-    H2Client* c = client.get();
-    c->on_close = [&, c](H2Call& call) {
-      latencies_us.push_back(
-          std::chrono::duration<double, std::micro>(Clock::now() - call.started).count());
-      const int code = call.GrpcStatus() == 0 ? OverallCode(call.Message()) : 0;
-      if (code == 1) {
-        ++ok;
-      } else if (code == 2) {
-        ++over;
-      } else if (call.reset_code == 7) {  // NGHTTP2_REFUSED_STREAM
-        ++refused;
-      } else {
-        ++errors;
-        if (first_error.empty())
-          first_error = "grpc-status " + std::to_string(call.GrpcStatus()) + " " +
-                        call.GrpcMessage() + " rst " + std::to_string(call.reset_code);
-      }
-      // After a GOAWAY (the server stops gracefully) no new call goes to it.
-      if (running && rate <= 0 && !c->goaway_received()) submit(*c);
-    };
+  return clients;
+}
+
+// The calls over the connections for --seconds, and what came of them.
+class Load {
+ public:
+  Load(const Options& o, std::vector<std::unique_ptr<H2Client>> clients)
+      : o_(o), clients_(std::move(clients)), bodies_(RequestBodies(o.load.domain, o.load.ids)) {
+    if (!o.grpc_timeout.empty()) extra_.emplace_back("grpc-timeout", o.grpc_timeout);
+    latencies_us_.reserve(1 << 20);
+    for (auto& client : clients_) {
+      H2Client* c = client.get();
+      c->on_close = [this, c](H2Call& call) { OnClose(*c, call); };
+    }
   }
-  uint64_t scheduled = 0, unsent = 0;
-  std::size_t next_client = 0;
-  if (rate <= 0) {
-    for (int i = 0; i < concurrency; ++i)
-      submit(*clients[static_cast<std::size_t>(i % connections)]);
+
+  void Run() {
+    start_ = Clock::now();
+    end_ = start_ + std::chrono::duration_cast<Clock::duration>(
+                        std::chrono::duration<double>(o_.load.seconds));
+    if (!open_loop()) {
+      for (int i = 0; i < o_.load.concurrency; ++i)
+        Submit(*clients_[static_cast<std::size_t>(i % o_.load.connections)]);
+    }
+    while (Step()) {
+    }
+    // Calls still open when the wait for them ran out were never answered either.
+    for (auto& c : clients_) lost_ += c->open() ? c->open_calls() : 0;
+    elapsed_s_ = std::chrono::duration<double>(Clock::now() - start_).count();
   }
-  // Open loop: start the calls whose scheduled time has come (latency counts from it).
-  auto start_due = [&](Clock::time_point now) {
+
+  // The result line; the exit code (1 when a call failed or was lost).
+  int Report() {
+    sluiced::bench::PrintLoadReport(ok_, over_, errors_, elapsed_s_, latencies_us_,
+                                    " unsent=" + std::to_string(unsent_) +
+                                        " refused=" + std::to_string(refused_) +
+                                        " lost=" + std::to_string(lost_));
+    if (!first_error_.empty()) std::printf("first error: %s\n", first_error_.c_str());
+    return errors_ > 0 || lost_ > 0 ? 1 : 0;
+  }
+
+ private:
+  bool open_loop() const { return o_.rate > 0; }
+
+  int32_t Submit(H2Client& client) {
+    return client.Submit(kPath, bodies_[rng_() % bodies_.size()], extra_);
+  }
+
+  void OnClose(H2Client& client, H2Call& call) {
+    latencies_us_.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - call.started).count());
+    const int code = call.GrpcStatus() == 0 ? OverallCode(call.Message()) : 0;
+    if (code == 1) {
+      ++ok_;
+    } else if (code == 2) {
+      ++over_;
+    } else if (call.reset_code == 7) {  // NGHTTP2_REFUSED_STREAM
+      ++refused_;
+    } else {
+      ++errors_;
+      if (first_error_.empty())
+        first_error_ = "grpc-status " + std::to_string(call.GrpcStatus()) + " " +
+                       call.GrpcMessage() + " rst " + std::to_string(call.reset_code);
+    }
+    // After a GOAWAY (the server stops gracefully) no new call goes to it.
+    if (running_ && !open_loop() && !client.goaway_received()) Submit(client);
+  }
+
+  // Open loop: starts the calls whose scheduled time has come (latency counts from it).
+  void StartDue(Clock::time_point now) {
     const auto due =
-        static_cast<uint64_t>(std::chrono::duration<double>(now - start).count() * rate);
+        static_cast<uint64_t>(std::chrono::duration<double>(now - start_).count() * o_.rate);
     std::size_t in_flight = 0;
-    for (auto& c : clients) in_flight += c->open_calls();
-    for (; scheduled < due; ++scheduled) {
-      if (in_flight >= static_cast<std::size_t>(concurrency)) {
-        ++unsent;
+    for (auto& c : clients_) in_flight += c->open_calls();
+    for (; scheduled_ < due; ++scheduled_) {
+      if (in_flight >= static_cast<std::size_t>(o_.load.concurrency)) {
+        ++unsent_;
         continue;
       }
-      H2Client& c = *clients[next_client++ % clients.size()];
-      const int32_t id = c.Submit(kPath, bodies[rng() % bodies.size()], extra);
+      H2Client& c = *clients_[next_client_++ % clients_.size()];
+      const int32_t id = Submit(c);
       if (id > 0)
         c.call(id)->started =
-            start + std::chrono::duration_cast<Clock::duration>(
-                        std::chrono::duration<double>(static_cast<double>(scheduled) / rate));
+            start_ + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(static_cast<double>(scheduled_) / o_.rate));
       ++in_flight;
     }
-  };
-  std::vector<pollfd> fds(clients.size());
-  while (true) {
+  }
+
+  // One turn of the loop: false once the run is over (no connection left, or the time
+  // is up and every call is answered, or 5 s more have passed).
+  bool Step() {
     const auto now = Clock::now();
-    if (running && now >= end) running = false;
-    if (running && rate > 0) start_due(now);
+    if (running_ && now >= end_) running_ = false;
+    if (running_ && open_loop()) StartDue(now);
     std::size_t open = 0, connected = 0;
-    for (auto& c : clients) {
+    for (auto& c : clients_) {
       open += c->open() ? c->open_calls() : 0;
       connected += c->open() ? 1 : 0;
     }
-    if (connected == 0 || (!running && (open == 0 || now >= end + std::chrono::seconds(5)))) break;
-    for (std::size_t i = 0; i < clients.size(); ++i) {
-      if (!clients[i]->open()) {
-        fds[i] = {-1, 0, 0};
+    if (connected == 0 || (!running_ && (open == 0 || now >= end_ + std::chrono::seconds(5))))
+      return false;
+    return Poll();
+  }
+
+  // Sends what each connection has to send, waits for input and reads it.
+  bool Poll() {
+    fds_.resize(clients_.size());
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      if (!clients_[i]->open()) {
+        fds_[i] = {-1, 0, 0};
         continue;
       }
-      clients[i]->Flush();
-      fds[i] = {clients[i]->fd(),
-                static_cast<short>(POLLIN | (clients[i]->WantsWrite() ? POLLOUT : 0)), 0};
+      clients_[i]->Flush();
+      fds_[i] = {clients_[i]->fd(),
+                 static_cast<short>(POLLIN | (clients_[i]->WantsWrite() ? POLLOUT : 0)), 0};
     }
     // Open loop: wake at least every 100 us to keep the schedule.
-    const timespec wait{0, rate > 0 ? 100'000 : 50'000'000};
-    if (::ppoll(fds.data(), fds.size(), &wait, nullptr) < 0) break;
-    for (std::size_t i = 0; i < clients.size(); ++i) {
-      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !clients[i]->OnReadable()) {
-        if (clients[i]->goaway_received() && clients[i]->open_calls() == 0)
-          continue;  // closed after its GOAWAY with every call answered
-        // Calls sent and never answered: counted (a stop under load must show none).
-        lost += clients[i]->open_calls();
-        std::fprintf(stderr, "h2_load: connection %zu closed with %zu call(s) open\n", i,
-                     clients[i]->open_calls());
-      }
+    const timespec wait{0, open_loop() ? 100'000 : 50'000'000};
+    if (::ppoll(fds_.data(), fds_.size(), &wait, nullptr) < 0) return false;
+    for (std::size_t i = 0; i < clients_.size(); ++i) {
+      if ((fds_[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0 || clients_[i]->OnReadable())
+        continue;
+      if (clients_[i]->goaway_received() && clients_[i]->open_calls() == 0)
+        continue;  // closed after its GOAWAY with every call answered
+      // Calls sent and never answered: counted (a stop under load must show none).
+      lost_ += clients_[i]->open_calls();
+      std::fprintf(stderr, "h2_load: connection %zu closed with %zu call(s) open\n", i,
+                   clients_[i]->open_calls());
     }
+    return true;
   }
-  // Calls still open when the wait for them ran out were never answered either.
-  for (auto& c : clients) lost += c->open() ? c->open_calls() : 0;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  sluiced::bench::PrintLoadReport(ok, over, errors, elapsed, latencies_us,
-                                  " unsent=" + std::to_string(unsent) + " refused=" +
-                                      std::to_string(refused) + " lost=" + std::to_string(lost));
-  if (!first_error.empty()) std::printf("first error: %s\n", first_error.c_str());
-  return errors > 0 || lost > 0 ? 1 : 0;
+
+  const Options& o_;
+  std::vector<std::unique_ptr<H2Client>> clients_;
+  const std::vector<std::string> bodies_;
+  std::vector<std::pair<std::string, std::string>> extra_;  // request headers
+  std::mt19937_64 rng_{1234};
+  Clock::time_point start_, end_;
+  bool running_ = true;
+  uint64_t scheduled_ = 0, unsent_ = 0;
+  std::size_t next_client_ = 0;
+  std::vector<pollfd> fds_;
+  // refused: calls the server refused unprocessed (REFUSED_STREAM, after its GOAWAY):
+  // safe to retry elsewhere, not errors.
+  // lost: calls sent and never answered (their connection closed, or the wait ran out).
+  uint64_t ok_ = 0, over_ = 0, errors_ = 0, refused_ = 0, lost_ = 0;
+  std::string first_error_;
+  std::vector<double> latencies_us_;
+  double elapsed_s_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int exit_code = 0;
+  const std::optional<Options> options = ParseOptions(argc, argv, exit_code);
+  if (!options) return exit_code;
+  auto clients = Connect(*options);
+  if (clients.empty()) return 1;
+  Load load(*options, std::move(clients));
+  load.Run();
+  return load.Report();
 }

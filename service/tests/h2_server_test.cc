@@ -177,7 +177,6 @@ TEST_F(H2Server, GrpcMessageIsPercentEncoded) {
   const H2Call c = Call("/test.Echo/Stream", Framed("fail"));
   EXPECT_EQ(c.GrpcStatus(), 3);
   EXPECT_EQ(c.GrpcMessage(), "asked to fail: 100%25 sure");
-  EXPECT_EQ(PercentEncode("a\nb%\xff"), "a%0Ab%25%FF");
 }
 
 TEST_F(H2Server, OversizedMessageIsResourceExhaustedAtOnce) {
@@ -215,12 +214,6 @@ TEST_F(H2Server, GrpcTimeoutExpiresUnansweredCalls) {
   EXPECT_EQ(Call("/test.Echo/Unary", Framed("x"), {{"grpc-timeout", "5x"}}).GrpcStatus(), 3);
   EXPECT_EQ(Call("/test.Echo/Unary", Framed("x"), {{"grpc-timeout", "123456789S"}}).GrpcStatus(),
             3);
-  std::chrono::nanoseconds t{};
-  EXPECT_TRUE(ParseGrpcTimeout("99999999H", t));
-  EXPECT_GT(t, std::chrono::hours(24 * 365 * 10));
-  EXPECT_TRUE(ParseGrpcTimeout("1500u", t));
-  EXPECT_EQ(t, std::chrono::microseconds(1500));
-  EXPECT_FALSE(ParseGrpcTimeout("m", t));
 }
 
 // Streams that send a whole unary message but never END_STREAM hold their bytes until
@@ -290,17 +283,13 @@ TEST_F(H2Server, RequestBytesHeldAreBoundedPerConnectionAndPerServer) {
   EXPECT_EQ(server_->buffered_bytes(), 0u);
 }
 
-class H2ServerReplyMode : public H2Server, public ::testing::WithParamInterface<bool> {};
-
-TEST_P(H2ServerReplyMode, ManyConcurrentStreamsOnFewConnections) {
-  Start({.reply_from_completion_thread = GetParam()});
+// Replies finished on other threads are handed to each connection's thread.
+TEST_F(H2Server, ManyConcurrentStreamsOnFewConnections) {
+  Start();
   std::vector<std::unique_ptr<H2Client>> clients;
   for (int i = 0; i < 4; ++i) clients.push_back(Connect());
   EXPECT_EQ(ManyCalls(clients, [](int) { return "/test.Echo/Async"; }), 1000);
 }
-
-INSTANTIATE_TEST_SUITE_P(HandedOverOrWrittenByTheFinishingThread, H2ServerReplyMode,
-                         ::testing::Bool());
 
 // On a given executor run by two threads (as sluiced runs it on a store client with
 // --io-threads 2): each connection's handlers on its strand, every call answered; Stop
