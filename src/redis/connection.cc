@@ -18,6 +18,7 @@
 #include <boost/asio/write.hpp>
 
 #include "core/client_side.h"
+#include "generated/batch_manifest.h"
 #include "redis/resp.h"
 #include "redis/sentinel.h"
 #include "redis/tls.h"
@@ -629,11 +630,12 @@ size_t SplitBulks(std::string_view tail, std::string_view* items, size_t max) {
   return count;
 }
 
-// The arguments one batch function takes at most (the algorithms' 7), and the functions
-// whose calls may reuse arguments: src/algo/batch.lua reads a function's index as one
-// digit.
-constexpr size_t kMaxFunctionArguments = 8;
+// The arguments one batch function takes at most (cmake/batch_manifest.cmake), and the
+// functions whose calls may reuse arguments: src/algo/batch.lua reads a function's index
+// as one digit.
+constexpr size_t kMaxFunctionArguments = batch_manifest::kMaxArity;
 constexpr int kMaxBatchFunctions = 10;
+static_assert(batch_manifest::kFunctionCount <= kMaxBatchFunctions);
 
 }  // namespace
 
