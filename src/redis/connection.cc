@@ -277,106 +277,126 @@ void Connection::OnConnected(const std::shared_ptr<Session>& session) {
   Handshake(session);
 }
 
+// One handshake: where it goes, the commands its steps issued and not yet answered, and
+// the first failure. The last reply to come ends it (HandshakeDone).
+struct Connection::Handshaking {
+  std::shared_ptr<Session> session;
+  Deadline deadline;
+  std::string where;
+  int pending = 0;
+  Status status;
+};
+
 void Connection::Handshake(const std::shared_ptr<Session>& session) {
-  struct Progress {
-    int pending = 0;
-    Status status;
-  };
-  auto progress = std::make_shared<Progress>();
-  auto self = shared_from_this();
-  const Deadline deadline = steady_clock::now() + options_.connect_timeout;
-  // Each step reports here; the last one to finish decides.
-  auto step = [self, session, progress](Status status) {
-    if (!status.ok() && progress->status.ok()) progress->status = std::move(status);
-    if (--progress->pending == 0) self->HandshakeDone(session, progress->status);
-  };
-  using Check = std::function<Status(const redisReply*)>;
-  auto send = std::make_shared<std::function<void(std::string, Check)>>(
-      [self, step, deadline](std::string command, Check check) {
-        Request request;
-        request.deadline = deadline;
-        request.issued = steady_clock::now();
-        request.done = [step, check = std::move(check)](const Status& status,
-                                                        const redisReply* reply) {
-          step(status.ok() ? check(reply) : status);
-        };
-        self->Enqueue(
-            std::move(request), [&](std::string& out, const Request&) { out += command; },
-            /*handshake=*/true);
-      });
+  auto handshake = std::make_shared<Handshaking>();
+  handshake->session = session;
+  handshake->deadline = steady_clock::now() + options_.connect_timeout;
+  handshake->where = Where(*session);
+  if (!endpoint_.password.empty()) HandshakeAuth(handshake);
+  if (endpoint_.db != 0) HandshakeSelect(handshake);
+  HandshakeCheckVersion(handshake);  // then the scripts
+  if (endpoint_.kind == Endpoint::Kind::kSentinel) HandshakeCheckRole(handshake);
+  if (!options_.subscribe.empty()) HandshakeSubscribe(handshake);
+}
+
+void Connection::HandshakeIssue(const std::shared_ptr<Handshaking>& handshake, std::string command,
+                                HandshakeCheck check) {
   // Counted before the command is queued: a reply cannot finish the handshake early.
-  const auto issue = [progress, send](std::string command, Check check) {
-    ++progress->pending;
-    (*send)(std::move(command), std::move(check));
+  ++handshake->pending;
+  Request request;
+  request.deadline = handshake->deadline;
+  request.issued = steady_clock::now();
+  request.done = [self = shared_from_this(), handshake, check = std::move(check)](
+                     const Status& status, const redisReply* reply) {
+    Status result = status.ok() ? check(reply) : status;
+    if (!result.ok() && handshake->status.ok()) handshake->status = std::move(result);
+    if (--handshake->pending == 0) self->HandshakeDone(handshake->session, handshake->status);
   };
-  auto any = [](const redisReply*) { return Status::Ok(); };
-  const std::string where = Where(*session);
+  Enqueue(
+      std::move(request), [&](std::string& out, const Request&) { out += command; },
+      /*handshake=*/true);
+}
+
+void Connection::HandshakeAuth(const std::shared_ptr<Handshaking>& handshake) {
+  HandshakeIssue(handshake,
+                 endpoint_.user.empty()
+                     ? FormatCommand({"AUTH", endpoint_.password})
+                     : FormatCommand({"AUTH", endpoint_.user, endpoint_.password}),
+                 [](const redisReply*) { return Status::Ok(); });
+}
+
+void Connection::HandshakeSelect(const std::shared_ptr<Handshaking>& handshake) {
+  HandshakeIssue(handshake, FormatCommand({"SELECT", std::to_string(endpoint_.db)}),
+                 [](const redisReply*) { return Status::Ok(); });
+}
+
+void Connection::HandshakeCheckVersion(const std::shared_ptr<Handshaking>& handshake) {
   // The scripts are loaded once INFO answered (so the client is authenticated): Redis
   // disconnects an unauthenticated client that sends a large bulk (the batch script)
-  // before it could read the NOAUTH or WRONGPASS error.
-  auto load_scripts = [self, issue, where] {
-    for (size_t i = 0; i < self->options_.scripts.size(); ++i) {
-      issue(FormatCommand({"SCRIPT", "LOAD", self->options_.scripts[i].source}),
-            [self, i, where](const redisReply* reply) {
-              if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
-                return InternalError("redis " + where + ": unexpected reply to SCRIPT LOAD of " +
-                                     std::string(self->options_.scripts[i].name));
-              }
-              self->shas_[i].assign(reply->str, reply->len);
-              return Status::Ok();
-            });
-    }
-  };
+  // before it could read the NOAUTH or WRONGPASS error. INFO's own step is still pending
+  // while its check issues the loads: they are counted before the handshake can finish.
+  HandshakeIssue(
+      handshake, FormatCommand({"INFO", "server"}),
+      [self = shared_from_this(), handshake](const redisReply* reply) {
+        if (reply->type != REDIS_REPLY_STRING) {
+          return InternalError("redis " + handshake->where + ": unexpected reply to INFO server");
+        }
+        int major = MajorVersion(std::string_view(reply->str, reply->len));
+        if (self->options_.require_redis_7 && major < 7) {
+          return FailedPreconditionError("redis " + handshake->where + " is version " +
+                                         std::to_string(major) +
+                                         ".x; sluice needs Redis >= 7.0 (EXPIRE ... NX)");
+        }
+        self->HandshakeLoadScripts(handshake);
+        return Status::Ok();
+      });
+}
 
-  if (!endpoint_.password.empty()) {
-    issue(endpoint_.user.empty() ? FormatCommand({"AUTH", endpoint_.password})
-                                 : FormatCommand({"AUTH", endpoint_.user, endpoint_.password}),
-          any);
+void Connection::HandshakeLoadScripts(const std::shared_ptr<Handshaking>& handshake) {
+  for (size_t i = 0; i < options_.scripts.size(); ++i) {
+    HandshakeIssue(handshake, FormatCommand({"SCRIPT", "LOAD", options_.scripts[i].source}),
+                   [self = shared_from_this(), handshake, i](const redisReply* reply) {
+                     if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+                       return InternalError("redis " + handshake->where +
+                                            ": unexpected reply to SCRIPT LOAD of " +
+                                            std::string(self->options_.scripts[i].name));
+                     }
+                     self->shas_[i].assign(reply->str, reply->len);
+                     return Status::Ok();
+                   });
   }
-  if (endpoint_.db != 0) {
-    issue(FormatCommand({"SELECT", std::to_string(endpoint_.db)}), any);
-  }
-  // INFO's own step is still pending while its check issues the loads: they are counted
-  // before the handshake can finish.
-  const bool require_redis_7 = options_.require_redis_7;
-  issue(FormatCommand({"INFO", "server"}), [where, load_scripts,
-                                            require_redis_7](const redisReply* reply) {
-    if (reply->type != REDIS_REPLY_STRING) {
-      return InternalError("redis " + where + ": unexpected reply to INFO server");
-    }
-    int major = MajorVersion(std::string_view(reply->str, reply->len));
-    if (require_redis_7 && major < 7) {
-      return FailedPreconditionError("redis " + where + " is version " + std::to_string(major) +
-                                     ".x; sluice needs Redis >= 7.0 (EXPIRE ... NX)");
-    }
-    load_scripts();
-    return Status::Ok();
-  });
-  if (endpoint_.kind == Endpoint::Kind::kSentinel) {
-    // The sentinels' answer may be stale (a failover under way): only a primary serves.
-    issue(FormatCommand({"ROLE"}), [self, session, where](const redisReply* reply) {
-      if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
-          reply->element[0]->type != REDIS_REPLY_STRING) {
-        return InternalError("redis " + where + ": unexpected reply to ROLE");
-      }
-      std::string_view role(reply->element[0]->str, reply->element[0]->len);
-      if (role != "master") {
-        if (self->sentinel_) self->sentinel_->NotPrimary(session->address);
-        return UnavailableError("redis " + where + " is a " + std::string(role) +
-                                ", not the primary (a failover is under way or the sentinel's "
-                                "answer was stale); asking the sentinels again");
-      }
-      return Status::Ok();
-    });
-  }
-  if (!options_.subscribe.empty()) {
-    issue(FormatCommand({"SUBSCRIBE", options_.subscribe}), [where](const redisReply* reply) {
-      if (reply->type != REDIS_REPLY_ARRAY) {
-        return InternalError("redis " + where + ": unexpected reply to SUBSCRIBE");
-      }
-      return Status::Ok();
-    });
-  }
+}
+
+void Connection::HandshakeCheckRole(const std::shared_ptr<Handshaking>& handshake) {
+  // The sentinels' answer may be stale (a failover under way): only a primary serves.
+  HandshakeIssue(
+      handshake, FormatCommand({"ROLE"}),
+      [self = shared_from_this(), handshake](const redisReply* reply) {
+        const std::string& where = handshake->where;
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
+            reply->element[0]->type != REDIS_REPLY_STRING) {
+          return InternalError("redis " + where + ": unexpected reply to ROLE");
+        }
+        std::string_view role(reply->element[0]->str, reply->element[0]->len);
+        if (role != "master") {
+          if (self->sentinel_) self->sentinel_->NotPrimary(handshake->session->address);
+          return UnavailableError("redis " + where + " is a " + std::string(role) +
+                                  ", not the primary (a failover is under way or the sentinel's "
+                                  "answer was stale); asking the sentinels again");
+        }
+        return Status::Ok();
+      });
+}
+
+void Connection::HandshakeSubscribe(const std::shared_ptr<Handshaking>& handshake) {
+  HandshakeIssue(
+      handshake, FormatCommand({"SUBSCRIBE", options_.subscribe}),
+      [handshake](const redisReply* reply) {
+        if (reply->type != REDIS_REPLY_ARRAY) {
+          return InternalError("redis " + handshake->where + ": unexpected reply to SUBSCRIBE");
+        }
+        return Status::Ok();
+      });
 }
 
 void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status status) {

@@ -256,7 +256,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // What a connection lost before its handshake ended may mean (a TLS mismatch), or "".
   std::string LostHint(const Session& session, boost::system::error_code ec) const;
   void OnConnected(const std::shared_ptr<Session>& session);
+  // The handshake of a new session: one step per command (AUTH, SELECT, INFO and the
+  // version check, then SCRIPT LOAD of each script; ROLE behind sentinels; SUBSCRIBE),
+  // written at once, each reply checked; the last reply ends it (HandshakeDone).
+  struct Handshaking;
+  using HandshakeCheck = std::function<Status(const redisReply*)>;
   void Handshake(const std::shared_ptr<Session>& session);
+  // Queues one step's command with the handshake's deadline; `check` reads its reply.
+  void HandshakeIssue(const std::shared_ptr<Handshaking>& handshake, std::string command,
+                      HandshakeCheck check);
+  void HandshakeAuth(const std::shared_ptr<Handshaking>& handshake);
+  void HandshakeSelect(const std::shared_ptr<Handshaking>& handshake);
+  // INFO server: refuses a Redis older than 7.0 (options.require_redis_7), then loads
+  // the scripts (HandshakeLoadScripts).
+  void HandshakeCheckVersion(const std::shared_ptr<Handshaking>& handshake);
+  void HandshakeLoadScripts(const std::shared_ptr<Handshaking>& handshake);
+  // ROLE: behind sentinels, only a primary serves.
+  void HandshakeCheckRole(const std::shared_ptr<Handshaking>& handshake);
+  void HandshakeSubscribe(const std::shared_ptr<Handshaking>& handshake);
   void HandshakeDone(const std::shared_ptr<Session>& session, Status status);
   void StartRead(const std::shared_ptr<Session>& session);
   void StartWrite(const std::shared_ptr<Session>& session);
