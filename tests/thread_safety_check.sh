@@ -4,11 +4,13 @@
 # a member read without its mutex fails `make test` even though the build uses g++.
 # (`cmake --preset clang` builds everything with clang and the same analysis.)
 set -euo pipefail
-root=${1:?usage: thread_safety_check.sh <source root>}
+root=${1:?usage: thread_safety_check.sh <source root> <build dir>}
+# The build directory holds the generated headers (generated/batch_manifest.h).
+build=$(cd "${2:?usage: thread_safety_check.sh <source root> <build dir>}" && pwd)
 cd "$root"
 clang=$(command -v clang++-14 || command -v clang++ || true)
 [ -n "$clang" ] || { echo "clang++ is not installed (scripts/setup.sh installs clang-14)"; exit 1; }
-flags=(-fsyntax-only -std=c++20 -Wthread-safety -Werror=thread-safety -Iinclude -Isrc -isystem /usr/include/hiredis)
+flags=(-fsyntax-only -std=c++20 -Wthread-safety -Werror=thread-safety -Iinclude -Isrc -I"$build" -isystem /usr/include/hiredis)
 
 # The check must be able to fail: a guarded member written without its mutex is caught.
 probe=$(mktemp --suffix=.cc)

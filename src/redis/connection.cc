@@ -1,8 +1,6 @@
 #include "redis/connection.h"
 
 #include <algorithm>
-#include <charconv>
-#include <iterator>
 #include <random>
 #include <type_traits>
 
@@ -18,6 +16,7 @@
 #include <boost/asio/write.hpp>
 
 #include "core/client_side.h"
+#include "redis/batch_codec.h"
 #include "redis/resp.h"
 #include "redis/sentinel.h"
 #include "redis/tls.h"
@@ -274,106 +273,126 @@ void Connection::OnConnected(const std::shared_ptr<Session>& session) {
   Handshake(session);
 }
 
+// One handshake: where it goes, the commands its steps issued and not yet answered, and
+// the first failure. The last reply to come ends it (HandshakeDone).
+struct Connection::Handshaking {
+  std::shared_ptr<Session> session;
+  Deadline deadline;
+  std::string where;
+  int pending = 0;
+  Status status;
+};
+
 void Connection::Handshake(const std::shared_ptr<Session>& session) {
-  struct Progress {
-    int pending = 0;
-    Status status;
-  };
-  auto progress = std::make_shared<Progress>();
-  auto self = shared_from_this();
-  const Deadline deadline = steady_clock::now() + options_.connect_timeout;
-  // Each step reports here; the last one to finish decides.
-  auto step = [self, session, progress](Status status) {
-    if (!status.ok() && progress->status.ok()) progress->status = std::move(status);
-    if (--progress->pending == 0) self->HandshakeDone(session, progress->status);
-  };
-  using Check = std::function<Status(const redisReply*)>;
-  auto send = std::make_shared<std::function<void(std::string, Check)>>(
-      [self, step, deadline](std::string command, Check check) {
-        Request request;
-        request.deadline = deadline;
-        request.issued = steady_clock::now();
-        request.done = [step, check = std::move(check)](const Status& status,
-                                                        const redisReply* reply) {
-          step(status.ok() ? check(reply) : status);
-        };
-        self->Enqueue(
-            std::move(request), [&](std::string& out, const Request&) { out += command; },
-            /*handshake=*/true);
-      });
+  auto handshake = std::make_shared<Handshaking>();
+  handshake->session = session;
+  handshake->deadline = steady_clock::now() + options_.connect_timeout;
+  handshake->where = Where(*session);
+  if (!endpoint_.password.empty()) HandshakeAuth(handshake);
+  if (endpoint_.db != 0) HandshakeSelect(handshake);
+  HandshakeCheckVersion(handshake);  // then the scripts
+  if (endpoint_.kind == Endpoint::Kind::kSentinel) HandshakeCheckRole(handshake);
+  if (!options_.subscribe.empty()) HandshakeSubscribe(handshake);
+}
+
+void Connection::HandshakeIssue(const std::shared_ptr<Handshaking>& handshake, std::string command,
+                                HandshakeCheck check) {
   // Counted before the command is queued: a reply cannot finish the handshake early.
-  const auto issue = [progress, send](std::string command, Check check) {
-    ++progress->pending;
-    (*send)(std::move(command), std::move(check));
+  ++handshake->pending;
+  Request request;
+  request.deadline = handshake->deadline;
+  request.issued = steady_clock::now();
+  request.done = [self = shared_from_this(), handshake, check = std::move(check)](
+                     const Status& status, const redisReply* reply) {
+    Status result = status.ok() ? check(reply) : status;
+    if (!result.ok() && handshake->status.ok()) handshake->status = std::move(result);
+    if (--handshake->pending == 0) self->HandshakeDone(handshake->session, handshake->status);
   };
-  auto any = [](const redisReply*) { return Status::Ok(); };
-  const std::string where = Where(*session);
+  Enqueue(
+      std::move(request), [&](std::string& out, const Request&) { out += command; },
+      /*handshake=*/true);
+}
+
+void Connection::HandshakeAuth(const std::shared_ptr<Handshaking>& handshake) {
+  HandshakeIssue(handshake,
+                 endpoint_.user.empty()
+                     ? FormatCommand({"AUTH", endpoint_.password})
+                     : FormatCommand({"AUTH", endpoint_.user, endpoint_.password}),
+                 [](const redisReply*) { return Status::Ok(); });
+}
+
+void Connection::HandshakeSelect(const std::shared_ptr<Handshaking>& handshake) {
+  HandshakeIssue(handshake, FormatCommand({"SELECT", std::to_string(endpoint_.db)}),
+                 [](const redisReply*) { return Status::Ok(); });
+}
+
+void Connection::HandshakeCheckVersion(const std::shared_ptr<Handshaking>& handshake) {
   // The scripts are loaded once INFO answered (so the client is authenticated): Redis
   // disconnects an unauthenticated client that sends a large bulk (the batch script)
-  // before it could read the NOAUTH or WRONGPASS error.
-  auto load_scripts = [self, issue, where] {
-    for (size_t i = 0; i < self->options_.scripts.size(); ++i) {
-      issue(FormatCommand({"SCRIPT", "LOAD", self->options_.scripts[i].source}),
-            [self, i, where](const redisReply* reply) {
-              if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
-                return InternalError("redis " + where + ": unexpected reply to SCRIPT LOAD of " +
-                                     std::string(self->options_.scripts[i].name));
-              }
-              self->shas_[i].assign(reply->str, reply->len);
-              return Status::Ok();
-            });
-    }
-  };
+  // before it could read the NOAUTH or WRONGPASS error. INFO's own step is still pending
+  // while its check issues the loads: they are counted before the handshake can finish.
+  HandshakeIssue(
+      handshake, FormatCommand({"INFO", "server"}),
+      [self = shared_from_this(), handshake](const redisReply* reply) {
+        if (reply->type != REDIS_REPLY_STRING) {
+          return InternalError("redis " + handshake->where + ": unexpected reply to INFO server");
+        }
+        int major = MajorVersion(std::string_view(reply->str, reply->len));
+        if (self->options_.require_redis_7 && major < 7) {
+          return FailedPreconditionError("redis " + handshake->where + " is version " +
+                                         std::to_string(major) +
+                                         ".x; sluice needs Redis >= 7.0 (EXPIRE ... NX)");
+        }
+        self->HandshakeLoadScripts(handshake);
+        return Status::Ok();
+      });
+}
 
-  if (!endpoint_.password.empty()) {
-    issue(endpoint_.user.empty() ? FormatCommand({"AUTH", endpoint_.password})
-                                 : FormatCommand({"AUTH", endpoint_.user, endpoint_.password}),
-          any);
+void Connection::HandshakeLoadScripts(const std::shared_ptr<Handshaking>& handshake) {
+  for (size_t i = 0; i < options_.scripts.size(); ++i) {
+    HandshakeIssue(handshake, FormatCommand({"SCRIPT", "LOAD", options_.scripts[i].source}),
+                   [self = shared_from_this(), handshake, i](const redisReply* reply) {
+                     if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+                       return InternalError("redis " + handshake->where +
+                                            ": unexpected reply to SCRIPT LOAD of " +
+                                            std::string(self->options_.scripts[i].name));
+                     }
+                     self->shas_[i].assign(reply->str, reply->len);
+                     return Status::Ok();
+                   });
   }
-  if (endpoint_.db != 0) {
-    issue(FormatCommand({"SELECT", std::to_string(endpoint_.db)}), any);
-  }
-  // INFO's own step is still pending while its check issues the loads: they are counted
-  // before the handshake can finish.
-  const bool require_redis_7 = options_.require_redis_7;
-  issue(FormatCommand({"INFO", "server"}), [where, load_scripts,
-                                            require_redis_7](const redisReply* reply) {
-    if (reply->type != REDIS_REPLY_STRING) {
-      return InternalError("redis " + where + ": unexpected reply to INFO server");
-    }
-    int major = MajorVersion(std::string_view(reply->str, reply->len));
-    if (require_redis_7 && major < 7) {
-      return FailedPreconditionError("redis " + where + " is version " + std::to_string(major) +
-                                     ".x; sluice needs Redis >= 7.0 (EXPIRE ... NX)");
-    }
-    load_scripts();
-    return Status::Ok();
-  });
-  if (endpoint_.kind == Endpoint::Kind::kSentinel) {
-    // The sentinels' answer may be stale (a failover under way): only a primary serves.
-    issue(FormatCommand({"ROLE"}), [self, session, where](const redisReply* reply) {
-      if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
-          reply->element[0]->type != REDIS_REPLY_STRING) {
-        return InternalError("redis " + where + ": unexpected reply to ROLE");
-      }
-      std::string_view role(reply->element[0]->str, reply->element[0]->len);
-      if (role != "master") {
-        if (self->sentinel_) self->sentinel_->NotPrimary(session->address);
-        return UnavailableError("redis " + where + " is a " + std::string(role) +
-                                ", not the primary (a failover is under way or the sentinel's "
-                                "answer was stale); asking the sentinels again");
-      }
-      return Status::Ok();
-    });
-  }
-  if (!options_.subscribe.empty()) {
-    issue(FormatCommand({"SUBSCRIBE", options_.subscribe}), [where](const redisReply* reply) {
-      if (reply->type != REDIS_REPLY_ARRAY) {
-        return InternalError("redis " + where + ": unexpected reply to SUBSCRIBE");
-      }
-      return Status::Ok();
-    });
-  }
+}
+
+void Connection::HandshakeCheckRole(const std::shared_ptr<Handshaking>& handshake) {
+  // The sentinels' answer may be stale (a failover under way): only a primary serves.
+  HandshakeIssue(
+      handshake, FormatCommand({"ROLE"}),
+      [self = shared_from_this(), handshake](const redisReply* reply) {
+        const std::string& where = handshake->where;
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0 ||
+            reply->element[0]->type != REDIS_REPLY_STRING) {
+          return InternalError("redis " + where + ": unexpected reply to ROLE");
+        }
+        std::string_view role(reply->element[0]->str, reply->element[0]->len);
+        if (role != "master") {
+          if (self->sentinel_) self->sentinel_->NotPrimary(handshake->session->address);
+          return UnavailableError("redis " + where + " is a " + std::string(role) +
+                                  ", not the primary (a failover is under way or the sentinel's "
+                                  "answer was stale); asking the sentinels again");
+        }
+        return Status::Ok();
+      });
+}
+
+void Connection::HandshakeSubscribe(const std::shared_ptr<Handshaking>& handshake) {
+  HandshakeIssue(
+      handshake, FormatCommand({"SUBSCRIBE", options_.subscribe}),
+      [handshake](const redisReply* reply) {
+        if (reply->type != REDIS_REPLY_ARRAY) {
+          return InternalError("redis " + handshake->where + ": unexpected reply to SUBSCRIBE");
+        }
+        return Status::Ok();
+      });
 }
 
 void Connection::HandshakeDone(const std::shared_ptr<Session>& session, Status status) {
@@ -599,106 +618,20 @@ void Connection::AppendScriptHead(std::string& out, size_t script, bool eval) co
   }
 }
 
-namespace {
-
-// The bulk items of a call's arguments as AppendBulk wrote them ("$<len>\r\n<bytes>\r\n"
-// each), header included, into `items`; how many, or 0 when there are more than `max`
-// or the text is not such items.
-size_t SplitBulks(std::string_view tail, std::string_view* items, size_t max) {
-  size_t count = 0;
-  while (!tail.empty()) {
-    if (count == max || tail[0] != '$') return 0;
-    const size_t eol = tail.find("\r\n");
-    if (eol == std::string_view::npos) return 0;
-    size_t len = 0;
-    const auto [end, ec] = std::from_chars(tail.data() + 1, tail.data() + eol, len);
-    if (ec != std::errc() || end != tail.data() + eol) return 0;
-    const size_t whole = eol + 2 + len + 2;
-    if (whole > tail.size()) return 0;
-    items[count++] = tail.substr(0, whole);
-    tail.remove_prefix(whole);
-  }
-  return count;
-}
-
-// The arguments one batch function takes at most (the algorithms' 7), and the functions
-// whose calls may reuse arguments: src/algo/batch.lua reads a function's index as one
-// digit.
-constexpr size_t kMaxFunctionArguments = 8;
-constexpr int kMaxBatchFunctions = 10;
-
-}  // namespace
-
 size_t Connection::WriteBatch(std::string& out, Request* const* calls, size_t n, bool eval) const {
-  // EVALSHA <batch> n key_1 .. key_n, then per call its function and its arguments; or,
-  // for calls tagged kAnySlot, EVALSHA <batch> 0 n key_1 .. key_n … (keys undeclared).
+  // EVALSHA <batch> n key_1 .. key_n, then per call its function and its arguments (or
+  // what it reuses: redis/batch_codec.h); or, for calls tagged kAnySlot, EVALSHA <batch>
+  // 0 n key_1 .. key_n … (keys undeclared).
+  BatchCall batch[kMaxBatchCalls];
+  for (size_t i = 0; i < n; ++i) {
+    const Request& r = *calls[i];
+    batch[i] = {.function = r.function, .key = r.key, .args = r.tail, .arg_items = r.tail_items};
+  }
+  const size_t shared = PlanArgumentReuse(batch, n);
   const bool undeclared = calls[0]->batch_tag == kAnySlot;
-  uint64_t items = 3 + n + (undeclared ? 1 : 0);
-  // A call reuses the arguments of the last call of its function before it in the batch
-  // (src/algo/batch.lua): all of them ('<function>/'), or all but one ('<function>/<k>'
-  // and that one; never the clock, argument 2, and only where that is fewer items). The
-  // calls of one limiter with one cost send their parameters once, and so do a
-  // concurrency limiter's acquires, which differ in their token only, however the
-  // calls of several limiters interleave.
-  int reuse[kMaxBatchCalls];             // -1: in full; 0: all; k: all but argument k
-  std::string_view own[kMaxBatchCalls];  // reuse k: argument k, as encoded in its tail
-  int last_of[kMaxBatchFunctions];
-  std::fill(std::begin(last_of), std::end(last_of), -1);
-  size_t shared = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const Request& call = *calls[i];
-    reuse[i] = -1;
-    if (call.function < 0 || call.function >= kMaxBatchFunctions) continue;
-    const int before = last_of[call.function];
-    last_of[call.function] = static_cast<int>(i);
-    if (before < 0) continue;
-    const Request& last = *calls[before];
-    if (call.tail == last.tail) {
-      reuse[i] = 0;
-    } else if (call.tail_items > 1 && call.tail_items == last.tail_items) {
-      std::string_view mine[kMaxFunctionArguments], theirs[kMaxFunctionArguments];
-      const size_t m = SplitBulks(call.tail, mine, kMaxFunctionArguments);
-      if (m == 0 || SplitBulks(last.tail, theirs, kMaxFunctionArguments) != m) continue;
-      int differs = 0;
-      for (size_t x = 0; x < m; ++x) {
-        if (mine[x] == theirs[x]) continue;
-        if (differs != 0) {
-          differs = -1;
-          break;
-        }
-        differs = static_cast<int>(x) + 1;
-      }
-      if (differs > 0 && differs != 2) {
-        reuse[i] = differs;
-        own[i] = mine[differs - 1];
-      }
-    }
-    if (reuse[i] >= 0) ++shared;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    items += reuse[i] < 0 ? 1 + static_cast<uint64_t>(calls[i]->tail_items) : reuse[i] == 0 ? 1 : 2;
-  }
-  AppendArray(out, items);
+  AppendArray(out, BatchItems(batch, n, undeclared));
   AppendScriptHead(out, static_cast<size_t>(options_.batch_script), eval);
-  if (undeclared) AppendBulk(out, int64_t{0});
-  AppendBulk(out, static_cast<int64_t>(n));
-  for (size_t i = 0; i < n; ++i) AppendBulk(out, calls[i]->key);
-  for (size_t i = 0; i < n; ++i) {
-    const Request& call = *calls[i];
-    if (reuse[i] < 0) {
-      AppendBulk(out, static_cast<int64_t>(call.function));
-      out += call.tail;
-      continue;
-    }
-    std::string marker = std::to_string(call.function) + "/";
-    if (reuse[i] == 0) {
-      AppendBulk(out, marker);
-      continue;
-    }
-    marker += std::to_string(reuse[i]);
-    AppendBulk(out, marker);
-    out += own[i];  // already encoded
-  }
+  AppendBatchArguments(out, batch, n, undeclared);
   return shared;
 }
 
@@ -841,7 +774,7 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
     }
     callbacks += n;
     if (endpoint_.kind == Endpoint::Kind::kSentinel && replies[i]->type == REDIS_REPLY_ERROR &&
-        std::string_view(replies[i]->str, replies[i]->len).starts_with("READONLY")) {
+        IsReadOnlyError(std::string_view(replies[i]->str, replies[i]->len))) {
       session->demoted = true;
     }
     if (n == 0) {
@@ -904,7 +837,6 @@ void Connection::Dispatch(Request& request, redisReply* reply) {
 }
 
 bool Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
-  bool readonly = false;
   if (reply->type == REDIS_REPLY_ERROR) {
     std::string_view error(reply->str, reply->len);
     if (!calls[0].retried && error.starts_with("NOSCRIPT")) {
@@ -935,48 +867,16 @@ bool Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
     for (size_t i = 0; i < n; ++i) {
       if (calls[i].done) calls[i].done(status, reply);
     }
-    return error.starts_with("READONLY");
+    return IsReadOnlyError(error);
   }
-  // One flat array (src/algo/batch.lua): per call an error reply; a code (0, 1 or 2) and
-  // the 3 items after it, a decision's 4; -2 - w and then w items; or -1 and then one
-  // value. A call's items are handed to it as an array of its own (a view into the
-  // batch's reply, which outlives the callbacks).
-  const size_t total = reply->type == REDIS_REPLY_ARRAY ? reply->elements : 0;
-  size_t at = 0;
+  // One flat array, read call by call (redis/batch_codec.h); a call's items are handed
+  // to it as they are read.
+  BatchReplyReader reader(*reply);
   size_t i = 0;
-  for (; i < n && at < total; ++i) {
+  for (; i < n; ++i) {
     Request& call = calls[i];
-    redisReply* head = reply->element[at];
-    redisReply view{};
-    redisReply* own = nullptr;
-    const size_t left = total - at;
-    if (head->type == REDIS_REPLY_ERROR) {
-      own = head;
-      at += 1;
-    } else if (head->type != REDIS_REPLY_INTEGER) {
-      break;
-    } else if (head->integer >= 0 && head->integer <= 2 && left >= 4) {
-      view.type = REDIS_REPLY_ARRAY;
-      view.elements = 4;
-      view.element = reply->element + at;
-      own = &view;
-      at += 4;
-    } else if (head->integer == -1 && left >= 2) {
-      own = reply->element[at + 1];
-      at += 2;
-    } else if (head->integer <= -2 && head->integer >= -1 - static_cast<long long>(left)) {
-      view.type = REDIS_REPLY_ARRAY;
-      view.elements = static_cast<size_t>(-2 - head->integer);
-      view.element = view.elements > 0 ? reply->element + at + 1 : nullptr;
-      own = &view;
-      at += 1 + view.elements;
-    } else {
-      break;
-    }
-    if (own->type == REDIS_REPLY_ERROR &&
-        std::string_view(own->str, own->len).starts_with("READONLY")) {
-      readonly = true;
-    }
+    const redisReply* own = reader.Next();
+    if (own == nullptr) break;
     if (call.done) {
       if (own->type == REDIS_REPLY_ERROR) {
         call.done(ErrorReplyToStatus(std::string_view(own->str, own->len), endpoint_.Describe()),
@@ -988,16 +888,16 @@ bool Connection::DispatchBatch(Request* calls, size_t n, redisReply* reply) {
       call.late(Status::Ok(), own);
     }
   }
-  if (i < n || at != total) {
-    // Not the layout above (a script of another version under the same SHA cannot be:
-    // the SHA is of the source): the calls not yet answered fail, none is guessed at.
+  if (i < n || !reader.AtEnd()) {
+    // Not the batch script's layout (a script of another version under the same SHA
+    // cannot be: the SHA is of the source): the calls not yet answered fail, none is guessed at.
     const Status bad = InternalError("redis " + endpoint_.Describe() +
                                      ": the batch script returned an unexpected reply");
     for (; i < n; ++i) {
       if (calls[i].done) calls[i].done(bad, nullptr);
     }
   }
-  return readonly;
+  return reader.readonly();
 }
 
 steady_clock::time_point Connection::SentAtLocked(const Request& r) const {

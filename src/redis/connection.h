@@ -25,7 +25,8 @@
 // calls kAnySlot: their batches are sent with the keys undeclared (numkeys 0, keys among
 // the arguments, src/algo/batch.lua), which a primary runs over keys of any slot it
 // serves; a call alone is sent with its key declared, as always. Tagged with a slot
-// instead, a batch holds keys of that slot only and declares them.
+// instead, a batch holds keys of that slot only and declares them. The batch's wire form
+// (arguments, reply) is redis/batch_codec.h.
 //
 // Routing: a command is sent to the Connection its caller chose; the cluster router
 // picks the connection per key slot and owns one Connection per primary.
@@ -242,12 +243,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void AppendScriptHead(std::string& out, std::size_t script, bool eval) const;
   // A Call's request alone: EVALSHA (or EVAL with the source) or its plain command.
   void WriteAlone(std::string& out, const Request& r, bool eval) const;
-  // Several Calls' requests as one batch script call. Returns how many of them reuse
-  // the arguments of an earlier call of their function (src/algo/batch.lua).
+  // Several Calls' requests as one batch script call (its arguments: redis/batch_codec.h).
+  // Returns how many of them reuse the arguments of an earlier call of their function.
   std::size_t WriteBatch(std::string& out, Request* const* calls, std::size_t n, bool eval) const;
   // Runs the callbacks of one reply: a request alone, or the `n` calls of a batch.
   void Dispatch(Request& request, redisReply* reply);
-  // Whether a call of the batch (or the whole batch) was answered READONLY.
+  // Runs the callbacks of a batch's `n` calls with their parts of its reply (read by
+  // redis/batch_codec.h's BatchReplyReader). Returns whether a call of the batch (or the
+  // whole batch) was answered READONLY.
   bool DispatchBatch(Request* calls, std::size_t n, redisReply* reply);
 
   void Connect();
@@ -260,7 +263,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // What a connection lost before its handshake ended may mean (a TLS mismatch), or "".
   std::string LostHint(const Session& session, boost::system::error_code ec) const;
   void OnConnected(const std::shared_ptr<Session>& session);
+  // The handshake of a new session: one step per command (AUTH, SELECT, INFO and the
+  // version check, then SCRIPT LOAD of each script; ROLE behind sentinels; SUBSCRIBE),
+  // written at once, each reply checked; the last reply ends it (HandshakeDone).
+  struct Handshaking;
+  using HandshakeCheck = std::function<Status(const redisReply*)>;
   void Handshake(const std::shared_ptr<Session>& session);
+  // Queues one step's command with the handshake's deadline; `check` reads its reply.
+  void HandshakeIssue(const std::shared_ptr<Handshaking>& handshake, std::string command,
+                      HandshakeCheck check);
+  void HandshakeAuth(const std::shared_ptr<Handshaking>& handshake);
+  void HandshakeSelect(const std::shared_ptr<Handshaking>& handshake);
+  // INFO server: refuses a Redis older than 7.0 (options.require_redis_7), then loads
+  // the scripts (HandshakeLoadScripts).
+  void HandshakeCheckVersion(const std::shared_ptr<Handshaking>& handshake);
+  void HandshakeLoadScripts(const std::shared_ptr<Handshaking>& handshake);
+  // ROLE: behind sentinels, only a primary serves.
+  void HandshakeCheckRole(const std::shared_ptr<Handshaking>& handshake);
+  void HandshakeSubscribe(const std::shared_ptr<Handshaking>& handshake);
   void HandshakeDone(const std::shared_ptr<Session>& session, Status status);
   void StartRead(const std::shared_ptr<Session>& session);
   void StartWrite(const std::shared_ptr<Session>& session);

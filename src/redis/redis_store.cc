@@ -46,6 +46,20 @@ uint32_t RedisStore::BatchTag(std::string_view key) const {
   return mode_.cross_slot_batches && !mode_.asking ? Connection::kAnySlot : KeySlot(key);
 }
 
+namespace {
+
+// The arguments Check writes: what the batch manifest says every algorithm takes.
+constexpr int kAlgorithmArguments = 7;
+constexpr bool EveryAlgorithmTakes(int arguments) {
+  for (int f = 0; f < batch_manifest::kAlgorithmCount; ++f) {
+    if (batch_manifest::kArity[f] != arguments) return false;
+  }
+  return true;
+}
+static_assert(EveryAlgorithmTakes(kAlgorithmArguments));
+
+}  // namespace
+
 void RedisStore::Check(CheckCall call, DecisionCallback done) {
   const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
   std::string tail;
@@ -70,7 +84,7 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
        .function = script,
        .key = std::move(call.key),
        .args = std::move(tail),
-       .arg_items = 7,
+       .arg_items = kAlgorithmArguments,
        .batch_tag = tag},
       call.deadline,
       [limit, op, done = std::move(done)](const Status& status, const redisReply* reply) {
@@ -221,7 +235,7 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
                        .function = kReleaseFunction,
                        .key = std::move(call.key),
                        .args = std::move(token),
-                       .arg_items = 1,
+                       .arg_items = batch_manifest::kArity[kReleaseFunction],
                        .batch_tag = tag},
                       call.deadline,
                       [done = std::move(done)](const Status& status, const redisReply* reply) {
@@ -268,7 +282,7 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
        .function = kConcurrencyFunction,
        .key = std::move(call.key),
        .args = std::move(tail),
-       .arg_items = 5,
+       .arg_items = batch_manifest::kArity[kConcurrencyFunction],
        .batch_tag = tag},
       call.deadline,
       [op, done = std::move(done)](const Status& status, const redisReply* reply) {
