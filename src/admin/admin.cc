@@ -96,6 +96,101 @@ std::vector<std::string> PossibleSlotTags(std::string_view id) {
   return tags;
 }
 
+// Admin::ExpireIfNone refuses every key that is not a sluice key under `prefix`, and
+// every TTL under a second, before it changes anything.
+Status CheckExpireKeys(const std::string& prefix,
+                       std::span<const std::pair<std::string, std::chrono::seconds>> keys) {
+  for (const auto& [key, ttl] : keys) {
+    if (!ParseKeyName(prefix, key)) {
+      return InvalidArgumentError("refusing to touch \"" + key +
+                                  "\": not a sluice key under prefix \"" + prefix + "\"");
+    }
+    if (ttl.count() < 1) {
+      return InvalidArgumentError("ttl for \"" + key + "\" must be >= 1 s, got " +
+                                  std::to_string(ttl.count()));
+    }
+  }
+  return Status::Ok();
+}
+
+// Admin::ExpireIfNone sends one chunk of up to kExpireChunk keys per round trip, at most
+// kExpireInFlight of them sent and not yet answered: Redis stays busy (the next chunk is
+// queued behind the one it runs) while each chunk's deadline, set when it is sent, covers
+// only its own round trip and the few queued before it, however many keys there are. A
+// chunk is one script call (off a cluster) or one call per slot among its keys (a
+// cluster, keys grouped by node and sorted by slot first), sent pipelined. A chunk that
+// misses its deadline is sent again, up to kExpireAttempts in all: the script changes
+// nothing it has already changed (a key it gave an expiry has one), so a late first
+// attempt and the retry together do it once; its keys then count as having had an expiry.
+constexpr size_t kExpireChunk = 1000;
+constexpr size_t kExpireInFlight = 4;
+constexpr int kExpireAttempts = 3;
+
+struct ExpireChunk {
+  BlockingClient* redis = nullptr;
+  SlotGroups keys;
+  std::vector<std::vector<std::string>> args;  // per group: ttl and expected type per key
+  int attempt = 1;
+  std::future<BlockingClient::Replies> reply;
+};
+
+// The chunk's script calls, pipelined: one per group.
+std::future<BlockingClient::Replies> SendExpireChunk(const ExpireChunk& chunk) {
+  std::vector<BlockingClient::ScriptCall> calls;
+  for (size_t g = 0; g < chunk.keys.groups.size(); ++g) {
+    const auto [begin, end] = chunk.keys.groups[g];
+    calls.push_back({std::span(chunk.keys.keys).subspan(begin, end - begin), chunk.args[g]});
+  }
+  return chunk.redis->EvalManyAsync(kExpireBatch, calls);
+}
+
+// Waits for the chunk's replies (sending it again after a missed deadline) and adds what
+// the script did to `result`.
+Status CollectExpireChunk(ExpireChunk& chunk, ExpireResult& result) {
+  auto replies = chunk.redis->Checked(chunk.reply.get());
+  while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
+         chunk.attempt < kExpireAttempts) {
+    ++chunk.attempt;
+    replies = chunk.redis->Checked(SendExpireChunk(chunk).get());
+  }
+  if (!replies.ok()) return replies.status();
+  for (const Reply& r : *replies) {
+    if (r.type != Reply::Type::kArray) return chunk.redis->Unexpected("the expire batch script");
+    for (const Reply& e : r.elements) {
+      if (e.integer == 1) ++result.set;
+      if (e.integer == 0) ++result.had_ttl;
+      if (e.integer == -1) ++result.missing;
+      if (e.integer == -2) ++result.foreign;
+    }
+  }
+  return Status::Ok();
+}
+
+// The next chunk of one node's keys (`all`, grouped by slot), from group `at` on: whole
+// groups up to about kExpireChunk keys (each group holds at most kExpireChunk). Moves
+// `at` past them. The chunk's `redis` is left to the caller.
+ExpireChunk NextExpireChunk(const std::string& prefix, const SlotGroups& all,
+                            const std::map<std::string, std::chrono::seconds>& ttls, size_t& at) {
+  ExpireChunk chunk;
+  size_t taken = 0;
+  for (; at < all.groups.size(); ++at) {
+    const auto [begin, end] = all.groups[at];
+    if (taken > 0 && taken + (end - begin) > kExpireChunk) break;
+    const size_t first = chunk.keys.keys.size();
+    std::vector<std::string> args;
+    for (size_t i = begin; i < end; ++i) {
+      const std::string& key = all.keys[i];
+      chunk.keys.keys.push_back(key);
+      args.push_back(std::to_string(ttls.at(key).count()));
+      args.emplace_back(KeyTypeName(ExpectedKeyType(ParseKeyName(prefix, key)->suffix)));
+    }
+    chunk.keys.groups.emplace_back(first, chunk.keys.keys.size());
+    chunk.args.push_back(std::move(args));
+    taken += end - begin;
+  }
+  return chunk;
+}
+
 }  // namespace
 
 struct Admin::Impl {
@@ -653,73 +748,8 @@ StatusOr<IdState> Admin::Inspect(std::string_view limiter, std::string_view id) 
 
 StatusOr<ExpireResult> Admin::ExpireIfNone(
     std::span<const std::pair<std::string, std::chrono::seconds>> keys) {
-  for (const auto& [key, ttl] : keys) {
-    if (!ParseKeyName(impl_->options.prefix, key)) {
-      return InvalidArgumentError("refusing to touch \"" + key +
-                                  "\": not a sluice key under prefix \"" + impl_->options.prefix +
-                                  "\"");
-    }
-    if (ttl.count() < 1) {
-      return InvalidArgumentError("ttl for \"" + key + "\" must be >= 1 s, got " +
-                                  std::to_string(ttl.count()));
-    }
-  }
-  // One chunk of up to kChunk keys per round trip, at most kInFlight of them sent and not
-  // yet answered: Redis stays busy (the next chunk is queued behind the one it runs)
-  // while each chunk's deadline, set when it is sent, covers only its own round trip and
-  // the few queued before it, however many keys there are. A chunk is one script call
-  // (off a cluster) or one call per slot among its keys (a cluster, keys grouped by node
-  // and sorted by slot first), sent pipelined. A chunk that misses its deadline is sent
-  // again, up to kAttempts in all: the script changes nothing it has already changed (a
-  // key it gave an expiry has one), so a late first attempt and the retry together do it
-  // once; its keys then count as having had an expiry.
-  constexpr size_t kChunk = 1000;
-  constexpr size_t kInFlight = 4;
-  constexpr int kAttempts = 3;
-  struct Chunk {
-    BlockingClient* redis = nullptr;
-    SlotGroups keys;
-    std::vector<std::vector<std::string>> args;  // per group
-    int attempt = 1;
-    std::future<BlockingClient::Replies> reply;
-  };
-  const auto send = [](const Chunk& chunk) {
-    std::vector<BlockingClient::ScriptCall> calls;
-    for (size_t g = 0; g < chunk.keys.groups.size(); ++g) {
-      const auto [begin, end] = chunk.keys.groups[g];
-      calls.push_back({std::span(chunk.keys.keys).subspan(begin, end - begin), chunk.args[g]});
-    }
-    return chunk.redis->EvalManyAsync(kExpireBatch, calls);
-  };
-  ExpireResult result;
-  std::deque<Chunk> chunks;
-  Status failure;
-  const auto collect = [&] {
-    Chunk chunk = std::move(chunks.front());
-    chunks.pop_front();
-    auto replies = chunk.redis->Checked(chunk.reply.get());
-    while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
-           chunk.attempt < kAttempts) {
-      ++chunk.attempt;
-      replies = chunk.redis->Checked(send(chunk).get());
-    }
-    if (!replies.ok()) {
-      if (failure.ok()) failure = replies.status();
-      return;
-    }
-    for (const Reply& r : *replies) {
-      if (r.type != Reply::Type::kArray) {
-        if (failure.ok()) failure = chunk.redis->Unexpected("the expire batch script");
-        return;
-      }
-      for (const Reply& e : r.elements) {
-        if (e.integer == 1) ++result.set;
-        if (e.integer == 0) ++result.had_ttl;
-        if (e.integer == -1) ++result.missing;
-        if (e.integer == -2) ++result.foreign;
-      }
-    }
-  };
+  const std::string& prefix = impl_->options.prefix;
+  if (Status s = CheckExpireKeys(prefix, keys); !s.ok()) return s;
   std::vector<std::vector<std::string>> of_node(impl_->nodes.size());
   std::map<std::string, std::chrono::seconds> ttls;
   for (const auto& [key, ttl] : keys) {
@@ -729,32 +759,25 @@ StatusOr<ExpireResult> Admin::ExpireIfNone(
     of_node[static_cast<size_t>(node)].push_back(key);
     ttls[key] = ttl;
   }
+  // Chunks of about kExpireChunk keys, at most kExpireInFlight of them sent and not yet
+  // answered (the comment at kExpireChunk says why).
+  ExpireResult result;
+  std::deque<ExpireChunk> chunks;
+  Status failure;
+  const auto collect = [&] {
+    ExpireChunk chunk = std::move(chunks.front());
+    chunks.pop_front();
+    Status s = CollectExpireChunk(chunk, result);
+    if (failure.ok()) failure = std::move(s);
+  };
   for (size_t node = 0; node < of_node.size() && failure.ok(); ++node) {
-    SlotGroups all = GroupBySlot(std::move(of_node[node]), impl_->cluster, kChunk);
+    SlotGroups all = GroupBySlot(std::move(of_node[node]), impl_->cluster, kExpireChunk);
     for (size_t at = 0; at < all.groups.size() && failure.ok();) {
-      Chunk chunk;
+      ExpireChunk chunk = NextExpireChunk(prefix, all, ttls, at);
       chunk.redis = impl_->nodes[node].get();
-      // Whole groups up to about kChunk keys (each group holds at most kChunk).
-      size_t taken = 0;
-      for (; at < all.groups.size(); ++at) {
-        const auto [begin, end] = all.groups[at];
-        if (taken > 0 && taken + (end - begin) > kChunk) break;
-        const size_t first = chunk.keys.keys.size();
-        std::vector<std::string> args;
-        for (size_t i = begin; i < end; ++i) {
-          const std::string& key = all.keys[i];
-          chunk.keys.keys.push_back(key);
-          args.push_back(std::to_string(ttls[key].count()));
-          args.emplace_back(
-              KeyTypeName(ExpectedKeyType(ParseKeyName(impl_->options.prefix, key)->suffix)));
-        }
-        chunk.keys.groups.emplace_back(first, chunk.keys.keys.size());
-        chunk.args.push_back(std::move(args));
-        taken += end - begin;
-      }
-      if (chunks.size() == kInFlight) collect();
+      if (chunks.size() == kExpireInFlight) collect();
       if (!failure.ok()) break;
-      chunk.reply = send(chunk);
+      chunk.reply = SendExpireChunk(chunk);
       chunks.push_back(std::move(chunk));
     }
   }
