@@ -100,120 +100,151 @@ Planned Plan(const ScannedKey& k, int64_t now_ms, int64_t ttl_s) {
   return {k.key, ttl, "when its state is over"};
 }
 
-int RunRepair(const RepairOptions& o) {
-  auto admin = ConnectOrReport("repair", o.admin);
-  if (!admin) return kExitError;
-  const auto start = std::chrono::steady_clock::now();
+// One repair: what the scan planned, and with --apply the expiries set as it goes.
+struct RepairRun {
+  const RepairOptions& o;
+  Admin& admin;
   std::vector<Planned> listed;  // the first --list planned keys
   std::map<std::string, int64_t> by_why;
-  std::vector<std::pair<std::string, std::chrono::seconds>> pending;
+  std::vector<std::pair<std::string, std::chrono::seconds>> pending;  // --apply: not yet sent
   int64_t planned = 0, foreign = 0, scanned = 0;
   ExpireResult done;
   Status apply_status;
-  const auto apply_pending = [&] {
-    if (pending.empty()) return true;
-    auto result = admin->ExpireIfNone(pending);
-    pending.clear();
-    if (!result.ok()) {
-      apply_status = result.status();
-      return false;
+
+  // Plans every key of the batch without an expiry; false when setting the pending
+  // expiries failed (apply_status says why).
+  bool AddBatch(const ScanBatch& batch);
+  // Sets the pending expiries; false when that failed (apply_status says why).
+  bool ApplyPending();
+  // Scans and, with --apply, sets every expiry planned. The first failure.
+  Status ScanAndApply();
+  int ExitCode() const;
+};
+
+bool RepairRun::AddBatch(const ScanBatch& batch) {
+  scanned += static_cast<int64_t>(batch.keys.size());
+  for (const ScannedKey& k : batch.keys) {
+    if (k.foreign()) {
+      ++foreign;
+      continue;
     }
-    done.set += result->set;
-    done.had_ttl += result->had_ttl;
-    done.missing += result->missing;
-    done.foreign += result->foreign;
-    return true;
-  };
+    if (!k.name || k.ttl_ms != -1) continue;
+    Planned p = Plan(k, batch.now_ms, o.ttl_s);
+    ++planned;
+    ++by_why[p.why];
+    if (o.apply) pending.emplace_back(p.key, p.ttl);
+    if (listed.size() < static_cast<size_t>(o.list)) listed.push_back(std::move(p));
+  }
+  return pending.size() < kApplyEvery || ApplyPending();
+}
+
+bool RepairRun::ApplyPending() {
+  if (pending.empty()) return true;
+  auto result = admin.ExpireIfNone(pending);
+  pending.clear();
+  if (!result.ok()) {
+    apply_status = result.status();
+    return false;
+  }
+  done.set += result->set;
+  done.had_ttl += result->had_ttl;
+  done.missing += result->missing;
+  done.foreign += result->foreign;
+  return true;
+}
+
+Status RepairRun::ScanAndApply() {
   Status status =
-      admin->Scan({.limiter = o.limiter, .read_leaked_values = o.ttl_s == 0, .distinct = true},
-                  [&](const ScanBatch& batch) {
-                    scanned += static_cast<int64_t>(batch.keys.size());
-                    for (const ScannedKey& k : batch.keys) {
-                      if (k.foreign()) {
-                        ++foreign;
-                        continue;
-                      }
-                      if (!k.name || k.ttl_ms != -1) continue;
-                      Planned p = Plan(k, batch.now_ms, o.ttl_s);
-                      ++planned;
-                      ++by_why[p.why];
-                      if (o.apply) pending.emplace_back(p.key, p.ttl);
-                      if (listed.size() < static_cast<size_t>(o.list))
-                        listed.push_back(std::move(p));
-                    }
-                    return pending.size() < kApplyEvery || apply_pending();
-                  });
-  if (status.ok() && apply_status.ok()) apply_pending();
-  if (!status.ok() || !apply_status.ok()) {
-    const Status& failed = status.ok() ? apply_status : status;
-    if (o.apply) {
-      std::fprintf(stderr, "sluice repair: stopped after setting %lld expir%s\n",
-                   static_cast<long long>(done.set), done.set == 1 ? "y" : "ies");
-    }
-    return ReportError("repair", failed);
-  }
+      admin.Scan({.limiter = o.limiter, .read_leaked_values = o.ttl_s == 0, .distinct = true},
+                 [this](const ScanBatch& batch) { return AddBatch(batch); });
+  if (status.ok() && apply_status.ok()) ApplyPending();
+  return status.ok() ? apply_status : status;
+}
 
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int exit_code = kExitOk;
-  if (foreign > 0 || done.foreign > 0) {
-    exit_code = kExitError;
-  } else if (!o.apply && planned > 0) {
-    exit_code = kExitFindings;
-  }
+int RepairRun::ExitCode() const {
+  if (foreign > 0 || done.foreign > 0) return kExitError;
+  if (!o.apply && planned > 0) return kExitFindings;
+  return kExitOk;
+}
 
-  if (o.admin.json) {
-    nlohmann::json doc;
-    doc["prefix"] = o.admin.prefix;
-    doc["mode"] = o.apply ? "apply" : "dry_run";
-    doc["keys_scanned"] = scanned;
-    doc["without_expiry"] = planned;
-    nlohmann::json keys = nlohmann::json::array();
-    for (const Planned& p : listed) {
-      keys.push_back({{"key", p.key}, {"ttl_s", p.ttl.count()}, {"why", p.why}});
-    }
-    doc["keys"] = keys;
-    doc["by_why"] = by_why;
-    if (o.apply) {
-      doc["expiry_set"] = done.set;
-      doc["had_expiry"] = done.had_ttl;
-      doc["vanished"] = done.missing;
-      doc["replaced_by_foreign"] = done.foreign;
-    }
-    doc["foreign_untouched"] = foreign;
-    doc["elapsed_s"] = elapsed;
-    doc["peak_rss_kb"] = PeakRssKb();
-    doc["exit_code"] = exit_code;
-    PrintJson(doc);
-    return exit_code;
+void PrintRepairJson(const RepairRun& run, double elapsed, int exit_code) {
+  const RepairOptions& o = run.o;
+  nlohmann::json doc;
+  doc["prefix"] = o.admin.prefix;
+  doc["mode"] = o.apply ? "apply" : "dry_run";
+  doc["keys_scanned"] = run.scanned;
+  doc["without_expiry"] = run.planned;
+  nlohmann::json keys = nlohmann::json::array();
+  for (const Planned& p : run.listed) {
+    keys.push_back({{"key", p.key}, {"ttl_s", p.ttl.count()}, {"why", p.why}});
   }
+  doc["keys"] = keys;
+  doc["by_why"] = run.by_why;
+  if (o.apply) {
+    doc["expiry_set"] = run.done.set;
+    doc["had_expiry"] = run.done.had_ttl;
+    doc["vanished"] = run.done.missing;
+    doc["replaced_by_foreign"] = run.done.foreign;
+  }
+  doc["foreign_untouched"] = run.foreign;
+  doc["elapsed_s"] = elapsed;
+  doc["peak_rss_kb"] = PeakRssKb();
+  doc["exit_code"] = exit_code;
+  PrintJson(doc);
+}
+
+void PrintRepairText(const RepairRun& run, double elapsed) {
+  const RepairOptions& o = run.o;
   std::printf(
       "sluice repair (%s) of prefix \"%s\": %lld keys scanned, %lld sluice key(s) without "
       "an expiry\n",
-      o.apply ? "APPLY" : "dry run", o.admin.prefix.c_str(), static_cast<long long>(scanned),
-      static_cast<long long>(planned));
-  for (const Planned& p : listed) {
+      o.apply ? "APPLY" : "dry run", o.admin.prefix.c_str(), static_cast<long long>(run.scanned),
+      static_cast<long long>(run.planned));
+  for (const Planned& p : run.listed) {
     std::printf("  %s %s  EXPIRE %lld  (%s)\n", o.apply ? "did" : "would", p.key.c_str(),
                 static_cast<long long>(p.ttl.count()), p.why.c_str());
   }
-  if (planned > static_cast<int64_t>(listed.size())) {
+  if (run.planned > static_cast<int64_t>(run.listed.size())) {
     std::printf("  … and %lld more\n",
-                static_cast<long long>(planned - static_cast<int64_t>(listed.size())));
+                static_cast<long long>(run.planned - static_cast<int64_t>(run.listed.size())));
   }
   if (o.apply) {
     std::printf(
         "expiry set on %lld key(s); %lld had one by then (left alone); %lld vanished; "
         "%lld held another type by then (left alone); %.2f s\n",
-        static_cast<long long>(done.set), static_cast<long long>(done.had_ttl),
-        static_cast<long long>(done.missing), static_cast<long long>(done.foreign), elapsed);
-  } else if (planned > 0) {
+        static_cast<long long>(run.done.set), static_cast<long long>(run.done.had_ttl),
+        static_cast<long long>(run.done.missing), static_cast<long long>(run.done.foreign),
+        elapsed);
+  } else if (run.planned > 0) {
     std::printf("nothing changed (dry run); run again with --apply to set these expiries\n");
   }
-  if (foreign > 0) {
+  if (run.foreign > 0) {
     std::printf(
         "%lld FOREIGN key(s) under the prefix were not touched (not sluice's layout or "
         "type; see sluice audit)\n",
-        static_cast<long long>(foreign));
+        static_cast<long long>(run.foreign));
+  }
+}
+
+int RunRepair(const RepairOptions& o) {
+  auto admin = ConnectOrReport("repair", o.admin);
+  if (!admin) return kExitError;
+  const auto start = std::chrono::steady_clock::now();
+  RepairRun run{o, *admin};
+  if (Status failed = run.ScanAndApply(); !failed.ok()) {
+    if (o.apply) {
+      std::fprintf(stderr, "sluice repair: stopped after setting %lld expir%s\n",
+                   static_cast<long long>(run.done.set), run.done.set == 1 ? "y" : "ies");
+    }
+    return ReportError("repair", failed);
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int exit_code = run.ExitCode();
+  if (o.admin.json) {
+    PrintRepairJson(run, elapsed, exit_code);
+  } else {
+    PrintRepairText(run, elapsed);
   }
   return exit_code;
 }

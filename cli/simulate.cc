@@ -271,25 +271,25 @@ std::string Svg(const SimulateOptions& o, const std::vector<ModeResult>& results
   return s.str();
 }
 
-int Run(SimulateOptions o) {
-  const auto fail = [](const std::string& why) {
-    std::fprintf(stderr, "sluice simulate: %s\n", why.c_str());
-    return kExitError;
-  };
-  StatusOr<Algorithm> algorithm = ParseAlgorithm(o.algorithm);
-  if (!algorithm.ok()) return fail(algorithm.status().message());
-  if (o.limit < 1 || o.limit > 100'000'000) return fail("--limit: want 1..100000000");
-  if (o.window_ms < 10 || o.window_ms > 86'400'000) return fail("--window-ms: want 10..86400000");
-  if (o.windows < 1 || o.windows > 1000) return fail("--windows: want 1..1000");
-  std::vector<int64_t> counts;
-  if (std::string why = PerServer(o, counts); !why.empty()) return fail(why);
-  int64_t per_window = 0;
+// --limit, --window-ms, --windows, and the requests per window per server (`counts`, and
+// their sum `per_window`), within what is simulated. An error message or "".
+std::string CheckLoad(SimulateOptions& o, std::vector<int64_t>& counts, int64_t& per_window) {
+  if (o.limit < 1 || o.limit > 100'000'000) return "--limit: want 1..100000000";
+  if (o.window_ms < 10 || o.window_ms > 86'400'000) return "--window-ms: want 10..86400000";
+  if (o.windows < 1 || o.windows > 1000) return "--windows: want 1..1000";
+  if (std::string why = PerServer(o, counts); !why.empty()) return why;
+  per_window = 0;
   for (int64_t c : counts) per_window += c;
   if (per_window * o.windows > 20'000'000) {
-    return fail("that is " + std::to_string(per_window * o.windows) +
-                " requests in all; at most 20000000 are simulated");
+    return "that is " + std::to_string(per_window * o.windows) +
+           " requests in all; at most 20000000 are simulated";
   }
-  std::string note;
+  return "";
+}
+
+// --mode (local, split, shared by default) and --sync-interval-ms. `note` says why a mode
+// asked for by default is left out. An error message or "".
+std::string CheckModes(SimulateOptions& o, std::string& note) {
   if (o.modes.empty()) {
     o.modes = {"local", "split", "shared"};
     if (o.limit / o.servers < 1) {
@@ -301,26 +301,35 @@ int Run(SimulateOptions o) {
   }
   for (const std::string& m : o.modes) {
     if (m != "local" && m != "split" && m != "shared" && m != "prefetch" && m != "sync") {
-      return fail("--mode: \"" + m + "\" is not one of local, split, shared, prefetch, sync");
+      return "--mode: \"" + m + "\" is not one of local, split, shared, prefetch, sync";
     }
   }
-  if (o.sync_interval_ms < 1) return fail("--sync-interval-ms: want >= 1");
-  // Aligned windows start at multiples of the window on the model clock.
-  const int64_t start_ms = 1'700'000'000'000 / o.window_ms * o.window_ms + o.window_ms;
-  const std::vector<Request> requests = Schedule(o, counts, start_ms);
+  if (o.sync_interval_ms < 1) return "--sync-interval-ms: want >= 1";
+  return "";
+}
 
-  // The shared mode is the reference every mode is held to, so it always runs.
+// The result of `mode` (one that ran).
+const ModeResult& Find(const std::vector<ModeResult>& results, const std::string& mode) {
+  return *std::find_if(results.begin(), results.end(),
+                       [&](const ModeResult& r) { return r.mode == mode; });
+}
+
+// Runs the modes asked for, and the shared mode (the reference every mode is held to, so
+// it always runs); each result's overshoot and under-admission against the shared mode's.
+// An error message or "".
+std::string RunModes(const SimulateOptions& o, Algorithm algorithm,
+                     const std::vector<Request>& requests, int64_t start_ms,
+                     std::vector<ModeResult>& results) {
   std::vector<std::string> run = o.modes;
   if (std::find(run.begin(), run.end(), "shared") == run.end()) run.push_back("shared");
-  std::vector<ModeResult> results(run.size());
+  results.resize(run.size());
   for (size_t i = 0; i < run.size(); ++i) {
-    if (std::string why = RunMode(o, *algorithm, run[i], requests, start_ms, results[i]);
+    if (std::string why = RunMode(o, algorithm, run[i], requests, start_ms, results[i]);
         !why.empty()) {
-      return fail(why);
+      return why;
     }
   }
-  const ModeResult& ideal = *std::find_if(results.begin(), results.end(),
-                                          [](const ModeResult& r) { return r.mode == "shared"; });
+  const ModeResult& ideal = Find(results, "shared");
   for (ModeResult& r : results) {
     for (int w = 0; w < o.windows; ++w) {
       const int64_t d = r.admitted_per_window[static_cast<size_t>(w)] -
@@ -328,43 +337,37 @@ int Run(SimulateOptions o) {
       (d > 0 ? r.overshoot : r.under_admission) += std::abs(d);
     }
   }
-  // Report the modes asked for, in the order asked.
-  std::vector<ModeResult> shown;
-  for (const std::string& m : o.modes) {
-    shown.push_back(*std::find_if(results.begin(), results.end(),
-                                  [&](const ModeResult& r) { return r.mode == m; }));
-  }
+  return "";
+}
 
-  if (!o.svg.empty()) {
-    std::ofstream out(o.svg);
-    out << Svg(o, shown);
-    if (!out.good()) return fail("cannot write " + o.svg);
+void PrintSimulateJson(const SimulateOptions& o, const std::vector<int64_t>& counts,
+                       int64_t per_window, int64_t ideal, const std::vector<ModeResult>& shown,
+                       const std::string& note) {
+  nlohmann::json j = {{"servers", o.servers},     {"limit", o.limit},
+                      {"window_ms", o.window_ms}, {"windows", o.windows},
+                      {"algorithm", o.algorithm}, {"requests_per_window", per_window},
+                      {"per_server", counts},     {"ideal", ideal}};
+  for (const ModeResult& r : shown) {
+    j["modes"].push_back({{"mode", r.mode},
+                          {"per_server_limit", r.per_server_limit},
+                          {"admitted", r.admitted},
+                          {"overshoot", r.overshoot},
+                          {"under_admission", r.under_admission},
+                          {"store_calls", r.store_calls},
+                          {"admitted_per_window", r.admitted_per_window},
+                          {"admitted_per_server", r.admitted_per_server}});
   }
-  if (o.json) {
-    nlohmann::json j = {{"servers", o.servers},     {"limit", o.limit},
-                        {"window_ms", o.window_ms}, {"windows", o.windows},
-                        {"algorithm", o.algorithm}, {"requests_per_window", per_window},
-                        {"per_server", counts},     {"ideal", ideal.admitted}};
-    for (const ModeResult& r : shown) {
-      j["modes"].push_back({{"mode", r.mode},
-                            {"per_server_limit", r.per_server_limit},
-                            {"admitted", r.admitted},
-                            {"overshoot", r.overshoot},
-                            {"under_admission", r.under_admission},
-                            {"store_calls", r.store_calls},
-                            {"admitted_per_window", r.admitted_per_window},
-                            {"admitted_per_server", r.admitted_per_server}});
-    }
-    if (shown.size() == 1) j["admitted"] = shown.front().admitted;
-    if (!note.empty()) j["note"] = note;
-    std::printf("%s\n", j.dump().c_str());
-    return kExitOk;
-  }
+  if (shown.size() == 1) j["admitted"] = shown.front().admitted;
+  if (!note.empty()) j["note"] = note;
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void PrintSimulateTable(const SimulateOptions& o, int64_t per_window, int64_t ideal,
+                        const std::vector<ModeResult>& shown, const std::string& note) {
   std::printf("%d servers sharing %lld per %lld ms (%s), %d windows, %lld requests per window\n",
               o.servers, static_cast<long long>(o.limit), static_cast<long long>(o.window_ms),
               o.algorithm.c_str(), o.windows, static_cast<long long>(per_window));
-  std::printf("ideal (one shared limit): %lld admitted\n\n",
-              static_cast<long long>(ideal.admitted));
+  std::printf("ideal (one shared limit): %lld admitted\n\n", static_cast<long long>(ideal));
   std::printf("%-8s %10s %10s %10s %16s %12s\n", "mode", "per server", "admitted", "overshoot",
               "under-admission", "store calls");
   for (const ModeResult& r : shown) {
@@ -377,6 +380,43 @@ int Run(SimulateOptions o) {
   std::printf(
       "\nper server: the limit each server enforces; overshoot / under-admission: admitted "
       "above / below the shared limit's, summed per window\n");
+}
+
+int Run(SimulateOptions o) {
+  const auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "sluice simulate: %s\n", why.c_str());
+    return kExitError;
+  };
+  StatusOr<Algorithm> algorithm = ParseAlgorithm(o.algorithm);
+  if (!algorithm.ok()) return fail(algorithm.status().message());
+  std::vector<int64_t> counts;
+  int64_t per_window = 0;
+  if (std::string why = CheckLoad(o, counts, per_window); !why.empty()) return fail(why);
+  std::string note;
+  if (std::string why = CheckModes(o, note); !why.empty()) return fail(why);
+  // Aligned windows start at multiples of the window on the model clock.
+  const int64_t start_ms = 1'700'000'000'000 / o.window_ms * o.window_ms + o.window_ms;
+  const std::vector<Request> requests = Schedule(o, counts, start_ms);
+
+  std::vector<ModeResult> results;
+  if (std::string why = RunModes(o, *algorithm, requests, start_ms, results); !why.empty()) {
+    return fail(why);
+  }
+  const int64_t ideal = Find(results, "shared").admitted;
+  // Report the modes asked for, in the order asked.
+  std::vector<ModeResult> shown;
+  for (const std::string& m : o.modes) shown.push_back(Find(results, m));
+
+  if (!o.svg.empty()) {
+    std::ofstream out(o.svg);
+    out << Svg(o, shown);
+    if (!out.good()) return fail("cannot write " + o.svg);
+  }
+  if (o.json) {
+    PrintSimulateJson(o, counts, per_window, ideal, shown, note);
+  } else {
+    PrintSimulateTable(o, per_window, ideal, shown, note);
+  }
   return kExitOk;
 }
 

@@ -96,6 +96,279 @@ std::vector<std::string> PossibleSlotTags(std::string_view id) {
   return tags;
 }
 
+// Admin::ExpireIfNone refuses every key that is not a sluice key under `prefix`, and
+// every TTL under a second, before it changes anything.
+Status CheckExpireKeys(const std::string& prefix,
+                       std::span<const std::pair<std::string, std::chrono::seconds>> keys) {
+  for (const auto& [key, ttl] : keys) {
+    if (!ParseKeyName(prefix, key)) {
+      return InvalidArgumentError("refusing to touch \"" + key +
+                                  "\": not a sluice key under prefix \"" + prefix + "\"");
+    }
+    if (ttl.count() < 1) {
+      return InvalidArgumentError("ttl for \"" + key + "\" must be >= 1 s, got " +
+                                  std::to_string(ttl.count()));
+    }
+  }
+  return Status::Ok();
+}
+
+// Admin::ExpireIfNone sends one chunk of up to kExpireChunk keys per round trip, at most
+// kExpireInFlight of them sent and not yet answered: Redis stays busy (the next chunk is
+// queued behind the one it runs) while each chunk's deadline, set when it is sent, covers
+// only its own round trip and the few queued before it, however many keys there are. A
+// chunk is one script call (off a cluster) or one call per slot among its keys (a
+// cluster, keys grouped by node and sorted by slot first), sent pipelined. A chunk that
+// misses its deadline is sent again, up to kExpireAttempts in all: the script changes
+// nothing it has already changed (a key it gave an expiry has one), so a late first
+// attempt and the retry together do it once; its keys then count as having had an expiry.
+constexpr size_t kExpireChunk = 1000;
+constexpr size_t kExpireInFlight = 4;
+constexpr int kExpireAttempts = 3;
+
+struct ExpireChunk {
+  BlockingClient* redis = nullptr;
+  SlotGroups keys;
+  std::vector<std::vector<std::string>> args;  // per group: ttl and expected type per key
+  int attempt = 1;
+  std::future<BlockingClient::Replies> reply;
+};
+
+// The chunk's script calls, pipelined: one per group.
+std::future<BlockingClient::Replies> SendExpireChunk(const ExpireChunk& chunk) {
+  std::vector<BlockingClient::ScriptCall> calls;
+  for (size_t g = 0; g < chunk.keys.groups.size(); ++g) {
+    const auto [begin, end] = chunk.keys.groups[g];
+    calls.push_back({std::span(chunk.keys.keys).subspan(begin, end - begin), chunk.args[g]});
+  }
+  return chunk.redis->EvalManyAsync(kExpireBatch, calls);
+}
+
+// Waits for the chunk's replies (sending it again after a missed deadline) and adds what
+// the script did to `result`.
+Status CollectExpireChunk(ExpireChunk& chunk, ExpireResult& result) {
+  auto replies = chunk.redis->Checked(chunk.reply.get());
+  while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
+         chunk.attempt < kExpireAttempts) {
+    ++chunk.attempt;
+    replies = chunk.redis->Checked(SendExpireChunk(chunk).get());
+  }
+  if (!replies.ok()) return replies.status();
+  for (const Reply& r : *replies) {
+    if (r.type != Reply::Type::kArray) return chunk.redis->Unexpected("the expire batch script");
+    for (const Reply& e : r.elements) {
+      if (e.integer == 1) ++result.set;
+      if (e.integer == 0) ++result.had_ttl;
+      if (e.integer == -1) ++result.missing;
+      if (e.integer == -2) ++result.foreign;
+    }
+  }
+  return Status::Ok();
+}
+
+// The next chunk of one node's keys (`all`, grouped by slot), from group `at` on: whole
+// groups up to about kExpireChunk keys (each group holds at most kExpireChunk). Moves
+// `at` past them. The chunk's `redis` is left to the caller.
+ExpireChunk NextExpireChunk(const std::string& prefix, const SlotGroups& all,
+                            const std::map<std::string, std::chrono::seconds>& ttls, size_t& at) {
+  ExpireChunk chunk;
+  size_t taken = 0;
+  for (; at < all.groups.size(); ++at) {
+    const auto [begin, end] = all.groups[at];
+    if (taken > 0 && taken + (end - begin) > kExpireChunk) break;
+    const size_t first = chunk.keys.keys.size();
+    std::vector<std::string> args;
+    for (size_t i = begin; i < end; ++i) {
+      const std::string& key = all.keys[i];
+      chunk.keys.keys.push_back(key);
+      args.push_back(std::to_string(ttls.at(key).count()));
+      args.emplace_back(KeyTypeName(ExpectedKeyType(ParseKeyName(prefix, key)->suffix)));
+    }
+    chunk.keys.groups.emplace_back(first, chunk.keys.keys.size());
+    chunk.args.push_back(std::move(args));
+    taken += end - begin;
+  }
+  return chunk;
+}
+
+// A scan's round trip that misses its deadline is sent again (kScanAttempts in all): SCAN
+// from a cursor and the read-only batch script give the same answer twice.
+constexpr int kScanAttempts = 3;
+
+// Waits for `first`; while the replies missed their deadline, sends again with `resend`.
+template <typename Resend>
+BlockingClient::Replies Retried(BlockingClient& redis, std::future<BlockingClient::Replies> first,
+                                const Resend& resend) {
+  auto replies = redis.Checked(first.get());
+  for (int attempt = 1; attempt < kScanAttempts && !replies.ok() &&
+                        replies.status().code() == StatusCode::kDeadlineExceeded;
+       ++attempt) {
+    replies = redis.Checked(resend().get());
+  }
+  return replies;
+}
+
+// SCAN over one node with MATCH `pattern`, from a cursor to the end of the node's table.
+// Redis is the bound (SCAN, TYPE and PTTL cost it ~3 us per key), so it is never left
+// idle: the next SCAN is sent as soon as the last one is answered.
+class ScanWalk {
+ public:
+  // One SCAN's answer, with Redis's clock (TIME, in the same round trip).
+  struct Round {
+    BlockingClient::Replies replies;
+    std::string cursor;  // SCAN's cursor after it: "0" at the end
+    int64_t now_ms = 0;
+    const std::vector<Reply>& matched() const { return (*replies)[0].elements[1].elements; }
+  };
+
+  // Sends the first SCAN, from `start`.
+  ScanWalk(BlockingClient& redis, const std::string& pattern, size_t base_count, std::string start)
+      : redis_(redis),
+        pattern_(pattern),
+        base_count_(base_count),
+        count_(base_count),
+        cursor_(std::move(start)),
+        next_(Send()) {}
+
+  // false once SCAN's cursor came back to "0".
+  bool scanning() const { return scanning_; }
+
+  // Waits for the SCAN sent last and sends the next one, unless that was the end.
+  StatusOr<Round> Next() {
+    Round round{Retried(redis_, std::move(next_), [&] { return Send(); })};
+    if (!round.replies.ok()) return round.replies.status();
+    const Reply& sr = (*round.replies)[0];
+    auto now = internal::TimeMs((*round.replies)[1]);
+    if (sr.type != Reply::Type::kArray || sr.elements.size() != 2 ||
+        sr.elements[1].type != Reply::Type::kArray || !now) {
+      return redis_.Unexpected("SCAN");
+    }
+    round.cursor = sr.elements[0].str;
+    round.now_ms = *now;
+    // SCAN visits COUNT buckets whatever MATCH keeps. When few keys of the database match
+    // (a limiter among many, a small prefix in a big database), COUNT grows up to 4x so
+    // that fewer sequential round trips walk the table; each SCAN still blocks Redis only
+    // a few milliseconds.
+    const size_t matched = sr.elements[1].elements.size();
+    if (matched * 2 < base_count_ && count_ < 4 * base_count_) {
+      count_ *= 2;
+    } else if (matched > 2 * base_count_ && count_ > base_count_) {
+      count_ /= 2;
+    }
+    scanning_ = round.cursor != "0";
+    if (scanning_) {
+      cursor_ = round.cursor;
+      next_ = Send();
+    }
+    return round;
+  }
+
+ private:
+  // SCAN from cursor_ and TIME, pipelined.
+  std::future<BlockingClient::Replies> Send() {
+    return redis_.ExecAsync({internal::FormatCommand({"SCAN", cursor_, "MATCH", pattern_, "COUNT",
+                                                      std::to_string(count_)}),
+                             internal::FormatCommand({"TIME"})});
+  }
+
+  BlockingClient& redis_;
+  const std::string& pattern_;
+  const size_t base_count_;
+  size_t count_;
+  std::string cursor_;  // the cursor next_ was sent with
+  bool scanning_ = true;
+  std::future<BlockingClient::Replies> next_;
+};
+
+// One batch of a scan: its keys' details asked of the batch script, not yet reported.
+struct ScanInFlight {
+  SlotGroups keys;  // grouped by slot: one script call per group
+  std::vector<std::string> args;
+  int64_t now_ms = 0;
+  std::string cursor;                // the cursor the scan reports after this batch
+  int64_t scanned = 0, repeats = 0;  // so far, this batch included
+  std::future<BlockingClient::Replies> details;
+};
+
+// The batch script's calls for `f`, pipelined: one per group.
+std::future<BlockingClient::Replies> SendScanDetails(BlockingClient& redis, const ScanInFlight& f) {
+  std::vector<BlockingClient::ScriptCall> calls;
+  calls.reserve(f.keys.groups.size());
+  for (const auto& [begin, end] : f.keys.groups) {
+    calls.push_back({std::span(f.keys.keys).subspan(begin, end - begin), f.args});
+  }
+  return redis.EvalManyAsync(kScanBatch, calls);
+}
+
+// The keys of a SCAN reply that the scan reports, counted into `scanned` and `repeats`.
+// With a limiter (`plain_head` not empty), the pattern also matches keys of limiters
+// whose name ends with this one's: only this limiter's keys are kept.
+std::vector<std::string> KeepScanned(const std::vector<Reply>& matched, const std::string& prefix,
+                                     const std::string& plain_head, const ScanOptions& scan,
+                                     internal::KeyHashSet& seen, int64_t& scanned,
+                                     int64_t& repeats) {
+  std::vector<std::string> keys;
+  keys.reserve(matched.size());
+  for (const Reply& k : matched) {
+    if (!plain_head.empty() && !k.str.starts_with(plain_head)) {
+      // The pattern's other layout: a co-located key of this limiter, or nothing of it.
+      const auto name = ParseKeyName(prefix, k.str);
+      if (!name || name->encoded_slot_tag.empty() || name->limiter != scan.limiter) continue;
+    }
+    ++scanned;
+    if (scan.distinct && !seen.Insert(k.str)) {
+      ++repeats;
+      continue;
+    }
+    keys.push_back(k.str);
+  }
+  return keys;
+}
+
+// The batch `f` reports, from the batch script's replies (`details`, one per group).
+StatusOr<ScanBatch> DecodeScanBatch(BlockingClient& redis, const std::string& prefix,
+                                    ScanInFlight& f, const std::vector<Reply>& details) {
+  std::vector<std::string>& keys = f.keys.keys;
+  if (details.size() != f.keys.groups.size()) return redis.Unexpected("the scan batch script");
+  ScanBatch batch;
+  batch.now_ms = f.now_ms;
+  batch.cursor = std::move(f.cursor);
+  static constexpr KeyType kTypes[] = {KeyType::kNone,   KeyType::kString, KeyType::kList,
+                                       KeyType::kSet,    KeyType::kZset,   KeyType::kHash,
+                                       KeyType::kStream, KeyType::kOther};
+  batch.keys.resize(keys.size());
+  for (size_t g = 0; g < f.keys.groups.size(); ++g) {
+    const auto [begin, end] = f.keys.groups[g];
+    const Reply& flat = details[g];
+    if (flat.type != Reply::Type::kArray || flat.elements.size() != 5 * (end - begin)) {
+      return redis.Unexpected("the scan batch script");
+    }
+    for (size_t i = begin; i < end; ++i) {
+      ScannedKey& key = batch.keys[i];
+      const Reply* r = &flat.elements[5 * (i - begin)];
+      key.key = std::move(keys[i]);
+      key.type = kTypes[std::clamp<long long>(r[0].integer, 0, 7)];
+      key.ttl_ms = r[1].integer;
+      key.name = ParseKeyName(prefix, key.key);
+      if (!key.name) continue;
+      if (key.type != ExpectedKeyType(key.name->suffix)) {
+        key.name.reset();  // vanished, or not sluice's
+        continue;
+      }
+      key.members = r[2].integer;
+      key.stale = r[3].integer;
+      bool is_bound = false;
+      if (auto ends = internal::StateEndsAt(key.name->suffix, r[4], f.now_ms, is_bound)) {
+        key.ends_at_ms = *ends;
+        key.ends_at_is_bound = is_bound;
+      }
+    }
+  }
+  batch.scanned = f.scanned;
+  batch.repeats = f.repeats;
+  return batch;
+}
+
 }  // namespace
 
 struct Admin::Impl {
@@ -336,94 +609,20 @@ Status Admin::Impl::ScanNode(size_t node, const std::string& pattern, const std:
                              int64_t& scanned, int64_t& repeats, internal::KeyHashSet& seen,
                              bool& go_on) {
   BlockingClient& redis = *nodes[node];
-  // SCAN visits COUNT buckets whatever MATCH keeps. When few keys of the database match
-  // (a limiter among many, a small prefix in a big database), COUNT grows up to 4x so
-  // that fewer sequential round trips walk the table; each SCAN still blocks Redis only
-  // a few milliseconds.
-  const size_t base_count = options.scan_count;
-  size_t count = base_count;
-  auto scan_round = [&](const std::string& cursor) {
-    return redis.ExecAsync({internal::FormatCommand(
-                                {"SCAN", cursor, "MATCH", pattern, "COUNT", std::to_string(count)}),
-                            internal::FormatCommand({"TIME"})});
-  };
-  // Redis is the bound (SCAN, TYPE and PTTL cost it ~3 us per key), so it is never left
-  // idle: the next SCAN is sent as soon as the last one is answered, and up to kDepth
-  // batch scripts are in flight while the client decodes an earlier batch.
+  ScanWalk walk(redis, pattern, options.scan_count, std::move(start));
+  // Up to kDepth batch scripts are in flight while the client decodes an earlier batch.
   constexpr size_t kDepth = 4;
-  struct InFlight {
-    SlotGroups keys;  // grouped by slot: one script call per group
-    std::vector<std::string> args;
-    int64_t now_ms = 0;
-    std::string cursor;                // SCAN's cursor after this batch
-    int64_t scanned = 0, repeats = 0;  // so far, this batch included
-    std::future<BlockingClient::Replies> details;
-  };
-  const auto send_details = [&](const InFlight& f) {
-    std::vector<BlockingClient::ScriptCall> calls;
-    calls.reserve(f.keys.groups.size());
-    for (const auto& [begin, end] : f.keys.groups) {
-      calls.push_back({std::span(f.keys.keys).subspan(begin, end - begin), f.args});
-    }
-    return redis.EvalManyAsync(kScanBatch, calls);
-  };
-  std::deque<InFlight> in_flight;
-  // A round trip that misses its deadline is sent again (kAttempts in all): SCAN from a
-  // cursor and the read-only batch script give the same answer twice.
-  constexpr int kAttempts = 3;
-  const auto retried = [&](std::future<BlockingClient::Replies> first, const auto& resend) {
-    auto replies = redis.Checked(first.get());
-    for (int attempt = 1; attempt < kAttempts && !replies.ok() &&
-                          replies.status().code() == StatusCode::kDeadlineExceeded;
-         ++attempt) {
-      replies = redis.Checked(resend().get());
-    }
-    return replies;
-  };
-  std::string next_cursor = start;  // the cursor `next` was sent with
-  auto next = scan_round(next_cursor);
-  bool scanning = true;
-  while (scanning || !in_flight.empty()) {
-    if (scanning && in_flight.size() < kDepth) {
-      auto round = retried(std::move(next), [&] { return scan_round(next_cursor); });
+  std::deque<ScanInFlight> in_flight;
+  while (walk.scanning() || !in_flight.empty()) {
+    if (walk.scanning() && in_flight.size() < kDepth) {
+      auto round = walk.Next();
       if (!round.ok()) return round.status();
-      const Reply& sr = (*round)[0];
-      auto now = internal::TimeMs((*round)[1]);
-      if (sr.type != Reply::Type::kArray || sr.elements.size() != 2 ||
-          sr.elements[1].type != Reply::Type::kArray || !now) {
-        return redis.Unexpected("SCAN");
-      }
-      const std::string cursor = sr.elements[0].str;
-      const size_t matched = sr.elements[1].elements.size();
-      if (matched * 2 < base_count && count < 4 * base_count) {
-        count *= 2;
-      } else if (matched > 2 * base_count && count > base_count) {
-        count /= 2;
-      }
-      scanning = cursor != "0";
-      if (scanning) {
-        next_cursor = cursor;
-        next = scan_round(cursor);
-      }
-      InFlight f;
-      f.now_ms = *now;
-      f.cursor = CursorOf(node, cursor);
-      f.args = {std::to_string(*now), scan.read_leaked_values ? "1" : "0"};
-      std::vector<std::string> keys;
-      keys.reserve(matched);
-      for (const Reply& k : sr.elements[1].elements) {
-        if (!plain_head.empty() && !k.str.starts_with(plain_head)) {
-          // The pattern's other layout: a co-located key of this limiter, or nothing of it.
-          const auto name = ParseKeyName(options.prefix, k.str);
-          if (!name || name->encoded_slot_tag.empty() || name->limiter != scan.limiter) continue;
-        }
-        ++scanned;
-        if (scan.distinct && !seen.Insert(k.str)) {
-          ++repeats;
-          continue;
-        }
-        keys.push_back(k.str);
-      }
+      ScanInFlight f;
+      f.now_ms = round->now_ms;
+      f.cursor = CursorOf(node, round->cursor);
+      f.args = {std::to_string(round->now_ms), scan.read_leaked_values ? "1" : "0"};
+      std::vector<std::string> keys =
+          KeepScanned(round->matched(), options.prefix, plain_head, scan, seen, scanned, repeats);
       f.scanned = scanned;
       f.repeats = repeats;
       if (keys.empty()) {
@@ -436,7 +635,7 @@ Status Admin::Impl::ScanNode(size_t node, const std::string& pattern, const std:
         }
         // Nothing to report and nothing pending: an empty batch tells where SCAN stands.
         ScanBatch empty;
-        empty.now_ms = *now;
+        empty.now_ms = round->now_ms;
         empty.scanned = scanned;
         empty.repeats = repeats;
         empty.cursor = f.cursor;
@@ -447,54 +646,18 @@ Status Admin::Impl::ScanNode(size_t node, const std::string& pattern, const std:
         continue;
       }
       f.keys = GroupBySlot(std::move(keys), cluster, std::numeric_limits<size_t>::max());
-      f.details = send_details(f);
+      f.details = SendScanDetails(redis, f);
       in_flight.push_back(std::move(f));
       continue;
     }
-    InFlight f = std::move(in_flight.front());
+    ScanInFlight f = std::move(in_flight.front());
     in_flight.pop_front();
-    auto details = retried(std::move(f.details), [&] { return send_details(f); });
+    auto details = Retried(redis, std::move(f.details), [&] { return SendScanDetails(redis, f); });
     if (!details.ok()) return details.status();
-    std::vector<std::string>& keys = f.keys.keys;
-    if (details->size() != f.keys.groups.size()) return redis.Unexpected("the scan batch script");
-    ScanBatch batch;
-    batch.now_ms = f.now_ms;
-    batch.cursor = std::move(f.cursor);
-    static constexpr KeyType kTypes[] = {KeyType::kNone,   KeyType::kString, KeyType::kList,
-                                         KeyType::kSet,    KeyType::kZset,   KeyType::kHash,
-                                         KeyType::kStream, KeyType::kOther};
-    batch.keys.resize(keys.size());
-    for (size_t g = 0; g < f.keys.groups.size(); ++g) {
-      const auto [begin, end] = f.keys.groups[g];
-      const Reply& flat = (*details)[g];
-      if (flat.type != Reply::Type::kArray || flat.elements.size() != 5 * (end - begin)) {
-        return redis.Unexpected("the scan batch script");
-      }
-      for (size_t i = begin; i < end; ++i) {
-        ScannedKey& key = batch.keys[i];
-        const Reply* r = &flat.elements[5 * (i - begin)];
-        key.key = std::move(keys[i]);
-        key.type = kTypes[std::clamp<long long>(r[0].integer, 0, 7)];
-        key.ttl_ms = r[1].integer;
-        key.name = ParseKeyName(options.prefix, key.key);
-        if (!key.name) continue;
-        if (key.type != ExpectedKeyType(key.name->suffix)) {
-          key.name.reset();  // vanished, or not sluice's
-          continue;
-        }
-        key.members = r[2].integer;
-        key.stale = r[3].integer;
-        bool is_bound = false;
-        if (auto ends = internal::StateEndsAt(key.name->suffix, r[4], f.now_ms, is_bound)) {
-          key.ends_at_ms = *ends;
-          key.ends_at_is_bound = is_bound;
-        }
-      }
-    }
-    batch.scanned = f.scanned;
-    batch.repeats = f.repeats;
+    auto batch = DecodeScanBatch(redis, options.prefix, f, *details);
+    if (!batch.ok()) return batch.status();
     // Calls still in flight complete into their own shared state: nothing waits on them.
-    if (!on_batch(batch)) {
+    if (!on_batch(*batch)) {
       go_on = false;
       return Status::Ok();
     }
@@ -653,73 +816,8 @@ StatusOr<IdState> Admin::Inspect(std::string_view limiter, std::string_view id) 
 
 StatusOr<ExpireResult> Admin::ExpireIfNone(
     std::span<const std::pair<std::string, std::chrono::seconds>> keys) {
-  for (const auto& [key, ttl] : keys) {
-    if (!ParseKeyName(impl_->options.prefix, key)) {
-      return InvalidArgumentError("refusing to touch \"" + key +
-                                  "\": not a sluice key under prefix \"" + impl_->options.prefix +
-                                  "\"");
-    }
-    if (ttl.count() < 1) {
-      return InvalidArgumentError("ttl for \"" + key + "\" must be >= 1 s, got " +
-                                  std::to_string(ttl.count()));
-    }
-  }
-  // One chunk of up to kChunk keys per round trip, at most kInFlight of them sent and not
-  // yet answered: Redis stays busy (the next chunk is queued behind the one it runs)
-  // while each chunk's deadline, set when it is sent, covers only its own round trip and
-  // the few queued before it, however many keys there are. A chunk is one script call
-  // (off a cluster) or one call per slot among its keys (a cluster, keys grouped by node
-  // and sorted by slot first), sent pipelined. A chunk that misses its deadline is sent
-  // again, up to kAttempts in all: the script changes nothing it has already changed (a
-  // key it gave an expiry has one), so a late first attempt and the retry together do it
-  // once; its keys then count as having had an expiry.
-  constexpr size_t kChunk = 1000;
-  constexpr size_t kInFlight = 4;
-  constexpr int kAttempts = 3;
-  struct Chunk {
-    BlockingClient* redis = nullptr;
-    SlotGroups keys;
-    std::vector<std::vector<std::string>> args;  // per group
-    int attempt = 1;
-    std::future<BlockingClient::Replies> reply;
-  };
-  const auto send = [](const Chunk& chunk) {
-    std::vector<BlockingClient::ScriptCall> calls;
-    for (size_t g = 0; g < chunk.keys.groups.size(); ++g) {
-      const auto [begin, end] = chunk.keys.groups[g];
-      calls.push_back({std::span(chunk.keys.keys).subspan(begin, end - begin), chunk.args[g]});
-    }
-    return chunk.redis->EvalManyAsync(kExpireBatch, calls);
-  };
-  ExpireResult result;
-  std::deque<Chunk> chunks;
-  Status failure;
-  const auto collect = [&] {
-    Chunk chunk = std::move(chunks.front());
-    chunks.pop_front();
-    auto replies = chunk.redis->Checked(chunk.reply.get());
-    while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
-           chunk.attempt < kAttempts) {
-      ++chunk.attempt;
-      replies = chunk.redis->Checked(send(chunk).get());
-    }
-    if (!replies.ok()) {
-      if (failure.ok()) failure = replies.status();
-      return;
-    }
-    for (const Reply& r : *replies) {
-      if (r.type != Reply::Type::kArray) {
-        if (failure.ok()) failure = chunk.redis->Unexpected("the expire batch script");
-        return;
-      }
-      for (const Reply& e : r.elements) {
-        if (e.integer == 1) ++result.set;
-        if (e.integer == 0) ++result.had_ttl;
-        if (e.integer == -1) ++result.missing;
-        if (e.integer == -2) ++result.foreign;
-      }
-    }
-  };
+  const std::string& prefix = impl_->options.prefix;
+  if (Status s = CheckExpireKeys(prefix, keys); !s.ok()) return s;
   std::vector<std::vector<std::string>> of_node(impl_->nodes.size());
   std::map<std::string, std::chrono::seconds> ttls;
   for (const auto& [key, ttl] : keys) {
@@ -729,32 +827,25 @@ StatusOr<ExpireResult> Admin::ExpireIfNone(
     of_node[static_cast<size_t>(node)].push_back(key);
     ttls[key] = ttl;
   }
+  // Chunks of about kExpireChunk keys, at most kExpireInFlight of them sent and not yet
+  // answered (the comment at kExpireChunk says why).
+  ExpireResult result;
+  std::deque<ExpireChunk> chunks;
+  Status failure;
+  const auto collect = [&] {
+    ExpireChunk chunk = std::move(chunks.front());
+    chunks.pop_front();
+    Status s = CollectExpireChunk(chunk, result);
+    if (failure.ok()) failure = std::move(s);
+  };
   for (size_t node = 0; node < of_node.size() && failure.ok(); ++node) {
-    SlotGroups all = GroupBySlot(std::move(of_node[node]), impl_->cluster, kChunk);
+    SlotGroups all = GroupBySlot(std::move(of_node[node]), impl_->cluster, kExpireChunk);
     for (size_t at = 0; at < all.groups.size() && failure.ok();) {
-      Chunk chunk;
+      ExpireChunk chunk = NextExpireChunk(prefix, all, ttls, at);
       chunk.redis = impl_->nodes[node].get();
-      // Whole groups up to about kChunk keys (each group holds at most kChunk).
-      size_t taken = 0;
-      for (; at < all.groups.size(); ++at) {
-        const auto [begin, end] = all.groups[at];
-        if (taken > 0 && taken + (end - begin) > kChunk) break;
-        const size_t first = chunk.keys.keys.size();
-        std::vector<std::string> args;
-        for (size_t i = begin; i < end; ++i) {
-          const std::string& key = all.keys[i];
-          chunk.keys.keys.push_back(key);
-          args.push_back(std::to_string(ttls[key].count()));
-          args.emplace_back(
-              KeyTypeName(ExpectedKeyType(ParseKeyName(impl_->options.prefix, key)->suffix)));
-        }
-        chunk.keys.groups.emplace_back(first, chunk.keys.keys.size());
-        chunk.args.push_back(std::move(args));
-        taken += end - begin;
-      }
-      if (chunks.size() == kInFlight) collect();
+      if (chunks.size() == kExpireInFlight) collect();
       if (!failure.ok()) break;
-      chunk.reply = send(chunk);
+      chunk.reply = SendExpireChunk(chunk);
       chunks.push_back(std::move(chunk));
     }
   }

@@ -6,6 +6,8 @@
 
 namespace sluice::internal {
 
+// long: the in-memory twin of gcra.lua; it follows the script's control flow line by
+// line so that the two read side by side, and a split would break that.
 AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t now,
                    int64_t& expires_at_ms) {
   const int64_t window = a.window_ms;

@@ -61,6 +61,8 @@ int64_t SlidingWindowUsed(const SlidingWindowState& state, int64_t w, int64_t no
   return c + (p > 0 ? MulDiv(p, w - e, w).q : 0);
 }
 
+// long: the in-memory twin of sliding_window.lua; it follows the script's control flow line by
+// line so that the two read side by side, and a split would break that.
 AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const AlgoArgs& args,
                             int64_t now, int64_t& expires_at_ms) {
   // A take is decided as a consume; admitted, it reports the window's end.

@@ -38,6 +38,8 @@ int64_t BucketCapacity(int64_t limit, int64_t window_ms, int64_t rate) {
   return limit;
 }
 
+// long: the in-memory twin of token_bucket.lua; it follows the script's control flow line by
+// line so that the two read side by side, and a split would break that.
 AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs& a, int64_t now,
                           int64_t& expires_at_ms) {
   const int64_t window = a.window_ms;

@@ -122,14 +122,9 @@ std::string OperationId() {
   return out;
 }
 
-}  // namespace
-
-StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::string_view id,
-                                      const AdminAction& action, const AuditOptions& audit,
-                                      std::chrono::milliseconds deadline) {
-  const std::shared_ptr<internal::ClientCore>& core = limiter.core_;
-  const std::string& name = limiter.name_;
-  const std::string& key_head = limiter.key_head_;
+// ReleaseAll's checks of its arguments, before the log is opened or the store touched.
+Status CheckReleaseAll(std::string_view id, const AdminAction& action, const AuditOptions& audit,
+                       std::chrono::milliseconds deadline) {
   if (id.empty()) return InvalidArgumentError("id is empty");
   if (action.actor.empty()) return InvalidArgumentError("an admin release needs an actor (who)");
   if (action.reason.empty()) return InvalidArgumentError("an admin release needs a reason (why)");
@@ -143,112 +138,171 @@ StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::st
     return InvalidArgumentError("the audit stream needs stream_max_len >= 1 and a retention > 0");
   }
   if (deadline.count() <= 0) return InvalidArgumentError("deadline must be > 0 ms");
+  return Status::Ok();
+}
 
-  const int fd = ::open(audit.log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-  if (fd < 0) {
-    return FailedPreconditionError("cannot open the audit log " + audit.log_path + ": " +
-                                   std::strerror(errno) + " (nothing was released)");
+// What a record says of the action besides its outcome; the stream gets the same fields.
+struct ReleaseFields {
+  const AdminAction& action;
+  const std::string& limiter;
+  std::string ts;
+  std::string encoded_id;  // as encoded in keys: printable ASCII, reversible (%XX)
+  std::string key;
+};
+
+// The record, written before the store is touched: everything but the outcome, which
+// goes into a fixed-width tail of spaces (JSON allows them between tokens).
+std::string RecordHead(const ReleaseFields& f) {
+  std::string head;
+  head += "{\"ts\":";
+  AppendJsonString(head, f.ts);
+  head += ",\"op\":\"" + OperationId() + "\"";
+  head += ",\"action\":\"release_all\",\"actor\":";
+  AppendJsonString(head, f.action.actor);
+  head += ",\"reason\":";
+  AppendJsonString(head, f.action.reason);
+  head += ",\"limiter\":";
+  AppendJsonString(head, f.limiter);
+  head += ",\"id\":";
+  AppendJsonString(head, f.encoded_id);
+  head += ",\"key\":";
+  AppendJsonString(head, f.key);
+  head += ",";
+  return head;
+}
+
+// The audit log's descriptor and the one record this action writes into it: appended
+// with the pending tail (Append), whose tail the outcome then overwrites (Finish).
+class AuditRecord {
+ public:
+  explicit AuditRecord(const std::string& path) : path_(path) {}
+  ~AuditRecord() {
+    if (fd_ >= 0) ::close(fd_);
   }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  AuditRecord(const AuditRecord&) = delete;
+  AuditRecord& operator=(const AuditRecord&) = delete;
+
+  Status Open() {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd_ < 0) {
+      return FailedPreconditionError("cannot open the audit log " + path_ + ": " +
+                                     std::strerror(errno) + " (nothing was released)");
+    }
+    return Status::Ok();
+  }
+
+  // Writes `head` and the pending tail as one line, then fsync.
+  Status Append(const std::string& head) {
+    const std::string pending = Tail("\"outcome\":\"pending\"");
+    const std::string intent = head + pending + "\n";
+    if (::write(fd_, intent.data(), intent.size()) != static_cast<ssize_t>(intent.size()) ||
+        ::fsync(fd_) != 0) {
+      return FailedPreconditionError("cannot write the audit record to " + path_ + ": " +
+                                     std::strerror(errno) + " (nothing was released)");
+    }
+    // O_APPEND put it at the end whatever other writers did; the descriptor's offset is
+    // now just past it. pwrite ignores the offset only without O_APPEND (Linux).
+    tail_at_ = ::lseek(fd_, 0, SEEK_CUR) - static_cast<off_t>(pending.size() + 1);
+    const int flags = ::fcntl(fd_, F_GETFL);
+    can_update_ = tail_at_ > 0 && flags >= 0 && ::fcntl(fd_, F_SETFL, flags & ~O_APPEND) == 0;
+    return Status::Ok();
+  }
+
+  // Overwrites the pending tail with `tail` (the outcome), then fsync.
+  Status Finish(const std::string& tail) const {
+    if (!can_update_ ||
+        ::pwrite(fd_, tail.data(), tail.size(), tail_at_) != static_cast<ssize_t>(tail.size()) ||
+        ::fsync(fd_) != 0) {
+      return InternalError("could not write the outcome into the audit record in " + path_ +
+                           " (it says \"pending\"): " + std::strerror(errno) + "; outcome: {" +
+                           tail + "}");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const std::string& path_;
+  int fd_ = -1;
+  off_t tail_at_ = 0;
+  bool can_update_ = false;
+};
+
+// A release the store did not confirm: its outcome goes into the record, and the error
+// says what is known. No answer in time, or the connection broke: the script may have
+// run, or may still run (a paused Redis runs it when it resumes). An error reply: it did
+// not.
+Status ReleaseNotConfirmed(const Status& error, const AuditRecord& record,
+                           const std::string& log_path) {
+  const StatusCode code = error.code();
+  const bool unknown = code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable;
+  const std::string tail = Tail(std::string("\"outcome\":\"") + (unknown ? "unknown" : "failed") +
+                                "\",\"error\":\"" + std::string(StatusCodeName(code)) + "\"");
+  Status written = record.Finish(tail);
+  return Status(code,
+                error.message() +
+                    (unknown ? "; the release may have happened or may still happen: " : "; ") +
+                    (written.ok() ? "recorded in " + log_path : written.message()));
+}
+
+// Appends a done record to the audit stream; the error, or empty when it went.
+std::string AppendToAuditStream(internal::ClientCore& core, const ReleaseFields& f,
+                                int64_t released, const AuditOptions& audit,
+                                std::chrono::milliseconds deadline) {
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"ts", f.ts},
+      {"action", "release_all"},
+      {"actor", f.action.actor},
+      {"reason", f.action.reason},
+      {"limiter", f.limiter},
+      {"id", f.encoded_id},
+      {"key", f.key},
+      {"released", std::to_string(released)}};
+  Status appended = internal::WaitFor<Status>([&](std::function<void(Status)> done_cb) {
+    core.store->AppendToStream(core.options.prefix + ":audit", std::move(fields),
+                               audit.stream_max_len, audit.stream_retention.count(),
+                               std::chrono::steady_clock::now() + deadline, std::move(done_cb));
+  });
+  return appended.ok() ? std::string() : appended.ToString();
+}
+
+}  // namespace
+
+StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::string_view id,
+                                      const AdminAction& action, const AuditOptions& audit,
+                                      std::chrono::milliseconds deadline) {
+  const std::shared_ptr<internal::ClientCore>& core = limiter.core_;
+  if (Status s = CheckReleaseAll(id, action, audit, deadline); !s.ok()) return s;
+  AuditRecord record(audit.log_path);
+  if (Status s = record.Open(); !s.ok()) return s;
 
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kReleaseAll;
-  call.key = internal::MakeLeaseKey(key_head, id);
+  call.key = internal::MakeLeaseKey(limiter.key_head_, id);
   if (core->options.model_clock) call.now_ms = core->options.model_clock->NowMs();
-  const std::string key = call.key;
-  const std::string ts = IsoTime(std::chrono::system_clock::now());
-  const std::string encoded = internal::EncodeId(id);
-
-  // The record, written before the store is touched: everything but the outcome, which
-  // goes into a fixed-width tail of spaces (JSON allows them between tokens).
-  std::string head;
-  head += "{\"ts\":";
-  AppendJsonString(head, ts);
-  head += ",\"op\":\"" + OperationId() + "\"";
-  head += ",\"action\":\"release_all\",\"actor\":";
-  AppendJsonString(head, action.actor);
-  head += ",\"reason\":";
-  AppendJsonString(head, action.reason);
-  head += ",\"limiter\":";
-  AppendJsonString(head, name);
-  head += ",\"id\":";  // as encoded in keys: printable ASCII, reversible (%XX)
-  AppendJsonString(head, encoded);
-  head += ",\"key\":";
-  AppendJsonString(head, key);
-  head += ",";
-  const std::string pending = Tail("\"outcome\":\"pending\"");
-  const std::string intent = head + pending + "\n";
-  if (::write(fd, intent.data(), intent.size()) != static_cast<ssize_t>(intent.size()) ||
-      ::fsync(fd) != 0) {
-    return FailedPreconditionError("cannot write the audit record to " + audit.log_path + ": " +
-                                   std::strerror(errno) + " (nothing was released)");
-  }
-  // O_APPEND put it at the end whatever other writers did; the descriptor's offset is
-  // now just past it. pwrite ignores the offset only without O_APPEND (Linux).
-  const off_t tail_at = ::lseek(fd, 0, SEEK_CUR) - static_cast<off_t>(pending.size() + 1);
-  const int flags = ::fcntl(fd, F_GETFL);
-  const bool can_update = tail_at > 0 && flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_APPEND) == 0;
-  const auto finish = [&](const std::string& tail) -> Status {
-    if (!can_update ||
-        ::pwrite(fd, tail.data(), tail.size(), tail_at) != static_cast<ssize_t>(tail.size()) ||
-        ::fsync(fd) != 0) {
-      return InternalError("could not write the outcome into the audit record in " +
-                           audit.log_path + " (it says \"pending\"): " + std::strerror(errno) +
-                           "; outcome: {" + tail + "}");
-    }
-    return Status::Ok();
-  };
+  const ReleaseFields fields{action, limiter.name_, IsoTime(std::chrono::system_clock::now()),
+                             internal::EncodeId(id), call.key};
+  const std::string head = RecordHead(fields);
+  if (Status s = record.Append(head); !s.ok()) return s;
 
   call.deadline = std::chrono::steady_clock::now() + deadline;
   auto released =
       internal::WaitFor<StatusOr<internal::LeaseResult>>([&](internal::LeaseCallback done) {
         core->store->RunLease(std::move(call), std::move(done));
       });
-  if (!released.ok()) {
-    // No answer in time, or the connection broke: the script may have run, or may still
-    // run (a paused Redis runs it when it resumes). An error reply: it did not.
-    const StatusCode code = released.status().code();
-    const bool unknown = code == StatusCode::kDeadlineExceeded || code == StatusCode::kUnavailable;
-    const std::string tail = Tail(std::string("\"outcome\":\"") + (unknown ? "unknown" : "failed") +
-                                  "\",\"error\":\"" + std::string(StatusCodeName(code)) + "\"");
-    Status written = finish(tail);
-    return Status(code,
-                  released.status().message() +
-                      (unknown ? "; the release may have happened or may still happen: " : "; ") +
-                      (written.ok() ? "recorded in " + audit.log_path : written.message()));
-  }
+  if (!released.ok()) return ReleaseNotConfirmed(released.status(), record, audit.log_path);
 
   ReleaseAllResult result;
   result.released = released->reply.count;
   const std::string done =
       Tail("\"outcome\":\"done\",\"store_ms\":" + std::to_string(released->reply.now_ms) +
            ",\"released\":" + std::to_string(result.released));
-  if (Status written = finish(done); !written.ok()) {
-    return InternalError("released " + std::to_string(result.released) + " leases of " + key +
-                         " but " + written.message());
+  if (Status written = record.Finish(done); !written.ok()) {
+    return InternalError("released " + std::to_string(result.released) + " leases of " +
+                         fields.key + " but " + written.message());
   }
   result.record = head + done;
   if (audit.stream) {
-    std::vector<std::pair<std::string, std::string>> fields = {
-        {"ts", ts},
-        {"action", "release_all"},
-        {"actor", action.actor},
-        {"reason", action.reason},
-        {"limiter", name},
-        {"id", encoded},
-        {"key", key},
-        {"released", std::to_string(result.released)}};
-    Status appended = internal::WaitFor<Status>([&](std::function<void(Status)> done_cb) {
-      core->store->AppendToStream(core->options.prefix + ":audit", std::move(fields),
-                                  audit.stream_max_len, audit.stream_retention.count(),
-                                  std::chrono::steady_clock::now() + deadline, std::move(done_cb));
-    });
-    if (!appended.ok()) {
-      result.stream_error = appended.ToString();
-    }
+    result.stream_error = AppendToAuditStream(*core, fields, result.released, audit, deadline);
   }
   return result;
 }
