@@ -30,8 +30,10 @@ The check first runs on a probe it must reject, so a check that cannot fail fail
 """
 import os
 import re
-import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from docs_check import tracked_files  # noqa: E402  (the files git tracks, one reader)
 
 MAX_LINES = 100
 DIRS = ("src/", "service/", "cli/")
@@ -258,20 +260,6 @@ def matching_brace(code, i):
             if depth == 0:
                 return k
     return None
-
-
-def tracked_files(root):
-    try:
-        out = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True,
-                             capture_output=True).stdout
-        return [f for f in out.decode("utf-8", "replace").split("\0") if f]
-    except (OSError, subprocess.CalledProcessError):
-        files = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d not in (".git", "build")]
-            for name in filenames:
-                files.append(os.path.relpath(os.path.join(dirpath, name), root))
-        return files
 
 
 def in_scope(path):
