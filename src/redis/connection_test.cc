@@ -721,12 +721,7 @@ TEST(Connection, ADeadlineMissedBehindABacklogIsClientSideAndASilentOneIsNot) {
 TEST(Connection, ADeadlineMissedWhileTheEventLoopLaggedIsClientSide) {
   RedisServer server;
   IoThreads io(1);
-  auto endpoint = internal::ParseRedisUrl(server.url());
-  ASSERT_THAT(endpoint, IsOk());
-  auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint, {});
-  std::promise<Status> started;
-  conn->Start([&](Status s) { started.set_value(std::move(s)); });
-  ASSERT_THAT(started.get_future().get(), IsOk());
+  auto conn = StartConnection(io.io(), server.url());
   std::promise<void> holding;
   boost::asio::post(io.io(), [&holding] {
     holding.set_value();
