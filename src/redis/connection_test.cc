@@ -58,10 +58,11 @@ class IoThreads {
 };
 
 std::shared_ptr<internal::Connection> StartConnection(boost::asio::io_context& io,
-                                                      const std::string& url) {
+                                                      const std::string& url,
+                                                      internal::ConnectionOptions options = {}) {
   auto endpoint = internal::ParseRedisUrl(url);
   EXPECT_THAT(endpoint, IsOk());
-  auto conn = internal::Connection::Make(io.get_executor(), *endpoint, {});
+  auto conn = internal::Connection::Make(io.get_executor(), *endpoint, std::move(options));
   std::promise<Status> started;
   conn->Start([&](Status s) { started.set_value(std::move(s)); });
   Status s = started.get_future().get();
@@ -672,14 +673,9 @@ TEST(Connection, FailsFastWhenTooManyCallsAreInFlight) {
 TEST(Connection, ADeadlineMissedBehindABacklogIsClientSideAndASilentOneIsNot) {
   RedisServer server;
   IoThreads io(1);
-  auto endpoint = internal::ParseRedisUrl(server.url());
-  ASSERT_THAT(endpoint, IsOk());
   // A long queue must not count as a stall here.
-  auto conn = internal::Connection::Make(io.io().get_executor(), *endpoint,
-                                         {.stall_timeout = seconds(30), .max_in_flight = 300000});
-  std::promise<Status> started;
-  conn->Start([&](Status s) { started.set_value(std::move(s)); });
-  ASSERT_THAT(started.get_future().get(), IsOk());
+  auto conn = StartConnection(io.io(), server.url(),
+                              {.stall_timeout = seconds(30), .max_in_flight = 300000});
   // A backlog: many calls queued (each a script that keeps Redis busy for a while),
   // Redis answering them batch after batch.
   constexpr int kQueued = 20000;
