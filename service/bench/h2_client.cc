@@ -41,6 +41,13 @@ std::string H2Call::GrpcMessage() const {
   return "";
 }
 
+std::string GrpcFramed(std::string_view message, uint8_t flags) {
+  const auto n = static_cast<uint32_t>(message.size());
+  std::string out = {static_cast<char>(flags), static_cast<char>(n >> 24),
+                     static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
+  return out.append(message);
+}
+
 std::string H2Call::Message() const {
   if (data.size() < 5) return "";
   const auto* p = reinterpret_cast<const unsigned char*>(data.data());

@@ -40,6 +40,12 @@ struct H2Call {
   std::string Message() const;
 };
 
+// `message` with gRPC's 5-byte prefix: `flags` (0: uncompressed), then its length, 4 bytes
+// big-endian. Written apart from the server's own framing (service/grpc_wire.h) so that
+// the tests and the load generator check the server against the protocol, not against
+// itself; `flags` other than 0 make prefixes a server must refuse.
+std::string GrpcFramed(std::string_view message, uint8_t flags = 0);
+
 class H2Client {
  public:
   // Connects (blocking, up to 5 s) and queues the preface and SETTINGS; null and

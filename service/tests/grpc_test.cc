@@ -361,7 +361,7 @@ TEST_F(Grpc, StreamsWithoutEndStreamHoldBoundedMemory) {
   const std::size_t rss_before = ProcStatusBytes(sluiced_->pid(), "VmRSS");
   ASSERT_GT(rss_before, 0u);
   const std::string message(1 << 20, 'd');
-  const std::string body = std::string{0, 0, 16, 0, 0} + message;  // 1 MiB, framed
+  const std::string body = bench::GrpcFramed(message);
   // One message after the other (each sent whole before the next stream starts), so
   // that no bound is reached by messages still arriving side by side: every complete
   // message is held.
@@ -483,16 +483,10 @@ TEST_F(Grpc, HealthAndReflection) {
   std::string error;
   auto client = bench::H2Client::Connect("127.0.0.1", sluiced_->grpc_port(), error);
   ASSERT_TRUE(client) << error;
-  auto framed = [](const std::string& m) {
-    const auto n = static_cast<uint32_t>(m.size());
-    return std::string{0, static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                       static_cast<char>(n >> 8), static_cast<char>(n)} +
-           m;
-  };
   auto reflect = [&](const reflection::ServerReflectionRequest& r) {
     const int32_t id =
         client->Submit("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                       framed(r.SerializeAsString()));
+                       bench::GrpcFramed(r.SerializeAsString()));
     EXPECT_TRUE(
         client->PumpUntil([&] { return client->call(id)->closed; }, std::chrono::seconds(10)));
     EXPECT_EQ(client->call(id)->GrpcStatus(), 0);
@@ -527,7 +521,7 @@ TEST_F(Grpc, HealthAndReflection) {
   EXPECT_EQ(reflect(r).error_response().error_code(), 5);
 
   // Watch: SERVING, and the stream stays open.
-  const int32_t watch = client->Submit("/grpc.health.v1.Health/Watch", framed(""));
+  const int32_t watch = client->Submit("/grpc.health.v1.Health/Watch", bench::GrpcFramed(""));
   ASSERT_TRUE(client->PumpUntil([&] { return !client->call(watch)->data.empty(); },
                                 std::chrono::seconds(10)));
   ASSERT_TRUE(reply.ParseFromString(client->call(watch)->Message()));

@@ -19,16 +19,10 @@
 namespace sluiced {
 namespace {
 
+using bench::GrpcFramed;
 using bench::H2Call;
 using bench::H2Client;
 using namespace std::chrono_literals;
-
-std::string Framed(std::string_view message, uint8_t flags = 0) {
-  const auto n = static_cast<uint32_t>(message.size());
-  std::string out = {static_cast<char>(flags), static_cast<char>(n >> 24),
-                     static_cast<char>(n >> 16), static_cast<char>(n >> 8), static_cast<char>(n)};
-  return out + std::string(message);
-}
 
 class H2Server : public ::testing::Test {
  protected:
@@ -104,7 +98,7 @@ class H2Server : public ::testing::Test {
         ++done;
         ok += call.GrpcStatus() == 0 && call.Message() == "m" ? 1 : 0;
       };
-      for (int i = 0; i < 250; ++i) c->Submit(path(i), Framed("m"));
+      for (int i = 0; i < 250; ++i) c->Submit(path(i), GrpcFramed("m"));
     }
     const auto until = std::chrono::steady_clock::now() + 60s;
     while (done < all && std::chrono::steady_clock::now() < until) {
@@ -117,7 +111,7 @@ class H2Server : public ::testing::Test {
 
   // The server still answers a new connection.
   void ExpectServing() {
-    const H2Call c = Call("/test.Echo/Unary", Framed("still here"));
+    const H2Call c = Call("/test.Echo/Unary", GrpcFramed("still here"));
     EXPECT_EQ(c.GrpcStatus(), 0);
     EXPECT_EQ(c.Message(), "still here");
   }
@@ -130,7 +124,7 @@ class H2Server : public ::testing::Test {
 
 TEST_F(H2Server, UnaryCallHasHeadersMessageAndTrailers) {
   Start();
-  const H2Call c = Call("/test.Echo/Unary", Framed("hello"));
+  const H2Call c = Call("/test.Echo/Unary", GrpcFramed("hello"));
   EXPECT_EQ(c.headers.at(":status"), "200");
   EXPECT_EQ(c.headers.at("content-type"), "application/grpc");
   EXPECT_EQ(c.Message(), "hello");
@@ -138,12 +132,12 @@ TEST_F(H2Server, UnaryCallHasHeadersMessageAndTrailers) {
   EXPECT_EQ(c.trailers.count("grpc-message"), 0u);
   EXPECT_EQ(c.reset_code, 0u);
   // An empty message is a message.
-  EXPECT_EQ(Call("/test.Echo/Unary", Framed("")).GrpcStatus(), 0);
+  EXPECT_EQ(Call("/test.Echo/Unary", GrpcFramed("")).GrpcStatus(), 0);
 }
 
 TEST_F(H2Server, UnknownMethodIsUnimplemented) {
   Start();
-  const H2Call c = Call("/test.Echo/Nope", Framed("x"));
+  const H2Call c = Call("/test.Echo/Nope", GrpcFramed("x"));
   EXPECT_EQ(c.GrpcStatus(), 12);
   EXPECT_EQ(c.GrpcMessage(), "unknown method /test.Echo/Nope");
   EXPECT_TRUE(c.data.empty());  // Trailers-Only
@@ -152,29 +146,29 @@ TEST_F(H2Server, UnknownMethodIsUnimplemented) {
 TEST_F(H2Server, MalformedMessagesAreAnsweredWithStatuses) {
   Start();
   // Flags byte other than 0 or 1.
-  H2Call c = Call("/test.Echo/Unary", Framed("x", 7));
+  H2Call c = Call("/test.Echo/Unary", GrpcFramed("x", 7));
   EXPECT_EQ(c.GrpcStatus(), 3);
   EXPECT_EQ(c.GrpcMessage(), "malformed gRPC message prefix (flags byte 7)");
   // Compressed: not supported.
-  EXPECT_EQ(Call("/test.Echo/Unary", Framed("x", 1)).GrpcStatus(), 12);
+  EXPECT_EQ(Call("/test.Echo/Unary", GrpcFramed("x", 1)).GrpcStatus(), 12);
   // Truncated: the prefix promises 100 bytes, 3 come.
-  c = Call("/test.Echo/Unary", Framed(std::string(100, 'a')).substr(0, 8));
+  c = Call("/test.Echo/Unary", GrpcFramed(std::string(100, 'a')).substr(0, 8));
   EXPECT_EQ(c.GrpcStatus(), 3);
   EXPECT_NE(c.GrpcMessage().find("ends inside a gRPC message"), std::string::npos);
   // A prefix cut short.
   EXPECT_EQ(Call("/test.Echo/Unary", std::string("\0\0", 2)).GrpcStatus(), 3);
   // No message, two messages.
   EXPECT_EQ(Call("/test.Echo/Unary", "").GrpcStatus(), 3);
-  EXPECT_EQ(Call("/test.Echo/Unary", Framed("a") + Framed("b")).GrpcStatus(), 3);
+  EXPECT_EQ(Call("/test.Echo/Unary", GrpcFramed("a") + GrpcFramed("b")).GrpcStatus(), 3);
   // Not application/grpc.
-  EXPECT_EQ(Call("/test.Echo/Unary", Framed("a"), {{"content-type", "text/plain"}}).GrpcStatus(),
-            3);
+  EXPECT_EQ(
+      Call("/test.Echo/Unary", GrpcFramed("a"), {{"content-type", "text/plain"}}).GrpcStatus(), 3);
   ExpectServing();
 }
 
 TEST_F(H2Server, GrpcMessageIsPercentEncoded) {
   Start();
-  const H2Call c = Call("/test.Echo/Stream", Framed("fail"));
+  const H2Call c = Call("/test.Echo/Stream", GrpcFramed("fail"));
   EXPECT_EQ(c.GrpcStatus(), 3);
   EXPECT_EQ(c.GrpcMessage(), "asked to fail: 100%25 sure");
 }
@@ -183,12 +177,12 @@ TEST_F(H2Server, OversizedMessageIsResourceExhaustedAtOnce) {
   Start();
   // Exactly the limit passes.
   const std::string limit(1 << 20, 'm');
-  H2Call c = Call("/test.Echo/Unary", Framed(limit));
+  H2Call c = Call("/test.Echo/Unary", GrpcFramed(limit));
   EXPECT_EQ(c.GrpcStatus(), 0);
   EXPECT_EQ(c.Message().size(), limit.size());
   // One byte more is refused from its prefix alone, before the body is sent.
   auto client = Connect();
-  const std::string prefix = Framed(std::string((1 << 20) + 1, 'm')).substr(0, 5);
+  const std::string prefix = GrpcFramed(std::string((1 << 20) + 1, 'm')).substr(0, 5);
   const int32_t id = client->Submit("/test.Echo/Unary", prefix + "mm", {}, /*end_stream=*/false);
   ASSERT_TRUE(client->PumpUntil([&] { return client->call(id)->closed; }, 10s));
   EXPECT_EQ(client->call(id)->GrpcStatus(), 8);
@@ -202,18 +196,18 @@ TEST_F(H2Server, GrpcTimeoutExpiresUnansweredCalls) {
   auto client = Connect();
   const auto t0 = std::chrono::steady_clock::now();
   const int32_t expiring =
-      client->Submit("/test.Echo/Never", Framed("x"), {{"grpc-timeout", "50m"}});
+      client->Submit("/test.Echo/Never", GrpcFramed("x"), {{"grpc-timeout", "50m"}});
   const int32_t answered =
-      client->Submit("/test.Echo/Unary", Framed("y"), {{"grpc-timeout", "50m"}});
+      client->Submit("/test.Echo/Unary", GrpcFramed("y"), {{"grpc-timeout", "50m"}});
   ASSERT_TRUE(client->PumpUntil([&] { return client->call(expiring)->closed; }, 10s));
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
   EXPECT_EQ(client->call(expiring)->GrpcStatus(), 4);
   EXPECT_EQ(client->call(expiring)->GrpcMessage(), "deadline exceeded (grpc-timeout 50m)");
   EXPECT_EQ(client->call(answered)->GrpcStatus(), 0);
   // Malformed timeouts are refused.
-  EXPECT_EQ(Call("/test.Echo/Unary", Framed("x"), {{"grpc-timeout", "5x"}}).GrpcStatus(), 3);
-  EXPECT_EQ(Call("/test.Echo/Unary", Framed("x"), {{"grpc-timeout", "123456789S"}}).GrpcStatus(),
-            3);
+  EXPECT_EQ(Call("/test.Echo/Unary", GrpcFramed("x"), {{"grpc-timeout", "5x"}}).GrpcStatus(), 3);
+  EXPECT_EQ(
+      Call("/test.Echo/Unary", GrpcFramed("x"), {{"grpc-timeout", "123456789S"}}).GrpcStatus(), 3);
 }
 
 // Streams that send a whole unary message but never END_STREAM hold their bytes until
@@ -223,7 +217,7 @@ TEST_F(H2Server, GrpcTimeoutExpiresUnansweredCalls) {
 TEST_F(H2Server, RequestBytesHeldAreBoundedPerConnectionAndPerServer) {
   constexpr std::size_t kMessage = 256 << 10;
   Start({.max_connection_buffer_bytes = 1 << 20, .max_server_buffer_bytes = 3 << 20});
-  const std::string body = Framed(std::string(kMessage, 'm'));
+  const std::string body = GrpcFramed(std::string(kMessage, 'm'));
   // One message after the other, each sent whole before the next stream starts: no
   // bound is reached by messages still arriving side by side.
   std::vector<std::unique_ptr<H2Client>> clients;
@@ -322,7 +316,7 @@ TEST_F(H2Server, CallsInFlightPerConnectionAreBounded) {
   Start({.max_calls_in_flight = 4});
   auto client = Connect();
   std::vector<int32_t> ids;
-  for (int i = 0; i < 6; ++i) ids.push_back(client->Submit("/test.Echo/Never", Framed("x")));
+  for (int i = 0; i < 6; ++i) ids.push_back(client->Submit("/test.Echo/Never", GrpcFramed("x")));
   ASSERT_TRUE(client->PumpUntil(
       [&] { return client->call(ids[4])->closed && client->call(ids[5])->closed; }, 10s));
   EXPECT_EQ(client->call(ids[4])->GrpcStatus(), 8);
@@ -330,20 +324,21 @@ TEST_F(H2Server, CallsInFlightPerConnectionAreBounded) {
   EXPECT_FALSE(client->call(ids[0])->closed);
   // Resetting the held streams does not free their slots: the handlers still have them.
   for (int i = 0; i < 4; ++i) client->Reset(ids[static_cast<std::size_t>(i)]);
-  const int32_t after = client->Submit("/test.Echo/Never", Framed("x"));
+  const int32_t after = client->Submit("/test.Echo/Never", GrpcFramed("x"));
   ASSERT_TRUE(client->PumpUntil([&] { return client->call(after)->closed; }, 10s));
   EXPECT_EQ(client->call(after)->GrpcStatus(), 8);
 }
 
 TEST_F(H2Server, StreamingMethodAnswersEachMessage) {
   Start();
-  const H2Call c = Call("/test.Echo/Stream", Framed("a") + Framed("bc"));
+  const H2Call c = Call("/test.Echo/Stream", GrpcFramed("a") + GrpcFramed("bc"));
   EXPECT_EQ(c.GrpcStatus(), 0);
-  EXPECT_EQ(c.data, Framed("echo:a") + Framed("echo:bc"));
+  EXPECT_EQ(c.data, GrpcFramed("echo:a") + GrpcFramed("echo:bc"));
   // Replies come before the client half-closes.
   auto client = Connect();
-  const int32_t id = client->Submit("/test.Echo/Stream", Framed("q"), {}, /*end_stream=*/false);
-  ASSERT_TRUE(client->PumpUntil([&] { return client->call(id)->data == Framed("echo:q"); }, 10s));
+  const int32_t id = client->Submit("/test.Echo/Stream", GrpcFramed("q"), {}, /*end_stream=*/false);
+  ASSERT_TRUE(
+      client->PumpUntil([&] { return client->call(id)->data == GrpcFramed("echo:q"); }, 10s));
   EXPECT_FALSE(client->call(id)->closed);
 }
 
@@ -374,7 +369,7 @@ TEST_F(H2Server, HeaderListLargerThanTheLimitIsRefused) {
   Start({.max_header_list_bytes = 4096});
   auto client = Connect();
   const int32_t id =
-      client->Submit("/test.Echo/Unary", Framed("x"), {{"x-big", std::string(6000, 'h')}});
+      client->Submit("/test.Echo/Unary", GrpcFramed("x"), {{"x-big", std::string(6000, 'h')}});
   client->PumpUntil([&] { return !client->open() || client->call(id)->closed; }, 10s);
   const H2Call* c = client->call(id);
   EXPECT_TRUE(!client->open() || (c->closed && c->GrpcStatus() != 0));
@@ -385,7 +380,7 @@ TEST_F(H2Server, SlowRequestsAndSilentConnectionsAreCutOff) {
   Start({.handshake_timeout = 300ms, .read_timeout = 300ms, .idle_timeout = 500ms});
   // A request that never ends: DEADLINE_EXCEEDED, then the stream is reset.
   auto client = Connect();
-  const int32_t id = client->Submit("/test.Echo/Unary", Framed("x").substr(0, 3), {}, false);
+  const int32_t id = client->Submit("/test.Echo/Unary", GrpcFramed("x").substr(0, 3), {}, false);
   ASSERT_TRUE(client->PumpUntil([&] { return client->call(id)->closed; }, 10s));
   EXPECT_EQ(client->call(id)->GrpcStatus(), 4);
   EXPECT_EQ(client->call(id)->GrpcMessage(), "request not received within 300 ms");
@@ -414,7 +409,7 @@ TEST_F(H2Server, AClientThatStopsReadingIsDisconnected) {
   ASSERT_TRUE(stalled->Pump(10ms));
   stalled->set_reading(false);
   // 64 MiB of answers: far more than the socket buffers hold.
-  for (int i = 0; i < 64; ++i) stalled->Submit("/test.Echo/Big", Framed("1048576"));
+  for (int i = 0; i < 64; ++i) stalled->Submit("/test.Echo/Big", GrpcFramed("1048576"));
   for (int i = 0; i < 20; ++i) stalled->Pump(5ms);
   // Meanwhile another client on the same server thread is served.
   ExpectServing();

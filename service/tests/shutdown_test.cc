@@ -38,11 +38,7 @@ std::string CheckoutCall(const std::string& account) {
   e = d->add_entries();
   e->set_key("account");
   e->set_value(account);
-  const std::string m = r.SerializeAsString();
-  const auto n = static_cast<uint32_t>(m.size());
-  return std::string{0, static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                     static_cast<char>(n >> 8), static_cast<char>(n)} +
-         m;
+  return bench::GrpcFramed(r.SerializeAsString());
 }
 
 std::string CheckoutJson(const std::string& account) {

@@ -1,7 +1,7 @@
 -- sluice batch: several independent calls, queued on one connection while a write was in
 -- flight, decided in one script call, in order, each exactly as its own script decides
 -- it alone (docs/design.md §7). This file is the driver only and does not run alone: the
--- build (CMakeLists.txt) puts in front of it every algorithm's script and the
+-- build (cmake/SluiceLua.cmake) puts in front of it every algorithm's script and the
 -- concurrency script, each wrapped as `make_<name>()`, which makes the helpers above the
 -- script's `--[[ per call ]]` line and returns the function `(KEYS, ARGV)` of the rest
 -- (so a batch makes only the functions its calls use, each once), the release of one
@@ -173,7 +173,7 @@ for i = 1, n do
   end
   keys[1] = keys_in[key_at + i]
   -- A decision comes back as its 4 values, not a table (the build turns each function's
-  -- `return {a, b, c, d}` lines into `return a, b, c, d`: CMakeLists.txt); any other
+  -- `return {a, b, c, d}` lines into `return a, b, c, d`: cmake/SluiceLua.cmake); any other
   -- reply as one value.
   local ok, r, r2, r3, r4, r5 = pcall(fn, keys, args)
   if ok and r4 ~= nil and r5 == nil and (r == 1 or r == 0 or r == 2) then

@@ -1,5 +1,5 @@
 -- sluice bucket prelude: what token_bucket.lua and gcra.lua share, put in front of each
--- of them at build time (CMakeLists.txt): each script as Redis runs it is
+-- of them at build time (cmake/SluiceLua.cmake): each script as Redis runs it is
 -- src/algo/clock.lua, this file's helpers, the algorithm's helpers, then this file's
 -- per-call part and the algorithm's (each file splits at its `--[[ per call ]]` line).
 -- Not a script alone.
@@ -7,7 +7,7 @@
 -- (src/algo/clock.lua: Redis TIME, or the model clock with 60 s of grace), cost,
 -- limit, window, rate (the refill; 0 means limit); and defines H and wide(), the exact
 -- integer arithmetic both buckets need, and put(), how both write their value. H,
--- wide() and put() sit above the `--[[ per call ]]` line (CMakeLists.txt): they read no
+-- wide() and put() sit above the `--[[ per call ]]` line (cmake/SluiceLua.cmake): they read no
 -- argument, so the batch and the composite make them once per script call.
 local H = 4503599627370496 -- 2^52: the horizon in ms, and the bound of exact products
 local call = redis.call

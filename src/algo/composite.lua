@@ -1,6 +1,6 @@
 -- sluice composite: one request checked against several limits in one script, counted
 -- against all of them or against none (docs/design.md §6, when all keys share a slot).
--- This file is the driver only and does not run alone: the build (CMakeLists.txt) puts in
+-- This file is the driver only and does not run alone: the build (cmake/SluiceLua.cmake) puts in
 -- front of it every algorithm's own script wrapped as a maker of its function,
 -- `local function make_<name>() <helpers> return function(KEYS, ARGV) <per call> end end`
 -- (src/algo/<name>.lua split at its `--[[ per call ]]` line), and

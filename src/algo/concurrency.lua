@@ -40,7 +40,7 @@
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
 -- argument with a costly '%.17g').
 -- The two helpers above `--[[ per call ]]` take what they use as arguments: in the batch
--- they are made once per script call (CMakeLists.txt), not once per lease.
+-- they are made once per script call (cmake/SluiceLua.cmake), not once per lease.
 
 -- Gives a key that lost its expiry one at its latest score.
 local function restore_ttl(key, now, grace)

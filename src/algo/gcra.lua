@@ -36,7 +36,7 @@
 -- The locals H, call, argv, key, op, now, grace, cost, limit, window, rate and the
 -- functions wide() and put() come from src/algo/bucket_prelude.lua, which the build puts
 -- in front of this file. The helper above `--[[ per call ]]` takes everything it uses as
--- arguments (CMakeLists.txt makes it once per script call).
+-- arguments (cmake/SluiceLua.cmake makes it once per script call).
 
 -- Stores the TAT now + m + f/rate ms (under this refill and window); returns the ms until
 -- it.

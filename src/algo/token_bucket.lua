@@ -33,7 +33,7 @@
 -- The locals H, call, argv, key, op, now, grace, cost, limit, window, rate and the
 -- functions wide() and put() come from src/algo/bucket_prelude.lua, which the build puts
 -- in front of this file. The helpers above `--[[ per call ]]` take everything they use
--- as arguments (CMakeLists.txt makes them once per script call).
+-- as arguments (cmake/SluiceLua.cmake makes them once per script call).
 
 -- ms until a deficit of k tokens + c/window token is refilled at `rate` per `window`,
 -- rounded up.
