@@ -10,6 +10,11 @@
 #               ThreadSanitizer (build/tsan): too long for `make test` (docs/development.md, Sanitizers)
 PRESET ?= release
 JOBS ?= 2
+# ccache keys a compilation on paths relative to the checkout, not absolute ones, so every
+# clone and worktree on a machine shares one cache: a fresh clone of a commit built
+# elsewhere on the machine compiles from the cache.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 
 .PHONY: setup build run test test-asan test-sanitizers bench clean
 
