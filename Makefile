@@ -5,13 +5,17 @@
 #   make test   install what is missing, build, run every test (unit, differential,
 #               integration, chaos) against private redis-servers on free loopback ports;
 #               first the unit, integration and service tests under AddressSanitizer+UBSan
+#   make package
+#               the Debian packages sluiced, sluice-tools and libsluice-dev, built by CPack
+#               from a clean build/package (release, tests off, prefix /usr), left in
+#               build/package/*.deb (docs/operating.md, Running as a system service)
 #   make test-sanitizers
 #               every test under AddressSanitizer+UBSan (build/asan), then under
 #               ThreadSanitizer (build/tsan): too long for `make test` (docs/development.md, Sanitizers)
 PRESET ?= release
 JOBS ?= 2
 
-.PHONY: setup build run test test-asan test-sanitizers bench clean
+.PHONY: setup build run test test-asan test-sanitizers package bench clean
 
 setup:
 	./scripts/setup.sh
@@ -64,6 +68,17 @@ test-sanitizers: setup
 	    ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
 	  fi; \
 	done
+
+# The Debian packages, from a clean tree: RelWithDebInfo as the release preset (stripped
+# when packaged), no tests, no benchmarks, installed under /usr.
+PACKAGE_DIR = build/package
+package: setup
+	rm -rf $(PACKAGE_DIR)
+	cmake -S . -B $(PACKAGE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON \
+	  -DSLUICE_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREFIX=/usr
+	cmake --build $(PACKAGE_DIR) -j $(JOBS)
+	cd $(PACKAGE_DIR) && cpack
+	@ls -1 $(PACKAGE_DIR)/*.deb
 
 # The fixed-window figures of docs/benchmarks.md: ceiling vs sluice bench in one run.
 bench: build
