@@ -5,6 +5,10 @@
 #   make test   install what is missing, build, run every test (unit, differential,
 #               integration, chaos) against private redis-servers on free loopback ports;
 #               first the unit, integration and service tests under AddressSanitizer+UBSan
+#   make package
+#               the Debian packages sluiced, sluice-tools and libsluice-dev, built by CPack
+#               from a clean build/package (release, tests off, prefix /usr), left in
+#               build/package/*.deb (docs/operating.md, Running as a system service)
 #   make test-sanitizers
 #               every test under AddressSanitizer+UBSan (build/asan), then under
 #               ThreadSanitizer (build/tsan): too long for `make test` (docs/development.md, Sanitizers)
@@ -16,7 +20,7 @@ JOBS ?= 2
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build run test test-asan test-sanitizers bench clean
+.PHONY: setup build run test test-asan test-sanitizers package bench clean
 
 setup:
 	./scripts/setup.sh
@@ -35,12 +39,13 @@ test: build test-asan
 	ctest --preset $(PRESET) -j $(JOBS) --timeout 600
 
 # Under a sanitizer: every test but the style checks (they do not depend on the build),
-# the package check (it builds a consumer project), CompositeFigure (it measures speed,
-# which means nothing under a sanitizer) and E2e.ListenersBackOffWhenOutOfDescriptors...
+# the package checks (one builds a consumer project, the other packages, installs and
+# purges the Debian packages), CompositeFigure (it measures speed, which means nothing
+# under a sanitizer) and E2e.ListenersBackOffWhenOutOfDescriptors...
 # (it runs sluiced out of file descriptors, and the sanitizers' runtime needs one: UBSan's
 # vptr check tests memory through a pipe and, failing to make one, reports a valid object
 # as invalid and stops the process). A finding fails the test that hit it.
-SANITIZED_TESTS = -E '^(Style|PackageConfig|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
+SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
 
 # AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
 # built instrumented, its end-to-end tests included: they found a use-after-free at exit
@@ -64,11 +69,22 @@ test-sanitizers: setup
 	  cmake --preset $$p; \
 	  cmake --build --preset $$p -j $(JOBS); \
 	  if [ $$p = tsan ]; then \
-	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
+	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
 	  else \
 	    ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
 	  fi; \
 	done
+
+# The Debian packages, from a clean tree: RelWithDebInfo as the release preset (stripped
+# when packaged), no tests, no benchmarks, installed under /usr.
+PACKAGE_DIR = build/package
+package: setup
+	rm -rf $(PACKAGE_DIR)
+	cmake -S . -B $(PACKAGE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON \
+	  -DSLUICE_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREFIX=/usr
+	cmake --build $(PACKAGE_DIR) -j $(JOBS)
+	cd $(PACKAGE_DIR) && cpack
+	@ls -1 $(PACKAGE_DIR)/*.deb
 
 # The fixed-window figures of docs/benchmarks.md: ceiling vs sluice bench in one run.
 bench: build

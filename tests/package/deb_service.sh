@@ -1,0 +1,176 @@
+# Sourced by deb_test.sh: the installed sluiced run as its unit runs it (no systemd
+# needed): the unit's User=, ExecStart= (its $VARIABLES expanded as systemd does) and
+# TimeoutStopSec=, /etc/default/sluiced's variables; only the Redis URL, the listeners
+# (loopback, ports chosen by the kernel) and an admin token are set by the test.
+
+# unit_value KEY: the value of KEY= in the installed unit (the last one, as systemd).
+unit_value() { sed -n "s/^$1=//p" "$UNIT" | tail -1; }
+
+# The environment the unit gives sluiced: /etc/default/sluiced (systemd's
+# EnvironmentFile= reads KEY=VALUE lines, quotes removed, as the shell does here).
+unit_environment() {
+  local names
+  names=$(sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' /etc/default/sluiced)
+  (
+    set -a
+    . /etc/default/sluiced
+    for n in $names; do printf '%s=%s\n' "$n" "${!n}"; done
+  )
+}
+
+# ExecStart= with $VAR split into words and ${VAR} kept one word, as systemd expands it.
+exec_start_words() {
+  local - word name words
+  set -f  # words, not globs
+  read -ra words <<<"$(unit_value ExecStart)"
+  for word in "${words[@]}"; do
+    if [[ $word =~ ^\$([A-Za-z_][A-Za-z0-9_]*)$ ]]; then
+      name=${BASH_REMATCH[1]}
+      for w in ${!name:-}; do printf '%s\n' "$w"; done
+    elif [[ $word =~ ^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$ ]]; then
+      name=${BASH_REMATCH[1]}
+      printf '%s\n' "${!name:-}"
+    else
+      printf '%s\n' "$word"
+    fi
+  done
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_redis() {
+  local port
+  port=$(free_port)
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --logfile "$work/redis.log" &
+  REDIS_PID=$!
+  for _ in $(seq 100); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && { REDIS_URL="redis://127.0.0.1:$port"; return; }
+    sleep 0.05
+  done
+  fail "redis-server did not start"
+}
+
+# A domain of the test's: 1 check per minute per client, 1 lease per account.
+write_limits() {
+  cat >"/etc/sluiced/.pkgtest.tmp" <<EOF
+domain: pkgtest
+descriptors:
+  - key: client
+    rate_limit: {unit: minute, requests_per_unit: $1}
+  - key: streams
+    descriptors:
+      - key: account
+        algorithm: concurrency
+        lease_ttl: 30s
+        rate_limit: {name: streams, requests_per_unit: 1}
+EOF
+  mv /etc/sluiced/.pkgtest.tmp /etc/sluiced/pkgtest.yaml  # whole, for the file watcher
+}
+
+# Starts sluiced as the unit does; sets SLUICED_PID, HTTP and ADMIN.
+start_sluiced() {
+  local env_lines user line
+  mapfile -t env_lines < <(unit_environment)
+  env_lines+=("SLUICED_REDIS=$REDIS_URL" "SLUICED_ADMIN_TOKEN=pkgtest-token")
+  for l in HTTP GRPC ADMIN METRICS; do env_lines+=("SLUICED_${l}_LISTEN=127.0.0.1:0"); done
+  mapfile -t argv < <(
+    for e in "${env_lines[@]}"; do export "${e?}"; done
+    exec_start_words
+  )
+  echo "ExecStart: ${argv[*]}"
+  user=$(unit_value User)
+  [ "$user" = sluiced ] || fail "the unit's User= is '$user'"
+  # User=, NoNewPrivileges=yes, CapabilityBoundingSet= and AmbientCapabilities= as the
+  # unit sets them; WorkingDirectory= too.
+  (cd "$(unit_value WorkingDirectory)" &&
+    exec env -i PATH=/usr/bin:/bin "${env_lines[@]}" setpriv --reuid="$user" --regid="$user" \
+      --init-groups --no-new-privs --bounding-set=-all --inh-caps=-all -- "${argv[@]}") \
+    >"$work/sluiced.log" 2>&1 &
+  SLUICED_PID=$!
+  for _ in $(seq 200); do
+    grep -q "serving http=" "$work/sluiced.log" && break
+    kill -0 "$SLUICED_PID" 2>/dev/null || { cat "$work/sluiced.log"; fail "sluiced exited"; }
+    sleep 0.05
+  done
+  line=$(grep "serving http=" "$work/sluiced.log") || { cat "$work/sluiced.log"; fail "sluiced did not serve"; }
+  HTTP=$(sed -E 's/.*http=([^ ]+).*/\1/' <<<"$line")
+  ADMIN=$(sed -E 's/.*admin=([^ ]+).*/\1/' <<<"$line")
+  [ "$(ps -o user= -p "$SLUICED_PID")" = sluiced ] || fail "sluiced does not run as sluiced"
+  grep -q '^NoNewPrivs:[[:space:]]*1$' "/proc/$SLUICED_PID/status" || fail "sluiced may gain privileges"
+  grep -q '^CapBnd:[[:space:]]*0*$' "/proc/$SLUICED_PID/status" || fail "sluiced has capabilities"
+}
+
+check_code() {
+  curl -s -o /dev/null -w '%{http_code}' -XPOST "$HTTP/v1/check" \
+    -d "{\"domain\":\"pkgtest\",\"descriptors\":[{\"entries\":[{\"key\":\"client\",\"value\":\"$1\"}]}]}"
+}
+
+# N checks of client $1: the status codes, space-separated.
+checks() {
+  local out=""
+  for _ in $(seq "$2"); do out+="$(check_code "$1") "; done
+  echo "${out% }"
+}
+
+# An admin release of account a's leases: written to the audit log under /var/lib/sluiced.
+release_leases() {
+  local lease code body
+  lease=$(curl -s -w ' %{http_code}' -XPOST "$HTTP/v1/leases" \
+    -d '{"domain":"pkgtest","entries":[{"key":"streams"},{"key":"account","value":"a"}]}')
+  [ "${lease##* }" = 201 ] || fail "lease acquire: $lease"
+  body='{"domain":"pkgtest","entries":[{"key":"streams"},{"key":"account","value":"a"}],"actor":"pkgtest","reason":"package test"}'
+  code=$(curl -s -o "$work/release.json" -w '%{http_code}' -H 'Authorization: Bearer pkgtest-token' \
+    -XPOST "$ADMIN/admin/leases/release" -d "$body")
+  [ "$code" = 200 ] || fail "admin release: $code $(cat "$work/release.json")"
+  local audit
+  audit=$(sed -n 's/^SLUICED_AUDIT_LOG=//p' /etc/default/sluiced)
+  [[ $audit == /var/lib/sluiced/* ]] || fail "the audit log is not under /var/lib/sluiced: $audit"
+  [ -f "$audit" ] || fail "no audit log at $audit"
+  [ "$(stat -c '%U %a' "$audit")" = "sluiced 640" ] || fail "$audit: $(stat -c '%U %a' "$audit")"
+  grep -q '"outcome":"done"' "$audit" || fail "$audit records no done release: $(cat "$audit")"
+}
+
+# SIGTERM: sluiced drains and exits 0 within the unit's TimeoutStopSec.
+stop_sluiced() {
+  local timeout start status
+  timeout=$(unit_value TimeoutStopSec)
+  timeout=${timeout%s}
+  start=$(date +%s%N)
+  kill -TERM "$SLUICED_PID"
+  for _ in $(seq $((timeout * 20))); do
+    kill -0 "$SLUICED_PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  kill -0 "$SLUICED_PID" 2>/dev/null && fail "sluiced still runs ${timeout}s after SIGTERM"
+  status=0
+  wait "$SLUICED_PID" || status=$?
+  SLUICED_PID=""
+  [ "$status" -eq 0 ] || { cat "$work/sluiced.log"; fail "sluiced exited $status on SIGTERM"; }
+  echo "stopped by SIGTERM in $((($(date +%s%N) - start) / 1000000)) ms (TimeoutStopSec=${timeout}s)"
+}
+
+run_service() {
+  step "sluiced as its unit runs it"
+  start_redis
+  write_limits 1
+  start_sluiced
+  local got
+  got=$(checks a 2)
+  [ "$got" = "200 429" ] || fail "limit 1/min for client a: $got"
+  # A changed limit takes effect on SIGHUP (systemctl reload).
+  write_limits 3
+  kill -HUP "$SLUICED_PID"
+  for _ in $(seq 100); do
+    grep -q 'config reloaded (SIGHUP)' "$work/sluiced.log" && break
+    sleep 0.05
+  done
+  grep -q 'config reloaded (SIGHUP)' "$work/sluiced.log" || { cat "$work/sluiced.log"; fail "no reload on SIGHUP"; }
+  got=$(checks b 4)
+  [ "$got" = "200 200 200 429" ] || fail "limit 3/min for client b after SIGHUP: $got"
+  release_leases
+  stop_sluiced
+  rm -f /etc/sluiced/pkgtest.yaml
+  kill "$REDIS_PID" && wait "$REDIS_PID" 2>/dev/null || true
+  REDIS_PID=""
+}
