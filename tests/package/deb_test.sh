@@ -111,6 +111,9 @@ done
 conffiles=$(dpkg-query -W -f='${Conffiles}\n' sluiced | awk 'NF {print $1}')
 [ "$(sort <<<"$conffiles" | tr '\n' ' ')" = "/etc/default/sluiced /etc/sluiced/example.yaml " ] ||
   fail "sluiced's conffiles are: $conffiles"
+# The environment file is where the admin token goes: root's alone.
+[ "$(stat -c '%a %U' /etc/default/sluiced)" = "600 root" ] ||
+  fail "/etc/default/sluiced is $(stat -c '%a %U' /etc/default/sluiced), not 600 root"
 
 # The installed binaries are this tree's, stripped.
 bin_dir=$(sed -n 's/^SLUICE_BIN_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
