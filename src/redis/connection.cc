@@ -454,6 +454,7 @@ void Connection::Enqueue(Request request, WriteFn&& write, bool handshake) {
         post_timer = true;
       }
       request.written = {};  // a call sent again (NOSCRIPT) is written anew
+      request.reply_reads_at_queue = reply_reads_;
       queue_.push_back(std::move(request));
       if constexpr (kJoin) ++open_count_;
       ++stats_.commands;
@@ -544,6 +545,7 @@ void Connection::EnqueueBatchAgain(std::vector<Request> calls) {
       for (Request& r : calls) {
         r.retried = true;
         r.written = {};
+        r.reply_reads_at_queue = reply_reads_;
         pointers.push_back(&r);
       }
       WriteBatch(out_, pointers.data(), pointers.size(), /*eval=*/true);
@@ -729,7 +731,7 @@ void Connection::OnReplies(const std::shared_ptr<Session>& session,
   bool desync = false;
   {
     MutexLock lock(mu_);
-    last_reply_at_ = steady_clock::now();
+    ++reply_reads_;
     // Written requests only: the open batch at the back has not been sent.
     size_t written = queue_.size() - open_count_;
     for (size_t i = 0; i < replies.size() && !desync; ++i) {
@@ -931,8 +933,8 @@ void Connection::OnTimer() {
         } else if (sent - r.issued > (r.deadline - r.issued) / 2) {
           held_ms = std::max<int64_t>(1, Ms(sent - r.issued));
         }
-        expired.push_back(
-            {std::move(r.done), Ms(r.deadline - r.issued), last_reply_at_ > r.issued, held_ms});
+        expired.push_back({std::move(r.done), Ms(r.deadline - r.issued),
+                           reply_reads_ > r.reply_reads_at_queue, held_ms});
         r.done = nullptr;
         ++stats_.deadline_exceeded;
       } else {

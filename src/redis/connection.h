@@ -39,7 +39,7 @@
 // primary.
 //
 // Errors on this side of the connection while the store answers (too many calls in
-// flight; a deadline missed while replies kept arriving after the call was issued) are
+// flight; a deadline missed while replies kept arriving after the call was queued) are
 // marked client-side (core/client_side.h): the breaker does not count them.
 //
 // Thread-safety: thread-safe. Callbacks run on the connection's strand (an I/O thread),
@@ -204,7 +204,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Callback late;  // the reply after the deadline (Eval's `late`)
     Deadline deadline;
     std::chrono::steady_clock::time_point issued;
-    int script = -1;  // for the NOSCRIPT retry
+    uint64_t reply_reads_at_queue = 0;  // reply_reads_ when it joined the queue
+    int script = -1;                    // for the NOSCRIPT retry
     int tail_items = 0;
     std::string tail;  // Eval: numkeys, keys, args; Call: args
     bool retried = false;
@@ -321,9 +322,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t open_count_ SLUICE_GUARDED_BY(mu_) = 0;
   bool timer_armed_ SLUICE_GUARDED_BY(mu_) = false;
   Deadline armed_at_ SLUICE_GUARDED_BY(mu_) = Deadline::max();
-  // When the latest reply was read: a deadline missed although replies kept coming after
-  // the call was issued is a backlog in this client, not a silent store.
-  std::chrono::steady_clock::time_point last_reply_at_ SLUICE_GUARDED_BY(mu_){};
+  // How many reads brought replies: a deadline missed although replies kept coming after
+  // the call joined the queue is a backlog in this client, not a silent store. Counted,
+  // not timed, and compared with the count when the call was queued (both under mu_):
+  // a call whose caller read the clock before a reply was handled, and queued after it,
+  // did not wait behind that reply.
+  uint64_t reply_reads_ SLUICE_GUARDED_BY(mu_) = 0;
   // When the write in flight (write_in_flight_) began.
   std::chrono::steady_clock::time_point write_started_at_ SLUICE_GUARDED_BY(mu_){};
   Status last_error_ SLUICE_GUARDED_BY(mu_);
