@@ -119,18 +119,34 @@ Status CheckExpireKeys(const std::string& prefix,
 // only its own round trip and the few queued before it, however many keys there are. A
 // chunk is one script call (off a cluster) or one call per slot among its keys (a
 // cluster, keys grouped by node and sorted by slot first), sent pipelined. A chunk that
-// misses its deadline is sent again, up to kExpireAttempts in all: the script changes
-// nothing it has already changed (a key it gave an expiry has one), so a late first
-// attempt and the retry together do it once; its keys then count as having had an expiry.
+// misses its deadline is sent again (Retried): the script changes nothing it has already
+// changed (a key it gave an expiry has one), so a late first attempt and the retry
+// together do it once; its keys then count as having had an expiry.
 constexpr size_t kExpireChunk = 1000;
 constexpr size_t kExpireInFlight = 4;
-constexpr int kExpireAttempts = 3;
+
+// A round trip that misses its deadline is sent again, kAttempts in all: SCAN from a
+// cursor and the read-only batch script give the same answer twice, and the expire
+// script does nothing twice (above).
+constexpr int kAttempts = 3;
+
+// Waits for `first`; while the replies missed their deadline, sends again with `resend`.
+template <typename Resend>
+BlockingClient::Replies Retried(BlockingClient& redis, std::future<BlockingClient::Replies> first,
+                                const Resend& resend) {
+  auto replies = redis.Checked(first.get());
+  for (int attempt = 1; attempt < kAttempts && !replies.ok() &&
+                        replies.status().code() == StatusCode::kDeadlineExceeded;
+       ++attempt) {
+    replies = redis.Checked(resend().get());
+  }
+  return replies;
+}
 
 struct ExpireChunk {
   BlockingClient* redis = nullptr;
   SlotGroups keys;
   std::vector<std::vector<std::string>> args;  // per group: ttl and expected type per key
-  int attempt = 1;
   std::future<BlockingClient::Replies> reply;
 };
 
@@ -147,12 +163,8 @@ std::future<BlockingClient::Replies> SendExpireChunk(const ExpireChunk& chunk) {
 // Waits for the chunk's replies (sending it again after a missed deadline) and adds what
 // the script did to `result`.
 Status CollectExpireChunk(ExpireChunk& chunk, ExpireResult& result) {
-  auto replies = chunk.redis->Checked(chunk.reply.get());
-  while (!replies.ok() && replies.status().code() == StatusCode::kDeadlineExceeded &&
-         chunk.attempt < kExpireAttempts) {
-    ++chunk.attempt;
-    replies = chunk.redis->Checked(SendExpireChunk(chunk).get());
-  }
+  auto replies =
+      Retried(*chunk.redis, std::move(chunk.reply), [&] { return SendExpireChunk(chunk); });
   if (!replies.ok()) return replies.status();
   for (const Reply& r : *replies) {
     if (r.type != Reply::Type::kArray) return chunk.redis->Unexpected("the expire batch script");
@@ -189,23 +201,6 @@ ExpireChunk NextExpireChunk(const std::string& prefix, const SlotGroups& all,
     taken += end - begin;
   }
   return chunk;
-}
-
-// A scan's round trip that misses its deadline is sent again (kScanAttempts in all): SCAN
-// from a cursor and the read-only batch script give the same answer twice.
-constexpr int kScanAttempts = 3;
-
-// Waits for `first`; while the replies missed their deadline, sends again with `resend`.
-template <typename Resend>
-BlockingClient::Replies Retried(BlockingClient& redis, std::future<BlockingClient::Replies> first,
-                                const Resend& resend) {
-  auto replies = redis.Checked(first.get());
-  for (int attempt = 1; attempt < kScanAttempts && !replies.ok() &&
-                        replies.status().code() == StatusCode::kDeadlineExceeded;
-       ++attempt) {
-    replies = redis.Checked(resend().get());
-  }
-  return replies;
 }
 
 // SCAN over one node with MATCH `pattern`, from a cursor to the end of the node's table.
