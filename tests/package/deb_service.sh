@@ -68,6 +68,26 @@ EOF
   mv /etc/sluiced/.pkgtest.tmp /etc/sluiced/pkgtest.yaml  # whole, for the file watcher
 }
 
+# The unit's ExecReload=, its words split and unquoted as systemd does (quoted words stay
+# one; $MAINPID inside quotes is left to the command, whose environment has it). Its
+# program must be on every system the package installs on: from an Essential package or
+# one sluiced depends on (/bin/kill is procps's, absent from minimal systems).
+run_exec_reload() {
+  local -a words
+  local MAINPID=$SLUICED_PID  # systemd expands an unquoted $MAINPID itself
+  eval "words=($(unit_value ExecReload))"
+  local program=${words[0]} owner
+  [[ $program == /* ]] || fail "ExecReload= does not start with an absolute path: ${words[*]}"
+  # The package that ships the path (not a diversion's line: "diversion by dash from: …").
+  owner=$(dpkg-query -S "$program" 2>/dev/null | grep -v '^diversion ' | cut -d: -f1 | head -1 || true)
+  [ -n "$owner" ] || fail "no package ships ExecReload='s $program"
+  if [ "$(dpkg-query -W -f='${Essential}' "$owner")" != yes ] &&
+    ! dpkg-query -W -f='${Depends}' sluiced | grep -qw "$owner"; then
+    fail "ExecReload='s $program comes from $owner, neither Essential nor a dependency of sluiced"
+  fi
+  env -i MAINPID="$SLUICED_PID" "${words[@]}" || fail "ExecReload= failed: ${words[*]}"
+}
+
 # Starts sluiced as the unit does; sets SLUICED_PID, HTTP and ADMIN.
 start_sluiced() {
   local env_lines user line
@@ -158,9 +178,10 @@ run_service() {
   local got
   got=$(checks a 2)
   [ "$got" = "200 429" ] || fail "limit 1/min for client a: $got"
-  # A changed limit takes effect on SIGHUP (systemctl reload).
+  # A changed limit takes effect on `systemctl reload`: the unit's ExecReload, run as
+  # systemd runs it (no PATH, MAINPID in its environment).
   write_limits 3
-  kill -HUP "$SLUICED_PID"
+  run_exec_reload
   for _ in $(seq 100); do
     grep -q 'config reloaded (SIGHUP)' "$work/sluiced.log" && break
     sleep 0.05
