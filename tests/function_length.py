@@ -33,7 +33,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from docs_check import tracked_files  # noqa: E402  (the files git tracks, one reader)
+from docs_check import read_all, tracked_files  # noqa: E402  (the files git tracks, one reader)
 
 MAX_LINES = 100
 DIRS = ("src/", "service/", "cli/")
@@ -305,12 +305,9 @@ def main():
     root = sys.argv[1]
     probe()
     bad = []
-    for path in sorted(f for f in tracked_files(root) if in_scope(f)):
-        full = os.path.join(root, path)
-        if not os.path.isfile(full):
-            continue
-        with open(full, encoding="utf-8", errors="replace") as f:
-            bad += long_functions(path, f.read())
+    files = read_all(root, [f for f in tracked_files(root) if in_scope(f)])
+    for path in sorted(files):
+        bad += long_functions(path, files[path])
     for line in bad:
         print(line)
     print(f"function length check: {len(bad)} finding(s)")
