@@ -61,7 +61,8 @@ class UnaryReply {
 
 // The server's handle on one open asynchronous streaming call (copyable, thread-safe).
 // It holds the connection (not the call): a writer kept after its call ended, or its
-// connection closed, costs the connection's memory until it is dropped, nothing else.
+// connection closed, costs the connection's memory until it is dropped, nothing else; it
+// must be dropped before the io_context the connection runs on is destroyed.
 class StreamWriter {
  public:
   StreamWriter(std::shared_ptr<h2internal::Connection> connection, int32_t stream_id);
