@@ -1,5 +1,6 @@
 -- sluice clock: how a script reads "now" from its ARGV[2] (src/algo/algorithm.h), shared by
--- sliding_window.lua, sliding_log.lua, token_bucket.lua, gcra.lua and concurrency.lua: the
+-- sliding_window.lua, sliding_log.lua, token_bucket.lua, gcra.lua, concurrency.lua and
+-- quota_shares.lua: the
 -- build puts this file in front of each script's helpers (cmake/SluiceLua.cmake). Not a script
 -- alone. (fixed_window.lua reads its own: its model clock takes a path of its own.)
 -- clock(v) returns now in ms and the expiry grace:
