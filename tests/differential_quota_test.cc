@@ -167,8 +167,8 @@ void RunQuotaTrace(const RedisServer& server, const TraceConfig& config) {
     switch (pick(6)) {
       case 0: return 0;
       case 1: return internal::kMaxQuotaRateMilli;
-      case 2: return pick(rate + 1);         // at most the rate
-      case 3: return rate + pick(rate + 1);  // the rate or more
+      case 2: return pick(rate + 1);  // at most the rate
+      case 3: return std::min(internal::kMaxQuotaRateMilli, rate + pick(rate + 1));  // or more
       default: return pick(std::max<int64_t>(2, rate / 3));
     }
   };
@@ -182,25 +182,25 @@ void RunQuotaTrace(const RedisServer& server, const TraceConfig& config) {
   std::map<std::string, int> seen;
   for (int step = 0; step < config.steps && !::testing::Test::HasFailure(); ++step) {
     Bucket& b = buckets[static_cast<size_t>(pick(config.buckets))];
-    switch (pick(10)) {
-      case 0:
-      case 1: ++seen["time: stay"]; break;
-      case 2:
-      case 3:
-      case 4: {
-        std::vector<int64_t> ahead;
-        for (const auto& [client, c] : b.twin.clients) {
-          if (c.expires_ms >= now + 1) ahead.push_back(c.expires_ms);
-        }
-        if (ahead.empty()) break;
-        const int64_t target = ahead[static_cast<size_t>(pick(static_cast<int64_t>(ahead.size())))];
-        const int64_t before = pick(2);
-        now = std::max(now, target - before);
-        ++seen[now == target ? "time: at an expiry" : "time: 1 ms before an expiry"];
-        break;
+    // Time: stay, onto (or 1 ms before) the bucket's next expiry, past every hold, or a
+    // little (so that clients mostly renew before their hold ends).
+    const int64_t time_kind = pick(40);
+    if (time_kind < 12) {
+      ++seen["time: stay"];
+    } else if (time_kind < 18) {
+      int64_t next = 0;
+      for (const auto& [client, c] : b.twin.clients) {
+        if (c.expires_ms > now && (next == 0 || c.expires_ms < next)) next = c.expires_ms;
       }
-      case 5: now += config.max_hold_ms + pick(3); break;
-      default: now += pick(config.max_hold_ms / 4 + 1); break;
+      if (next > 0) {
+        const int64_t before = pick(2);
+        now = std::max(now, next - before);
+        ++seen[now == next ? "time: at an expiry" : "time: 1 ms before an expiry"];
+      }
+    } else if (time_kind == 18) {
+      now += config.max_hold_ms + pick(3);
+    } else {
+      now += pick(config.max_hold_ms / 50 + 1);
     }
     if (pick(50) == 0) {
       b.rate = some_rate();  // a config change mid-trace
