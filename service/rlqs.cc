@@ -322,7 +322,8 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
   const Rule& rule = *match.rule;
   if (rule.unlimited || rule.shadow_mode || rule.requests_per_unit <= 0) {
     answer(kRlqsRule);
-    Blanket(action, state_->ttl, rule.requests_per_unit > 0);
+    // A shadow limit never refuses; an unlimited one has no rate; 0 per unit admits none.
+    Blanket(action, state_->ttl, rule.unlimited || rule.shadow_mode);
     return std::nullopt;
   }
   bucket.share_id = rule.limiter_name + '/' + id;

@@ -30,6 +30,7 @@ descriptors:
   - key: route
     value: hot
     rate_limit: {name: hot_limit, unit: second, requests_per_unit: 100}
+    algorithm: token_bucket
     burst: 20
     failure_mode: closed
   - key: route
