@@ -28,7 +28,6 @@ Outcome OutcomeOf(const Decision& d) {
   return d.reason == RefusalReason::kStoreUnavailable ? kUnavailable : kOverLimit;
 }
 
-
 // The shared state of one check while its store calls are out.
 // requests_per_unit: 0 refuses every request (envoy-ratelimit's way to ban a key); in
 // shadow mode it refuses nobody.

@@ -143,6 +143,27 @@ struct Settings {
   std::string check_config;
 };
 
+// The RLQS flags (docs/rlqs.md), into `s`.
+void AddRlqsFlags(CLI::App& app, Settings& s) {
+  app.add_option("--rlqs-report-interval-ms", s.rlqs_report_interval_ms,
+                 "How often RLQS clients report (Envoy's rate_limit_quota filter: every 5 s); "
+                 "assignments live twice that, in whole seconds")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
+      ->envname("SLUICED_RLQS_REPORT_INTERVAL_MS")
+      ->capture_default_str();
+  app.add_option("--rlqs-unmatched", s.rlqs_unmatched,
+                 "What an RLQS bucket that matches no rate limit gets (an unknown domain too)")
+      ->check(CLI::IsMember({"allow_all", "deny_all", "abandon"}))
+      ->envname("SLUICED_RLQS_UNMATCHED")
+      ->capture_default_str();
+  app.add_option("--rlqs-idle-reports", s.rlqs_idle_reports,
+                 "An RLQS bucket reported idle this many times in a row is abandoned (its "
+                 "share given back)")
+      ->check(CLI::Range(1, 1000))
+      ->envname("SLUICED_RLQS_IDLE_REPORTS")
+      ->capture_default_str();
+}
+
 // The flags (each also an environment variable), into `s`. Returns --config's option,
 // which is required unless --check-config is given.
 CLI::Option* AddFlags(CLI::App& app, Settings& s) {
@@ -236,23 +257,7 @@ CLI::Option* AddFlags(CLI::App& app, Settings& s) {
       ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_DRAIN_TIMEOUT_MS")
       ->capture_default_str();
-  app.add_option("--rlqs-report-interval-ms", s.rlqs_report_interval_ms,
-                 "How often RLQS clients report (Envoy's rate_limit_quota filter: every 5 s); "
-                 "assignments live twice that, in whole seconds")
-      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
-      ->envname("SLUICED_RLQS_REPORT_INTERVAL_MS")
-      ->capture_default_str();
-  app.add_option("--rlqs-unmatched", s.rlqs_unmatched,
-                 "What an RLQS bucket that matches no rate limit gets (an unknown domain too)")
-      ->check(CLI::IsMember({"allow_all", "deny_all", "abandon"}))
-      ->envname("SLUICED_RLQS_UNMATCHED")
-      ->capture_default_str();
-  app.add_option("--rlqs-idle-reports", s.rlqs_idle_reports,
-                 "An RLQS bucket reported idle this many times in a row is abandoned (its "
-                 "share given back)")
-      ->check(CLI::Range(1, 1000))
-      ->envname("SLUICED_RLQS_IDLE_REPORTS")
-      ->capture_default_str();
+  AddRlqsFlags(app, s);
   app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
       ->envname("SLUICED_LOG_LEVEL")
       ->capture_default_str();

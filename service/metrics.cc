@@ -272,8 +272,9 @@ void Metrics::FormatRlqs(std::string& out) const {
   out += "# HELP sluiced_rlqs_streams Open RLQS streams (one per client and domain).\n";
   out += "# TYPE sluiced_rlqs_streams gauge\n";
   out += "sluiced_rlqs_streams " + std::to_string(rlqs_streams_.load()) + "\n";
-  out += "# HELP sluiced_rlqs_store_errors_total RLQS store calls that failed (answered by the "
-         "limit's failure policy).\n";
+  out +=
+      "# HELP sluiced_rlqs_store_errors_total RLQS store calls that failed (answered by the "
+      "limit's failure policy).\n";
   out += "# TYPE sluiced_rlqs_store_errors_total counter\n";
   out += "sluiced_rlqs_store_errors_total " + std::to_string(rlqs_store_errors_.load()) + "\n";
   std::lock_guard lock(mu_);
@@ -286,7 +287,8 @@ void Metrics::FormatRlqs(std::string& out) const {
   static constexpr Gauge kGauges[] = {
       {"sluiced_rlqs_rate", "The limit's rate shared among its RLQS clients, per second.",
        [](const RlqsCounters& c) { return c.rate_milli.load() / 1000.0; }},
-      {"sluiced_rlqs_clients", "Live RLQS clients of the limit, fleet-wide, as the store last said.",
+      {"sluiced_rlqs_clients",
+       "Live RLQS clients of the limit, fleet-wide, as the store last said.",
        [](const RlqsCounters& c) { return static_cast<double>(c.clients.load()); }},
       {"sluiced_rlqs_assigned_rate",
        "The sum of the rates assigned to the limit's clients, fleet-wide, per second, as the "
@@ -299,8 +301,9 @@ void Metrics::FormatRlqs(std::string& out) const {
       out += std::string(g.name) + "{domain=\"" + Escape(c->domain) + "\",limit=\"" +
              Escape(c->limit) + "\"} " + Number(g.value(*c)) + "\n";
   }
-  out += "# HELP sluiced_rlqs_reported_requests_total Requests the RLQS clients reported, by "
-         "their own decision.\n# TYPE sluiced_rlqs_reported_requests_total counter\n";
+  out +=
+      "# HELP sluiced_rlqs_reported_requests_total Requests the RLQS clients reported, by "
+      "their own decision.\n# TYPE sluiced_rlqs_reported_requests_total counter\n";
   for (const auto& [key, c] : rlqs_) {
     const std::string labels =
         "{domain=\"" + Escape(c->domain) + "\",limit=\"" + Escape(c->limit) + "\",result=\"";
@@ -309,8 +312,9 @@ void Metrics::FormatRlqs(std::string& out) const {
     out += "sluiced_rlqs_reported_requests_total" + labels + "denied\"} " +
            std::to_string(c->denied.load()) + "\n";
   }
-  out += "# HELP sluiced_rlqs_answers_total RLQS bucket answers, by where they came from.\n"
-         "# TYPE sluiced_rlqs_answers_total counter\n";
+  out +=
+      "# HELP sluiced_rlqs_answers_total RLQS bucket answers, by where they came from.\n"
+      "# TYPE sluiced_rlqs_answers_total counter\n";
   for (const auto& [key, c] : rlqs_) {
     for (int s = 0; s < kRlqsSources; ++s) {
       const uint64_t v = c->answers[s].load();

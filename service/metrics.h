@@ -60,9 +60,9 @@ inline constexpr int kRlqsSources = kRlqsIdle + 1;
 struct RlqsCounters {
   std::string domain;
   std::string limit;
-  std::atomic<int64_t> rate_milli{0};      // the limit's rate, milli-requests per second
-  std::atomic<int64_t> clients{0};         // live clients, as the store last answered
-  std::atomic<int64_t> assigned_milli{0};  // the sum of their grants, idem
+  std::atomic<int64_t> rate_milli{0};           // the limit's rate, milli-requests per second
+  std::atomic<int64_t> clients{0};              // live clients, as the store last answered
+  std::atomic<int64_t> assigned_milli{0};       // the sum of their grants, idem
   std::atomic<uint64_t> allowed{0}, denied{0};  // as the clients reported
   std::array<std::atomic<uint64_t>, kRlqsSources> answers{};
 };

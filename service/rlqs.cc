@@ -241,11 +241,8 @@ void RlqsStream::OnClose() {
 }
 
 void RlqsStream::Release(const std::string& share_id) {
-  sluice::QuotaShareRequest request{.id = share_id,
-                                    .client = client_,
-                                    .rate_milli = 1,
-                                    .hold = state_->hold(),
-                                    .release = true};
+  sluice::QuotaShareRequest request{
+      .id = share_id, .client = client_, .rate_milli = 1, .hold = state_->hold(), .release = true};
   auto ignore = [](const sluice::StatusOr<sluice::QuotaShareGrant>&) {};
   state_->shares->Assign(request, ignore);
   state_->local_shares->Assign(request, ignore);
@@ -266,9 +263,9 @@ void RlqsStream::ProcessFront(std::unique_lock<std::mutex>& lock) {
   }
   if (buckets_.size() > kRlqsMaxBucketsPerStream) {
     lock.unlock();
-    writer_.Finish({GrpcCode::kResourceExhausted,
-                    "more than " + std::to_string(kRlqsMaxBucketsPerStream) +
-                        " buckets on one stream"});
+    writer_.Finish(
+        {GrpcCode::kResourceExhausted,
+         "more than " + std::to_string(kRlqsMaxBucketsPerStream) + " buckets on one stream"});
     return;
   }
   report->remaining = jobs.size() + 1;  // + 1: this function's own, so none finishes early
@@ -293,7 +290,8 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
   counters->allowed.fetch_add(usage.num_requests_allowed(), std::memory_order_relaxed);
   counters->denied.fetch_add(usage.num_requests_denied(), std::memory_order_relaxed);
   Bucket& bucket = buckets_[id];
-  const bool subscription = usage.time_elapsed().seconds() == 0 && usage.time_elapsed().nanos() == 0;
+  const bool subscription =
+      usage.time_elapsed().seconds() == 0 && usage.time_elapsed().nanos() == 0;
   if (usage.num_requests_allowed() + usage.num_requests_denied() > 0 || subscription)
     bucket.idle = 0;
   else
@@ -335,17 +333,16 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
                            std::chrono::nanoseconds(usage.time_elapsed().nanos()));
   const sluice::ClientOptions& client = state_->engine.client().options();
   const int64_t servers = rule.local_servers > 0 ? rule.local_servers : client.servers;
-  return ShareJob{
-      .index = index,
-      .request = {.id = bucket.share_id,
-                  .client = client_,
-                  .demand_milli = RlqsDemandMilli(usage.num_requests_allowed(),
-                                                  usage.num_requests_denied(), elapsed),
-                  .rate_milli = rate,
-                  .hold = state_->hold()},
-      .rule = match.rule,
-      .counters = counters,
-      .local_rate_milli = std::max<int64_t>(1, rate / std::max<int64_t>(1, servers))};
+  return ShareJob{.index = index,
+                  .request = {.id = bucket.share_id,
+                              .client = client_,
+                              .demand_milli = RlqsDemandMilli(usage.num_requests_allowed(),
+                                                              usage.num_requests_denied(), elapsed),
+                              .rate_milli = rate,
+                              .hold = state_->hold()},
+                  .rule = match.rule,
+                  .counters = counters,
+                  .local_rate_milli = std::max<int64_t>(1, rate / std::max<int64_t>(1, servers))};
 }
 
 // The embedded store's share first (what this instance sees alone: kept current on every
@@ -357,8 +354,8 @@ void RlqsStream::RunShare(const std::shared_ptr<Report>& report, ShareJob job) {
   state_->local_shares->Assign(
       local, [self, report, job = std::move(job)](sluice::StatusOr<sluice::QuotaShareGrant> l) {
         self->state_->shares->Assign(
-            job.request, [self, report, job, l = std::move(l)](
-                             sluice::StatusOr<sluice::QuotaShareGrant> s) mutable {
+            job.request, [self, report, job,
+                          l = std::move(l)](sluice::StatusOr<sluice::QuotaShareGrant> s) mutable {
               self->OnShare(report, job, std::move(s), std::move(l));
             });
       });

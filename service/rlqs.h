@@ -73,8 +73,7 @@ class RlqsService {
  public:
   // A QuotaShares of the engine's client, and an embedded store's for the `local`
   // failure policy.
-  static sluice::StatusOr<std::shared_ptr<RlqsService>> Create(Engine& engine,
-                                                               RlqsOptions options);
+  static sluice::StatusOr<std::shared_ptr<RlqsService>> Create(Engine& engine, RlqsOptions options);
   // The gRPC method, for the server's list.
   GrpcMethod Method();
   const RlqsOptions& options() const;

@@ -499,9 +499,10 @@ TEST_F(Grpc, HealthAndReflection) {
   reflection::ServerReflectionResponse listed = reflect(r);
   std::set<std::string> services;
   for (const auto& sv : listed.list_services_response().service()) services.insert(sv.name());
-  EXPECT_EQ(services, (std::set<std::string>{"envoy.service.ratelimit.v3.RateLimitService",
-                                             "grpc.health.v1.Health",
-                                             "grpc.reflection.v1alpha.ServerReflection"}));
+  EXPECT_EQ(services, (std::set<std::string>{
+                          "envoy.service.ratelimit.v3.RateLimitService",
+                          "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
+                          "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}));
   r.set_file_containing_symbol("envoy.service.ratelimit.v3.RateLimitService");
   reflection::ServerReflectionResponse files = reflect(r);
   std::vector<std::string> names;

@@ -120,8 +120,8 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<rlqs::RateLimitQuotaService::Stub> stub_;
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<rlqs::RateLimitQuotaUsageReports,
-                                           rlqs::RateLimitQuotaResponse>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<rlqs::RateLimitQuotaUsageReports, rlqs::RateLimitQuotaResponse>>
       stream_;
 };
 
@@ -135,8 +135,8 @@ double RatePerSecond(const Action& a) {
 
 bool IsBlanket(const Action& a, etype_strategy::BlanketRule rule) {
   const auto& s = a.quota_assignment_action().rate_limit_strategy();
-  return a.has_quota_assignment_action() &&
-         s.strategy_case() == etype_strategy::kBlanketRule && s.blanket_rule() == rule;
+  return a.has_quota_assignment_action() && s.strategy_case() == etype_strategy::kBlanketRule &&
+         s.blanket_rule() == rule;
 }
 
 class Rlqs : public ::testing::Test {
@@ -219,10 +219,11 @@ TEST_F(Rlqs, AResetStreamGivesItsShareBack) {
 // default), each with a TTL; a two-level bucket matches in key order.
 TEST_F(Rlqs, BlanketAnswersAndMatching) {
   auto c = NewClient();
-  const rlqs::RateLimitQuotaResponse r = c->Exchange(
-      Report({{{"route", "free"}}, {{"route", "blocked"}}, {{"route", "nowhere"}},
-              {{"tier", "gold"}, {"route", "two"}}},
-             1, 0, 0));
+  const rlqs::RateLimitQuotaResponse r = c->Exchange(Report({{{"route", "free"}},
+                                                             {{"route", "blocked"}},
+                                                             {{"route", "nowhere"}},
+                                                             {{"tier", "gold"}, {"route", "two"}}},
+                                                            1, 0, 0));
   ASSERT_EQ(r.bucket_action_size(), 4) << r.DebugString();
   EXPECT_TRUE(IsBlanket(r.bucket_action(0), etype_strategy::ALLOW_ALL)) << r.DebugString();
   EXPECT_TRUE(IsBlanket(r.bucket_action(1), etype_strategy::DENY_ALL)) << r.DebugString();
