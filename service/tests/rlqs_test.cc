@@ -365,7 +365,7 @@ TEST_F(Rlqs, DrainEndsStreamsUnavailable) {
 
 TEST_F(Rlqs, PythonClientFromAnIndependentCopyOfTheMessages) {
   TempDir out;
-  const std::string cmd = "/usr/bin/python3 " + std::string(SLUICED_SOURCE_DIR) +
+  const std::string cmd = "timeout 60 /usr/bin/python3 " + std::string(SLUICED_SOURCE_DIR) +
                           "/service/tests/rlqs_client.py " + std::to_string(sluiced_->grpc_port()) +
                           " > " + out.path() + "/log.txt 2>&1";
   const int rc = std::system(cmd.c_str());
