@@ -115,8 +115,9 @@ struct GrpcMethod {
   // call's state. It runs on the connection's strand, before the call's first message; a
   // null state ends the call INTERNAL.
   std::function<std::shared_ptr<StreamCall>(StreamWriter writer)> open;
-  // Streaming methods: end the call with OK when the client half-closes. False keeps
-  // it open until the client cancels (server-streaming watches). Default: true.
+  // Streaming methods (`stream`): end the call with OK when the client half-closes. False
+  // keeps it open until the client cancels (server-streaming watches). Default: true.
+  // Asynchronous ones decide in StreamCall::OnHalfClose instead.
   bool finish_on_half_close = true;
   // Streaming methods that stay open (finish_on_half_close false): when the server
   // drains, this message (when not empty) is sent on each such call, which then ends

@@ -28,14 +28,15 @@ using bench::H2Client;
 using namespace std::chrono_literals;
 
 // An asynchronous streaming call that keeps its writer (its replies come later, from
-// other threads) and records what happens to it. A message "fail" fails the call;
-// "finish" sends "bye" and finishes the call inside OnMessage, then sends more (dropped);
-// any other is echoed at once, from the connection's strand.
+// other threads) and records what happens to it. A message "fail" fails the call; one
+// starting "finish" sends "bye" and finishes the call inside OnMessage, then sends more
+// (dropped) and reads the message again; any other is echoed at once, from the
+// connection's strand.
 struct RecordingCall : StreamCall {
   explicit RecordingCall(StreamWriter w) : writer(std::move(w)) {}
   GrpcStatus OnMessage(std::string_view m) override {
     if (m == "fail") return {GrpcCode::kInvalidArgument, "asked to fail"};
-    if (m == "finish") {
+    if (m.starts_with("finish")) {
       writer.Send("bye");
       writer.Finish({GrpcCode::kNotFound, "finished"});
       writer.Send("dropped");
@@ -43,7 +44,7 @@ struct RecordingCall : StreamCall {
       writer.Send("echo:" + std::string(m));
     }
     std::lock_guard lock(mu);
-    messages.emplace_back(m);  // still readable after the Finish above
+    messages.emplace_back(m);  // still valid after the Finish above
     return {};
   }
   // The call stays open after the client's half-close: the test finishes it.
@@ -572,14 +573,16 @@ TEST_F(H2Server, AsyncCallFinishEndsAfterQueuedMessagesAndLaterSendsAreDropped) 
   ExpectClosedOnce(*call, client.get());
   call->writer.Send("after the end");  // dropped, on a stream that is gone
 
-  auto [inside, finished] = OpenCall(*client, GrpcFramed("finish"));
+  // Longer than a string holds inline: the request buffer is on the heap.
+  const std::string finish = "finish, inside OnMessage";
+  auto [inside, finished] = OpenCall(*client, GrpcFramed(finish));
   ASSERT_TRUE(client->PumpUntil([&, id = inside] { return client->call(id)->closed; }, 10s));
   EXPECT_EQ(client->call(inside)->data, GrpcFramed("bye"));
   EXPECT_EQ(client->call(inside)->GrpcStatus(), 5);
   EXPECT_EQ(client->call(inside)->GrpcMessage(), "finished");
   ExpectClosedOnce(*finished, client.get());
   std::lock_guard lock(finished->mu);
-  EXPECT_EQ(finished->messages, std::vector<std::string>{"finish"});
+  EXPECT_EQ(finished->messages, std::vector<std::string>{finish});
 }
 
 TEST_F(H2Server, AsyncCallFailedMessageEndsTheCallWithItsStatus) {
