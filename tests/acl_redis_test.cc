@@ -217,6 +217,13 @@ TEST_F(AclTest, AuditAndInspectWorkUnderTheReadOnlyRules) {
     auto limiter = (*client)->MakeLimiter("seen", {.limit = 5, .window = seconds(60)});
     ASSERT_THAT(limiter, IsOk());
     EXPECT_TRUE(limiter->Check("u")->allowed);
+    // A quota shares bucket is sluice's too (a hash under `:qs`), not a foreign key.
+    auto shares = (*client)->MakeQuotaShares("rlqs");
+    ASSERT_THAT(shares, IsOk());
+    EXPECT_THAT(
+        shares->AssignSync(
+            {.id = "b", .client = "c", .demand_milli = 10, .rate_milli = 100, .hold = seconds(60)}),
+        IsOk());
   }
   auto admin = Admin::Connect({.url = Url("sluice-audit")});
   ASSERT_THAT(admin, IsOk());
@@ -225,10 +232,13 @@ TEST_F(AclTest, AuditAndInspectWorkUnderTheReadOnlyRules) {
   ASSERT_THAT((*admin)->Scan({},
                              [&](const ScanBatch& batch) {
                                keys += static_cast<int64_t>(batch.keys.size());
+                               for (const ScannedKey& k : batch.keys) {
+                                 EXPECT_FALSE(k.foreign()) << k.key;
+                               }
                                return true;
                              }),
               IsOk());
-  EXPECT_EQ(keys, 1);
+  EXPECT_EQ(keys, 2);
   auto state = (*admin)->Inspect("seen", "u");
   ASSERT_THAT(state, IsOk());
   // The CLI end to end: audit finds nothing to report (exit 0).
