@@ -71,6 +71,11 @@ Planned Plan(const ScannedKey& k, int64_t now_ms, int64_t ttl_s) {
             "audit stream retention"};
   }
   if (ttl_s > 0) return {k.key, std::chrono::seconds(ttl_s), "--ttl"};
+  if (suffix == "qs") {
+    return {k.key, kDefaultTtl,
+            "default (a quota shares bucket: its next call sets the expiry of its latest "
+            "grant)"};
+  }
   if (k.ends_at_ms < 0) {
     return {k.key, kDefaultTtl, "default (the value does not decode; the next call deletes it)"};
   }

@@ -1,6 +1,6 @@
 // The ACL rule sets of docs/design.md ("ACL users"), read from that page so that the
 // documented rules are the tested ones: sluice's limiter works under the limiter's set
-// (every algorithm, a composite, a lease, an audited release; on a cluster with the
+// (every algorithm, a composite, a lease, an audited release, quota shares; on a cluster with the
 // cluster additions), the operator's read-only tools (audit, inspect) under the
 // read-only set, and what lies outside a set is refused with a clear NOPERM error
 // (repair under the read-only user, another prefix, FLUSHALL), never a crash.
@@ -121,6 +121,32 @@ TEST_F(AclTest, TheLimiterWorksUnderItsRules) {
   EXPECT_EQ(released->released, 1);
   EXPECT_EQ(released->stream_error, "");
   EXPECT_EQ(server_.Command({"XLEN", "sluice:audit"}).integer, 1);
+  // Quota shares: an assignment and a release.
+  auto shares = (*client)->MakeQuotaShares("rlqs");
+  ASSERT_THAT(shares, IsOk());
+  auto grant = shares->AssignSync(
+      {.id = "b", .client = "c", .demand_milli = 10, .rate_milli = 100, .hold = seconds(10)});
+  ASSERT_THAT(grant, IsOk());
+  EXPECT_EQ(grant->grant_milli, 20);
+  EXPECT_THAT(shares->AssignSync({.id = "b", .client = "c", .release = true}), IsOk());
+}
+
+// A user without the hash commands (set up by the docs before quota shares): an
+// assignment is refused with the ACL's error and leaves the bucket as it was, never taking
+// the refusal for a value of another type and deleting the others' grants.
+TEST_F(AclTest, AQuotaAssignmentRefusedByTheAclLeavesTheBucketAsItWas) {
+  auto client = Client::Create({.url = Url("sluice-app"), .deadline = milliseconds(2000)});
+  ASSERT_THAT(client, IsOk());
+  auto shares = *(*client)->MakeQuotaShares("rlqs");
+  QuotaShareRequest r{
+      .id = "b", .client = "a", .demand_milli = 10, .rate_milli = 100, .hold = seconds(10)};
+  ASSERT_THAT(shares.AssignSync(r), IsOk());
+  server_.Command({"ACL", "SETUSER", "sluice-app", "-hgetall"});
+  r.client = "b";
+  EXPECT_THAT(shares.AssignSync(r), StatusIs(StatusCode::kPermissionDenied, HasSubstr("NOPERM")));
+  const std::string key = *shares.KeyFor("b");
+  EXPECT_EQ(server_.Command({"HEXISTS", key, "a"}).integer, 1);
+  EXPECT_EQ(server_.Command({"HEXISTS", key, "b"}).integer, 0);
 }
 
 // A user set up by the docs before the one-value scripts wrote with SETRANGE (no
@@ -191,6 +217,13 @@ TEST_F(AclTest, AuditAndInspectWorkUnderTheReadOnlyRules) {
     auto limiter = (*client)->MakeLimiter("seen", {.limit = 5, .window = seconds(60)});
     ASSERT_THAT(limiter, IsOk());
     EXPECT_TRUE(limiter->Check("u")->allowed);
+    // A quota shares bucket is sluice's too (a hash under `:qs`), not a foreign key.
+    auto shares = (*client)->MakeQuotaShares("rlqs");
+    ASSERT_THAT(shares, IsOk());
+    EXPECT_THAT(
+        shares->AssignSync(
+            {.id = "b", .client = "c", .demand_milli = 10, .rate_milli = 100, .hold = seconds(60)}),
+        IsOk());
   }
   auto admin = Admin::Connect({.url = Url("sluice-audit")});
   ASSERT_THAT(admin, IsOk());
@@ -199,10 +232,13 @@ TEST_F(AclTest, AuditAndInspectWorkUnderTheReadOnlyRules) {
   ASSERT_THAT((*admin)->Scan({},
                              [&](const ScanBatch& batch) {
                                keys += static_cast<int64_t>(batch.keys.size());
+                               for (const ScannedKey& k : batch.keys) {
+                                 EXPECT_FALSE(k.foreign()) << k.key;
+                               }
                                return true;
                              }),
               IsOk());
-  EXPECT_EQ(keys, 1);
+  EXPECT_EQ(keys, 2);
   auto state = (*admin)->Inspect("seen", "u");
   ASSERT_THAT(state, IsOk());
   // The CLI end to end: audit finds nothing to report (exit 0).

@@ -964,6 +964,37 @@ TEST(CliRepair, TtlsCoverTheLongestStateAndAreCapped) {
   EXPECT_TRUE(server.KeysWithoutTtl(prefix + ":*").empty());
 }
 
+// A quota shares bucket is sluice's: audit counts it (a leak when it lost its expiry, never
+// a foreign key) and repair gives it a day, until its next call sets its own expiry.
+TEST(CliRepair, AQuotaSharesBucketWithoutAnExpiryIsALeakAndGetsADay) {
+  RedisServer server;
+  const std::string prefix = "quota";
+  auto client = Connect(server, prefix);
+  auto shares = client->MakeQuotaShares("rlqs");
+  ASSERT_TRUE(shares.ok());
+  ASSERT_TRUE(shares
+                  ->AssignSync({.id = "b",
+                                .client = "c",
+                                .demand_milli = 10,
+                                .rate_milli = 100,
+                                .hold = std::chrono::seconds(30)})
+                  .ok());
+  const std::string key = *shares->KeyFor("b");
+  Result clean = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(clean.exit_code, 0) << clean.err << clean.out;
+  ASSERT_EQ(server.Command({"PERSIST", key}).integer, 1);
+  Result leak = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(leak.exit_code, 1) << leak.err << leak.out;
+  EXPECT_EQ(leak.Json()["foreign"], 0);
+  Result apply =
+      Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
+  ASSERT_EQ(apply.exit_code, 0) << apply.err << apply.out;
+  EXPECT_EQ(apply.Json()["expiry_set"], 1);
+  const long long ttl = server.Command({"TTL", key}).integer;
+  EXPECT_GT(ttl, 24 * 3600 - 5);
+  EXPECT_LE(ttl, 24 * 3600);
+}
+
 // Past the 10,000 leases inspect reads, the rest are counted, not
 // assumed live.
 TEST(CliInspect, CountsStaleLeasesBeyondTheOnesItLists) {

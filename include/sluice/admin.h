@@ -112,13 +112,14 @@ std::string_view KeyTypeName(KeyType type);
 // A key of sluice's layout, `<prefix>:{<limiter>:<encoded id>}:<suffix>` or, for a
 // co-located limiter (LimiterOptions::colocate), `<prefix>:{@<encoded tag>}:<limiter>:
 // <encoded id>:<suffix>`; or the audit stream of operators' actions, `<prefix>:audit`
-// (suffix "audit", limiter and ids empty).
+// (suffix "audit", limiter and ids empty). A quota shares bucket (sluice/quota.h) is of
+// the first form, suffix "qs" (the limiter is the QuotaShares' name, the id the bucket's).
 struct KeyName {
   std::string limiter;
   std::string encoded_id;         // as written in the key (see docs/library.md, Keys)
   std::optional<std::string> id;  // decoded; nullopt for a hashed id (`#` + SHA-256)
-  std::string suffix;             // fw2, sw, sl, tb, gcra, cc, audit, or fw (fixed_window
-                                  // before v2: read, never written)
+  std::string suffix;             // fw2, sw, sl, tb, gcra, cc, qs, audit, or fw
+                                  // (fixed_window before v2: read, never written)
   // A co-located key's tag as written in it (the part of the id that chose its slot);
   // empty for every other key.
   std::string encoded_slot_tag;
@@ -130,11 +131,11 @@ struct KeyName {
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key);
 
 // The Redis type sluice stores under `suffix`: kString for fw2, fw, sw, tb, gcra; kZset for
-// sl and cc; kStream for audit; kNone for a suffix sluice does not write.
+// sl and cc; kHash for qs; kStream for audit; kNone for a suffix sluice does not write.
 KeyType ExpectedKeyType(std::string_view suffix);
 
-// The algorithm a suffix stands for: "fixed_window", …, "concurrency", "audit_log";
-// "" if none.
+// The algorithm a suffix stands for: "fixed_window", …, "concurrency", "quota_shares",
+// "audit_log"; "" if none.
 std::string_view SuffixAlgorithm(std::string_view suffix);
 
 // One key seen by Scan.

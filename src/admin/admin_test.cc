@@ -71,6 +71,20 @@ TEST(ParseKeyName, AcceptsEveryKeySluiceWritesAndDecodesTheId) {
   EXPECT_EQ(ExpectedKeyType(cc->suffix), KeyType::kZset);
 }
 
+TEST(ParseKeyName, AcceptsAQuotaSharesBucketInItsPlainFormOnly) {
+  const std::string key = internal::MakeQuotaKey(internal::KeyHead("pre.fix", "rlqs"), "r{1}");
+  auto name = ParseKeyName("pre.fix", key);
+  ASSERT_TRUE(name.has_value()) << key;
+  EXPECT_EQ(name->limiter, "rlqs");
+  EXPECT_EQ(name->id, "r{1}");
+  EXPECT_EQ(name->suffix, "qs");
+  EXPECT_EQ(ExpectedKeyType(name->suffix), KeyType::kHash);
+  EXPECT_EQ(SuffixAlgorithm(name->suffix), "quota_shares");
+  // QuotaShares never co-locates: such a key is not sluice's.
+  EXPECT_FALSE(
+      ParseKeyName("pre.fix", internal::MakeColocatedKey("pre.fix", "rlqs", ':', "r:1", "qs")));
+}
+
 TEST(ParseKeyName, RejectsWhatSluiceNeverWrites) {
   for (const char* key : {
            "sluice:session:abc",          // no hash tag

@@ -27,6 +27,8 @@
 -- TTL rule: every call that leaves fields gives the key the expiry of its latest field
 -- (PEXPIRE, a lost expiry included); removing the last field deletes the key. A value of
 -- another type at the key (WRONGTYPE) is not sluice's: deleted, as if there were none.
+-- Any other error of reading the hash (an ACL without HGETALL) is the call's reply, with
+-- nothing written.
 -- Under a model clock (tests only) expiries get 60 s of grace, as in fixed_window.lua.
 
 local MAX_CLIENTS = 1024
@@ -68,7 +70,10 @@ local now, grace = clock(ARGV[2]) -- src/algo/clock.lua
 
 local fields = redis.pcall('HGETALL', key)
 if fields.err then
-  redis.call('DEL', key) -- WRONGTYPE: not a hash, not sluice's
+  if not string.find(fields.err, 'WRONGTYPE', 1, true) then
+    return fields -- any other error (an ACL refusal) is the call's, and changes nothing
+  end
+  redis.call('DEL', key) -- not a hash, not sluice's
   fields = {}
 end
 -- The live clients: the others' sums, and the latest expiry among them.

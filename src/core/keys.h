@@ -62,7 +62,8 @@ std::string_view AlgorithmSuffix(Algorithm algorithm);
 inline constexpr std::string_view kLeaseSuffix = "cc";
 
 // The suffix of a QuotaShares bucket (sluice/quota.h): one hash of its clients' grants.
-// Not among kKeySuffixes: it is no limiter's state, and the admin API does not read it.
+// Not among kKeySuffixes (an id's keys, which Inspect reads): it is no limiter's state. The
+// admin API takes it for sluice's (ParseKeyName: a hash), so audit and repair count it.
 inline constexpr std::string_view kQuotaSuffix = "qs";
 
 // The suffix fixed_window wrote before its v2 format ("<count>:<window end ms>", the
