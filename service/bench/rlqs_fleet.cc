@@ -132,7 +132,6 @@ class QuotaStream : public grpc::ClientBidiReactor<Reports, Response> {
                                            std::shared_ptr<LiveStreams> live,
                                            Clock::time_point start) {
     std::shared_ptr<QuotaStream> s(new QuotaStream(std::move(inbox), std::move(live), start));
-    s->self_ = s;
     s->live_->Add();
     stub->async()->StreamRateLimitQuotas(&s->context_, s.get());
     s->AddHold();
@@ -211,15 +210,17 @@ class QuotaStream : public grpc::ClientBidiReactor<Reports, Response> {
     if (queue_.empty()) ReleaseHold(lock);  // else the write in flight's OnWriteDone does
   }
 
+  // The last callback: the stream is not destroyed here but by its client, on the driver
+  // thread, once none is live. Its context holds a reference to the channel, and a channel
+  // whose last reference goes on one of grpc++'s callback threads shuts that thread's own
+  // completion queue down from inside it (grpc++ 1.51 aborts).
   void OnDone(const grpc::Status& /*status*/) override {
-    std::shared_ptr<QuotaStream> keep;
     {
       std::lock_guard lock(mu_);
       ended_ = true;
-      keep = std::move(self_);
     }
     live_->Done();
-  }  // `keep` may be the last reference: this object goes here, as grpc++ allows in OnDone
+  }
 
  private:
   QuotaStream(std::shared_ptr<Inbox> inbox, std::shared_ptr<LiveStreams> live,
@@ -236,7 +237,6 @@ class QuotaStream : public grpc::ClientBidiReactor<Reports, Response> {
   std::shared_ptr<Inbox> inbox_;
   std::shared_ptr<LiveStreams> live_;
   Clock::time_point start_;
-  std::shared_ptr<QuotaStream> self_;  // alive until OnDone
   grpc::ClientContext context_;
   Response response_;
   std::mutex mu_;
@@ -397,7 +397,7 @@ class RlqsClient {
     next_report_ = t + fleet_.options->report_interval.count() * 1'000'000;
     if (stream_ && stream_->ended()) {
       ++result_.stream_ends;
-      stream_.reset();
+      stream_ = nullptr;
     }
     if (!stream_) OpenStream();
     SendReport(t);
@@ -426,7 +426,8 @@ class RlqsClient {
         targets[(static_cast<std::size_t>(index_) + result_.streams) % targets.size()];
     auto& stub = stubs_[target];
     if (!stub) stub = rlqs::RateLimitQuotaService::NewStub(OwnChannel(target));
-    stream_ = QuotaStream::Open(stub.get(), inbox_, fleet_.live, fleet_.start);
+    streams_.push_back(QuotaStream::Open(stub.get(), inbox_, fleet_.live, fleet_.start));
+    stream_ = streams_.back().get();
     ++result_.streams;
   }
 
@@ -491,7 +492,10 @@ class RlqsClient {
   std::size_t snapshots_ = 0;
   std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
   std::map<std::string, std::unique_ptr<rlqs::RateLimitQuotaService::Stub>> stubs_;
-  std::shared_ptr<QuotaStream> stream_;
+  // Every stream this client opened (destroyed before the stubs, whose channels they
+  // use), and the current one, if any.
+  std::vector<std::shared_ptr<QuotaStream>> streams_;
+  QuotaStream* stream_ = nullptr;
   Nanos next_report_ = kNever;  // the report timer, started by the first bucket
   // The bucket: subscribed or not, its counts since the last report.
   bool active_ = false;
