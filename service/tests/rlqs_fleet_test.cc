@@ -87,13 +87,16 @@ uint64_t Admitted(const FleetResult& r, int group, int s) {
 
 // The group's seconds, for failure messages.
 std::string Table(const FleetResult& r, int group) {
-  std::string out = "second admitted [kind:rate per client]\n";
-  for (int s = 0; s < kEnd; ++s) {
-    out += std::to_string(s) + " " + std::to_string(Admitted(r, group, s)) + " [";
+  // Per client: the assignment in force at the second's end (-: none, A: ALLOW_ALL,
+  // D: DENY_ALL, T: token bucket), its rate, and the tokens assignments created.
+  std::string out = "second admitted [kind:rate+tokens per client]\n";
+  for (std::size_t s = 0; s < r.clients[0].seconds.size(); ++s) {
+    out += std::to_string(s) + " " + std::to_string(Admitted(r, group, static_cast<int>(s))) + " [";
     for (int c = 0; c < kGroup; ++c) {
-      const auto& x = At(r, group, c, s);
-      out += " " + std::to_string(static_cast<int>(x.kind)) + ":" +
-             std::to_string(static_cast<int>(x.assigned_rate));
+      const auto& x = At(r, group, c, static_cast<int>(s));
+      out += std::string(" ") + "-ADT"[static_cast<int>(x.kind)] + ":" +
+             std::to_string(static_cast<int>(x.assigned_rate)) + "+" +
+             std::to_string(static_cast<int>(x.tokens_created));
     }
     out += " ]\n";
   }
