@@ -43,6 +43,23 @@ function(sluice_batch_function name)
   endif()
 endfunction()
 
+# A script of src/algo/ sent alone (Connection::Eval), never in a batch nor the composite:
+# embedded as k<Name>Lua, and in AllScripts() after the batch script, in the order
+# declared (CMakeLists.txt), so the indices of the batch functions' scripts, the
+# composite's and the batch's stay as they are. CLOCK: src/algo/clock.lua goes in front
+# of it, as for a batch function.
+function(sluice_lua_alone name)
+  cmake_parse_arguments(F "CLOCK" "" "" ${ARGN})
+  if(F_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "sluice_lua_alone(${name}): unknown arguments: ${F_UNPARSED_ARGUMENTS}")
+  elseif(name IN_LIST SLUICE_BATCH_FUNCTIONS OR name IN_LIST SLUICE_ALONE_SCRIPTS)
+    message(FATAL_ERROR "sluice_lua_alone(${name}): declared twice")
+  endif()
+  set(SLUICE_ALONE_${name}_CLOCK ${F_CLOCK} PARENT_SCOPE)
+  list(APPEND SLUICE_ALONE_SCRIPTS ${name})
+  set(SLUICE_ALONE_SCRIPTS "${SLUICE_ALONE_SCRIPTS}" PARENT_SCOPE)
+endfunction()
+
 # A file's text, and the configuration made again when it changes.
 function(sluice_lua_read path text_var)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
@@ -185,7 +202,7 @@ function(sluice_lua_script script)
     set(call "${prelude_call}${call}")
     set(segments ${prelude_segment} ${segments})
   endif()
-  if(SLUICE_BATCH_${name}_CLOCK)
+  if(SLUICE_BATCH_${name}_CLOCK OR SLUICE_ALONE_${name}_CLOCK)
     set(helpers "${clock_helper}${helpers}")
   endif()
   set(lua_${name} "${helpers}${call}" PARENT_SCOPE)
@@ -294,8 +311,8 @@ function(sluice_lua_composite composite_var)
 endfunction()
 
 # Writes <dir>/lua_scripts.cc (every batch function's script alone, in index order, then
-# the `extra` scripts, the composite and the batch script, each a string_view named
-# k<Name>Lua) and <dir>/batch_manifest.h.
+# the `extra` scripts, the composite, the batch script and the scripts sent alone
+# (sluice_lua_alone), each a string_view named k<Name>Lua) and <dir>/batch_manifest.h.
 function(sluice_lua_generate dir)
   set(extra ${ARGN})
   # How a script reads "now": src/algo/clock.lua, in front of the helpers of the scripts
@@ -332,7 +349,14 @@ function(sluice_lua_generate dir)
   string(APPEND generated "extern const std::string_view kCompositeLua;\nconst std::string_view kCompositeLua = R\"sluice_lua(${composite})sluice_lua\";\n")
   sluice_lua_batch(batch)
   string(APPEND generated "extern const std::string_view kBatchLua;\nconst std::string_view kBatchLua = R\"sluice_lua(${batch})sluice_lua\";\n")
-  string(APPEND generated "std::vector<Script> AllScripts() {\n  return {\n${all_scripts}      {\"composite\", kCompositeLua},\n      {\"batch\", kBatchLua},\n  };\n}\n")
+  set(alone_scripts "")
+  foreach(name ${SLUICE_ALONE_SCRIPTS})
+    sluice_lua_script(algo/${name})
+    sluice_lua_camel(${name} camel)
+    string(APPEND generated "extern const std::string_view k${camel}Lua;\nconst std::string_view k${camel}Lua = R\"sluice_lua(${lua_${name}})sluice_lua\";\n")
+    string(APPEND alone_scripts "      {\"${name}\", k${camel}Lua},\n")
+  endforeach()
+  string(APPEND generated "std::vector<Script> AllScripts() {\n  return {\n${all_scripts}      {\"composite\", kCompositeLua},\n      {\"batch\", kBatchLua},\n${alone_scripts}  };\n}\n")
   string(APPEND generated "}  // namespace sluice::internal\n")
   file(CONFIGURE OUTPUT ${dir}/lua_scripts.cc CONTENT "${generated}" @ONLY)
   sluice_lua_manifest_header(${dir}/batch_manifest.h)

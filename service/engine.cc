@@ -28,10 +28,22 @@ Outcome OutcomeOf(const Decision& d) {
   return d.reason == RefusalReason::kStoreUnavailable ? kUnavailable : kOverLimit;
 }
 
-// A lease handle: 128 bits from the kernel's CSPRNG (getrandom), as 22 base64url
-// characters. A handle is the only thing a caller shows to heartbeat or release, so it
-// must not be derivable from the handles other callers were given (a seeded PRNG's
-// outputs are: its state can be rebuilt from a few hundred of them).
+
+// The shared state of one check while its store calls are out.
+// requests_per_unit: 0 refuses every request (envoy-ratelimit's way to ban a key); in
+// shadow mode it refuses nobody.
+Decision ZeroLimitDecision(const Rule& rule, Unit unit) {
+  Decision d;
+  d.allowed = rule.shadow_mode;
+  d.shadow_refused = rule.shadow_mode;
+  d.reason = RefusalReason::kOverLimit;
+  d.reset_after = d.retry_after =
+      rule.shadow_mode ? std::chrono::milliseconds(0) : UnitWindow(unit);
+  return d;
+}
+
+}  // namespace
+
 std::string RandomHandle() {
   static constexpr char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -57,21 +69,6 @@ std::string RandomHandle() {
   if (bits > 0) handle.push_back(kAlphabet[(acc << (6 - bits)) & 63]);
   return handle;
 }
-
-// The shared state of one check while its store calls are out.
-// requests_per_unit: 0 refuses every request (envoy-ratelimit's way to ban a key); in
-// shadow mode it refuses nobody.
-Decision ZeroLimitDecision(const Rule& rule, Unit unit) {
-  Decision d;
-  d.allowed = rule.shadow_mode;
-  d.shadow_refused = rule.shadow_mode;
-  d.reason = RefusalReason::kOverLimit;
-  d.reset_after = d.retry_after =
-      rule.shadow_mode ? std::chrono::milliseconds(0) : UnitWindow(unit);
-  return d;
-}
-
-}  // namespace
 
 std::string_view CodeName(Code code) {
   switch (code) {

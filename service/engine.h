@@ -29,6 +29,12 @@
 
 namespace sluiced {
 
+// 128 bits from the kernel's CSPRNG (getrandom), as 22 base64url characters: a lease
+// handle, an RLQS stream's client id. A handle is the only thing a caller shows to
+// heartbeat or release, so it must not be derivable from the handles other callers were
+// given (a seeded PRNG's outputs are: its state can be rebuilt from a few hundred of them).
+std::string RandomHandle();
+
 struct LimitOverride {
   int64_t requests_per_unit = 0;
   Unit unit = Unit::kSecond;

@@ -119,6 +119,7 @@ rls::RateLimitResponse ToProto(const CheckResult& result) {
 }
 
 constexpr const char* kServices[] = {"envoy.service.ratelimit.v3.RateLimitService",
+                                     "envoy.service.rate_limit_quota.v3.RateLimitQuotaService",
                                      "grpc.health.v1.Health",
                                      "grpc.reflection.v1alpha.ServerReflection"};
 
@@ -245,7 +246,8 @@ std::string HealthReply(health::HealthCheckResponse::ServingStatus status) {
 
 sluice::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
                                                                 const std::string& host_port,
-                                                                GrpcServerOptions options) {
+                                                                GrpcServerOptions options,
+                                                                RlqsOptions rlqs_options) {
   const auto colon = host_port.rfind(':');
   const std::string port = colon == std::string::npos ? "" : host_port.substr(colon + 1);
   if (colon == std::string::npos || colon == 0 || port.empty() || port.size() > 5 ||
@@ -258,7 +260,10 @@ sluice::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   static std::once_flag log_handler;
   std::call_once(log_handler, [] { pb::SetLogHandler(&OnProtobufLog); });
 
+  auto rlqs = RlqsService::Create(engine, rlqs_options);
+  if (!rlqs.ok()) return rlqs.status();
   std::vector<GrpcMethod> methods;
+  methods.push_back((*rlqs)->Method());
   methods.push_back({.path = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
                      .unary = [&engine](std::string_view in, UnaryReply reply) {
                        engine.metrics().Request(true);
@@ -310,6 +315,7 @@ sluice::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   auto h2 = H2GrpcServer::Start(std::move(options), std::move(methods));
   if (!h2.ok()) return h2.status();
   std::unique_ptr<GrpcServer> server(new GrpcServer());
+  server->rlqs_ = std::move(*rlqs);
   server->server_ = std::move(*h2);
   return server;
 }

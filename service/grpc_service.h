@@ -1,5 +1,6 @@
 // service/grpc_service.h — Envoy's RLS v3 (envoy.service.ratelimit.v3.RateLimitService/
-// ShouldRateLimit), grpc.health.v1.Health (Check, Watch) and server reflection
+// ShouldRateLimit), Envoy's RLQS v3 (service/rlqs.h), grpc.health.v1.Health (Check,
+// Watch) and server reflection
 // (grpc.reflection.v1alpha) on sluiced's own HTTP/2 gRPC server (service/h2_server.h):
 // a call's thread never waits for Redis; the reply is finished from the check's
 // completion.
@@ -10,6 +11,7 @@
 
 #include "service/engine.h"
 #include "service/h2_server.h"
+#include "service/rlqs.h"
 #include "sluice/status.h"
 
 namespace sluiced {
@@ -20,7 +22,8 @@ class GrpcServer {
   // bounds and timeouts (its host and port are taken from host_port).
   static sluice::StatusOr<std::unique_ptr<GrpcServer>> Start(Engine& engine,
                                                              const std::string& host_port,
-                                                             GrpcServerOptions options = {});
+                                                             GrpcServerOptions options = {},
+                                                             RlqsOptions rlqs = {});
   int port() const { return server_->port(); }
   // See H2GrpcServer::Drain and open_connections.
   void Drain() { server_->Drain(); }
@@ -29,6 +32,7 @@ class GrpcServer {
 
  private:
   GrpcServer() = default;
+  std::shared_ptr<RlqsService> rlqs_;
   std::unique_ptr<H2GrpcServer> server_;
 };
 

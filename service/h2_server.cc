@@ -6,8 +6,10 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -34,6 +36,8 @@ struct H2GrpcServer::Shared {
   nghttp2_option* option = nullptr;
   // Request bytes held by every connection together (max_server_buffer_bytes).
   mutable std::atomic<std::size_t> held{0};
+  // Response bytes queued on asynchronous streaming calls (max_stream_queued_bytes).
+  mutable std::atomic<std::size_t> queued{0};
   ~Shared() {
     nghttp2_session_callbacks_del(callbacks);
     nghttp2_option_del(option);
@@ -61,6 +65,20 @@ std::size_t HeapBytes(const std::string& b) {
   return b.capacity() > kInline ? b.capacity() : 0;
 }
 
+// Methods whose calls take any number of request messages.
+bool IsStreaming(const GrpcMethod& m) {
+  return m.stream || m.open;
+}
+
+// A call's response buffer once nghttp2 took all of it: a long-lived call keeps no large
+// buffer from a burst.
+void EmptyOut(std::string& out) {
+  if (out.capacity() > (64u << 10))
+    std::string().swap(out);
+  else
+    out.clear();
+}
+
 }  // namespace
 
 struct Stream {
@@ -86,6 +104,14 @@ struct Stream {
   std::string out;             // response bytes not yet taken by nghttp2
   std::size_t out_taken = 0;
   std::optional<GrpcStatus> trailers;  // sent once `out` is taken
+  // Asynchronous streaming calls (GrpcMethod::open): the call's state until it ends, the
+  // bytes of `out` not taken as last counted, and whether one of its handlers runs (an
+  // end asked for meanwhile waits in `end` until it returns).
+  bool async = false;
+  std::shared_ptr<StreamCall> call;
+  std::size_t queued = 0;
+  bool in_handler = false;
+  std::optional<GrpcStatus> end;
 };
 
 // A unary call whose request is complete, to hand to its handler after mem_recv.
@@ -122,6 +148,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Shutdown();
   // A unary call's answer, on the connection's strand (handed over by UnaryReply).
   void OnReply(int32_t stream_id, std::string message, GrpcStatus status);
+  // An asynchronous streaming call's message and end, on the connection's strand (handed
+  // over by StreamWriter).
+  void OnSend(int32_t stream_id, std::string message);
+  void OnFinish(int32_t stream_id, GrpcStatus status);
+  // From H2GrpcServer::Stop once the server's threads are stopped (nothing runs on the
+  // strand any more): closes the connection on the calling thread, ending its calls.
+  void CloseStopped() { Close(); }
 
  private:
   // nghttp2's callbacks (user_data is the Connection).
@@ -136,7 +169,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static int OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t, void* user);
   // The data provider of a stream's response: its replies, then its trailers.
   static ssize_t ReadData(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
-                          uint32_t* flags, nghttp2_data_source* source, void*);
+                          uint32_t* flags, nghttp2_data_source* source, void* user);
 
   // The session and its SETTINGS, then the first read.
   void Begin();
@@ -148,6 +181,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnStreamMessage(Stream& s, std::string_view message);
   void KeepUnread(Stream& s, std::size_t taken);
   void OnEndOfRequest(Stream& s);
+
+  // Asynchronous streaming calls.
+  void OpenCall(Stream& s);
+  void RunHandler(Stream& s, const std::function<GrpcStatus()>& handler);
+  void EndCall(Stream& s);
+  void AccountQueued(Stream& s);
+  void ReleaseQueue(Stream& s);
+  void Discard(Stream& s);
 
   // Request bytes held (max_connection_buffer_bytes, max_server_buffer_bytes).
   void Account(Stream& s);
@@ -223,7 +264,9 @@ Connection::Connection(Socket socket, std::shared_ptr<GrpcListener> listener)
       deadline_timer_(strand_) {}
 
 Connection::~Connection() {
-  for (auto& [id, s] : streams_) Release(*s);  // the server's count keeps only live bytes
+  // The server's counts keep only live bytes; a call not ended by Close ends here (it
+  // cannot hold a writer on this connection, or the connection would not be destroyed).
+  for (auto& [id, s] : streams_) Discard(*s);
   nghttp2_session_del(session_);
   listener_->Forget(this);
 }
@@ -282,6 +325,31 @@ void Connection::OnReply(int32_t stream_id, std::string message, GrpcStatus stat
   }
   // A reply finished inside a handler is flushed after the dispatch; replies handed
   // over from other threads are flushed together once the ones queued ran.
+  if (!dispatching_) ScheduleFlush();
+}
+
+void Connection::OnSend(int32_t stream_id, std::string message) {
+  Stream* s = closed_ ? nullptr : Find(stream_id);
+  if (s == nullptr || !s->async || s->answered || s->end) return;
+  if (s->queued + kGrpcPrefixBytes + message.size() > options_.max_stream_queued_bytes) {
+    // The client does not take what it is sent: what waits for it is dropped, and the
+    // call ends (its status goes as soon as the client reads again).
+    ReleaseQueue(*s);
+    Answer(*s, {GrpcCode::kResourceExhausted, "more than " +
+                                                  std::to_string(options_.max_stream_queued_bytes) +
+                                                  " response bytes queued on this call"});
+  } else {
+    AppendGrpcMessage(s->out, message);
+    AccountQueued(*s);
+    SubmitHeaders(*s);
+  }
+  if (!dispatching_) ScheduleFlush();  // as OnReply
+}
+
+void Connection::OnFinish(int32_t stream_id, GrpcStatus status) {
+  Stream* s = closed_ ? nullptr : Find(stream_id);
+  if (s == nullptr || !s->async || s->answered) return;
+  Answer(*s, std::move(status));
   if (!dispatching_) ScheduleFlush();
 }
 
@@ -371,21 +439,25 @@ int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t, voi
   auto* c = static_cast<Connection*>(user);
   auto it = c->streams_.find(stream_id);
   if (it != c->streams_.end()) {
-    c->Release(*it->second);
+    c->Discard(*it->second);
     c->streams_.erase(it);
   }
   return 0;
 }
 
 ssize_t Connection::ReadData(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
-                             size_t length, uint32_t* flags, nghttp2_data_source* source, void*) {
+                             size_t length, uint32_t* flags, nghttp2_data_source* source,
+                             void* user) {
   auto* s = static_cast<Stream*>(source->ptr);
   const std::size_t n = std::min(length, s->out.size() - s->out_taken);
   std::memcpy(buf, s->out.data() + s->out_taken, n);
   s->out_taken += n;
-  if (s->out_taken < s->out.size()) return static_cast<ssize_t>(n);
-  s->out.clear();
-  s->out_taken = 0;
+  if (s->out_taken == s->out.size()) {
+    EmptyOut(s->out);
+    s->out_taken = 0;
+  }
+  static_cast<Connection*>(user)->AccountQueued(*s);
+  if (!s->out.empty()) return static_cast<ssize_t>(n);
   if (s->trailers) {
     *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
     const GrpcStatusFields status = EncodeGrpcStatus(*s->trailers);
@@ -425,6 +497,7 @@ void Connection::OnRequestHeaders(Stream& s) {
     s.deadline = s.started + std::chrono::duration_cast<Clock::duration>(timeout);
     ArmDeadline(*s.deadline);
   }
+  if (s.method->open) OpenCall(s);
 }
 
 // Takes the complete messages out of s.in: a streaming method's handler sees each, a
@@ -442,7 +515,7 @@ void Connection::TakeMessages(Stream& s) {
     const std::string_view message(s.in.data() + pos + kGrpcPrefixBytes, prefix->length);
     pos += kGrpcPrefixBytes + prefix->length;
     ++s.messages;
-    if (s.method->stream) {
+    if (IsStreaming(*s.method)) {
       OnStreamMessage(s, message);
     } else if (s.have_message) {
       Answer(s, {GrpcCode::kInvalidArgument, "a unary call takes one request message"});
@@ -462,13 +535,20 @@ void Connection::TakeMessages(Stream& s) {
   KeepUnread(s, pos);
 }
 
-// A streaming method's request message: its handler's replies are queued in order.
+// A streaming method's request message: its handler's replies are queued in order (an
+// asynchronous call's are sent by its writer).
 void Connection::OnStreamMessage(Stream& s, std::string_view message) {
-  replies_.clear();
-  GrpcStatus status = s.method->stream(message, replies_);
-  for (const auto& r : replies_) AppendGrpcMessage(s.out, r);
-  if (!replies_.empty()) SubmitHeaders(s);
-  if (!status.ok()) Answer(s, std::move(status));
+  if (s.async) {
+    // Held here: the call may end (and the server drop it) inside OnMessage.
+    const std::shared_ptr<StreamCall> call = s.call;
+    if (call) RunHandler(s, [&] { return call->OnMessage(message); });
+  } else {
+    replies_.clear();
+    GrpcStatus status = s.method->stream(message, replies_);
+    for (const auto& r : replies_) AppendGrpcMessage(s.out, r);
+    if (!replies_.empty()) SubmitHeaders(s);
+    if (!status.ok()) Answer(s, std::move(status));
+  }
   if (draining_) EndOpenStream(s);
 }
 
@@ -490,6 +570,15 @@ void Connection::OnEndOfRequest(Stream& s) {
     return Answer(
         s, {GrpcCode::kInvalidArgument, "the request ends inside a gRPC message (" +
                                             std::to_string(s.in.size()) + " bytes left over)"});
+  if (s.async) {
+    const std::shared_ptr<StreamCall> call = s.call;
+    RunHandler(s, [&] {
+      StreamWriter writer(shared_from_this(), s.id);
+      call->OnHalfClose(writer);
+      return GrpcStatus{};
+    });
+    return;
+  }
   if (s.method->stream) {
     if (s.method->finish_on_half_close) Answer(s, {});
     return;
@@ -505,6 +594,68 @@ void Connection::OnEndOfRequest(Stream& s) {
   // that finishes other replies.
   pending_.push_back({s.method, s.id, std::move(s.message)});
   Account(s);
+}
+
+// Asynchronous streaming calls.
+
+// Makes the call's state (GrpcMethod::open). A call opened while the server drains ends
+// at once: its client goes elsewhere.
+void Connection::OpenCall(Stream& s) {
+  s.async = true;  // before open: a Send from inside it is queued
+  RunHandler(s, [&] {
+    s.call = s.method->open(StreamWriter(shared_from_this(), s.id));
+    return s.call ? GrpcStatus{} : GrpcStatus{GrpcCode::kInternal, "no call state for " + s.path};
+  });
+  if (draining_) EndOpenStream(s);
+}
+
+// Runs one of a call's handlers (open, OnMessage, OnHalfClose), then ends the call if the
+// handler failed or if Finish (or a Send over the bound) asked for it meanwhile: ending it
+// inside the handler would free the request message the handler reads and run OnClose
+// under it.
+void Connection::RunHandler(Stream& s, const std::function<GrpcStatus()>& handler) {
+  s.in_handler = true;
+  GrpcStatus status = handler();
+  s.in_handler = false;
+  std::optional<GrpcStatus> end = std::exchange(s.end, std::nullopt);
+  if (!end && !status.ok()) end = std::move(status);
+  if (end) Answer(s, std::move(*end));
+}
+
+// The call is over: OnClose, once, and the server drops the call (which may hold a
+// writer, and so this connection).
+void Connection::EndCall(Stream& s) {
+  if (!s.call) return;
+  const std::shared_ptr<StreamCall> call = std::move(s.call);
+  s.call.reset();
+  call->OnClose();
+}
+
+// Counts the call's response bytes not taken by nghttp2 on the server.
+void Connection::AccountQueued(Stream& s) {
+  if (!s.async) return;
+  const std::size_t now = s.out.size() - s.out_taken;
+  if (now >= s.queued)
+    shared_->queued.fetch_add(now - s.queued, std::memory_order_relaxed);
+  else
+    shared_->queued.fetch_sub(s.queued - now, std::memory_order_relaxed);
+  s.queued = now;
+}
+
+// Drops the response bytes nghttp2 has not taken.
+void Connection::ReleaseQueue(Stream& s) {
+  std::string().swap(s.out);
+  s.out_taken = 0;
+  AccountQueued(s);
+}
+
+// The stream is gone (closed, reset, or its connection closed): its buffers are freed and
+// its call ends.
+void Connection::Discard(Stream& s) {
+  s.answered = true;  // a Finish from OnClose submits nothing
+  Release(s);
+  ReleaseQueue(s);
+  EndCall(s);
 }
 
 // Request bytes held.
@@ -595,8 +746,13 @@ void Connection::SubmitHeaders(Stream& s) {
 // response when nothing was sent.
 void Connection::Answer(Stream& s, GrpcStatus status) {
   if (s.answered) return;
+  if (s.in_handler) {
+    if (!s.end) s.end = std::move(status);  // the first end asked for wins (RunHandler)
+    return;
+  }
   s.answered = true;
   Release(s);
+  EndCall(s);
   if (s.headers_sent || !s.out.empty()) {
     s.trailers = std::move(status);
     SubmitHeaders(s);
@@ -672,7 +828,7 @@ void Connection::OnTick() {
 // stay open (a reflection client between its requests).
 void Connection::ExpireSlowRequests(Clock::time_point now) {
   for (auto& [id, s] : streams_) {
-    const bool streaming = s->method != nullptr && s->method->stream;
+    const bool streaming = s->method != nullptr && IsStreaming(*s->method);
     if (s->answered || s->request_ended || (streaming && s->messages > 0) ||
         now - s->started <= options_.read_timeout)
       continue;
@@ -818,11 +974,11 @@ void Connection::FinalGoaway() {
   }
 }
 
-// A streaming call that would stay open (a health watch) ends when the server drains:
-// its drain reply, then UNAVAILABLE.
+// A streaming call that would stay open (a health watch, an asynchronous call) ends when
+// the server drains: its drain reply, then UNAVAILABLE (after what is queued).
 void Connection::EndOpenStream(Stream& s) {
-  if (s.answered || s.method == nullptr || !s.method->stream || s.method->finish_on_half_close)
-    return;
+  if (s.answered || s.method == nullptr) return;
+  if (!s.async && (!s.method->stream || s.method->finish_on_half_close)) return;
   if (!s.method->drain_reply.empty() && s.messages > 0) {
     AppendGrpcMessage(s.out, s.method->drain_reply);
     SubmitHeaders(s);
@@ -847,7 +1003,7 @@ void Connection::Finish() {
 void Connection::Close() {
   if (closed_) return;
   closed_ = true;
-  for (auto& [id, s] : streams_) Release(*s);
+  for (auto& [id, s] : streams_) Discard(*s);
   boost::system::error_code ignored;
   tick_.cancel();
   deadline_timer_.cancel();
@@ -879,6 +1035,26 @@ void UnaryReply::Fail(GrpcStatus status) {
   const Strand& strand = connection_->strand();
   asio::post(strand, [c = std::move(connection_), id = stream_id_,
                       s = std::move(status)]() mutable { c->OnReply(id, {}, std::move(s)); });
+}
+
+StreamWriter::StreamWriter(std::shared_ptr<h2internal::Connection> connection, int32_t stream_id)
+    : connection_(std::move(connection)), stream_id_(stream_id) {}
+
+void StreamWriter::Send(std::string message) {
+  if (connection_->OnOwnThread()) return connection_->OnSend(stream_id_, std::move(message));
+  // Posted in order: a strand runs what is posted to it first in, first out.
+  asio::post(connection_->strand(),
+             [c = connection_, id = stream_id_, m = std::move(message)]() mutable {
+               c->OnSend(id, std::move(m));
+             });
+}
+
+void StreamWriter::Finish(GrpcStatus status) {
+  if (connection_->OnOwnThread()) return connection_->OnFinish(stream_id_, std::move(status));
+  asio::post(connection_->strand(),
+             [c = connection_, id = stream_id_, s = std::move(status)]() mutable {
+               c->OnFinish(id, std::move(s));
+             });
 }
 
 namespace {
@@ -970,10 +1146,18 @@ void H2GrpcServer::Stop() {
   for (auto& io : ios_) io->stop();
   for (auto& t : threads_) t.join();
   threads_.clear();
+  // The closes posted above may not have run before the threads stopped: the connections
+  // still open close here, so that their asynchronous calls end (a call's state may hold
+  // its writer, and so its connection, until then).
+  for (auto& connection : listener_->OpenConnections()) connection->CloseStopped();
 }
 
 std::size_t H2GrpcServer::buffered_bytes() const {
   return listener_->context->held.load(std::memory_order_relaxed);
+}
+
+std::size_t H2GrpcServer::queued_bytes() const {
+  return listener_->context->queued.load(std::memory_order_relaxed);
 }
 
 H2GrpcServer::~H2GrpcServer() {

@@ -1,8 +1,11 @@
 // service/h2_server.h — sluiced's own gRPC server: HTTP/2 over cleartext TCP (h2c with
 // prior knowledge, as gRPC clients connect) on libnghttp2 and Boost.Asio. It speaks the
 // gRPC wire format (length-prefixed messages, `grpc-status` / `grpc-message` trailers,
-// `grpc-timeout`) for unary methods answered asynchronously from any thread, and for
-// streaming methods answered message by message on the connection's thread.
+// `grpc-timeout`) for three kinds of methods: unary ones answered asynchronously from any
+// thread (UnaryReply), streaming ones answered message by message on the connection's
+// thread (StreamHandler), and asynchronous streaming ones whose server side sends at any
+// time from any thread (StreamCall, StreamWriter: a long-lived call whose replies wait
+// for the store).
 //
 // Bounds: concurrent streams and header list size per connection (advertised in SETTINGS
 // and enforced), message size, bytes buffered and calls in flight per connection, and
@@ -12,8 +15,8 @@
 //
 // Thread-safety: Start/Stop from one thread. Handlers run on the server's threads, or on
 // a given executor's (GrpcServerOptions::executor), each connection on a strand (its
-// handlers never run concurrently); a UnaryReply may be finished from any thread (its
-// answer is handed to the connection's strand).
+// handlers never run concurrently); a UnaryReply may be finished, and a StreamWriter used,
+// from any thread (what they send is handed to the connection's strand).
 #pragma once
 
 #include "sluice/boost_first.h"  // before any Boost header
@@ -56,6 +59,47 @@ class UnaryReply {
   int32_t stream_id_;
 };
 
+// The server's handle on one open asynchronous streaming call (copyable, thread-safe).
+// It holds the connection (not the call): a writer kept after its call ended, or its
+// connection closed, costs the connection's memory until it is dropped, nothing else; it
+// must be dropped before the io_context the connection runs on is destroyed.
+class StreamWriter {
+ public:
+  StreamWriter(std::shared_ptr<h2internal::Connection> connection, int32_t stream_id);
+  // Queues `message` (a serialized protobuf) on the call, after the ones sent before; from
+  // any thread. Dropped once the call has ended. Bytes queued and not taken by HTTP/2
+  // (its flow control, a client that does not read) beyond
+  // GrpcServerOptions::max_stream_queued_bytes end the call RESOURCE_EXHAUSTED.
+  void Send(std::string message);
+  // Ends the call with `status` after the messages queued before; from any thread. Later
+  // Sends and Finishes are dropped.
+  void Finish(GrpcStatus status);
+
+ private:
+  std::shared_ptr<h2internal::Connection> connection_;
+  int32_t stream_id_;
+};
+
+// The per-call state of an asynchronous streaming method, created when the call's headers
+// arrive. Inside its handlers (and inside GrpcMethod::open), a Finish, or a Send over the
+// bound, takes effect when the handler returns: `message` stays valid until then.
+class StreamCall {
+ public:
+  virtual ~StreamCall() = default;
+  // Each request message, in order, on the connection's strand. A non-OK status ends the
+  // call with it.
+  virtual GrpcStatus OnMessage(std::string_view message) = 0;
+  // The client half-closed (sent END_STREAM). Default: Finish with OK at once. A call with
+  // replies still to come overrides it and finishes later.
+  virtual void OnHalfClose(StreamWriter& writer) { writer.Finish({}); }
+  // Exactly once when the call is over for any reason (finished by the server, reset by
+  // the client, deadline, connection closed, server stopped or drained), on the
+  // connection's strand; then the server drops the call. When a server with threads of
+  // its own stops, the calls still open end on the thread calling H2GrpcServer::Stop,
+  // after the server's threads have stopped. Sends and Finishes from here are dropped.
+  virtual void OnClose() {}
+};
+
 // A unary method: `request` is the request message (valid during the call only).
 using UnaryHandler = std::function<void(std::string_view request, UnaryReply reply)>;
 // A streaming method: called on the connection's thread for each request message; the
@@ -67,12 +111,17 @@ struct GrpcMethod {
   std::string path;  // "/package.Service/Method"
   UnaryHandler unary;
   StreamHandler stream;  // set for streaming methods (then unary is empty)
+  // Set for asynchronous streaming methods (then unary and stream are empty): makes the
+  // call's state. It runs on the connection's strand, before the call's first message; a
+  // null state ends the call INTERNAL.
+  std::function<std::shared_ptr<StreamCall>(StreamWriter writer)> open;
   // Streaming methods: end the call with OK when the client half-closes. False keeps
   // it open until the client cancels (server-streaming watches). Default: true.
   bool finish_on_half_close = true;
   // Streaming methods that stay open (finish_on_half_close false): when the server
   // drains, this message (when not empty) is sent on each such call, which then ends
-  // UNAVAILABLE, so that the client goes elsewhere.
+  // UNAVAILABLE, so that the client goes elsewhere. Asynchronous streaming calls end
+  // UNAVAILABLE too (after the messages queued), whatever this says.
   std::string drain_reply;
 };
 
@@ -103,6 +152,11 @@ struct GrpcServerOptions {
   // that many connections cannot multiply); the stream that would go over is answered
   // RESOURCE_EXHAUSTED as well. Default: 64 MiB.
   std::size_t max_server_buffer_bytes = 64 << 20;
+  // Response bytes queued on one asynchronous streaming call and not yet taken by HTTP/2
+  // (the client's flow-control window is closed, or its connection does not take them):
+  // a Send that would go over ends the call RESOURCE_EXHAUSTED and frees its queue, so a
+  // client that stops reading costs at most this. Default: 1 MiB.
+  std::size_t max_stream_queued_bytes = 1 << 20;
   // Unary calls handed to handlers and not answered yet, per connection; more are
   // answered RESOURCE_EXHAUSTED (bounds work queued by clients that reset streams).
   // Default: 1024.
@@ -134,11 +188,16 @@ class H2GrpcServer {
   // then, once the PING's acknowledgement is back (or after a second), with the last
   // stream id the connection took: streams up to it are served to their end, later ones
   // are refused (the client may retry them elsewhere). A connection closes once its
-  // streams are done. Streaming calls that stay open (see GrpcMethod::drain_reply) end.
+  // streams are done. Streaming calls that stay open (see GrpcMethod::drain_reply) and
+  // asynchronous streaming calls end UNAVAILABLE.
   void Drain();
+  // Response bytes queued on every asynchronous streaming call now, not yet taken by
+  // HTTP/2 (see max_stream_queued_bytes).
+  std::size_t queued_bytes() const;
   // Connections not closed yet (a drain is done when there are none).
   std::size_t open_connections() const;
-  // Stops accepting and serving; unanswered calls are dropped. Idempotent.
+  // Stops accepting and serving; unanswered calls are dropped (asynchronous streaming
+  // calls end: StreamCall::OnClose). Idempotent.
   void Stop();
 
   struct Shared;

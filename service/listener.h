@@ -107,6 +107,16 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
     connections_.erase(connection);
   }
 
+  // The connections not destroyed yet.
+  std::vector<std::shared_ptr<Connection>> OpenConnections() {
+    std::vector<std::shared_ptr<Connection>> open;
+    std::lock_guard lock(mu_);
+    for (auto& [_, weak] : connections_) {
+      if (auto connection = weak.lock()) open.push_back(std::move(connection));
+    }
+    return open;
+  }
+
   const Context context;
 
  private:
@@ -130,15 +140,6 @@ class Listener : public std::enable_shared_from_this<Listener<Connection, Contex
       closed.set_value();
     });
     closed.get_future().wait();
-  }
-
-  std::vector<std::shared_ptr<Connection>> OpenConnections() {
-    std::vector<std::shared_ptr<Connection>> open;
-    std::lock_guard lock(mu_);
-    for (auto& [_, weak] : connections_) {
-      if (auto connection = weak.lock()) open.push_back(std::move(connection));
-    }
-    return open;
   }
 
   void Accept() {

@@ -137,6 +137,9 @@ struct Settings {
   int64_t grpc_max_buffered_mib = 64;
   int64_t deadline_ms = 5, read_timeout_ms = 10000, watch_ms = 1000, connect_wait_ms = 2000;
   int64_t drain_timeout_ms = 10000;
+  int64_t rlqs_report_interval_ms = 5000;
+  int rlqs_idle_reports = 3;
+  std::string rlqs_unmatched = "allow_all";
   std::string check_config;
 };
 
@@ -232,6 +235,23 @@ CLI::Option* AddFlags(CLI::App& app, Settings& s) {
                  "sluiced exits anyway (a second signal exits at once)")
       ->check(CLI::NonNegativeNumber)
       ->envname("SLUICED_DRAIN_TIMEOUT_MS")
+      ->capture_default_str();
+  app.add_option("--rlqs-report-interval-ms", s.rlqs_report_interval_ms,
+                 "How often RLQS clients report (Envoy's rate_limit_quota filter: every 5 s); "
+                 "assignments live twice that, in whole seconds")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}))
+      ->envname("SLUICED_RLQS_REPORT_INTERVAL_MS")
+      ->capture_default_str();
+  app.add_option("--rlqs-unmatched", s.rlqs_unmatched,
+                 "What an RLQS bucket that matches no rate limit gets (an unknown domain too)")
+      ->check(CLI::IsMember({"allow_all", "deny_all", "abandon"}))
+      ->envname("SLUICED_RLQS_UNMATCHED")
+      ->capture_default_str();
+  app.add_option("--rlqs-idle-reports", s.rlqs_idle_reports,
+                 "An RLQS bucket reported idle this many times in a row is abandoned (its "
+                 "share given back)")
+      ->check(CLI::Range(1, 1000))
+      ->envname("SLUICED_RLQS_IDLE_REPORTS")
       ->capture_default_str();
   app.add_option("--log-level", s.log_level, "trace, debug, info, warn, error")
       ->envname("SLUICED_LOG_LEVEL")
@@ -350,11 +370,15 @@ bool StartListeners(Engine& engine, const Settings& s, const Addresses& at, List
     return false;
   }
   out.admin = std::move(*admin);
+  RlqsOptions rlqs{.report_interval = std::chrono::milliseconds(s.rlqs_report_interval_ms),
+                   .idle_reports = s.rlqs_idle_reports};
+  ParseRlqsUnmatched(s.rlqs_unmatched, rlqs.unmatched);  // checked by its flag
   auto grpc = GrpcServer::Start(
       engine, s.grpc_listen,
       {.threads = s.grpc_threads,
        .executor = on_io(s.grpc_threads),
-       .max_server_buffer_bytes = static_cast<std::size_t>(s.grpc_max_buffered_mib) << 20});
+       .max_server_buffer_bytes = static_cast<std::size_t>(s.grpc_max_buffered_mib) << 20},
+      rlqs);
   if (!grpc.ok()) {
     spdlog::error("{}", grpc.status().message());
     return false;

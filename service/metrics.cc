@@ -84,6 +84,17 @@ RuleCounters* Metrics::ForRule(const std::string& domain, const std::string& lim
   return slot.get();
 }
 
+RlqsCounters* Metrics::ForRlqs(const std::string& domain, const std::string& limit) {
+  std::lock_guard lock(mu_);
+  auto& slot = rlqs_[domain + '\0' + limit];
+  if (!slot) {
+    slot = std::make_unique<RlqsCounters>();
+    slot->domain = domain;
+    slot->limit = limit;
+  }
+  return slot.get();
+}
+
 DescriptorCounters* Metrics::ForDescriptor(const std::string& domain, const std::string& limit,
                                            const std::string& descriptor) {
   const std::string head = domain + '\0' + limit + '\0';
@@ -243,6 +254,7 @@ std::string Metrics::Format(std::size_t held_leases, std::size_t folded_lease_id
   counter("sluiced_grpc_requests_total", "ShouldRateLimit calls served.", grpc_requests_.load());
   counter("sluiced_bad_requests_total", "Requests refused as malformed (4xx, INVALID_ARGUMENT).",
           bad_requests_.load());
+  FormatRlqs(out);
   out += "# HELP sluiced_leases_held Leases sluiced holds for remote callers.\n";
   out += "# TYPE sluiced_leases_held gauge\n";
   out += "sluiced_leases_held " + std::to_string(held_leases) + "\n";
@@ -252,6 +264,62 @@ std::string Metrics::Format(std::size_t held_leases, std::size_t folded_lease_id
   out += "# TYPE sluiced_lease_ids_folded gauge\n";
   out += "sluiced_lease_ids_folded " + std::to_string(folded_lease_ids) + "\n";
   return out;
+}
+
+void Metrics::FormatRlqs(std::string& out) const {
+  static constexpr const char* kSourceNames[kRlqsSources] = {
+      "store", "policy_open", "policy_closed", "policy_local", "rule", "unmatched", "idle"};
+  out += "# HELP sluiced_rlqs_streams Open RLQS streams (one per client and domain).\n";
+  out += "# TYPE sluiced_rlqs_streams gauge\n";
+  out += "sluiced_rlqs_streams " + std::to_string(rlqs_streams_.load()) + "\n";
+  out += "# HELP sluiced_rlqs_store_errors_total RLQS store calls that failed (answered by the "
+         "limit's failure policy).\n";
+  out += "# TYPE sluiced_rlqs_store_errors_total counter\n";
+  out += "sluiced_rlqs_store_errors_total " + std::to_string(rlqs_store_errors_.load()) + "\n";
+  std::lock_guard lock(mu_);
+  if (rlqs_.empty()) return;
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double (*value)(const RlqsCounters&);
+  };
+  static constexpr Gauge kGauges[] = {
+      {"sluiced_rlqs_rate", "The limit's rate shared among its RLQS clients, per second.",
+       [](const RlqsCounters& c) { return c.rate_milli.load() / 1000.0; }},
+      {"sluiced_rlqs_clients", "Live RLQS clients of the limit, fleet-wide, as the store last said.",
+       [](const RlqsCounters& c) { return static_cast<double>(c.clients.load()); }},
+      {"sluiced_rlqs_assigned_rate",
+       "The sum of the rates assigned to the limit's clients, fleet-wide, per second, as the "
+       "store last said.",
+       [](const RlqsCounters& c) { return c.assigned_milli.load() / 1000.0; }},
+  };
+  for (const Gauge& g : kGauges) {
+    out += std::string("# HELP ") + g.name + " " + g.help + "\n# TYPE " + g.name + " gauge\n";
+    for (const auto& [key, c] : rlqs_)
+      out += std::string(g.name) + "{domain=\"" + Escape(c->domain) + "\",limit=\"" +
+             Escape(c->limit) + "\"} " + Number(g.value(*c)) + "\n";
+  }
+  out += "# HELP sluiced_rlqs_reported_requests_total Requests the RLQS clients reported, by "
+         "their own decision.\n# TYPE sluiced_rlqs_reported_requests_total counter\n";
+  for (const auto& [key, c] : rlqs_) {
+    const std::string labels =
+        "{domain=\"" + Escape(c->domain) + "\",limit=\"" + Escape(c->limit) + "\",result=\"";
+    out += "sluiced_rlqs_reported_requests_total" + labels + "allowed\"} " +
+           std::to_string(c->allowed.load()) + "\n";
+    out += "sluiced_rlqs_reported_requests_total" + labels + "denied\"} " +
+           std::to_string(c->denied.load()) + "\n";
+  }
+  out += "# HELP sluiced_rlqs_answers_total RLQS bucket answers, by where they came from.\n"
+         "# TYPE sluiced_rlqs_answers_total counter\n";
+  for (const auto& [key, c] : rlqs_) {
+    for (int s = 0; s < kRlqsSources; ++s) {
+      const uint64_t v = c->answers[s].load();
+      if (v == 0) continue;
+      out += "sluiced_rlqs_answers_total{domain=\"" + Escape(c->domain) + "\",limit=\"" +
+             Escape(c->limit) + "\",source=\"" + kSourceNames[s] + "\"} " + std::to_string(v) +
+             "\n";
+    }
+  }
 }
 
 }  // namespace sluiced

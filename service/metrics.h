@@ -41,8 +41,38 @@ struct DescriptorCounters {
   std::array<std::atomic<uint64_t>, kOutcomes> decisions{};
 };
 
+// Where an RLQS answer came from: the store's share, a failure policy's (the store did
+// not answer), the rule itself (unlimited, shadow mode, 0 per unit), the unmatched
+// default, an idle bucket's abandon.
+enum RlqsSource : int {
+  kRlqsStore,
+  kRlqsPolicyOpen,
+  kRlqsPolicyClosed,
+  kRlqsPolicyLocal,
+  kRlqsRule,
+  kRlqsUnmatched,
+  kRlqsIdle
+};
+inline constexpr int kRlqsSources = kRlqsIdle + 1;
+
+// One limit's RLQS figures (domain "_unknown" and limit "_unmatched" for the buckets
+// that match none: a client's domain or bucket never becomes a label).
+struct RlqsCounters {
+  std::string domain;
+  std::string limit;
+  std::atomic<int64_t> rate_milli{0};      // the limit's rate, milli-requests per second
+  std::atomic<int64_t> clients{0};         // live clients, as the store last answered
+  std::atomic<int64_t> assigned_milli{0};  // the sum of their grants, idem
+  std::atomic<uint64_t> allowed{0}, denied{0};  // as the clients reported
+  std::array<std::atomic<uint64_t>, kRlqsSources> answers{};
+};
+
 class Metrics {
  public:
+  // The RLQS figures of one limit (created on first use, kept forever: one per rule).
+  RlqsCounters* ForRlqs(const std::string& domain, const std::string& limit);
+  void RlqsStreams(int delta) { rlqs_streams_.fetch_add(delta, std::memory_order_relaxed); }
+  void RlqsStoreError() { rlqs_store_errors_.fetch_add(1, std::memory_order_relaxed); }
   // At most this many descriptor series (detailed_metric) per process: the ids after them
   // are counted under descriptor="_other", so a flood of distinct values cannot grow
   // sluiced's memory or the scrape without bound.
@@ -86,6 +116,10 @@ class Metrics {
   std::atomic<uint64_t> http_requests_{0};
   std::atomic<uint64_t> grpc_requests_{0};
   std::atomic<uint64_t> bad_requests_{0};
+  std::map<std::string, std::unique_ptr<RlqsCounters>> rlqs_;
+  std::atomic<int64_t> rlqs_streams_{0};
+  std::atomic<uint64_t> rlqs_store_errors_{0};
+  void FormatRlqs(std::string& out) const;
 };
 
 // Bounds the library's per-id lease gauges (sluice_leases_held, sluice_leases_live,

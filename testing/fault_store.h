@@ -56,6 +56,14 @@ class FaultStore final : public internal::Store {
     }
     inner_->RunLease(std::move(call), std::move(done));
   }
+  void AssignQuota(internal::QuotaCall call, internal::QuotaCallback done) override {
+    Status fault = NextFault();
+    if (!fault.ok()) {
+      done(std::move(fault));
+      return;
+    }
+    inner_->AssignQuota(std::move(call), std::move(done));
+  }
   bool connected() const override { return inner_->connected(); }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override { return inner_->stats(); }

@@ -209,6 +209,26 @@ TEST_F(ClusterRedis, ReleaseAllFreesAnIdsLeasesAndAuditsToTheStream) {
   std::filesystem::remove_all(dir);
 }
 
+TEST_F(ClusterRedis, QuotaBucketsAreRoutedToThePrimaryOfTheirSlot) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto shares = *client->MakeQuotaShares("rlqs");
+  std::map<uint16_t, int> per_primary;
+  for (int i = 0; i < 12; ++i) {
+    const std::string id = "route:" + std::to_string(i);
+    for (const char* who : {"a", "b"}) {
+      auto grant = shares.AssignSync(
+          {.id = id, .client = who, .demand_milli = 3000, .rate_milli = 4000, .hold = seconds(5)});
+      ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+      EXPECT_LE(grant->assigned_milli, 4000);
+    }
+    const std::string key = *shares.KeyFor(id);
+    EXPECT_EQ(cluster_->CommandForKey(key, {"HLEN", key}).integer, 2) << key;
+    ++per_primary[cluster_->PrimaryPortOf(cluster_->KeySlot(key))];
+  }
+  EXPECT_EQ(per_primary.size(), 3u);
+}
+
 TEST_F(ClusterRedis, TheBenchCommandRunsOnTheCluster) {
   char log[] = "/tmp/sluice-cluster-bench-XXXXXX";
   const int fd = ::mkstemp(log);

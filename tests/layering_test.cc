@@ -14,7 +14,7 @@
 //   client   Client, Limiter, CheckComposite, leases, metrics       (everything)
 // Public headers: the value headers (status, limits, clock, decision, metrics, and
 // boost_first, the Asio/g++ workaround) include
-// only each other; client.h the values; lease.h client.h; admin.h lease.h; asio.h and
+// only each other; client.h the values; lease.h and quota.h client.h; admin.h lease.h; asio.h and
 // sluice.h the rest. Below the composition a folder may include the value headers and
 // the public header it implements (admin: sluice/admin.h). The CLI and the service are
 // built on the public API only. Tests (`*_test.cc`, tests/, testing/, bench/) may reach
@@ -40,9 +40,9 @@ const std::set<std::string> kValueHeaders = {"sluice/status.h",  "sluice/limits.
                                              "sluice/clock.h",   "sluice/decision.h",
                                              "sluice/metrics.h", "sluice/boost_first.h"};
 const std::set<std::string> kAllPublic = {
-    "sluice/status.h",  "sluice/limits.h", "sluice/clock.h",      "sluice/decision.h",
-    "sluice/metrics.h", "sluice/client.h", "sluice/lease.h",      "sluice/admin.h",
-    "sluice/asio.h",    "sluice/sluice.h", "sluice/boost_first.h"};
+    "sluice/status.h",  "sluice/limits.h", "sluice/clock.h",       "sluice/decision.h",
+    "sluice/metrics.h", "sluice/client.h", "sluice/lease.h",       "sluice/admin.h",
+    "sluice/asio.h",    "sluice/sluice.h", "sluice/boost_first.h", "sluice/quota.h"};
 const std::set<std::string> kLayers = {"core",  "algo",   "store", "memory",
                                        "redis", "policy", "admin", "client"};
 
@@ -74,6 +74,7 @@ const std::map<std::string, std::set<std::string>> kPublicMayInclude = {
     {"sluice/client.h", kValueHeaders},
     {"sluice/lease.h", {"sluice/client.h", "sluice/decision.h", "sluice/status.h"}},
     {"sluice/admin.h", {"sluice/lease.h", "sluice/status.h"}},
+    {"sluice/quota.h", {"sluice/client.h", "sluice/status.h"}},
     {"sluice/asio.h", {"sluice/boost_first.h", "sluice/client.h", "sluice/lease.h"}},
     {"sluice/boost_first.h", {}},
     {"sluice/sluice.h", kAllPublic},

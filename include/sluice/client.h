@@ -68,6 +68,7 @@ enum class Op : int;  // algo/algorithm.h: consume, peek, refund, reset
 
 class ConcurrencyLimiter;  // sluice/lease.h
 struct ConcurrencyOptions;
+class QuotaShares;  // sluice/quota.h
 
 // `url` (a ClientOptions::url, well-formed or not) fit to log or show: the password of
 // its userinfo and the values of its query parameters other than db, user,
@@ -498,6 +499,11 @@ class Client {
   // for a bad name or options. Cheap; does not touch the store.
   StatusOr<ConcurrencyLimiter> MakeConcurrencyLimiter(std::string_view name,
                                                       const ConcurrencyOptions& options) const;
+
+  // Quota shares (sluice/quota.h) named `name` (as MakeLimiter): its buckets' keys are
+  // `<prefix>:{<name>:<id>}:qs`, apart from any limiter's of the same name.
+  // InvalidArgument for a bad name. Cheap; does not touch the store.
+  StatusOr<QuotaShares> MakeQuotaShares(std::string_view name) const;
 
   // Every metric of this client (sluice/metrics.h lists them). Thread-safe; O(tracked
   // lease ids).

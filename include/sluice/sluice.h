@@ -8,4 +8,5 @@
 #include "sluice/lease.h"
 #include "sluice/limits.h"
 #include "sluice/metrics.h"
+#include "sluice/quota.h"
 #include "sluice/status.h"

@@ -1,7 +1,8 @@
 // sluiced's own HTTP/2 gRPC server (service/h2_server.h) in-process with test methods,
 // driven by the lean client (service/bench/h2_client.h), which can send what a gRPC
 // library never does: bad prefixes, truncated and oversized messages, garbage, requests
-// that never end, and a client that stops reading.
+// that never end, and a client that stops reading; and asynchronous streaming calls
+// (StreamCall) whose replies come from other threads.
 #include "service/h2_server.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,8 @@
 #include <mutex>
 #include <thread>
 
+#include <boost/asio/steady_timer.hpp>
+
 #include "service/bench/h2_client.h"
 
 namespace sluiced {
@@ -23,6 +26,36 @@ using bench::GrpcFramed;
 using bench::H2Call;
 using bench::H2Client;
 using namespace std::chrono_literals;
+
+// An asynchronous streaming call that keeps its writer (its replies come later, from
+// other threads) and records what happens to it. A message "fail" fails the call;
+// "finish" sends "bye" and finishes the call inside OnMessage, then sends more (dropped);
+// any other is echoed at once, from the connection's strand.
+struct RecordingCall : StreamCall {
+  explicit RecordingCall(StreamWriter w) : writer(std::move(w)) {}
+  GrpcStatus OnMessage(std::string_view m) override {
+    if (m == "fail") return {GrpcCode::kInvalidArgument, "asked to fail"};
+    if (m == "finish") {
+      writer.Send("bye");
+      writer.Finish({GrpcCode::kNotFound, "finished"});
+      writer.Send("dropped");
+    } else {
+      writer.Send("echo:" + std::string(m));
+    }
+    std::lock_guard lock(mu);
+    messages.emplace_back(m);  // still readable after the Finish above
+    return {};
+  }
+  // The call stays open after the client's half-close: the test finishes it.
+  void OnHalfClose(StreamWriter&) override { half_closed = true; }
+  void OnClose() override { ++closes; }
+
+  StreamWriter writer;
+  std::mutex mu;
+  std::vector<std::string> messages;
+  std::atomic<bool> half_closed{false};
+  std::atomic<int> closes{0};
+};
 
 class H2Server : public ::testing::Test {
  protected:
@@ -62,6 +95,12 @@ class H2Server : public ::testing::Test {
            out.emplace_back("echo:" + std::string(in));
            return {};
          }});
+    methods.push_back({.path = "/test.Echo/Calls", .open = [this](StreamWriter w) {
+                         auto call = std::make_shared<RecordingCall>(std::move(w));
+                         std::lock_guard lock(mu_);
+                         calls_.push_back(call);
+                         return call;
+                       }});
     options.threads = 1;  // one thread: a stuck connection would stall every other one
     auto server = H2GrpcServer::Start(options, std::move(methods));
     ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -109,6 +148,45 @@ class H2Server : public ::testing::Test {
     return ok;
   }
 
+  // An asynchronous call opened with `body` (not half-closed unless end_stream), once the
+  // server has made its state.
+  std::pair<int32_t, std::shared_ptr<RecordingCall>> OpenCall(H2Client& client,
+                                                              std::string body = "",
+                                                              bool end_stream = false) {
+    std::size_t before;
+    {
+      std::lock_guard lock(mu_);
+      before = calls_.size();
+    }
+    const int32_t id = client.Submit("/test.Echo/Calls", std::move(body), {}, end_stream);
+    EXPECT_GT(id, 0);
+    std::shared_ptr<RecordingCall> call;
+    client.PumpUntil(
+        [&] {
+          std::lock_guard lock(mu_);
+          if (calls_.size() > before) call = calls_[before];
+          return call != nullptr;
+        },
+        10s);
+    EXPECT_TRUE(call);
+    return {id, call};
+  }
+
+  // Waits (pumping `client`, if any) until `call` has closed, then a little longer: it
+  // must have closed exactly once.
+  static void ExpectClosedOnce(RecordingCall& call, H2Client* client = nullptr) {
+    const auto pump = [client] {
+      if (client != nullptr && client->open())
+        client->Pump(1ms);
+      else
+        std::this_thread::sleep_for(1ms);
+    };
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (call.closes == 0 && std::chrono::steady_clock::now() < until) pump();
+    for (int i = 0; i < 20; ++i) pump();  // a second OnClose would come meanwhile
+    EXPECT_EQ(call.closes, 1);
+  }
+
   // The server still answers a new connection.
   void ExpectServing() {
     const H2Call c = Call("/test.Echo/Unary", GrpcFramed("still here"));
@@ -120,6 +198,8 @@ class H2Server : public ::testing::Test {
   std::mutex mu_;
   std::vector<std::thread> repliers_;
   std::vector<UnaryReply> kept_;
+  // Asynchronous calls, as opened (each holds its writer, and so its connection).
+  std::vector<std::shared_ptr<RecordingCall>> calls_;
 };
 
 TEST_F(H2Server, UnaryCallHasHeadersMessageAndTrailers) {
@@ -422,6 +502,192 @@ TEST_F(H2Server, AClientThatStopsReadingIsDisconnected) {
   for (int32_t id = 1; id < 128; id += 2)
     if (stalled->call(id) != nullptr && stalled->call(id)->GrpcStatus() == 0) ++done;
   EXPECT_LT(done, 64u);
+}
+
+TEST_F(H2Server, AsyncCallSendsFromAnotherThreadArriveInOrder) {
+  Start();
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client, GrpcFramed("hi"));
+  std::string expected = GrpcFramed("echo:hi");
+  for (int i = 0; i < 1000; ++i) expected += GrpcFramed(std::to_string(i));
+  std::thread sender([call = call] {
+    for (int i = 0; i < 1000; ++i) call->writer.Send(std::to_string(i));
+    call->writer.Finish({});
+  });
+  ASSERT_TRUE(client->PumpUntil([&, id = id] { return client->call(id)->closed; }, 10s));
+  sender.join();
+  EXPECT_EQ(client->call(id)->GrpcStatus(), 0);
+  EXPECT_EQ(client->call(id)->data, expected);
+  ExpectClosedOnce(*call, client.get());
+  std::lock_guard lock(call->mu);
+  EXPECT_EQ(call->messages, std::vector<std::string>{"hi"});
+}
+
+// Replies after the client half-closed, from a timer on another thread.
+TEST_F(H2Server, AsyncCallMessagesSentAfterADelayArrive) {
+  Start();
+  auto client = Connect();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [id, call] = OpenCall(*client, GrpcFramed("a"), /*end_stream=*/true);
+  boost::asio::io_context io;
+  boost::asio::steady_timer first(io, 100ms), second(io, 200ms);
+  first.async_wait([call = call](boost::system::error_code) { call->writer.Send("late"); });
+  second.async_wait([call = call](boost::system::error_code) {
+    call->writer.Send("later");
+    call->writer.Finish({});
+  });
+  std::thread timers([&io] { io.run(); });
+  H2Call* c = client->call(id);
+  ASSERT_TRUE(
+      client->PumpUntil([&] { return c->data == GrpcFramed("echo:a") + GrpcFramed("late"); }, 10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms);
+  EXPECT_FALSE(c->closed);
+  EXPECT_TRUE(call->half_closed);
+  ASSERT_TRUE(client->PumpUntil([&] { return c->closed; }, 10s));
+  timers.join();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 200ms);
+  EXPECT_EQ(c->GrpcStatus(), 0);
+  EXPECT_EQ(c->data, GrpcFramed("echo:a") + GrpcFramed("late") + GrpcFramed("later"));
+  ExpectClosedOnce(*call, client.get());
+}
+
+// Finish ends the call with its status after the messages queued before it; what comes
+// after (Sends, a second Finish) is dropped, from another thread or inside OnMessage.
+TEST_F(H2Server, AsyncCallFinishEndsAfterQueuedMessagesAndLaterSendsAreDropped) {
+  Start();
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client);
+  std::thread sender([call = call] {
+    call->writer.Send("a");
+    call->writer.Send("b");
+    call->writer.Finish({GrpcCode::kNotFound, "gone"});
+    call->writer.Send("c");
+    call->writer.Finish({});
+  });
+  ASSERT_TRUE(client->PumpUntil([&, id = id] { return client->call(id)->closed; }, 10s));
+  sender.join();
+  EXPECT_EQ(client->call(id)->data, GrpcFramed("a") + GrpcFramed("b"));
+  EXPECT_EQ(client->call(id)->GrpcStatus(), 5);
+  EXPECT_EQ(client->call(id)->GrpcMessage(), "gone");
+  ExpectClosedOnce(*call, client.get());
+  call->writer.Send("after the end");  // dropped, on a stream that is gone
+
+  auto [inside, finished] = OpenCall(*client, GrpcFramed("finish"));
+  ASSERT_TRUE(client->PumpUntil([&, id = inside] { return client->call(id)->closed; }, 10s));
+  EXPECT_EQ(client->call(inside)->data, GrpcFramed("bye"));
+  EXPECT_EQ(client->call(inside)->GrpcStatus(), 5);
+  EXPECT_EQ(client->call(inside)->GrpcMessage(), "finished");
+  ExpectClosedOnce(*finished, client.get());
+  std::lock_guard lock(finished->mu);
+  EXPECT_EQ(finished->messages, std::vector<std::string>{"finish"});
+}
+
+TEST_F(H2Server, AsyncCallFailedMessageEndsTheCallWithItsStatus) {
+  Start();
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client, GrpcFramed("x") + GrpcFramed("fail") + GrpcFramed("y"));
+  ASSERT_TRUE(client->PumpUntil([&, id = id] { return client->call(id)->closed; }, 10s));
+  EXPECT_EQ(client->call(id)->data, GrpcFramed("echo:x"));
+  EXPECT_EQ(client->call(id)->GrpcStatus(), 3);
+  EXPECT_EQ(client->call(id)->GrpcMessage(), "asked to fail");
+  ExpectClosedOnce(*call, client.get());
+  std::lock_guard lock(call->mu);
+  EXPECT_EQ(call->messages, std::vector<std::string>{"x"});  // not "y": the call had ended
+}
+
+TEST_F(H2Server, AsyncCallClosesOnceOnClientResetAndOnConnectionClose) {
+  Start();
+  auto client = Connect();
+  auto [id, reset] = OpenCall(*client, GrpcFramed("r"));
+  auto [other, closed] = OpenCall(*client);
+  client->Reset(id);
+  ExpectClosedOnce(*reset, client.get());
+  reset->writer.Send("dropped");
+  reset->writer.Finish({});
+  EXPECT_EQ(closed->closes, 0);  // the connection's other call goes on
+  closed->writer.Send("still open");
+  ASSERT_TRUE(client->PumpUntil(
+      [&, id = other] { return client->call(id)->data == GrpcFramed("still open"); }, 10s));
+  client.reset();  // the connection closes
+  ExpectClosedOnce(*closed);
+  closed->writer.Send("dropped");  // its connection is closed, and still there
+  ExpectServing();
+}
+
+// Drain ends an open call UNAVAILABLE after what it queued: the client goes elsewhere.
+TEST_F(H2Server, AsyncCallEndsUnavailableOnDrain) {
+  Start();
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client, GrpcFramed("d"));
+  call->writer.Send("before the drain");
+  server_->Drain();
+  ASSERT_TRUE(client->PumpUntil([&, id = id] { return client->call(id)->closed; }, 10s));
+  EXPECT_EQ(client->call(id)->data, GrpcFramed("echo:d") + GrpcFramed("before the drain"));
+  EXPECT_EQ(client->call(id)->GrpcStatus(), 14);
+  EXPECT_EQ(client->call(id)->GrpcMessage(), "the server is shutting down");
+  ExpectClosedOnce(*call, client.get());
+  EXPECT_TRUE(client->PumpUntil([&] { return !client->open(); }, 10s));
+}
+
+// Stop ends the open calls (their states hold their writers, and so their connections:
+// without it neither would ever be freed).
+TEST_F(H2Server, AsyncCallClosesOnceOnStop) {
+  Start();
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client, GrpcFramed("s"));
+  server_->Stop();
+  EXPECT_EQ(call->closes, 1);
+  call->writer.Send("dropped");
+  EXPECT_TRUE(client->PumpUntil([&] { return !client->open(); }, 10s));
+}
+
+// A streaming call that has had a message is not expired by read_timeout; its
+// grpc-timeout still applies.
+TEST_F(H2Server, AsyncCallOutlivesTheReadTimeoutButNotItsDeadline) {
+  Start({.read_timeout = 100ms});
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client, GrpcFramed("m"));
+  const int32_t timed = client->Submit("/test.Echo/Calls", GrpcFramed("t"),
+                                       {{"grpc-timeout", "500m"}}, /*end_stream=*/false);
+  ASSERT_TRUE(client->PumpUntil([&] { return client->call(timed)->closed; }, 10s));
+  EXPECT_EQ(client->call(timed)->GrpcStatus(), 4);
+  EXPECT_FALSE(client->call(id)->closed);
+  EXPECT_EQ(call->closes, 0);
+  std::shared_ptr<RecordingCall> expired;
+  {
+    std::lock_guard lock(mu_);
+    expired = calls_.back();
+  }
+  ExpectClosedOnce(*expired, client.get());
+}
+
+// A client that stops reading: what the call queues beyond max_stream_queued_bytes ends
+// it RESOURCE_EXHAUSTED, and the queue is freed; the status arrives once it reads again.
+TEST_F(H2Server, AsyncCallToAClientThatDoesNotReadIsBounded) {
+  Start({.write_timeout = 60s});
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client);
+  client->set_reading(false);
+  std::thread sender([call = call] {
+    const std::string chunk(64 << 10, 'q');
+    // Far more than the socket buffers and the bound hold.
+    for (int i = 0; i < 4096 && call->closes == 0; ++i) {
+      call->writer.Send(chunk);
+      std::this_thread::sleep_for(500us);
+    }
+  });
+  sender.join();
+  EXPECT_EQ(call->closes, 1);
+  EXPECT_EQ(server_->queued_bytes(), 0u);
+  call->writer.Send("dropped");
+  client->set_reading(true);
+  ASSERT_TRUE(client->PumpUntil([&, id = id] { return client->call(id)->closed; }, 20s));
+  const H2Call* c = client->call(id);
+  EXPECT_EQ(c->GrpcStatus(), 8);
+  EXPECT_EQ(c->GrpcMessage(), "more than 1048576 response bytes queued on this call");
+  EXPECT_EQ(c->data.size() % ((64 << 10) + 5), 0u);
+  EXPECT_EQ(server_->queued_bytes(), 0u);
+  ExpectServing();
 }
 
 }  // namespace

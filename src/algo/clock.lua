@@ -1,7 +1,8 @@
 -- sluice clock: how a script reads "now" from its ARGV[2] (src/algo/algorithm.h), shared by
--- sliding_window.lua, sliding_log.lua, token_bucket.lua, gcra.lua and concurrency.lua: the
--- build puts this file in front of each script's helpers (cmake/SluiceLua.cmake). Not a script
--- alone. (fixed_window.lua reads its own: its model clock takes a path of its own.)
+-- sliding_window.lua, sliding_log.lua, token_bucket.lua, gcra.lua, concurrency.lua and
+-- quota_shares.lua: the build puts this file in front of each script's helpers
+-- (cmake/SluiceLua.cmake). Not a script alone. (fixed_window.lua reads its own: its model
+-- clock takes a path of its own.)
 -- clock(v) returns now in ms and the expiry grace:
 --   ""        Redis TIME, read now (no grace);
 --   a number  Redis TIME, read once for a whole batch (src/algo/batch.lua; no grace);

@@ -50,6 +50,7 @@ struct LeaseSetState {
   std::map<std::string, int64_t> members;
   // The latest expiry of any member: the key's own expiry follows it.
   int64_t MaxExpiry() const;
+  bool empty() const { return members.empty(); }
 };
 
 // The twin of concurrency.lua (and of ZREM for kRelease).

@@ -3,6 +3,7 @@
 
 #include "sluice/boost_first.h"  // before any Boost header
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -93,6 +94,26 @@ class ClientCore {
   std::unordered_map<const HeartbeatScheduler::Target*, std::shared_ptr<HeartbeatScheduler::Target>>
       kept_ SLUICE_GUARDED_BY(kept_mu_);
 };
+
+// Runs `start(deliver)`, an asynchronous call, so that `done` gets what `deliver` is called
+// with on an I/O thread and never inside the caller: a result known before `start` returns
+// (the embedded store, bad input, an open breaker, a cached denial) is posted, so a
+// callback that calls again does not recurse without bound.
+template <typename T, typename Start>
+void CallNeverInline(const std::shared_ptr<ClientCore>& core, std::function<void(T)> done,
+                     Start start) {
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  start(std::function<void(T)>([returned, core, done = std::move(done)](T result) mutable {
+    if (returned->load(std::memory_order_acquire)) {
+      done(std::move(result));
+      return;
+    }
+    core->Post([done = std::move(done), result = std::move(result)]() mutable {
+      done(std::move(result));
+    });
+  }));
+  returned->store(true, std::memory_order_release);
+}
 
 // Builds a Client around a store made elsewhere (the fault-injecting wrapper in tests, a
 // shared embedded store); the client puts its policy layer in front of it.

@@ -194,18 +194,9 @@ void Limiter::CheckAsync(std::string_view id, const CheckOptions& options,
   // A result known at once (embedded store, open breaker, cached denial, bad input) is
   // delivered on an I/O thread, never inline: a callback that checks again must not
   // recurse without bound.
-  auto returned = std::make_shared<std::atomic<bool>>(false);
-  Execute(internal::Op::kConsume, id, options,
-          [returned, core = core_, done = std::move(done)](StatusOr<Decision> result) mutable {
-            if (returned->load(std::memory_order_acquire)) {
-              done(std::move(result));
-              return;
-            }
-            core->Post([done = std::move(done), result = std::move(result)]() mutable {
-              done(std::move(result));
-            });
-          });
-  returned->store(true, std::memory_order_release);
+  internal::CallNeverInline<StatusOr<Decision>>(core_, std::move(done), [&](DecisionCallback then) {
+    Execute(internal::Op::kConsume, id, options, std::move(then));
+  });
 }
 
 StatusOr<Decision> Limiter::Check(std::string_view id, const CheckOptions& options) const {

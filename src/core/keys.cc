@@ -109,11 +109,21 @@ std::string_view AlgorithmSuffix(Algorithm algorithm) {
   return "x";
 }
 
-std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm) {
+namespace {
+
+// KeyHead + EncodeId(id) + "}:" + suffix: the plain key of every kind of state.
+std::string MakeSuffixedKey(std::string_view key_head, std::string_view id,
+                            std::string_view suffix) {
   std::string key;
-  key.reserve(key_head.size() + id.size() + 12);
-  key.append(key_head).append(EncodeId(id)).append("}:").append(AlgorithmSuffix(algorithm));
+  key.reserve(key_head.size() + id.size() + 8 + suffix.size());
+  key.append(key_head).append(EncodeId(id)).append("}:").append(suffix);
   return key;
+}
+
+}  // namespace
+
+std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm) {
+  return MakeSuffixedKey(key_head, id, AlgorithmSuffix(algorithm));
 }
 
 bool IsSlotTagSeparator(unsigned char c) {
@@ -147,10 +157,11 @@ std::string MakeTaggedKey(std::string_view prefix, std::string_view limiter, std
 }
 
 std::string MakeLeaseKey(std::string_view key_head, std::string_view id) {
-  std::string key;
-  key.reserve(key_head.size() + id.size() + 8);
-  key.append(key_head).append(EncodeId(id)).append("}:").append(kLeaseSuffix);
-  return key;
+  return MakeSuffixedKey(key_head, id, kLeaseSuffix);
+}
+
+std::string MakeQuotaKey(std::string_view key_head, std::string_view id) {
+  return MakeSuffixedKey(key_head, id, kQuotaSuffix);
 }
 
 }  // namespace sluice::internal

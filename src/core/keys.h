@@ -1,7 +1,8 @@
 // Key layout (docs/design.md §2): `<prefix>:{<limiter>:<id>}:<suffix>`.
 //
-// The suffix names the algorithm (fw2, sw, sl, tb, gcra; cc for concurrency leases; fw for
-// fixed_window's earlier format, read by the admin API only): a limiter whose
+// The suffix names the algorithm (fw2, sw, sl, tb, gcra; cc for concurrency leases; qs for
+// a QuotaShares bucket; fw for fixed_window's earlier format, read by the admin API only),
+// so a name used by a limiter and a QuotaShares never shares a key, and a limiter whose
 // algorithm is changed in a config starts on a fresh key instead of reading another algorithm's
 // state (and Redis answering WRONGTYPE); the old key expires on its own.
 // The hash tag holds the limiter name and the id, so every key of one decision sits in
@@ -60,6 +61,10 @@ std::string_view AlgorithmSuffix(Algorithm algorithm);
 // The suffix of a concurrency limiter's lease set.
 inline constexpr std::string_view kLeaseSuffix = "cc";
 
+// The suffix of a QuotaShares bucket (sluice/quota.h): one hash of its clients' grants.
+// Not among kKeySuffixes: it is no limiter's state, and the admin API does not read it.
+inline constexpr std::string_view kQuotaSuffix = "qs";
+
 // The suffix fixed_window wrote before its v2 format ("<count>:<window end ms>", the
 // window end in the value): no release writes it any more; the admin API still reads
 // such keys until they expire (docs/design.md §2).
@@ -71,6 +76,9 @@ inline constexpr std::string_view kKeySuffixes[] = {"fw2", "sw", "sl", "tb", "gc
 
 // KeyHead + EncodeId(id) + "}:" + kLeaseSuffix.
 std::string MakeLeaseKey(std::string_view key_head, std::string_view id);
+
+// KeyHead + EncodeId(id) + "}:" + kQuotaSuffix.
+std::string MakeQuotaKey(std::string_view key_head, std::string_view id);
 
 // KeyHead + EncodeId(id) + "}:" + AlgorithmSuffix(algorithm).
 std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm);

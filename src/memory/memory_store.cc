@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace sluice::internal {
@@ -211,31 +212,51 @@ void MemoryStore::Check(CheckCall call, DecisionCallback done) {
   done(CheckNow(call));
 }
 
-LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
-  const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
+template <typename State, typename Step>
+auto MemoryStore::StepExpiringSet(const std::string& key, std::optional<int64_t> now_ms,
+                                  Step step) {
+  const int64_t now = now_ms ? *now_ms : clock_->NowMs();
   // Expiries get the same grace as the scripts give them under a model clock.
-  const int64_t grace = call.now_ms ? 60000 : 0;
-  Shard& shard = ShardFor(call.key);
-  LeaseResult result;
+  const int64_t grace = now_ms ? kModelClockGraceMs : 0;
+  Shard& shard = ShardFor(key);
+  decltype(step(std::declval<State&>(), now)) result;
   {
     MutexLock lock(shard.mu);
     Reclaim(shard, now);
-    std::optional<LeaseSetState> state(std::in_place);
-    auto it = shard.entries.find(call.key);
+    std::optional<State> state(std::in_place);
+    auto it = shard.entries.find(key);
     if (it != shard.entries.end() && it->second.expires_at_ms > now) {
-      if (auto* stored = std::get_if<LeaseSetState>(&it->second.state)) *state = std::move(*stored);
+      if (auto* stored = std::get_if<State>(&it->second.state)) *state = std::move(*stored);
     }
-    result = LeaseResult{LeaseStep(*state, call.args, now)};
-    const int64_t expires_at_ms = state->members.empty() ? 0 : state->MaxExpiry() + grace;
-    if (state->members.empty()) state.reset();
-    Keep(shard, it, call.key, state, expires_at_ms);
+    result = step(*state, now);
+    const int64_t expires_at_ms = state->empty() ? 0 : state->MaxExpiry() + grace;
+    if (state->empty()) state.reset();
+    Keep(shard, it, key, state, expires_at_ms);
   }
   ReclaimElsewhere(now);
   return result;
 }
 
+LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
+  return StepExpiringSet<LeaseSetState>(call.key, call.now_ms,
+                                        [&call](LeaseSetState& state, int64_t now) {
+                                          return LeaseResult{LeaseStep(state, call.args, now)};
+                                        });
+}
+
 void MemoryStore::RunLease(LeaseCall call, LeaseCallback done) {
   done(LeaseNow(call));
+}
+
+QuotaShareReply MemoryStore::QuotaNow(const QuotaCall& call) {
+  return StepExpiringSet<QuotaShareState>(call.key, call.now_ms,
+                                          [&call](QuotaShareState& state, int64_t now) {
+                                            return QuotaShareStep(state, call.args, now);
+                                          });
+}
+
+void MemoryStore::AssignQuota(QuotaCall call, QuotaCallback done) {
+  done(QuotaNow(call));
 }
 
 std::size_t MemoryStore::KeyCount() {

@@ -48,6 +48,7 @@
 #include "algo/concurrency.h"
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
+#include "algo/quota_shares.h"
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
@@ -70,6 +71,10 @@ class MemoryStore final : public Store {
   void CheckComposite(CompositeCall call, CompositeCallback done) override;
   void RunLease(LeaseCall call, LeaseCallback done) override;
   LeaseResult LeaseNow(const LeaseCall& call);
+  // The twin of src/algo/quota_shares.lua on the key's state; the entry expires with its
+  // latest client (plus the scripts' grace under a model clock), so reclaim frees it.
+  void AssignQuota(QuotaCall call, QuotaCallback done) override;
+  QuotaShareReply QuotaNow(const QuotaCall& call);
 
   // Live (unexpired) keys; for tests and gauges. O(entries).
   std::size_t KeyCount();
@@ -97,7 +102,7 @@ class MemoryStore final : public Store {
  private:
   // Keys carry their algorithm's suffix, so one key only ever holds one kind of state.
   using AnyState = std::variant<FixedWindowState, SlidingWindowState, SlidingLogState,
-                                TokenBucketState, GcraState, LeaseSetState>;
+                                TokenBucketState, GcraState, LeaseSetState, QuotaShareState>;
   // Lives in its shard's map node (never moved: node addresses survive rehashing), and
   // in one list of the shard's expiry index while `slot` is set.
   struct Entry {
@@ -134,6 +139,12 @@ class MemoryStore final : public Store {
   // with no lock held.
   void ReclaimElsewhere(int64_t now_ms);
   CompositeOutcome DecideMany(const std::vector<CheckCall>& calls);
+  // Runs `step(state, now)` on the key's State (a set of members with expiries: lease sets,
+  // quota buckets; empty when absent, expired or of another kind) under the shard's lock,
+  // and keeps it until its latest member's expiry (plus the scripts' grace under a model
+  // clock), or erases the entry when the step left it empty. Returns what `step` returns.
+  template <typename State, typename Step>
+  auto StepExpiringSet(const std::string& key, std::optional<int64_t> now_ms, Step step);
   // Runs `algorithm`'s twin on the key's state; the caller holds the shard's lock.
   static AlgoReply StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
                               Algorithm algorithm, int64_t now) SLUICE_REQUIRES(shard.mu);

@@ -64,6 +64,12 @@ class PolicyStore final : public Store {
     inner_->AppendToStream(std::move(key), std::move(fields), max_len, retention_ms, deadline,
                            std::move(done));
   }
+  // Passed through with the call's deadline, whatever the breaker's state: the caller
+  // applies its own failure policy (store/store.h).
+  void AssignQuota(QuotaCall call, QuotaCallback done) override {
+    if (Forked()) return done(ForkedError());
+    inner_->AssignQuota(std::move(call), std::move(done));
+  }
   bool connected() const override { return inner_->connected(); }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override;

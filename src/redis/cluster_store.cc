@@ -367,6 +367,18 @@ void ClusterStore::AppendToStream(std::string key,
       std::move(done));
 }
 
+void ClusterStore::AssignQuota(QuotaCall call, QuotaCallback done) {
+  const uint16_t slot = KeySlot(call.key);
+  const Deadline deadline = call.deadline;
+  Route<StatusOr<QuotaShareReply>>(
+      slot, deadline,
+      [call = std::move(call)](RedisStore& store,
+                               std::function<void(StatusOr<QuotaShareReply>)> then) {
+        store.AssignQuota(call, std::move(then));
+      },
+      std::move(done));
+}
+
 uint64_t ClusterStore::FaultDomain(std::string_view key) const {
   const uint16_t slot = KeySlot(key);
   MutexLock lock(mu_);

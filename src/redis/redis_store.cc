@@ -321,6 +321,45 @@ void RedisStore::AppendToStream(std::string key,
       [done = std::move(done)](const Status& status, const redisReply*) { done(status); });
 }
 
+void RedisStore::AssignQuota(QuotaCall call, QuotaCallback done) {
+  // src/algo/quota_shares.lua: KEYS[1], then op, now, client, demand, rate, hold, headroom.
+  const QuotaShareArgs& a = call.args;
+  std::string tail;
+  tail.reserve(96 + call.key.size() + a.client.size());
+  AppendBulk(tail, "1");
+  AppendBulk(tail, call.key);
+  AppendBulk(tail, a.release ? "1" : "0");
+  if (call.now_ms) {
+    AppendBulk(tail, *call.now_ms);
+  } else {
+    AppendBulk(tail, "");
+  }
+  AppendBulk(tail, a.client);
+  AppendBulk(tail, a.demand_milli);
+  AppendBulk(tail, a.rate_milli);
+  AppendBulk(tail, a.hold_ms);
+  AppendBulk(tail, a.headroom_percent);
+  connection_->Eval(kQuotaSharesScript, std::move(tail), 9, call.deadline,
+                    [done = std::move(done)](const Status& status, const redisReply* reply) {
+                      if (!status.ok()) {
+                        done(status);
+                        return;
+                      }
+                      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+                        done(InternalError("the quota script returned an unexpected reply"));
+                        return;
+                      }
+                      for (size_t i = 0; i < 4; ++i) {
+                        if (!IsInteger(reply->element[i])) {
+                          done(InternalError("the quota script returned a non-integer field"));
+                          return;
+                        }
+                      }
+                      done(QuotaShareReply{reply->element[0]->integer, reply->element[1]->integer,
+                                           reply->element[2]->integer, reply->element[3]->integer});
+                    });
+}
+
 void RedisStore::Shutdown() {
   connection_->Shutdown();
 }

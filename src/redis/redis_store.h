@@ -50,6 +50,8 @@ class RedisStore final : public Store {
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,
                       std::function<void(Status)> done) override;
+  // src/algo/quota_shares.lua, sent alone (EVALSHA).
+  void AssignQuota(QuotaCall call, QuotaCallback done) override;
   bool connected() const override { return connection_->ready(); }
   void Shutdown() override;
   ClientStats stats() const override;

@@ -16,6 +16,7 @@
 
 #include "algo/algorithm.h"
 #include "algo/concurrency.h"
+#include "algo/quota_shares.h"
 #include "sluice/decision.h"
 #include "sluice/limits.h"
 #include "sluice/metrics.h"
@@ -88,6 +89,15 @@ struct LeaseResult {
 };
 using LeaseCallback = std::function<void(StatusOr<LeaseResult>)>;
 
+// One QuotaShares call (sluice/quota.h): the bucket's key and the script's arguments.
+struct QuotaCall {
+  std::string key;
+  QuotaShareArgs args;
+  std::optional<int64_t> now_ms;  // as CheckCall::now_ms
+  Deadline deadline;
+};
+using QuotaCallback = std::function<void(StatusOr<QuotaShareReply>)>;
+
 // A part of a store that fails on its own: one primary of a Redis Cluster. The policy
 // layer keeps a circuit breaker per fault domain (src/policy/domain_breakers.h), so that
 // a failing primary short-circuits only the calls of the slots it serves. Domain 0 is
@@ -133,6 +143,13 @@ class Store {
     (void)retention_ms;
     (void)deadline;
     done(FailedPreconditionError("the embedded store has no streams"));
+  }
+  // Runs one QuotaShares call (src/algo/quota_shares.h); `done` as for Check. No failure
+  // policy and no breaker: a failure comes back as its error, and the caller applies its
+  // own policy (a share of a rate has no "admit" or "refuse" to fall back on).
+  virtual void AssignQuota(QuotaCall call, QuotaCallback done) {
+    (void)call;
+    done(FailedPreconditionError("this store cannot share quotas"));
   }
   virtual ClientStats stats() const { return {}; }
   // INFO <section> of the server behind the store; FailedPrecondition when there is none.

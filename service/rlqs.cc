@@ -1,0 +1,447 @@
+#include "service/rlqs.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "envoy/service/rate_limit_quota/v3/rlqs.pb.h"
+#include "service/json_api.h"
+#include "service/matcher.h"
+#include "sluice/quota.h"
+
+namespace sluiced {
+
+namespace rlqs = envoy::service::rate_limit_quota::v3;
+namespace etype = envoy::type::v3;
+using Usage = rlqs::RateLimitQuotaUsageReports::BucketQuotaUsage;
+using Action = rlqs::RateLimitQuotaResponse::BucketAction;
+
+bool ParseRlqsUnmatched(std::string_view text, RlqsUnmatched& out) {
+  if (text == "allow_all") {
+    out = RlqsUnmatched::kAllowAll;
+  } else if (text == "deny_all") {
+    out = RlqsUnmatched::kDenyAll;
+  } else if (text == "abandon") {
+    out = RlqsUnmatched::kAbandon;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::chrono::seconds RlqsTtl(std::chrono::milliseconds report_interval) {
+  const int64_t ms = 2 * std::max<int64_t>(0, report_interval.count());
+  return std::chrono::seconds(std::max<int64_t>(1, (ms + 999) / 1000));
+}
+
+int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::milliseconds elapsed) {
+  const double requests = static_cast<double>(allowed) + static_cast<double>(denied);
+  const double ms = static_cast<double>(std::max<int64_t>(1000, elapsed.count()));
+  // Bounded far above any real demand, so that the store's sums stay exact in doubles.
+  return static_cast<int64_t>(std::min(requests * 1e6 / ms, 1e15));
+}
+
+void RlqsStrategy(int64_t grant_milli, int64_t rate_milli, int64_t burst,
+                  etype::RateLimitStrategy& out) {
+  if (grant_milli <= 0 || rate_milli <= 0) {
+    out.set_blanket_rule(etype::RateLimitStrategy::DENY_ALL);
+    return;
+  }
+  constexpr int64_t kMaxTokens = std::numeric_limits<uint32_t>::max();
+  int64_t tokens = 1, interval_s = 1;
+  if (grant_milli >= 1000) {
+    tokens = std::min(grant_milli / 1000, kMaxTokens);
+  } else {
+    // Below one request a second: one token every ceil(1000 / grant) seconds, which is
+    // never faster than the grant.
+    interval_s = (1000 + grant_milli - 1) / grant_milli;
+  }
+  const double share = static_cast<double>(burst) * static_cast<double>(grant_milli) /
+                       static_cast<double>(rate_milli);
+  // Envoy's token bucket refills continuously, so its capacity may be below one fill:
+  // the capacities of a limit's grants then sum to at most its burst (plus one token of
+  // rounding per client), whatever the rate.
+  const int64_t capacity =
+      std::max<int64_t>(1, static_cast<int64_t>(std::min(std::floor(share), 4e9)));
+  auto* bucket = out.mutable_token_bucket();
+  bucket->set_max_tokens(static_cast<uint32_t>(std::min(capacity, kMaxTokens)));
+  bucket->mutable_tokens_per_fill()->set_value(static_cast<uint32_t>(tokens));
+  bucket->mutable_fill_interval()->set_seconds(interval_s);
+}
+
+struct RlqsService::State {
+  State(Engine& e, RlqsOptions o) : engine(e), options(o), ttl(RlqsTtl(o.report_interval)) {}
+  Engine& engine;
+  RlqsOptions options;
+  std::chrono::seconds ttl;
+  // The store keeps a grant a second longer than the client enforces it: a client's
+  // TTL starts when the answer reaches it, after the store recorded the grant.
+  std::chrono::milliseconds hold() const { return ttl + std::chrono::seconds(1); }
+  std::optional<sluice::QuotaShares> shares;        // the store's
+  std::shared_ptr<sluice::Client> local_client;     // an embedded store's, for `local`
+  std::optional<sluice::QuotaShares> local_shares;  // what this instance sees alone
+};
+
+namespace {
+
+// The rate of a rule in milli-requests per second (at least 1).
+int64_t RateMilli(const Rule& rule) {
+  const double ms = static_cast<double>(UnitWindow(rule.unit).count());
+  const double milli = static_cast<double>(rule.requests_per_unit) * 1e6 / ms;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::min(milli, 1e15)));
+}
+
+// Why a report is refused (the stream ends INVALID_ARGUMENT), or empty.
+std::string Invalid(const rlqs::RateLimitQuotaUsageReports& report, const std::string& domain) {
+  if (report.domain().empty()) return "a report must name its domain";
+  if (!domain.empty() && report.domain() != domain)
+    return "a stream reports for one domain ('" + domain + "'), not '" + report.domain() + "'";
+  if (report.bucket_quota_usages_size() > static_cast<int>(kRlqsMaxUsagesPerReport))
+    return "at most " + std::to_string(kRlqsMaxUsagesPerReport) + " buckets per report";
+  for (const Usage& u : report.bucket_quota_usages()) {
+    const auto& bucket = u.bucket_id().bucket();
+    if (bucket.empty()) return "a bucket id needs at least one entry";
+    if (bucket.size() > kMaxEntries)
+      return "a bucket id has at most " + std::to_string(kMaxEntries) + " entries";
+    for (const auto& [k, v] : bucket) {
+      if (k.empty()) return "a bucket id's key must not be empty";
+      if (k.size() > kMaxFieldBytes || v.size() > kMaxFieldBytes)
+        return "a bucket id's key or value is longer than " + std::to_string(kMaxFieldBytes) +
+               " bytes";
+    }
+    if (u.time_elapsed().seconds() < 0 || u.time_elapsed().nanos() < 0)
+      return "time_elapsed must not be negative";
+  }
+  return {};
+}
+
+// The bucket's entries as a descriptor: sorted by key (a map has no order of its own).
+Entries SortedEntries(const Usage& usage) {
+  Entries entries(usage.bucket_id().bucket().begin(), usage.bucket_id().bucket().end());
+  std::sort(entries.begin(), entries.end());
+  return entries;
+}
+
+void Assign(Action& action, std::chrono::seconds ttl) {
+  action.mutable_quota_assignment_action()->mutable_assignment_time_to_live()->set_seconds(
+      ttl.count());
+}
+
+void Blanket(Action& action, std::chrono::seconds ttl, bool allow) {
+  Assign(action, ttl);
+  action.mutable_quota_assignment_action()->mutable_rate_limit_strategy()->set_blanket_rule(
+      allow ? etype::RateLimitStrategy::ALLOW_ALL : etype::RateLimitStrategy::DENY_ALL);
+}
+
+// One RLQS stream: one client, one domain.
+class RlqsStream : public StreamCall, public std::enable_shared_from_this<RlqsStream> {
+ public:
+  RlqsStream(std::shared_ptr<RlqsService::State> state, StreamWriter writer)
+      : state_(std::move(state)), writer_(std::move(writer)), client_(RandomHandle()) {
+    state_->engine.metrics().RlqsStreams(1);
+  }
+
+  GrpcStatus OnMessage(std::string_view message) override;
+  void OnHalfClose(StreamWriter& writer) override;
+  void OnClose() override;
+
+ private:
+  struct Bucket {
+    int idle = 0;  // reports in a row without a request
+    // Recorded in the stores (its demand counts in the others' shares even when it was
+    // granted nothing): given back when the bucket is forgotten or the stream ends.
+    bool granted = false;
+    std::string share_id;  // its id in the stores
+  };
+  // A report being answered: its response, one action per bucket, filled by the calls.
+  struct Report {
+    rlqs::RateLimitQuotaUsageReports request;
+    rlqs::RateLimitQuotaResponse response;
+    std::atomic<std::size_t> remaining{0};
+  };
+  // A bucket whose answer is the stores' share.
+  struct ShareJob {
+    int index;
+    sluice::QuotaShareRequest request;
+    std::shared_ptr<const Rule> rule;
+    RlqsCounters* counters;
+    int64_t local_rate_milli;
+  };
+
+  void ProcessFront(std::unique_lock<std::mutex>& lock);
+  std::optional<ShareJob> Plan(Report& report, int index, const Config& config);
+  void RunShare(const std::shared_ptr<Report>& report, ShareJob job);
+  void OnShare(const std::shared_ptr<Report>& report, const ShareJob& job,
+               sluice::StatusOr<sluice::QuotaShareGrant> store,
+               sluice::StatusOr<sluice::QuotaShareGrant> local);
+  void Done(const std::shared_ptr<Report>& report);
+  void Release(const std::string& share_id);
+
+  std::shared_ptr<RlqsService::State> state_;
+  StreamWriter writer_;
+  const std::string client_;  // the stream's id in the stores: random, per stream
+  std::mutex mu_;
+  std::string domain_;  // from the first report
+  std::unordered_map<std::string, Bucket> buckets_;
+  std::deque<std::shared_ptr<Report>> queue_;  // the front one is being answered
+  bool half_closed_ = false, closed_ = false;
+};
+
+GrpcStatus RlqsStream::OnMessage(std::string_view message) {
+  auto report = std::make_shared<Report>();
+  if (!report->request.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+    state_->engine.metrics().BadRequest();
+    return {GrpcCode::kInvalidArgument, "cannot parse RateLimitQuotaUsageReports"};
+  }
+  std::unique_lock lock(mu_);
+  if (std::string why = Invalid(report->request, domain_); !why.empty()) {
+    state_->engine.metrics().BadRequest();
+    return {GrpcCode::kInvalidArgument, std::move(why)};
+  }
+  domain_ = report->request.domain();
+  if (queue_.size() >= kRlqsMaxQueuedReports)
+    return {GrpcCode::kResourceExhausted,
+            "more than " + std::to_string(kRlqsMaxQueuedReports) + " reports wait for answers"};
+  queue_.push_back(std::move(report));
+  if (queue_.size() == 1) ProcessFront(lock);
+  return {};
+}
+
+// The writer is never called with mu_ held: what it does may end the call (OnClose).
+void RlqsStream::OnHalfClose(StreamWriter& writer) {
+  bool idle = false;
+  {
+    std::lock_guard lock(mu_);
+    half_closed_ = true;
+    idle = queue_.empty();
+  }
+  if (idle) writer.Finish({});
+}
+
+void RlqsStream::OnClose() {
+  std::vector<std::string> granted;
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    for (auto& [id, b] : buckets_)
+      if (b.granted) granted.push_back(b.share_id);
+    buckets_.clear();
+  }
+  state_->engine.metrics().RlqsStreams(-1);
+  // The shares go back at once rather than when they expire (best effort: a store that
+  // does not answer lets them expire).
+  for (const auto& id : granted) Release(id);
+}
+
+void RlqsStream::Release(const std::string& share_id) {
+  sluice::QuotaShareRequest request{.id = share_id,
+                                    .client = client_,
+                                    .rate_milli = 1,
+                                    .hold = state_->hold(),
+                                    .release = true};
+  auto ignore = [](const sluice::StatusOr<sluice::QuotaShareGrant>&) {};
+  state_->shares->Assign(request, ignore);
+  state_->local_shares->Assign(request, ignore);
+}
+
+// Answers the report at the front of the queue: the buckets that need no store at once,
+// the others when the stores answer. Called with mu_ held; releases it while calls are
+// made (an embedded store answers inline).
+void RlqsStream::ProcessFront(std::unique_lock<std::mutex>& lock) {
+  const std::shared_ptr<Report> report = queue_.front();
+  const std::shared_ptr<const Config> config = state_->engine.config();
+  const int n = report->request.bucket_quota_usages_size();
+  std::vector<ShareJob> jobs;
+  for (int i = 0; i < n; ++i) {
+    Action* action = report->response.add_bucket_action();
+    *action->mutable_bucket_id() = report->request.bucket_quota_usages(i).bucket_id();
+    if (auto job = Plan(*report, i, *config)) jobs.push_back(std::move(*job));
+  }
+  if (buckets_.size() > kRlqsMaxBucketsPerStream) {
+    lock.unlock();
+    writer_.Finish({GrpcCode::kResourceExhausted,
+                    "more than " + std::to_string(kRlqsMaxBucketsPerStream) +
+                        " buckets on one stream"});
+    return;
+  }
+  report->remaining = jobs.size() + 1;  // + 1: this function's own, so none finishes early
+  lock.unlock();
+  for (auto& job : jobs) RunShare(report, std::move(job));
+  Done(report);
+}
+
+// Decides bucket `index` of `report` when no store call is needed (and returns nullopt),
+// or says what to ask the stores. With mu_ held.
+std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
+                                                     const Config& config) {
+  const Usage& usage = report.request.bucket_quota_usages(index);
+  Action& action = *report.response.mutable_bucket_action(index);
+  const Entries entries = SortedEntries(usage);
+  const std::string id = DescriptorId(entries);
+  const DomainConfig* domain = config.FindDomain(domain_);
+  const Match match = domain ? MatchDescriptor(*domain, entries) : Match{};
+  const bool matched = match.rule && match.rule->kind != RuleKind::kConcurrency;
+  RlqsCounters* counters = state_->engine.metrics().ForRlqs(
+      domain ? domain_ : "_unknown", matched ? match.rule->DisplayName() : "_unmatched");
+  counters->allowed.fetch_add(usage.num_requests_allowed(), std::memory_order_relaxed);
+  counters->denied.fetch_add(usage.num_requests_denied(), std::memory_order_relaxed);
+  Bucket& bucket = buckets_[id];
+  const bool subscription = usage.time_elapsed().seconds() == 0 && usage.time_elapsed().nanos() == 0;
+  if (usage.num_requests_allowed() + usage.num_requests_denied() > 0 || subscription)
+    bucket.idle = 0;
+  else
+    ++bucket.idle;
+  const auto answer = [counters](RlqsSource source) {
+    counters->answers[source].fetch_add(1, std::memory_order_relaxed);
+  };
+  const auto forget = [&] {
+    if (bucket.granted) Release(bucket.share_id);
+    buckets_.erase(id);
+    action.mutable_abandon_action();
+  };
+  if (bucket.idle >= state_->options.idle_reports) {
+    answer(kRlqsIdle);
+    forget();
+    return std::nullopt;
+  }
+  if (!matched) {
+    answer(kRlqsUnmatched);
+    if (state_->options.unmatched == RlqsUnmatched::kAbandon)
+      forget();
+    else
+      Blanket(action, state_->ttl, state_->options.unmatched == RlqsUnmatched::kAllowAll);
+    return std::nullopt;
+  }
+  const Rule& rule = *match.rule;
+  if (rule.unlimited || rule.shadow_mode || rule.requests_per_unit <= 0) {
+    answer(kRlqsRule);
+    // A shadow limit never refuses; an unlimited one has no rate; 0 per unit admits none.
+    Blanket(action, state_->ttl, rule.unlimited || rule.shadow_mode);
+    return std::nullopt;
+  }
+  bucket.share_id = rule.limiter_name + '/' + id;
+  bucket.granted = true;
+  const int64_t rate = RateMilli(rule);
+  counters->rate_milli.store(rate, std::memory_order_relaxed);
+  const auto elapsed = std::chrono::seconds(usage.time_elapsed().seconds()) +
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::nanoseconds(usage.time_elapsed().nanos()));
+  const sluice::ClientOptions& client = state_->engine.client().options();
+  const int64_t servers = rule.local_servers > 0 ? rule.local_servers : client.servers;
+  return ShareJob{
+      .index = index,
+      .request = {.id = bucket.share_id,
+                  .client = client_,
+                  .demand_milli = RlqsDemandMilli(usage.num_requests_allowed(),
+                                                  usage.num_requests_denied(), elapsed),
+                  .rate_milli = rate,
+                  .hold = state_->hold()},
+      .rule = match.rule,
+      .counters = counters,
+      .local_rate_milli = std::max<int64_t>(1, rate / std::max<int64_t>(1, servers))};
+}
+
+// The embedded store's share first (what this instance sees alone: kept current on every
+// report, so that it is ready when the store fails), then the store's.
+void RlqsStream::RunShare(const std::shared_ptr<Report>& report, ShareJob job) {
+  sluice::QuotaShareRequest local = job.request;
+  local.rate_milli = job.local_rate_milli;
+  auto self = shared_from_this();
+  state_->local_shares->Assign(
+      local, [self, report, job = std::move(job)](sluice::StatusOr<sluice::QuotaShareGrant> l) {
+        self->state_->shares->Assign(
+            job.request, [self, report, job, l = std::move(l)](
+                             sluice::StatusOr<sluice::QuotaShareGrant> s) mutable {
+              self->OnShare(report, job, std::move(s), std::move(l));
+            });
+      });
+}
+
+void RlqsStream::OnShare(const std::shared_ptr<Report>& report, const ShareJob& job,
+                         sluice::StatusOr<sluice::QuotaShareGrant> store,
+                         sluice::StatusOr<sluice::QuotaShareGrant> local) {
+  Action& action = *report->response.mutable_bucket_action(job.index);
+  const Rule& rule = *job.rule;
+  const int64_t burst = rule.burst > 0 ? rule.burst : rule.requests_per_unit;
+  auto* strategy = action.mutable_quota_assignment_action()->mutable_rate_limit_strategy();
+  Assign(action, state_->ttl);
+  RlqsSource source = kRlqsStore;
+  if (store.ok()) {
+    RlqsStrategy(store->grant_milli, job.request.rate_milli, burst, *strategy);
+    job.counters->clients.store(store->clients, std::memory_order_relaxed);
+    job.counters->assigned_milli.store(store->assigned_milli, std::memory_order_relaxed);
+  } else {
+    state_->engine.metrics().RlqsStoreError();
+    sluice::FailurePolicy policy = rule.failure_mode;
+    if (policy == sluice::FailurePolicy::kDefault)
+      policy = state_->engine.client().options().on_failure;
+    if (policy == sluice::FailurePolicy::kLocal && local.ok()) {
+      source = kRlqsPolicyLocal;
+      // The local share is of the limit divided among the servers: its capacity too.
+      RlqsStrategy(local->grant_milli, job.request.rate_milli, burst, *strategy);
+    } else {
+      const bool open = policy == sluice::FailurePolicy::kOpen;
+      source = open ? kRlqsPolicyOpen : kRlqsPolicyClosed;
+      strategy->set_blanket_rule(open ? etype::RateLimitStrategy::ALLOW_ALL
+                                      : etype::RateLimitStrategy::DENY_ALL);
+    }
+  }
+  job.counters->answers[source].fetch_add(1, std::memory_order_relaxed);
+  Done(report);
+}
+
+// One part of `report` is answered; the last sends the response and starts the next.
+void RlqsStream::Done(const std::shared_ptr<Report>& report) {
+  if (report->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  writer_.Send(report->response.SerializeAsString());
+  std::unique_lock lock(mu_);
+  queue_.pop_front();
+  if (closed_) return;
+  if (!queue_.empty()) return ProcessFront(lock);
+  const bool finish = half_closed_;
+  lock.unlock();
+  if (finish) writer_.Finish({});
+}
+
+}  // namespace
+
+sluice::StatusOr<std::shared_ptr<RlqsService>> RlqsService::Create(Engine& engine,
+                                                                   RlqsOptions options) {
+  if (options.report_interval.count() <= 0)
+    return sluice::InvalidArgumentError("the RLQS report interval must be positive");
+  if (options.idle_reports < 1)
+    return sluice::InvalidArgumentError("RLQS idle reports must be at least 1");
+  auto state = std::make_shared<State>(engine, options);
+  auto shares = engine.client().MakeQuotaShares("rlqs");
+  if (!shares.ok()) return shares.status();
+  state->shares = std::move(*shares);
+  sluice::ClientOptions local;
+  local.url = "memory://";
+  auto local_client = sluice::Client::Create(local);
+  if (!local_client.ok()) return local_client.status();
+  state->local_client = std::move(*local_client);
+  auto local_shares = state->local_client->MakeQuotaShares("rlqs");
+  if (!local_shares.ok()) return local_shares.status();
+  state->local_shares = std::move(*local_shares);
+  return std::shared_ptr<RlqsService>(new RlqsService(std::move(state)));
+}
+
+const RlqsOptions& RlqsService::options() const {
+  return state_->options;
+}
+
+GrpcMethod RlqsService::Method() {
+  return {.path = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas",
+          .open = [state = state_](StreamWriter writer) -> std::shared_ptr<StreamCall> {
+            return std::make_shared<RlqsStream>(state, std::move(writer));
+          }};
+}
+
+}  // namespace sluiced

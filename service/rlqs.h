@@ -1,0 +1,89 @@
+// service/rlqs.h — Envoy's Rate Limit Quota Service (RLQS v3,
+// envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas) on
+// sluiced's gRPC listener: each client (an Envoy) reports per bucket what it allowed and
+// denied since its last report, and gets back, per bucket, an assignment it enforces
+// on its own until the next one (a token bucket, allow-all or deny-all) or an abandon.
+//
+// A bucket id (a map of strings) is matched as an RLS descriptor whose entries are the
+// map's, sorted by key in byte order, in the report's domain: one config serves RLS and
+// RLQS. A rate limit's clients share its rate through the store (sluice::QuotaShares):
+// each report records the client's demand and grants it a share in proportion to it,
+// the sum of the live grants of a bucket never above the limit, whichever sluiced
+// instance serves which client (docs/rlqs.md derives the bounds).
+//
+// Thread-safety: a stream's messages arrive on its connection's strand; the store's
+// answers on the client's I/O threads; a stream's state is guarded by its own mutex.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "service/engine.h"
+#include "service/h2_server.h"
+#include "sluice/status.h"
+
+namespace envoy::type::v3 {
+class RateLimitStrategy;
+}  // namespace envoy::type::v3
+
+namespace sluiced {
+
+// What a bucket that matches no rate limit gets: an unknown domain, no rule, a
+// concurrency rule.
+enum class RlqsUnmatched { kAllowAll, kDenyAll, kAbandon };
+// "allow_all", "deny_all", "abandon"; false for anything else.
+bool ParseRlqsUnmatched(std::string_view text, RlqsUnmatched& out);
+
+struct RlqsOptions {
+  // How often the clients report (Envoy's filter: every 5 s). The assignments' time to
+  // live is twice that, in whole seconds (at least 1 s): an assignment outlives one lost
+  // report. Default: 5 s.
+  std::chrono::milliseconds report_interval{5000};
+  RlqsUnmatched unmatched = RlqsUnmatched::kAllowAll;
+  // A bucket reported idle (no request) this many reports in a row is abandoned: the
+  // client forgets it and its share is given back. Default: 3.
+  int idle_reports = 3;
+};
+
+// The bounds of one stream (a client that goes over them has its stream ended).
+inline constexpr std::size_t kRlqsMaxUsagesPerReport = 1000;
+inline constexpr std::size_t kRlqsMaxBucketsPerStream = 10000;
+// Reports received while an earlier one waits for the store.
+inline constexpr std::size_t kRlqsMaxQueuedReports = 8;
+
+// The assignment's time to live for `report_interval`: 2x, whole seconds, at least 1 s
+// (Envoy reads only a Duration's seconds; an unset or zero TTL expires at once).
+std::chrono::seconds RlqsTtl(std::chrono::milliseconds report_interval);
+
+// A client's demand in milli-requests per second: what it allowed and denied over
+// `elapsed`, taken as at least a second (Envoy's first report of a bucket says 0 s).
+int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::milliseconds elapsed);
+
+// The token bucket for a grant of `grant_milli` of a limit of `rate_milli` with capacity
+// `burst` (both > 0): whole-second fill intervals (Envoy's filter reads only seconds),
+// never more than the grant per second; capacity the grant's part of `burst`, at least
+// one token. A grant of 0 is DENY_ALL.
+void RlqsStrategy(int64_t grant_milli, int64_t rate_milli, int64_t burst,
+                  envoy::type::v3::RateLimitStrategy& out);
+
+class RlqsService {
+ public:
+  // A QuotaShares of the engine's client, and an embedded store's for the `local`
+  // failure policy.
+  static sluice::StatusOr<std::shared_ptr<RlqsService>> Create(Engine& engine,
+                                                               RlqsOptions options);
+  // The gRPC method, for the server's list.
+  GrpcMethod Method();
+  const RlqsOptions& options() const;
+
+  struct State;
+
+ private:
+  explicit RlqsService(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace sluiced
