@@ -48,10 +48,17 @@ constexpr int kEnd = 34;
 constexpr int kSettle = 3;
 // After Redis comes back, sluiced's connection comes back first (up to about a second).
 constexpr int kReconnect = 1;
+// Client j starts (and so reports, every interval from its first request on, as Envoy's
+// timer) j tenths of a second after the run: a fleet's reports spread over the interval.
+// Reports of one round that arrive together may be decided in any order, and a grant
+// decided against another client's demand of the round before lives until its owner's
+// next report: then shares take one more interval to settle.
+constexpr double kStagger = 0.1;
 
 // Client j's share of its group's demand: 1/(j+1) skew, reversed at the shift.
 double Demand(int j, double t) {
   static const std::vector<double> shares = bench::SkewedShares(kGroup, 1.0);
+  if (t < kStagger * j) return 0;
   return t < kShift ? 2000 * shares[static_cast<std::size_t>(j)]
                     : 1500 * shares[static_cast<std::size_t>(kGroup - 1 - j)];
 }
@@ -64,9 +71,10 @@ FleetOptions Fleet(const Sluiced& a, const Sluiced& b) {
   o.report_interval = std::chrono::milliseconds(1000);
   for (const std::string rule : {"closed", "local"}) {
     for (int j = 0; j < kGroup; ++j) {
+      const double start = kStagger * j;
       o.clients.push_back({.domain = "fleet",
                            .bucket = {{"rule", rule}},
-                           .demand = {{0, Demand(j, 0)}, {kShift, Demand(j, kShift)}}});
+                           .demand = {{start, Demand(j, start)}, {kShift, Demand(j, kShift)}}});
     }
   }
   o.start = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
@@ -103,15 +111,18 @@ std::string Table(const FleetResult& r, int group) {
   return out;
 }
 
-// Within every second, a group admits at most R·W + B·(1 + A): the rate over the window
-// W = 1 s, plus the burst once (the buckets' tokens when the window opens: the live grants
-// sum to at most R, so their max_tokens to at most B) and once more per assignment a
-// client received in the window (A, about 2 for a report every second: a new or enlarged
-// token bucket adds at most its grant's share of B at once). Here R + 3B.
+// Within every second, a group admits at most R·W + B'·(1 + A) (docs/rlqs.md): the rate
+// over the window W = 1 s; the buckets' tokens when the window opens (the live grants sum
+// to at most R, so their capacities to at most B' = B + n: each rounds up to at least one
+// token, n clients); and what the window's assignments create, A per client (about 2 with
+// a report every second: a new bucket starts full, an enlarged one keeps its fill ratio,
+// each adding at most its grant's share of B'). Here R + 3B', B' = 58. Switching to the
+// local shares and back may enforce old and new grants together for one interval; with
+// this demand the mix stays under R + 3B' (about 1.12 R at most).
 void ExpectBoundedEverySecond(const FleetResult& r) {
   for (int group = 0; group < 2; ++group) {
     for (int s = 0; s + 1 < kEnd; ++s) {
-      EXPECT_LE(static_cast<double>(Admitted(r, group, s)), kRate + 3 * kBurst)
+      EXPECT_LE(static_cast<double>(Admitted(r, group, s)), kRate + 3 * (kBurst + kGroup))
           << "group " << group << " second " << s << "\n"
           << Table(r, group);
     }
