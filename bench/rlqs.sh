@@ -128,8 +128,12 @@ if [ "$only" != shift ]; then
                  if (qa > 0 && la > 0 && lt > 0) cpu = (qt / qa) / (lt / la)
                  printf "ratio RLQS/RLS: store calls per admitted request %.4f, sluiced CPU per admitted request %.4f\n", sc, cpu }'
   fi
+  # /proc counts CPU in ticks of 1/HZ s: a run of few ticks gives coarse per-report figures.
   for name in rlqs rls; do
-    if [ -f "$WORK/$name.out" ]; then grep '^fleet ' "$WORK/$name.out"; fi
+    if [ -f "$WORK/$name.out" ]; then
+      echo "$name: sluiced CPU $(cat "$WORK/$name.ticks") ticks of 1/$HZ s, $(cat "$WORK/$name.calls") store calls"
+      grep '^fleet ' "$WORK/$name.out"
+    fi
   done
 fi
 if runs shift; then
