@@ -54,7 +54,8 @@ SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|CompositeFigure)\.|Listeners
 test-asan: setup
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS) --target unit_tests integration_tests layering_tests \
-	  sluiced service_tests sluiced_e2e_tests h2_server_tests sluiced_shutdown_tests
+	  sluiced service_tests sluiced_e2e_tests h2_server_tests sluiced_shutdown_tests \
+	  sluiced_rlqs_tests
 	ctest --preset asan -j $(JOBS) --timeout 1200 -L 'unit|integration|service' $(SANITIZED_TESTS)
 
 # Under tsan the exactness tests' forked client processes cannot start threads (TSan
