@@ -42,17 +42,16 @@ constexpr int kShift = 8;     // the demand changes: total and which clients are
 constexpr int kKill = 16;     // Redis stopped (SIGKILL)
 constexpr int kRestart = 24;  // Redis back, empty
 constexpr int kEnd = 34;
-// An assignment follows a change within 2 intervals + 1 s: one report carries the demand
-// of the interval that straddled the change, the next its new demand alone, and its
-// response lands within the second after.
-constexpr int kSettle = 3;
+// Shares follow a change within 4 reports of each client + 1 s (docs/rlqs.md): the first
+// report after it carries the interval that straddled it, the second the new demand alone;
+// at the third every client that shrinks gets its new share, at the fourth every client
+// that grows (the others' grants it waited for are renewed by then); the answer lands
+// within the second after.
+constexpr int kSettle = 5;
 // After Redis comes back, sluiced's connection comes back first (up to about a second).
 constexpr int kReconnect = 1;
 // Client j starts (and so reports, every interval from its first request on, as Envoy's
 // timer) j tenths of a second after the run: a fleet's reports spread over the interval.
-// Reports of one round that arrive together may be decided in any order, and a grant
-// decided against another client's demand of the round before lives until its owner's
-// next report: then shares take one more interval to settle.
 constexpr double kStagger = 0.1;
 
 // Client j's share of its group's demand: 1/(j+1) skew, reversed at the shift.
