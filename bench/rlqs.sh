@@ -25,28 +25,24 @@ SLUICED=${SLUICED:-$BIN/sluiced}
 FLEET=${FLEET:-$BIN/sluiced_rlqs_fleet}
 CLIENTS=${CLIENTS:-50} LIMIT=${LIMIT:-1000} BURST=${BURST:-100} SKEW=${SKEW:-1}
 DEMAND=${DEMAND:-$((2 * LIMIT))} INTERVAL_MS=${INTERVAL_MS:-5000} RLS_THREADS=${RLS_THREADS:-4}
-WORK=$(mktemp -d /tmp/sluiced_rlqs_bench.XXXXXX)
-REDIS_PID="" SLUICED_PID=""
-stop() {
-  local pid
-  for pid in $SLUICED_PID $REDIS_PID; do
-    if kill "$pid" 2>/dev/null; then wait "$pid" 2>/dev/null || true; fi
-  done
-  rm -rf "$WORK"
-}
-trap stop EXIT
 for tool in redis-server redis-cli "$SLUICED" "$FLEET"; do
   command -v "$tool" >/dev/null || { echo "missing $tool (make build; scripts/setup.sh)" >&2; exit 1; }
 done
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source bench/lib.sh
+start_private_redis  # its EXIT trap is replaced below by one that stops sluiced too
+REDIS_PORT=$port
+WORK=$(mktemp -d /tmp/sluiced_rlqs_bench.XXXXXX)
+SLUICED_PID=""
+stop() {
+  local pid
+  for pid in $SLUICED_PID $redis_pid; do
+    if kill "$pid" 2>/dev/null; then wait "$pid" 2>/dev/null || true; fi
+  done
+  rm -rf "$WORK" "$redis_dir"
+}
+trap stop EXIT
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
-
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" --logfile "$WORK/redis.log" &
-REDIS_PID=$!
-for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.05; done
 
 mkdir "$WORK/config"
 cat >"$WORK/config/fleet.yaml" <<YAML

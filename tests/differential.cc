@@ -438,4 +438,35 @@ void RunBatchedTraces(const RedisServer& server, Algorithm algorithm, bool vary_
                                 .batch_max = 20});
 }
 
+std::string Printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string ShowReply(const RedisValue& v) {
+  switch (v.type) {
+    case RedisValue::Type::kNil: return "nil";
+    case RedisValue::Type::kInteger: return std::to_string(v.integer);
+    case RedisValue::Type::kString: return "\"" + Printable(v.str) + "\"";
+    case RedisValue::Type::kStatus: return "+" + v.str;
+    case RedisValue::Type::kError: return "-" + v.str;
+    case RedisValue::Type::kArray: {
+      std::string s = "[";
+      for (const auto& e : v.elements) s += ShowReply(e) + " ";
+      return s + "]";
+    }
+  }
+  return "?";
+}
+
 }  // namespace sluice::testing

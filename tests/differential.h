@@ -16,6 +16,12 @@
 
 namespace sluice::testing {
 
+// Bytes as test failures show them: printable ASCII as is, others as \xNN.
+std::string Printable(const std::string& s);
+// A Redis reply as test failures show it: nil, integers, "strings", +status, -errors,
+// [arrays].
+std::string ShowReply(const RedisValue& v);
+
 struct TraceConfig {
   Algorithm algorithm = Algorithm::kFixedWindow;
   uint32_t seed = 1;

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "algo/concurrency.h"
+#include "differential.h"
 #include "redis/scripts.h"
 #include "testing/redis_server.h"
 
@@ -33,7 +34,9 @@ using internal::LeaseReply;
 using internal::LeaseRow;
 using internal::LeaseSetState;
 using internal::LeaseStep;
+using testing::Printable;
 using testing::RedisValue;
+using testing::ShowReply;
 
 constexpr int64_t kGraceMs = 60'000;  // the scripts' expiry grace under a model clock
 
@@ -56,21 +59,6 @@ class Connection {
   std::unique_ptr<internal::BlockingClient> client_;
 };
 
-std::string Printable(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
 std::string Show(const LeaseReply& r) {
   std::string s = "{" + std::to_string(r.code) + ", " + std::to_string(r.count) + ", " +
                   std::to_string(r.now_ms) + ", " + std::to_string(r.expires_at_ms);
@@ -88,22 +76,6 @@ std::string Show(const std::map<std::string, int64_t>& members) {
   return s + "}";
 }
 
-std::string Show(const RedisValue& v) {
-  switch (v.type) {
-    case RedisValue::Type::kNil: return "nil";
-    case RedisValue::Type::kInteger: return std::to_string(v.integer);
-    case RedisValue::Type::kString: return "\"" + Printable(v.str) + "\"";
-    case RedisValue::Type::kStatus: return "+" + v.str;
-    case RedisValue::Type::kError: return "-" + v.str;
-    case RedisValue::Type::kArray: {
-      std::string s = "[";
-      for (const auto& e : v.elements) s += Show(e) + " ";
-      return s + "]";
-    }
-  }
-  return "?";
-}
-
 // The script by EVAL with the arguments RedisStore sends (see the script's header).
 RedisValue Eval(Connection& conn, const std::string& key, LeaseOp op, const std::string& now,
                 const LeaseArgs& args) {
@@ -116,13 +88,13 @@ RedisValue Eval(Connection& conn, const std::string& key, LeaseOp op, const std:
 bool Parse(LeaseOp op, const RedisValue& v, LeaseReply& out, std::string& error) {
   out = {};
   if (v.type != RedisValue::Type::kArray) {
-    error = "not an array: " + Show(v);
+    error = "not an array: " + ShowReply(v);
     return false;
   }
   if (op == LeaseOp::kList) {
     if (v.elements.empty() || v.elements.size() % 2 != 1 ||
         v.elements[0].type != RedisValue::Type::kInteger) {
-      error = "bad list: " + Show(v);
+      error = "bad list: " + ShowReply(v);
       return false;
     }
     out.code = 1;
@@ -130,7 +102,7 @@ bool Parse(LeaseOp op, const RedisValue& v, LeaseReply& out, std::string& error)
     for (size_t i = 1; i + 1 < v.elements.size(); i += 2) {
       if (v.elements[i].type != RedisValue::Type::kString ||
           v.elements[i + 1].type != RedisValue::Type::kInteger) {
-        error = "bad list row: " + Show(v);
+        error = "bad list row: " + ShowReply(v);
         return false;
       }
       out.rows.push_back({v.elements[i].str, v.elements[i + 1].integer});
@@ -138,12 +110,12 @@ bool Parse(LeaseOp op, const RedisValue& v, LeaseReply& out, std::string& error)
     return true;
   }
   if (v.elements.size() != 4) {
-    error = "not 4 fields: " + Show(v);
+    error = "not 4 fields: " + ShowReply(v);
     return false;
   }
   for (const auto& e : v.elements) {
     if (e.type != RedisValue::Type::kInteger) {
-      error = "a non-integer field: " + Show(v);
+      error = "a non-integer field: " + ShowReply(v);
       return false;
     }
   }
@@ -347,7 +319,7 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
         // RedisStore answers {1} for any ZREM reply; the twin says so with its time.
         got = {.code = 1, .count = 0, .now_ms = now, .expires_at_ms = 0};
       } else {
-        error = "ZREM: " + Show(raw);
+        error = "ZREM: " + ShowReply(raw);
       }
     } else if (!Parse(args.op, raw = Eval(conn, id.key, args.op, std::to_string(now), args), got,
                       error)) {
@@ -361,7 +333,7 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
                               ") token/member \"" + Printable(args.token) + "\"" +
                               (target_kind.empty() ? "" : " (" + target_kind + ")") + " limit " +
                               std::to_string(args.limit) + " ttl " + std::to_string(args.ttl_ms) +
-                              "\n  set before: " + Show(before) + "\n  redis raw:  " + Show(raw) +
+                              "\n  set before: " + Show(before) + "\n  redis raw:  " + ShowReply(raw) +
                               "\n  redis:      " + Show(got) + "\n  twin:       " + Show(want);
     ASSERT_TRUE(error.empty()) << where << "\n  " << error;
     ASSERT_EQ(Show(got), Show(want)) << where;

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "algo/quota_shares.h"
+#include "differential.h"
 #include "redis/scripts.h"
 #include "testing/redis_server.h"
 
@@ -32,8 +33,10 @@ using internal::QuotaShareArgs;
 using internal::QuotaShareReply;
 using internal::QuotaShareState;
 using internal::QuotaShareStep;
+using testing::Printable;
 using testing::RedisServer;
 using testing::RedisValue;
+using testing::ShowReply;
 
 std::string Show(const QuotaShareReply& r) {
   return "{grant " + std::to_string(r.grant_milli) + ", demand " +
@@ -50,22 +53,6 @@ std::string Show(const std::map<std::string, QuotaClient>& clients) {
   return s + "}";
 }
 
-std::string Show(const RedisValue& v) {
-  switch (v.type) {
-    case RedisValue::Type::kNil: return "nil";
-    case RedisValue::Type::kInteger: return std::to_string(v.integer);
-    case RedisValue::Type::kString: return "\"" + v.str + "\"";
-    case RedisValue::Type::kStatus: return "+" + v.str;
-    case RedisValue::Type::kError: return "-" + v.str;
-    case RedisValue::Type::kArray: {
-      std::string s = "[";
-      for (const auto& e : v.elements) s += Show(e) + " ";
-      return s + "]";
-    }
-  }
-  return "?";
-}
-
 // The script by EVAL, with the arguments RedisStore::AssignQuota sends.
 RedisValue Eval(const RedisServer& server, const std::string& key, const std::string& now,
                 const QuotaShareArgs& a) {
@@ -78,12 +65,12 @@ RedisValue Eval(const RedisServer& server, const std::string& key, const std::st
 // The reply as RedisStore parses it; false (and `error`) when malformed.
 bool Parse(const RedisValue& v, QuotaShareReply& out, std::string& error) {
   if (v.type != RedisValue::Type::kArray || v.elements.size() != 4) {
-    error = "not an array of 4: " + Show(v);
+    error = "not an array of 4: " + ShowReply(v);
     return false;
   }
   for (const auto& e : v.elements) {
     if (e.type != RedisValue::Type::kInteger) {
-      error = "a non-integer field: " + Show(v);
+      error = "a non-integer field: " + ShowReply(v);
       return false;
     }
   }
@@ -119,7 +106,7 @@ QuotaShareReply Both(const RedisServer& server, const std::string& key, QuotaSha
       context + " key " + key + " now " + std::to_string(now) + " client " + args.client +
       (args.release ? " release" : "") + " demand " + std::to_string(args.demand_milli) + " rate " +
       std::to_string(args.rate_milli) + " hold " + std::to_string(args.hold_ms) + " headroom " +
-      std::to_string(args.headroom_percent) + "\n  redis raw: " + Show(raw) +
+      std::to_string(args.headroom_percent) + "\n  redis raw: " + ShowReply(raw) +
       "\n  twin:      " + Show(want);
   EXPECT_TRUE(Parse(raw, got, error)) << where << "\n  " << error;
   EXPECT_EQ(Show(got), Show(want)) << where;
@@ -333,7 +320,7 @@ TEST(QuotaDifferential, ArgumentsOutOfRangeAreErrorReplies) {
       .client = "a", .demand_milli = 5, .rate_milli = 10, .hold_ms = 100, .headroom_percent = 200};
   auto error_of = [&](QuotaShareArgs args, std::string now = "1700000000000") {
     const RedisValue v = Eval(server, key, now, args);
-    return v.type == RedisValue::Type::kError ? v.str : "not an error: " + Show(v);
+    return v.type == RedisValue::Type::kError ? v.str : "not an error: " + ShowReply(v);
   };
   QuotaShareArgs a = good;
   a.client = "";
@@ -379,7 +366,7 @@ TEST(QuotaDifferential, TheRedisClockHasNoGrace) {
   const int64_t before = server.NowMs();
   const RedisValue v = Eval(
       server, key, "", {.client = "a", .demand_milli = 5, .rate_milli = 10, .hold_ms = 30'000});
-  ASSERT_EQ(v.type, RedisValue::Type::kArray) << Show(v);
+  ASSERT_EQ(v.type, RedisValue::Type::kArray) << ShowReply(v);
   const std::map<std::string, QuotaClient> stored = Stored(server, key);
   ASSERT_EQ(stored.size(), 1u);
   EXPECT_GE(stored.at("a").expires_ms, before + 30'000);
