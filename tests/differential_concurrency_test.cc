@@ -327,14 +327,14 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
     }
     static const char* const kOpNames[] = {"acquire", "heartbeat", "release", "release all",
                                            "list"};
-    const std::string where = "seed " + std::to_string(config.seed) + " step " +
-                              std::to_string(step) + ": " + kOpNames[static_cast<int>(args.op)] +
-                              " key " + id.key + " now " + std::to_string(now) + " (" + time_kind +
-                              ") token/member \"" + Printable(args.token) + "\"" +
-                              (target_kind.empty() ? "" : " (" + target_kind + ")") + " limit " +
-                              std::to_string(args.limit) + " ttl " + std::to_string(args.ttl_ms) +
-                              "\n  set before: " + Show(before) + "\n  redis raw:  " + ShowReply(raw) +
-                              "\n  redis:      " + Show(got) + "\n  twin:       " + Show(want);
+    const std::string where =
+        "seed " + std::to_string(config.seed) + " step " + std::to_string(step) + ": " +
+        kOpNames[static_cast<int>(args.op)] + " key " + id.key + " now " + std::to_string(now) +
+        " (" + time_kind + ") token/member \"" + Printable(args.token) + "\"" +
+        (target_kind.empty() ? "" : " (" + target_kind + ")") + " limit " +
+        std::to_string(args.limit) + " ttl " + std::to_string(args.ttl_ms) +
+        "\n  set before: " + Show(before) + "\n  redis raw:  " + ShowReply(raw) +
+        "\n  redis:      " + Show(got) + "\n  twin:       " + Show(want);
     ASSERT_TRUE(error.empty()) << where << "\n  " << error;
     ASSERT_EQ(Show(got), Show(want)) << where;
     if (args.op == LeaseOp::kRelease) {
