@@ -188,6 +188,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void EndCall(Stream& s);
   void AccountQueued(Stream& s);
   void ReleaseQueue(Stream& s);
+  void DropQueued(Stream& s);
   void Discard(Stream& s);
 
   // Request bytes held (max_connection_buffer_bytes, max_server_buffer_bytes).
@@ -334,7 +335,7 @@ void Connection::OnSend(int32_t stream_id, std::string message) {
   if (s->queued + kGrpcPrefixBytes + message.size() > options_.max_stream_queued_bytes) {
     // The client does not take what it is sent: what waits for it is dropped, and the
     // call ends (its status goes as soon as the client reads again).
-    ReleaseQueue(*s);
+    DropQueued(*s);
     Answer(*s, {GrpcCode::kResourceExhausted, "more than " +
                                                   std::to_string(options_.max_stream_queued_bytes) +
                                                   " response bytes queued on this call"});
@@ -643,6 +644,30 @@ void Connection::AccountQueued(Stream& s) {
 }
 
 // Drops the response bytes nghttp2 has not taken.
+// Drops what waits on the call but the rest of a message HTTP/2 has begun to send: a
+// message cut short would break the call's framing (the client would read the trailers'
+// DATA as the message's missing bytes). At most one message is kept.
+void Connection::DropQueued(Stream& s) {
+  std::size_t keep_to = 0;
+  for (std::size_t at = 0; at < s.out_taken;) {
+    // s.out holds whole framed messages from offset 0 (it is emptied only when all taken).
+    const std::optional<GrpcPrefix> prefix = ReadGrpcPrefix(std::string_view(s.out).substr(at));
+    if (!prefix) break;
+    const std::size_t next = at + kGrpcPrefixBytes + prefix->length;
+    if (next > s.out_taken) {
+      keep_to = next;
+      break;
+    }
+    at = next;
+  }
+  if (keep_to == 0) return ReleaseQueue(s);
+  s.out.resize(keep_to);
+  s.out.erase(0, s.out_taken);
+  s.out.shrink_to_fit();
+  s.out_taken = 0;
+  AccountQueued(s);
+}
+
 void Connection::ReleaseQueue(Stream& s) {
   std::string().swap(s.out);
   s.out_taken = 0;

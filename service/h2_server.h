@@ -155,7 +155,8 @@ struct GrpcServerOptions {
   std::size_t max_server_buffer_bytes = 64 << 20;
   // Response bytes queued on one asynchronous streaming call and not yet taken by HTTP/2
   // (the client's flow-control window is closed, or its connection does not take them):
-  // a Send that would go over ends the call RESOURCE_EXHAUSTED and frees its queue, so a
+  // a Send that would go over ends the call RESOURCE_EXHAUSTED and frees its queue (but
+  // the rest of a message HTTP/2 has begun to send: the framing must stay whole), so a
   // client that stops reading costs at most this. Default: 1 MiB.
   std::size_t max_stream_queued_bytes = 1 << 20;
   // Unary calls handed to handlers and not answered yet, per connection; more are

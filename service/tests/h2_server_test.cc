@@ -681,7 +681,9 @@ TEST_F(H2Server, AsyncCallToAClientThatDoesNotReadIsBounded) {
   });
   sender.join();
   EXPECT_EQ(call->closes, 1);
-  EXPECT_EQ(server_->queued_bytes(), 0u);
+  // At most the rest of the message HTTP/2 had begun to send is kept (a message cut short
+  // would break the call's framing).
+  EXPECT_LE(server_->queued_bytes(), (64u << 10) + 5);
   call->writer.Send("dropped");
   client->set_reading(true);
   ASSERT_TRUE(client->PumpUntil([&, id = id] { return client->call(id)->closed; }, 20s));
