@@ -65,7 +65,7 @@ int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::millisec
 // The token bucket for a grant of `grant_milli` of a limit of `rate_milli` with capacity
 // `burst` (both > 0): whole-second fill intervals (Envoy's filter reads only seconds),
 // never more than the grant per second; capacity the grant's part of `burst`, at least
-// one token. A grant of 0 is DENY_ALL.
+// two tokens. A grant of 0 is DENY_ALL.
 void RlqsStrategy(int64_t grant_milli, int64_t rate_milli, int64_t burst,
                   envoy::type::v3::RateLimitStrategy& out);
 

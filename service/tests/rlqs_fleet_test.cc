@@ -112,16 +112,16 @@ std::string Table(const FleetResult& r, int group) {
 
 // Within every second, a group admits at most R·W + B'·(1 + A) (docs/rlqs.md): the rate
 // over the window W = 1 s; the buckets' tokens when the window opens (the live grants sum
-// to at most R, so their capacities to at most B' = B + n: each rounds up to at least one
-// token, n clients); and what the window's assignments create, A per client (about 2 with
+// to at most R, so their capacities to at most B' = B + 2n: each rounds up to at least two
+// tokens, n clients); and what the window's assignments create, A per client (about 2 with
 // a report every second: a new bucket starts full, an enlarged one keeps its fill ratio,
-// each adding at most its grant's share of B'). Here R + 3B', B' = 58. Switching to the
+// each adding at most its grant's share of B'). Here R + 3B', B' = 66. Switching to the
 // local shares and back may enforce old and new grants together for one interval; with
 // this demand the mix stays under R + 3B' (about 1.12 R at most).
 void ExpectBoundedEverySecond(const FleetResult& r) {
   for (int group = 0; group < 2; ++group) {
     for (int s = 0; s + 1 < kEnd; ++s) {
-      EXPECT_LE(static_cast<double>(Admitted(r, group, s)), kRate + 3 * (kBurst + kGroup))
+      EXPECT_LE(static_cast<double>(Admitted(r, group, s)), kRate + 3 * (kBurst + 2 * kGroup))
           << "group " << group << " second " << s << "\n"
           << Table(r, group);
     }
