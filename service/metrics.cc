@@ -71,28 +71,30 @@ std::string Number(double v) {
 constexpr const char* kOutcomeNames[kOutcomes] = {"allowed", "over_limit", "unavailable",
                                                   "shadow_refused"};
 
-}  // namespace
-
-RuleCounters* Metrics::ForRule(const std::string& domain, const std::string& limit) {
-  std::lock_guard lock(mu_);
-  auto& slot = rules_[domain + '\0' + limit];
+// The counters of one limit in `by_limit` (a limit's RuleCounters or RlqsCounters), made on
+// first use. With Metrics::mu_ held.
+template <class Counters>
+Counters* ForLimit(std::map<std::string, std::unique_ptr<Counters>>& by_limit,
+                   const std::string& domain, const std::string& limit) {
+  auto& slot = by_limit[domain + '\0' + limit];
   if (!slot) {
-    slot = std::make_unique<RuleCounters>();
+    slot = std::make_unique<Counters>();
     slot->domain = domain;
     slot->limit = limit;
   }
   return slot.get();
 }
 
+}  // namespace
+
+RuleCounters* Metrics::ForRule(const std::string& domain, const std::string& limit) {
+  std::lock_guard lock(mu_);
+  return ForLimit(rules_, domain, limit);
+}
+
 RlqsCounters* Metrics::ForRlqs(const std::string& domain, const std::string& limit) {
   std::lock_guard lock(mu_);
-  auto& slot = rlqs_[domain + '\0' + limit];
-  if (!slot) {
-    slot = std::make_unique<RlqsCounters>();
-    slot->domain = domain;
-    slot->limit = limit;
-  }
-  return slot.get();
+  return ForLimit(rlqs_, domain, limit);
 }
 
 DescriptorCounters* Metrics::ForDescriptor(const std::string& domain, const std::string& limit,

@@ -157,10 +157,10 @@ class RlqsStream : public StreamCall, public std::enable_shared_from_this<RlqsSt
  private:
   struct Bucket {
     int idle = 0;  // reports in a row without a request
-    // Recorded in the stores (its demand counts in the others' shares even when it was
-    // granted nothing): given back when the bucket is forgotten or the stream ends.
-    bool granted = false;
-    std::string share_id;  // its id in the stores
+    // Its id in the stores, once it was recorded there (its demand counts in the others'
+    // shares even when it was granted nothing): given back when the bucket is forgotten or
+    // the stream ends. Empty: never recorded.
+    std::string share_id;
   };
   // A report being answered: its response, one action per bucket, filled by the calls.
   struct Report {
@@ -175,6 +175,7 @@ class RlqsStream : public StreamCall, public std::enable_shared_from_this<RlqsSt
     std::shared_ptr<const Rule> rule;
     RlqsCounters* counters;
     int64_t local_rate_milli;
+    sluice::FailurePolicy policy;  // the rule's, or the client's default
   };
 
   void ProcessFront(std::unique_lock<std::mutex>& lock);
@@ -234,7 +235,7 @@ void RlqsStream::OnClose() {
     if (closed_) return;
     closed_ = true;
     for (auto& [id, b] : buckets_)
-      if (b.granted) granted.push_back(b.share_id);
+      if (!b.share_id.empty()) granted.push_back(b.share_id);
     buckets_.clear();
   }
   state_->engine.metrics().RlqsStreams(-1);
@@ -303,7 +304,7 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
     counters->answers[source].fetch_add(1, std::memory_order_relaxed);
   };
   const auto forget = [&] {
-    if (bucket.granted) Release(bucket.share_id);
+    if (!bucket.share_id.empty()) Release(bucket.share_id);
     buckets_.erase(id);
     action.mutable_abandon_action();
   };
@@ -328,7 +329,6 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
     return std::nullopt;
   }
   bucket.share_id = rule.limiter_name + '/' + id;
-  bucket.granted = true;
   const int64_t rate = RateMilli(rule);
   counters->rate_milli.store(rate, std::memory_order_relaxed);
   const auto elapsed = std::chrono::seconds(usage.time_elapsed().seconds()) +
@@ -336,6 +336,8 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
                            std::chrono::nanoseconds(usage.time_elapsed().nanos()));
   const sluice::ClientOptions& client = state_->engine.client().options();
   const int64_t servers = rule.local_servers > 0 ? rule.local_servers : client.servers;
+  const sluice::FailurePolicy policy =
+      rule.failure_mode == sluice::FailurePolicy::kDefault ? client.on_failure : rule.failure_mode;
   return ShareJob{.index = index,
                   .request = {.id = bucket.share_id,
                               .client = client_,
@@ -345,7 +347,8 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
                               .hold = state_->hold()},
                   .rule = match.rule,
                   .counters = counters,
-                  .local_rate_milli = std::max<int64_t>(1, rate / std::max<int64_t>(1, servers))};
+                  .local_rate_milli = std::max<int64_t>(1, rate / std::max<int64_t>(1, servers)),
+                  .policy = policy};
 }
 
 // The embedded store's share first (what this instance sees alone: kept current on every
@@ -379,15 +382,12 @@ void RlqsStream::OnShare(const std::shared_ptr<Report>& report, const ShareJob& 
     job.counters->assigned_milli.store(store->assigned_milli, std::memory_order_relaxed);
   } else {
     state_->engine.metrics().RlqsStoreError();
-    sluice::FailurePolicy policy = rule.failure_mode;
-    if (policy == sluice::FailurePolicy::kDefault)
-      policy = state_->engine.client().options().on_failure;
-    if (policy == sluice::FailurePolicy::kLocal && local.ok()) {
+    if (job.policy == sluice::FailurePolicy::kLocal && local.ok()) {
       source = kRlqsPolicyLocal;
       // The local share is of the limit divided among the servers: its capacity too.
       RlqsStrategy(local->grant_milli, job.request.rate_milli, burst, *strategy);
     } else {
-      const bool open = policy == sluice::FailurePolicy::kOpen;
+      const bool open = job.policy == sluice::FailurePolicy::kOpen;
       source = open ? kRlqsPolicyOpen : kRlqsPolicyClosed;
       strategy->set_blanket_rule(open ? etype::RateLimitStrategy::ALLOW_ALL
                                       : etype::RateLimitStrategy::DENY_ALL);
