@@ -666,7 +666,7 @@ TEST_F(E2e, MalformedLeaseHandlesAreRefusedWithoutTouchingASlot) {
                                   handle + "A",
                                   std::string(441, 'A'),
                                   std::string(4000, 'A'),
-                                  "A" + handle.substr(1),  // another version
+                                  "B" + handle.substr(1),  // another version
                                   "AQ"};
   std::mt19937_64 random(20261205);
   for (int i = 0; i < 50; ++i) {
