@@ -844,7 +844,7 @@ TEST(ConcurrencyLimiter, ADetachedLeaseIsHeartbeatenAndReleasedByReference) {
   };
   for (int i = 0; i < 5; ++i) {
     clock->Advance(milliseconds(900));
-    StatusOr<milliseconds> left;
+    StatusOr<milliseconds> left = InternalError("not answered");
     const auto thread = answered_on([&](std::function<void()> signal) {
       cap.HeartbeatAsync(ref, [&, signal](StatusOr<milliseconds> r) {
         left = r;
