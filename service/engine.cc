@@ -1,7 +1,5 @@
 #include "service/engine.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <cstdio>
 
@@ -43,32 +41,6 @@ Decision ZeroLimitDecision(const Rule& rule, Unit unit) {
 
 }  // namespace
 
-std::string RandomHandle() {
-  static constexpr char kAlphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  unsigned char bytes[16];
-  std::size_t filled = 0;
-  while (filled < sizeof bytes) {
-    const ssize_t n = ::getrandom(bytes + filled, sizeof bytes - filled, 0);
-    if (n > 0) filled += static_cast<std::size_t>(n);
-    // n < 0: EINTR (getrandom blocks only before the kernel's pool is seeded at boot).
-  }
-  std::string handle;
-  handle.reserve(22);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (unsigned char b : bytes) {
-    acc = (acc << 8) | b;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      handle.push_back(kAlphabet[(acc >> bits) & 63]);
-    }
-  }
-  if (bits > 0) handle.push_back(kAlphabet[(acc << (6 - bits)) & 63]);
-  return handle;
-}
-
 std::string_view CodeName(Code code) {
   switch (code) {
     case Code::kOk: return "OK";
@@ -99,10 +71,6 @@ Engine::Engine(EngineOptions options, std::shared_ptr<sluice::Client> client)
     : options_(std::move(options)), client_(std::move(client)), pool_(options_.blocking_threads) {}
 
 Engine::~Engine() {
-  {
-    std::lock_guard lock(leases_mu_);
-    leases_.clear();
-  }
   pool_.join();
 }
 
@@ -123,6 +91,9 @@ StatusOr<std::shared_ptr<const Engine::Generation>> Engine::Build(
         return sluice::InvalidArgumentError(rule->position.ToString() + ": " +
                                             cl.status().message());
       built.concurrency = std::move(*cl);
+      gen->concurrency[rule->limiter_name] =
+          &gen->rules.emplace(rule.get(), std::move(built)).first->second;
+      continue;
     } else if (!rule->unlimited && rule->requests_per_unit > 0) {
       auto limiter = client_->MakeLimiter(
           rule->limiter_name, rule->ToLimit(),
@@ -396,146 +367,6 @@ StatusOr<Match> Engine::Resolve(const std::string& domain, const Entries& entrie
   return m;
 }
 
-void Engine::Acquire(std::string domain, Entries entries, std::function<void(LeaseGrant)> done) {
-  LeaseGrant grant;
-  auto gen = current();
-  const DomainConfig* d = gen->config->FindDomain(domain);
-  if (!d) {
-    grant.unknown_domain = true;
-    grant.error = "unknown domain '" + domain + "'";
-    done(std::move(grant));
-    return;
-  }
-  Match m = MatchDescriptor(*d, entries);
-  if (!m.rule || m.rule->kind != RuleKind::kConcurrency) {
-    grant.error = "no concurrency limit (algorithm: concurrency) of domain '" + domain +
-                  "' matches this descriptor";
-    done(std::move(grant));
-    return;
-  }
-  const BuiltRule& built = gen->rules.at(m.rule.get());
-  grant.rule = built.rule;
-  grant.id = m.id;
-  grant.limit = built.rule->requests_per_unit;
-  grant.ttl = built.rule->lease_ttl;
-  if (grant.limit == 0) {
-    grant.reason = RefusalReason::kOverLimit;
-    grant.retry_after = grant.ttl;
-    done(std::move(grant));
-    return;
-  }
-  built.concurrency->AcquireAsync(
-      m.id, {},
-      [this, grant = std::move(grant), done = std::move(done),
-       counters = built.counters](StatusOr<sluice::Acquisition> a) mutable {
-        if (!a.ok()) {
-          grant.error = a.status().ToString();
-          metrics_.StoreError();
-          done(std::move(grant));
-          return;
-        }
-        grant.granted = a->acquired;
-        grant.live = a->live;
-        grant.limit = a->limit;
-        grant.retry_after = a->retry_after;
-        grant.source = a->source;
-        grant.reason = a->reason;
-        const Outcome outcome = a->acquired                                     ? kAllowed
-                                : a->reason == RefusalReason::kStoreUnavailable ? kUnavailable
-                                                                                : kOverLimit;
-        counters->decisions[outcome][static_cast<int>(a->source)].fetch_add(
-            1, std::memory_order_relaxed);
-        if (a->source != DecisionSource::kStore) metrics_.StoreError();
-        if (a->acquired) {
-          std::lock_guard lock(leases_mu_);
-          // A handle names one lease only: a collision (2^-128 per pair) draws again
-          // rather than hand out a handle that already names another caller's lease.
-          while (true) {
-            grant.handle = RandomHandle();
-            if (leases_
-                    .try_emplace(grant.handle, std::move(a->lease), Clock::now() + grant.ttl,
-                                 grant.ttl)
-                    .second)
-              break;
-          }
-        }
-        done(std::move(grant));
-      });
-}
-
-Status Engine::Heartbeat(const std::string& handle) {
-  sluice::Lease dropped;
-  std::lock_guard lock(leases_mu_);
-  auto it = leases_.find(handle);
-  if (it == leases_.end() || it->second.expires <= Clock::now()) {
-    if (it != leases_.end()) {
-      dropped = std::move(it->second.lease);
-      leases_.erase(it);
-    }
-    return sluice::NotFoundError("no live lease " + handle +
-                                 " (released, or not heartbeaten within its lease_ttl)");
-  }
-  if (it->second.lease.source() != DecisionSource::kFailOpen && !it->second.lease.held()) {
-    const std::string loss(sluice::LeaseLossName(it->second.lease.loss()));
-    dropped = std::move(it->second.lease);
-    leases_.erase(it);
-    return sluice::FailedPreconditionError("lease " + handle + " was lost (" + loss + ")");
-  }
-  it->second.expires = Clock::now() + it->second.ttl;
-  return Status::Ok();
-}
-
-Status Engine::Release(const std::string& handle) {
-  sluice::Lease dropped;
-  std::lock_guard lock(leases_mu_);
-  auto it = leases_.find(handle);
-  if (it == leases_.end()) return sluice::NotFoundError("no lease " + handle);
-  dropped = std::move(it->second.lease);
-  leases_.erase(it);
-  dropped.ReleaseAsync();
-  return Status::Ok();
-}
-
-void Engine::ReapExpiredLeases() {
-  std::vector<sluice::Lease> dropped;
-  std::lock_guard lock(leases_mu_);
-  const auto now = Clock::now();
-  for (auto it = leases_.begin(); it != leases_.end();) {
-    if (it->second.expires <= now) {
-      dropped.push_back(std::move(it->second.lease));
-      it = leases_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-std::size_t Engine::held_leases() const {
-  std::lock_guard lock(leases_mu_);
-  return leases_.size();
-}
-
-StatusOr<sluice::ReleaseAllResult> Engine::ReleaseAll(const Match& match,
-                                                      const sluice::AdminAction& action) {
-  if (match.rule->kind != RuleKind::kConcurrency)
-    return sluice::InvalidArgumentError("the matched limit is not a concurrency limit");
-  auto cl = client_->MakeConcurrencyLimiter(
-      match.rule->limiter_name, {.limit = std::max<int64_t>(1, match.rule->requests_per_unit),
-                                 .lease_ttl = match.rule->lease_ttl});
-  if (!cl.ok()) return cl.status();
-  return sluice::ReleaseAll(*cl, match.id, action, {.log_path = options_.audit_log});
-}
-
-StatusOr<std::vector<sluice::LeaseInfo>> Engine::ListLeases(const Match& match) {
-  if (match.rule->kind != RuleKind::kConcurrency)
-    return sluice::InvalidArgumentError("the matched limit is not a concurrency limit");
-  auto cl = client_->MakeConcurrencyLimiter(
-      match.rule->limiter_name, {.limit = std::max<int64_t>(1, match.rule->requests_per_unit),
-                                 .lease_ttl = match.rule->lease_ttl});
-  if (!cl.ok()) return cl.status();
-  return cl->List(match.id);
-}
-
 StatusOr<sluice::IdState> Engine::Inspect(const Match& match) {
   auto admin = sluice::Admin::Connect({.url = options_.client.url,
                                        .prefix = options_.client.prefix,
@@ -590,7 +421,7 @@ std::vector<std::string> Engine::OpenDomainsShown(const sluice::StoreHealth& h) 
 std::string Engine::MetricsText() {
   std::vector<sluice::MetricSample> samples = client_->Metrics();
   const std::size_t folded = CapLeaseSeries(samples, Metrics::kMaxLeaseIds);
-  std::string out = metrics_.Format(held_leases(), folded);
+  std::string out = metrics_.Format(folded);
   out += sluice::FormatPrometheus(samples);
   return out;
 }

@@ -23,17 +23,12 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "service/config.h"
+#include "service/handles.h"
 #include "service/matcher.h"
 #include "service/metrics.h"
 #include "sluice/sluice.h"
 
 namespace sluiced {
-
-// 128 bits from the kernel's CSPRNG (getrandom), as 22 base64url characters: a lease
-// handle, an RLQS stream's client id. A handle is the only thing a caller shows to
-// heartbeat or release, so it must not be derivable from the handles other callers were
-// given (a seeded PRNG's outputs are: its state can be rebuilt from a few hundred of them).
-std::string RandomHandle();
 
 struct LimitOverride {
   int64_t requests_per_unit = 0;
@@ -124,15 +119,20 @@ class Engine {
 
   void Check(CheckRequest request, CheckDone done);
 
-  // Leases for remote holders: sluiced holds the library Lease (which heartbeats to the
-  // store) while the remote holder heartbeats sluiced within the rule's lease_ttl; a
-  // holder that stops is dropped (and its lease released) at most a second after that.
+  // Leases for remote holders live in Redis only (docs/design.md §4; service/engine_leases.cc):
+  // Acquire grants one and hands over its handle (service/handles.h); Heartbeat and Release act on
+  // the lease a handle names, whichever instance granted it. No instance keeps anything of a lease
+  // or heartbeats for a caller, so no instance's stop, crash or restart changes a slot. `done` runs
+  // on an I/O thread.
   void Acquire(std::string domain, Entries entries, std::function<void(LeaseGrant)> done);
-  // OK, NotFound (unknown or expired handle) or FailedPrecondition (the store lost it).
-  sluice::Status Heartbeat(const std::string& handle);
-  sluice::Status Release(const std::string& handle);
-  void ReapExpiredLeases();
-  std::size_t held_leases() const;
+  // The time the lease now has left; NotFound (the handle names no lease of a configured
+  // concurrency limit: garbage, or its limit was removed by a reload), FailedPrecondition
+  // (the lease is gone from the store: its slot is free), store errors (Unavailable,
+  // DeadlineExceeded: try again within lease_ttl).
+  void Heartbeat(const std::string& handle,
+                 std::function<void(sluice::StatusOr<std::chrono::milliseconds>)> done);
+  // OK when released or already gone; NotFound and store errors as Heartbeat's.
+  void Release(const std::string& handle, std::function<void(sluice::Status)> done);
 
   // Admin: resolve a descriptor to its rule and id (NotFound when nothing matches).
   sluice::StatusOr<Match> Resolve(const std::string& domain, const Entries& entries) const;
@@ -178,14 +178,9 @@ class Engine {
     // own rule has no limiter to take the override (no rule, unlimited, concurrency,
     // requests_per_unit 0, shadow mode).
     std::unordered_map<std::string, BuiltRule> overrides;
+    // The concurrency limits by limiter name (what a lease handle names), into `rules`.
+    std::unordered_map<std::string, const BuiltRule*> concurrency;
   };
-  // A lease held for a remote caller, under its handle (one handle, one lease).
-  struct HeldLease {
-    sluice::Lease lease;
-    std::chrono::steady_clock::time_point expires;
-    std::chrono::milliseconds ttl;
-  };
-
   // A request being checked: its result so far and the callback that answers it.
   struct Pending;
   // One descriptor of a request that a limit applies to: what Check sends to the store.
@@ -208,6 +203,11 @@ class Engine {
   static void Finish(const std::shared_ptr<Pending>& pending);
   sluice::StatusOr<std::shared_ptr<const Generation>> Build(std::shared_ptr<const Config> config);
   std::shared_ptr<const Generation> current() const;
+  // The limiter of the concurrency limit a lease handle names (a copy: a reload may drop
+  // the generation meanwhile) and the handle's lease reference; nullopt when the handle
+  // names none in the current configuration.
+  std::optional<sluice::ConcurrencyLimiter> LeaseLimiter(const std::string& handle,
+                                                         std::string& lease_ref) const;
   // Counts the decision; `timed`: also its store latency or store error (once per store
   // call: the other limits of a composite are counted with timed false).
   void Record(const BuiltRule& built, const DescriptorResult& result,
@@ -220,8 +220,6 @@ class Engine {
   mutable std::mutex mu_;
   std::shared_ptr<const Generation> generation_;
   std::optional<sluice::Limiter> probe_;
-  mutable std::mutex leases_mu_;
-  std::unordered_map<std::string, HeldLease> leases_;
   std::atomic<bool> draining_{false};
 };
 

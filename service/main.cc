@@ -406,7 +406,7 @@ std::string BreakerShown(Engine& engine) {
 }
 
 // Serves until SIGTERM or SIGINT: reloads on SIGHUP and when the config's files change,
-// reaps the leases of callers that stopped heartbeating, logs the breaker's changes.
+// logs the breaker's changes.
 void ServeUntilStopped(Engine& engine, const Settings& s) {
   std::string fingerprint = Fingerprint(s.config_path);
   std::string last_breaker = BreakerShown(engine);
@@ -440,7 +440,6 @@ void ServeUntilStopped(Engine& engine, const Settings& s) {
         reload("file change");
       }
     }
-    engine.ReapExpiredLeases();
     const std::string breaker = BreakerShown(engine);
     if (breaker != last_breaker) {
       spdlog::warn("store breaker {} -> {}", last_breaker, breaker);

@@ -192,7 +192,7 @@ std::size_t CapLeaseSeries(std::vector<sluice::MetricSample>& samples, std::size
   return ranked.size() - max_ids;
 }
 
-std::string Metrics::Format(std::size_t held_leases, std::size_t folded_lease_ids) const {
+std::string Metrics::Format(std::size_t folded_lease_ids) const {
   std::string out;
   out += "# HELP sluiced_decisions_total Decisions by domain, limit, outcome and source.\n";
   out += "# TYPE sluiced_decisions_total counter\n";
@@ -257,9 +257,6 @@ std::string Metrics::Format(std::size_t held_leases, std::size_t folded_lease_id
   counter("sluiced_bad_requests_total", "Requests refused as malformed (4xx, INVALID_ARGUMENT).",
           bad_requests_.load());
   FormatRlqs(out);
-  out += "# HELP sluiced_leases_held Leases sluiced holds for remote callers.\n";
-  out += "# TYPE sluiced_leases_held gauge\n";
-  out += "sluiced_leases_held " + std::to_string(held_leases) + "\n";
   out +=
       "# HELP sluiced_lease_ids_folded Lease ids over the cap of per-id series, their "
       "sluice_leases_* gauges summed under id=\"_other\".\n";

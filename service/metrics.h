@@ -95,9 +95,9 @@ class Metrics {
   // At most this many lease ids get series of their own (sluice_leases_held,
   // sluice_leases_live, sluice_leases_live_max_1m: three per id); see CapLeaseSeries.
   static constexpr std::size_t kMaxLeaseIds = 1000;
-  // Prometheus text of these metrics; `held_leases` is the gauge of leases held for
-  // remote callers, `folded_lease_ids` the ids CapLeaseSeries summed under "_other".
-  std::string Format(std::size_t held_leases, std::size_t folded_lease_ids = 0) const;
+  // Prometheus text of these metrics; `folded_lease_ids` the ids CapLeaseSeries summed
+  // under "_other".
+  std::string Format(std::size_t folded_lease_ids = 0) const;
 
   static constexpr std::array<double, 12> kBucketsMs = {0.1, 0.25, 0.5, 1,  2,   3,
                                                         5,   10,   25,  50, 100, 250};

@@ -184,14 +184,18 @@ HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
         return Error(respond, http::status::not_found, "no such path");
       const std::string handle(rest);
       if (heartbeat && method == http::verb::post) {
-        sluice::Status s = engine.Heartbeat(handle);
-        if (!s.ok()) return Error(respond, StatusFor(s), s.message());
-        return respond(MakeResponse(http::status::ok, R"({"held":true})"));
+        return engine.Heartbeat(handle, [respond = std::move(respond)](
+                                            sluice::StatusOr<std::chrono::milliseconds> left) {
+          if (!left.ok()) return Error(respond, StatusFor(left.status()), left.status().message());
+          respond(MakeResponse(http::status::ok,
+                               json{{"held", true}, {"expires_in_ms", left->count()}}.dump()));
+        });
       }
       if (!heartbeat && method == http::verb::delete_) {
-        sluice::Status s = engine.Release(handle);
-        if (!s.ok()) return Error(respond, StatusFor(s), s.message());
-        return respond(MakeResponse(http::status::no_content, ""));
+        return engine.Release(handle, [respond = std::move(respond)](sluice::Status s) {
+          if (!s.ok()) return Error(respond, StatusFor(s), s.message());
+          respond(MakeResponse(http::status::no_content, ""));
+        });
       }
       return Error(respond, http::status::method_not_allowed, "use POST .../heartbeat or DELETE");
     }

@@ -229,6 +229,87 @@ TEST(LeaseRedis, AReleasedLeaseNeverComesBackAndALateHeartbeatNeverMovesTimeBack
   EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
 }
 
+// A lease detached by one client is heartbeaten and released by another (two sluiced
+// instances, or a process that hands its lease to a worker): the slot stays taken while
+// anyone heartbeats it, whoever acquired it, and frees at the release or lease_ttl after
+// the last heartbeat.
+TEST(LeaseRedis, ADetachedLeaseIsHeldByWhoeverHeartbeatsItAndFreedByWhoeverReleasesIt) {
+  testing::RedisServer server;
+  auto granting = Connect(server);
+  auto other = Connect(server);
+  const ConcurrencyOptions options{.limit = 1, .lease_ttl = milliseconds(600)};
+  auto cap_a = *granting->MakeConcurrencyLimiter("handed", options);
+  auto cap_b = *other->MakeConcurrencyLimiter("handed", options);
+  std::string ref;
+  {
+    auto a = cap_a.Acquire("acct");
+    ASSERT_TRUE(a.ok() && a->acquired);
+    ref = a->lease.Detach();
+    EXPECT_FALSE(a->lease.held());
+  }  // the Lease is gone: nothing was released
+  ASSERT_FALSE(ref.empty());
+  EXPECT_LE(ref.size(), ConcurrencyLimiter::kMaxLeaseRefBytes);
+  const std::string key = *cap_a.KeyFor("acct");
+  EXPECT_EQ(server.Command({"ZCARD", key}).integer, 1);
+  granting.reset();  // the granting process goes away: the slot does not
+  // Heartbeats from the other client keep it past four lease_ttls.
+  for (int i = 0; i < 12; ++i) {
+    std::this_thread::sleep_for(milliseconds(200));
+    auto left = cap_b.Heartbeat(ref);
+    ASSERT_THAT(left.status(), IsOk()) << "heartbeat " << i;
+    EXPECT_GT(left->count(), 400);
+    EXPECT_LE(left->count(), 600);
+  }
+  EXPECT_FALSE(cap_b.Acquire("acct")->acquired) << "the heartbeaten lease's slot was free";
+  EXPECT_THAT(cap_b.Release(ref), IsOk());
+  EXPECT_EQ(server.Command({"ZCARD", key}).integer, 0);
+  // Gone for good: a heartbeat is NotFound and revives nothing; a second release is OK.
+  EXPECT_EQ(cap_b.Heartbeat(ref).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(server.Command({"EXISTS", key}).integer, 0);
+  EXPECT_THAT(cap_b.Release(ref), IsOk());
+
+  // Not heartbeaten: the slot frees lease_ttl after the grant, and the reference is dead.
+  auto b = cap_b.Acquire("acct");
+  ASSERT_TRUE(b->acquired);
+  const std::string stale = b->lease.Detach();
+  std::this_thread::sleep_for(milliseconds(700));
+  EXPECT_EQ(cap_b.Heartbeat(stale).status().code(), StatusCode::kNotFound);
+  auto c = cap_b.Acquire("acct");
+  EXPECT_TRUE(c->acquired);
+  EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
+}
+
+// A reference reaches its own lease only: another limiter's, a forged member, a garbled
+// or over-long reference never touch a slot.
+TEST(LeaseRedis, ADetachedLeaseReferenceReachesItsOwnLeaseOnly) {
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter("mine", {.limit = 2, .lease_ttl = seconds(30)});
+  auto theirs = *client->MakeConcurrencyLimiter("theirs", {.limit = 2, .lease_ttl = seconds(30)});
+  auto a = cap.Acquire("acct");
+  ASSERT_TRUE(a->acquired);
+  const std::string ref = a->lease.Detach();
+  // The same reference on a limiter of another name names a lease that is not there.
+  EXPECT_EQ(theirs.Heartbeat(ref).status().code(), StatusCode::kNotFound);
+  // A forged token (one character changed) is a lease that is not there.
+  std::string forged = ref;
+  const std::size_t bar = forged.find('|');
+  forged[bar - 1] = forged[bar - 1] == 'A' ? 'B' : 'A';
+  EXPECT_EQ(cap.Heartbeat(forged).status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(cap.Release(forged), IsOk());  // removes nothing
+  for (const std::string& bad :
+       {std::string(), std::string("s"), ref.substr(0, bar), ref.substr(0, bar + 1),
+        std::string("x") + ref.substr(1), ref + std::string(300, 'a'), std::string(1000, '|'),
+        std::string("s1:AAAAAAAAAAAAAAAAAAAAAA|a%zz")}) {
+    EXPECT_EQ(cap.Heartbeat(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(cap.Release(bad).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  auto listed = cap.List("acct");
+  ASSERT_EQ(listed->size(), 1u) << "a bad reference changed a slot";
+  EXPECT_THAT(cap.Heartbeat(ref).status(), IsOk());
+  EXPECT_TRUE(server.KeysWithoutTtl("lt:*").empty());
+}
+
 TEST(LeaseRedis, APausedHolderLearnsItsLeaseWasLostWhenItResumes) {
   testing::RedisServer server;
   int report[2];

@@ -132,6 +132,16 @@ class Lease {
   // Heartbeats now instead of at the next interval. OK when the lease was extended;
   // the Lease's loss() tells whether it is gone. Blocks up to the client's deadline.
   Status Heartbeat();
+  // Hands the lease to a holder elsewhere and lets go of it here: from now on nothing in
+  // this process heartbeats or releases it (not even ~Lease), and it stays in its store
+  // until someone releases it by reference or stops heartbeating it (it then frees
+  // lease_ttl after its last heartbeat). Returns its reference for
+  // ConcurrencyLimiter::Heartbeat and Release, or "" when this Lease holds nothing
+  // (empty, released or lost). The reference carries the lease's random token: whoever
+  // has it can heartbeat and release the lease, so treat it as a secret. Waits for a
+  // running on_lost as Release does; after it returns, on_lost never runs. Never blocks
+  // on the store.
+  std::string Detach();
 
  private:
   friend class ConcurrencyLimiter;
@@ -191,6 +201,30 @@ class ConcurrencyLimiter {
   StatusOr<std::vector<LeaseInfo>> List(
       std::string_view id, std::chrono::milliseconds deadline = std::chrono::seconds(2)) const;
 
+  // Leases detached from their Lease (Lease::Detach), named by reference: any process
+  // with a limiter of the same name on the same store and prefix may heartbeat or
+  // release them, so the holder of a lease need not be the process that acquired it.
+  //
+  // Heartbeat moves the lease's expiry to lease_ttl from now (never back, and a lease
+  // that is gone is never revived) and returns the time it now has left. Errors:
+  // InvalidArgument (not the reference of a lease of this limiter), NotFound (the lease
+  // is gone: released, expired, or released by an operator; acquire a new one), store
+  // errors (Unavailable, DeadlineExceeded: try again before lease_ttl runs out; like
+  // the Lease's own heartbeats, these bypass the circuit breaker). A lease the kOpen
+  // policy granted is in no store: lease_ttl at once. One the kLocal policy granted is
+  // in the embedded store of the process that granted it: NotFound in any other. Blocks
+  // up to the client's deadline.
+  StatusOr<std::chrono::milliseconds> Heartbeat(std::string_view lease_ref) const;
+  void HeartbeatAsync(std::string_view lease_ref,
+                      std::function<void(StatusOr<std::chrono::milliseconds>)> done) const;
+  // Removes a detached lease: OK when removed, or already gone. Errors as Heartbeat's,
+  // but NotFound; on a store error the lease is still held until it is released again
+  // or lease_ttl passes. Blocks up to the client's deadline.
+  Status Release(std::string_view lease_ref) const;
+  void ReleaseAsync(std::string_view lease_ref, std::function<void(Status)> done) const;
+  // The longest reference Lease::Detach returns.
+  static constexpr std::size_t kMaxLeaseRefBytes = 256;
+
   const std::string& name() const { return name_; }
   const ConcurrencyOptions& options() const { return options_; }
   // The key of `id`'s lease set, or InvalidArgument for an empty id.
@@ -204,6 +238,10 @@ class ConcurrencyLimiter {
                                                std::chrono::milliseconds deadline);
   ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> core, std::string name,
                      ConcurrencyOptions options);
+  // A detached lease's heartbeat (or release) from its reference: `done` gets the time
+  // the lease has left (0 after a release), never inside the call.
+  void RunDetached(std::string_view lease_ref, bool release,
+                   std::function<void(StatusOr<std::chrono::milliseconds>)> done) const;
   std::shared_ptr<internal::ClientCore> core_;
   std::string name_;
   ConcurrencyOptions options_;

@@ -410,8 +410,9 @@ TEST_F(E2e, LeasesAcquireHeartbeatRelease) {
   EXPECT_FALSE(full.header("retry-after").empty());
   EXPECT_EQ(Call(s.http_port(), "POST", "/v1/leases/" + handles[0] + "/heartbeat").status, 200);
   EXPECT_EQ(Call(s.http_port(), "DELETE", "/v1/leases/" + handles[0]).status, 204);
-  EXPECT_EQ(Call(s.http_port(), "DELETE", "/v1/leases/" + handles[0]).status, 404);
-  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/leases/" + handles[0] + "/heartbeat").status, 404);
+  // A release is idempotent; a heartbeat of a released lease finds it gone from Redis.
+  EXPECT_EQ(Call(s.http_port(), "DELETE", "/v1/leases/" + handles[0]).status, 204);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/leases/" + handles[0] + "/heartbeat").status, 410);
   // The released slot is free again (the release reached Redis before this acquire).
   HttpReply again;
   for (int i = 0; i < 50 && again.status != 201; ++i) {
@@ -569,12 +570,18 @@ TEST_F(E2e, AHandleReachesOnlyItsOwnLease) {
   const std::string a_handle = json::parse(a.body)["lease"];
   const std::string b_handle = json::parse(b.body)["lease"];
   ASSERT_NE(a_handle, b_handle);
-  std::string altered = b_handle;
-  altered.back() = altered.back() == 'A' ? 'B' : 'A';
-  EXPECT_EQ(Call(port, "POST", "/v1/leases/" + altered + "/heartbeat").status, 404);
-  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + altered).status, 404);
+  // One character altered anywhere: either no handle at all (404) or one whose lease is
+  // not in Redis (410), and B's lease is untouched.
+  for (std::size_t at = 0; at < b_handle.size(); ++at) {
+    std::string altered = b_handle;
+    altered[at] = altered[at] == 'A' ? 'B' : 'A';
+    const int heartbeat = Call(port, "POST", "/v1/leases/" + altered + "/heartbeat").status;
+    EXPECT_TRUE(heartbeat == 404 || heartbeat == 410) << at << ": " << heartbeat;
+    const int release = Call(port, "DELETE", "/v1/leases/" + altered).status;
+    EXPECT_TRUE(release == 404 || release == 204) << at << ": " << release;
+  }
   EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + a_handle).status, 204);
-  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + a_handle).status, 404);
+  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + a_handle).status, 204);
   // B's lease is still held, by sluiced and in the store: heartbeats pass, the cap is full.
   EXPECT_EQ(Call(port, "POST", "/v1/leases/" + b_handle + "/heartbeat").status, 200);
   EXPECT_EQ(Call(port, "POST", "/v1/leases", b_body).status, 429);
@@ -586,6 +593,148 @@ TEST_F(E2e, AHandleReachesOnlyItsOwnLease) {
   }
   EXPECT_EQ(again.status, 201) << again.body;
   EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + b_handle).status, 204);
+}
+
+// The live lease members of the one lease set in `redis` (every lease of one id).
+int64_t LiveLeases(const sluice::testing::RedisServer& redis) {
+  const auto keys = redis.Command({"KEYS", "sluice:*}:cc"});
+  if (keys.elements.empty()) return 0;
+  EXPECT_EQ(keys.elements.size(), 1u);
+  return redis
+      .Command({"ZCOUNT", keys.elements[0].str, "(" + std::to_string(redis.NowMs()), "+inf"})
+      .integer;
+}
+
+// Two sluiced on one Redis, as behind a load balancer: a lease acquired through one is
+// heartbeaten and released through the other, and neither a graceful stop, a SIGKILL
+// nor a restart of an instance changes a slot (the cap of 3 holds throughout).
+TEST_F(E2e, LeasesLiveInRedisWhicheverInstanceGrantedThem) {
+  const std::string body =
+      R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"dana"}]})";
+  auto a = std::make_unique<Sluiced>(config_.path(), redis_.url(), Flags());
+  auto b = std::make_unique<Sluiced>(config_.path(), redis_.url(), Flags());
+  std::vector<std::string> handles;
+  for (int i = 0; i < 3; ++i) {
+    HttpReply r = Call(a->http_port(), "POST", "/v1/leases", body);
+    ASSERT_EQ(r.status, 201) << r.body;
+    handles.push_back(json::parse(r.body)["lease"]);
+  }
+  for (const auto& h : handles) {
+    HttpReply r = Call(b->http_port(), "POST", "/v1/leases/" + h + "/heartbeat");
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_GT(json::parse(r.body)["expires_in_ms"].get<int64_t>(), 25000) << r.body;
+  }
+  EXPECT_EQ(Call(b->http_port(), "POST", "/v1/leases", body).status, 429);
+  // A graceful stop of the granting instance (drain and all) releases nothing.
+  EXPECT_EQ(a->Stop(), 0) << a->log();
+  EXPECT_EQ(LiveLeases(redis_), 3);
+  EXPECT_EQ(Call(b->http_port(), "POST", "/v1/leases", body).status, 429);
+  for (const auto& h : handles)
+    EXPECT_EQ(Call(b->http_port(), "POST", "/v1/leases/" + h + "/heartbeat").status, 200);
+  // Its replacement knows every lease, though it granted none.
+  a = std::make_unique<Sluiced>(config_.path(), redis_.url(), Flags());
+  EXPECT_EQ(Call(a->http_port(), "POST", "/v1/leases/" + handles[0] + "/heartbeat").status, 200);
+  // A crash of the other changes nothing either.
+  b->Signal(SIGKILL);
+  b->Stop();
+  EXPECT_EQ(LiveLeases(redis_), 3);
+  EXPECT_EQ(Call(a->http_port(), "POST", "/v1/leases", body).status, 429);
+  EXPECT_EQ(Call(a->http_port(), "DELETE", "/v1/leases/" + handles[0]).status, 204);
+  EXPECT_EQ(LiveLeases(redis_), 2);
+  EXPECT_EQ(Call(a->http_port(), "POST", "/v1/leases", body).status, 201);
+  EXPECT_EQ(Call(a->http_port(), "POST", "/v1/leases/" + handles[0] + "/heartbeat").status, 410);
+}
+
+// A handle that is not one sluiced wrote gets 404 (or 400 from the HTTP layer) and
+// touches no slot: garbage, truncated, extended, over-long, another version.
+TEST_F(E2e, MalformedLeaseHandlesAreRefusedWithoutTouchingASlot) {
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  HttpReply granted =
+      Call(port, "POST", "/v1/leases",
+           R"({"domain":"shop","entries":[{"key":"streams"},{"key":"account","value":"dana"}]})");
+  ASSERT_EQ(granted.status, 201) << granted.body;
+  const std::string handle = json::parse(granted.body)["lease"];
+  EXPECT_LE(handle.size(), 440u);
+  std::vector<std::string> bad = {"x",
+                                  "!!!!",
+                                  "%00%01",
+                                  handle.substr(0, handle.size() - 1),
+                                  handle.substr(0, handle.size() - 4),
+                                  handle.substr(0, handle.size() / 2),
+                                  handle + "AAAA",
+                                  handle + "A",
+                                  std::string(441, 'A'),
+                                  std::string(4000, 'A'),
+                                  "B" + handle.substr(1),  // another version
+                                  "AQ"};
+  std::mt19937_64 random(20261205);
+  for (int i = 0; i < 50; ++i) {
+    std::string noise;
+    for (std::size_t j = 0; j < handle.size(); ++j)
+      noise.push_back(
+          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"[random() % 64]);
+    bad.push_back(noise);
+  }
+  for (const std::string& h : bad) {
+    const int heartbeat = Call(port, "POST", "/v1/leases/" + h + "/heartbeat").status;
+    EXPECT_TRUE(heartbeat == 404 || heartbeat == 400 || heartbeat == 431) << h << ": " << heartbeat;
+    const int release = Call(port, "DELETE", "/v1/leases/" + h).status;
+    EXPECT_TRUE(release == 404 || release == 400 || release == 431) << h << ": " << release;
+  }
+  EXPECT_EQ(LiveLeases(redis_), 1);
+  EXPECT_EQ(Call(port, "POST", "/v1/leases/" + handle + "/heartbeat").status, 200);
+  EXPECT_TRUE(s.running());
+}
+
+// A lease whose limit a reload removes: its handle names no configured limit, so
+// heartbeats and releases get 404 without a store call, and its slot stays in Redis
+// until lease_ttl after its last heartbeat (nothing frees it early, nothing keeps it
+// for ever); when the limit comes back by the same path, the handle works again.
+TEST_F(E2e, ALeaseWhoseLimitAReloadRemovesKeepsItsSlotUntilItsTtl) {
+  const std::string with_jobs =
+      "domain: jobs\ndescriptors:\n  - key: job\n    algorithm: concurrency\n"
+      "    lease_ttl: 3s\n    rate_limit: {requests_per_unit: 1}\n";
+  config_.Write("jobs.yaml", with_jobs);
+  Sluiced s(config_.path(), redis_.url(), Flags());
+  const int port = s.http_port();
+  const std::string body = R"({"domain":"jobs","entries":[{"key":"job","value":"j"}]})";
+  HttpReply granted = Call(port, "POST", "/v1/leases", body);
+  ASSERT_EQ(granted.status, 201) << granted.body;
+  const std::string handle = json::parse(granted.body)["lease"];
+  auto reloaded = [&](int times) {
+    for (int i = 0; i < 200; ++i) {
+      std::size_t count = 0;
+      const std::string log = s.log();
+      for (std::size_t at = 0; (at = log.find("config reloaded", at)) != std::string::npos; ++at)
+        ++count;
+      if (static_cast<int>(count) >= times) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  };
+  config_.Write("jobs.yaml",
+                "domain: jobs\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, "
+                "requests_per_unit: 5}\n");
+  ASSERT_TRUE(reloaded(1)) << s.log();
+  HttpReply heartbeat = Call(port, "POST", "/v1/leases/" + handle + "/heartbeat");
+  EXPECT_EQ(heartbeat.status, 404);
+  EXPECT_NE(heartbeat.body.find("no lease of a configured concurrency limit"), std::string::npos)
+      << heartbeat.body;
+  EXPECT_EQ(Call(port, "DELETE", "/v1/leases/" + handle).status, 404);
+  EXPECT_EQ(LiveLeases(redis_), 1);  // not freed early
+  // Back by the same path within lease_ttl: the same lease, still held.
+  config_.Write("jobs.yaml", with_jobs);
+  ASSERT_TRUE(reloaded(2)) << s.log();
+  EXPECT_EQ(Call(port, "POST", "/v1/leases/" + handle + "/heartbeat").status, 200);
+  EXPECT_EQ(Call(port, "POST", "/v1/leases", body).status, 429);
+  // Removed again and not heartbeaten: the slot frees lease_ttl after the last heartbeat.
+  config_.Write("jobs.yaml",
+                "domain: jobs\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, "
+                "requests_per_unit: 5}\n");
+  ASSERT_TRUE(reloaded(3)) << s.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3300));
+  EXPECT_EQ(LiveLeases(redis_), 0);
 }
 
 // The store's password never reaches sluiced's log or its admin listener: the URL is
@@ -883,13 +1032,14 @@ TEST_F(E2e, LeaseSeriesAreCappedAndTheRestSummed) {
     EXPECT_EQ(lines.size(), 1001u) << name;  // 1,000 ids and "_other"
   }
   EXPECT_EQ(lines_of("sluice_leases_").size(), 3003u);
-  const auto other = lines_of("sluice_leases_held{limiter=\"" + limiter + "\",id=\"_other\"}");
+  // sluiced holds no lease itself (each lives in Redis only): the live counts show them.
+  const auto other = lines_of("sluice_leases_live{limiter=\"" + limiter + "\",id=\"_other\"}");
   ASSERT_EQ(other.size(), 1u) << m.body.substr(0, 4000);
   EXPECT_EQ(other[0].substr(other[0].rfind(' ') + 1), "1999");  // 2,999 ids, 1,000 shown
   EXPECT_NE(m.body.find("\nsluiced_lease_ids_folded 1999\n"), std::string::npos);
-  EXPECT_NE(m.body.find("sluice_leases_held{limiter=\"" + limiter + "\",id=\"user=u0\"} 2"),
+  EXPECT_NE(m.body.find("sluice_leases_live{limiter=\"" + limiter + "\",id=\"user=u0\"} 2"),
             std::string::npos);
-  EXPECT_NE(m.body.find("\nsluiced_leases_held 3000\n"), std::string::npos);
+  EXPECT_EQ(m.body.find("sluiced_leases_held"), std::string::npos);
   std::string promtool;
   EXPECT_TRUE(testing::PromtoolAccepts(m.body, promtool)) << promtool;
 }
@@ -1020,7 +1170,7 @@ descriptors:
   EXPECT_EQ(Call(port, "POST",
                  "/v1/leases/" + json::parse(first.body)["lease"].get<std::string>() + "/heartbeat")
                 .status,
-            404);
+            410);
 }
 
 // A config that makes a descriptor its own child (a YAML alias) is refused at start-up

@@ -25,7 +25,7 @@ TEST(Metrics, DescriptorSeriesAreBoundedAndTheRestCountedAsOther) {
       << "a known descriptor keeps its own series";
   other->decisions[1].fetch_add(2);
   first->decisions[0].fetch_add(1);
-  const std::string text = m.Format(0);
+  const std::string text = m.Format();
   EXPECT_NE(text.find("sluiced_descriptor_decisions_total{domain=\"d\",limit=\"per_user\","
                       "descriptor=\"_other\",outcome=\"over_limit\"} 2"),
             std::string::npos);
@@ -72,7 +72,7 @@ TEST(Metrics, LeaseSeriesAreCappedPerIdAndTheRestSummedAsOther) {
             std::string::npos);
   // One HELP per name: the "_other" series sit with their name's others.
   EXPECT_EQ(page.find("# HELP sluice_leases_held"), page.rfind("# HELP sluice_leases_held"));
-  EXPECT_NE(Metrics().Format(0, 3).find("\nsluiced_lease_ids_folded 3\n"), std::string::npos);
+  EXPECT_NE(Metrics().Format(3).find("\nsluiced_lease_ids_folded 3\n"), std::string::npos);
 }
 
 // Descriptor values may be any bytes (gRPC takes them as bytes): the exposition stays
@@ -82,7 +82,7 @@ TEST(Metrics, DescriptorLabelsAreValidUtf8) {
   m.ForDescriptor("d", "per_user", "user=caf\xc3\x28\xff")->decisions[0].fetch_add(1);
   m.ForDescriptor("d", "per_user", "user=caf\xc3\xa9")->decisions[0].fetch_add(1);
   m.ForDescriptor("d", "per_user", "user=\xed\xa0\x80\xf0\x9f\x98")->decisions[0].fetch_add(1);
-  const std::string text = m.Format(0);
+  const std::string text = m.Format();
   EXPECT_NE(text.find("descriptor=\"user=caf\xEF\xBF\xBD(\xEF\xBF\xBD\""), std::string::npos)
       << text;
   EXPECT_NE(text.find("descriptor=\"user=caf\xc3\xa9\""), std::string::npos) << "valid UTF-8 kept";
@@ -96,7 +96,7 @@ TEST(Metrics, DescriptorLabelsAreValidUtf8) {
 
 TEST(Metrics, NoDescriptorFamilyWithoutDetailedLimits) {
   Metrics m;
-  EXPECT_EQ(m.Format(0).find("sluiced_descriptor_decisions_total"), std::string::npos);
+  EXPECT_EQ(m.Format().find("sluiced_descriptor_decisions_total"), std::string::npos);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <ctime>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -362,6 +363,21 @@ struct LeaseState : HeartbeatScheduler::Target, std::enable_shared_from_this<Lea
         });
   }
 
+  // Lets go of the lease without releasing it (Lease::Detach): no more heartbeats, no
+  // release, no on_lost. Returns false when there was nothing to hand over.
+  bool Detach() {
+    MutexLock lock(mu);
+    on_lost = nullptr;
+    if (notifying && *notifying != std::this_thread::get_id() && t_in_on_lost == 0) {
+      notified.wait(mu, [this]() SLUICE_REQUIRES(mu) { return !notifying; });
+    }
+    if (released || loss != LeaseLoss::kNone) return false;
+    released = true;
+    Unschedule();
+    Uncount();
+    return Heartbeats() ? core->boot_now() < believable_until : true;
+  }
+
   // The release's answer; returns the callers that waited for it.
   std::vector<std::function<void(Status)>> OnReleased(const Status& status) {
     BootClock::time_point until;
@@ -463,6 +479,77 @@ void Lease::ReleaseAsync(std::function<void(Status)> done) {
     return;
   }
   state_->Release(std::move(done));
+}
+
+namespace {
+
+// A detached lease's reference: "<source><member>|<encoded id>", the source 's' (the
+// store), 'l' (the kLocal policy's embedded store) or 'o' (kOpen: no member, in no
+// store). Members are "<ms>:<22 base64url>" (no '|'); the encoded id is last, so it may
+// hold any byte EncodeId writes.
+constexpr char kRefStore = 's';
+constexpr char kRefLocal = 'l';
+constexpr char kRefOpen = 'o';
+
+struct LeaseRef {
+  char source = kRefStore;
+  std::string_view member;
+  std::string_view encoded_id;
+};
+
+bool IsTokenByte(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_';
+}
+
+// Whether `m` is a member LeaseMember writes: 1-19 digits, ':', a 22-byte token.
+bool IsLeaseMember(std::string_view m) {
+  const std::size_t colon = m.find(':');
+  if (colon == 0 || colon == std::string_view::npos || colon > 19) return false;
+  if (!std::all_of(m.begin(), m.begin() + static_cast<std::ptrdiff_t>(colon),
+                   [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  const std::string_view token = m.substr(colon + 1);
+  return token.size() == 22 && std::all_of(token.begin(), token.end(), IsTokenByte);
+}
+
+std::optional<LeaseRef> ParseLeaseRef(std::string_view ref) {
+  if (ref.size() < 3 || ref.size() > ConcurrencyLimiter::kMaxLeaseRefBytes) return std::nullopt;
+  LeaseRef out;
+  out.source = ref[0];
+  if (out.source != kRefStore && out.source != kRefLocal && out.source != kRefOpen)
+    return std::nullopt;
+  const std::size_t bar = ref.find('|');
+  if (bar == std::string_view::npos) return std::nullopt;
+  out.member = ref.substr(1, bar - 1);
+  out.encoded_id = ref.substr(bar + 1);
+  if (out.source == kRefOpen ? !out.member.empty() : !IsLeaseMember(out.member))
+    return std::nullopt;
+  std::optional<std::string> id;
+  if (out.encoded_id.empty() || !internal::DecodeId(out.encoded_id, id)) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+std::string Lease::Detach() {
+  if (!state_) return {};
+  std::shared_ptr<LeaseState> state = std::move(state_);
+  if (!state->Detach()) return {};
+  const char source = state->source == DecisionSource::kFailOpen        ? kRefOpen
+                      : state->source == DecisionSource::kLocalFallback ? kRefLocal
+                                                                        : kRefStore;
+  // The key is "<head><encoded id>}:cc": the encoded id is what lies between the head's
+  // '{…:' and the last "}:".
+  const std::size_t open = state->key.find('{');
+  const std::size_t after_name = state->key.find(':', open);
+  const std::size_t close = state->key.rfind("}:");
+  std::string ref;
+  ref.reserve(2 + state->member.size() + (close - after_name));
+  ref.push_back(source);
+  ref.append(state->member).push_back('|');
+  ref.append(state->key, after_name + 1, close - after_name - 1);
+  return ref;
 }
 
 Status Lease::Heartbeat() {
@@ -586,6 +673,71 @@ StatusOr<Acquisition> ConcurrencyLimiter::Acquire(std::string_view id,
                                                   const AcquireOptions& options) const {
   return internal::WaitFor<StatusOr<Acquisition>>(
       [&](AcquireCallback done) { AcquireAsync(id, options, std::move(done)); });
+}
+
+void ConcurrencyLimiter::RunDetached(std::string_view lease_ref, bool release,
+                                     std::function<void(StatusOr<milliseconds>)> done) const {
+  const std::optional<LeaseRef> ref = ParseLeaseRef(lease_ref);
+  if (!ref) {
+    return core_->Post([done = std::move(done)] {
+      done(InvalidArgumentError("not a lease reference of this limiter"));
+    });
+  }
+  if (ref->source == kRefOpen) {
+    // Granted while the store could not answer: nothing holds it, nothing can lose it.
+    const milliseconds left = release ? milliseconds(0) : options_.lease_ttl;
+    return core_->Post([done = std::move(done), left] { done(left); });
+  }
+  internal::LeaseCall call;
+  call.args.op = release ? internal::LeaseOp::kRelease : internal::LeaseOp::kHeartbeat;
+  call.args.token = std::string(ref->member);
+  call.args.ttl_ms = options_.lease_ttl.count();
+  call.key.reserve(key_head_.size() + ref->encoded_id.size() + 2 + internal::kLeaseSuffix.size());
+  call.key.append(key_head_).append(ref->encoded_id).append("}:").append(internal::kLeaseSuffix);
+  if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
+  call.deadline = std::chrono::steady_clock::now() + core_->options.deadline;
+  call.local = ref->source == kRefLocal;
+  // A store that answers inline (the embedded one) does so before `returned` is set.
+  auto returned = std::make_shared<std::atomic<bool>>(false);
+  auto answer = [core = core_, returned, release,
+                 done = std::move(done)](StatusOr<internal::LeaseResult> r) mutable {
+    StatusOr<milliseconds> out = milliseconds(0);
+    if (!r.ok()) {
+      out = r.status();
+    } else if (!release && r->reply.code != 1) {
+      out = NotFoundError("the lease is gone (released, expired, or released by an operator)");
+    } else if (!release) {
+      out = milliseconds(std::max<int64_t>(0, r->reply.expires_at_ms - r->reply.now_ms));
+    }
+    if (returned->load()) return done(std::move(out));
+    core->Post([done = std::move(done), out = std::move(out)]() mutable { done(std::move(out)); });
+  };
+  core_->store->RunLease(std::move(call), std::move(answer));
+  returned->store(true);
+}
+
+void ConcurrencyLimiter::HeartbeatAsync(std::string_view lease_ref,
+                                        std::function<void(StatusOr<milliseconds>)> done) const {
+  RunDetached(lease_ref, false, std::move(done));
+}
+
+StatusOr<milliseconds> ConcurrencyLimiter::Heartbeat(std::string_view lease_ref) const {
+  return internal::WaitFor<StatusOr<milliseconds>>(
+      [&](std::function<void(StatusOr<milliseconds>)> done) {
+        HeartbeatAsync(lease_ref, std::move(done));
+      });
+}
+
+void ConcurrencyLimiter::ReleaseAsync(std::string_view lease_ref,
+                                      std::function<void(Status)> done) const {
+  RunDetached(lease_ref, true, [done = std::move(done)](StatusOr<milliseconds> r) {
+    done(r.ok() ? Status() : r.status());
+  });
+}
+
+Status ConcurrencyLimiter::Release(std::string_view lease_ref) const {
+  return internal::WaitFor<Status>(
+      [&](std::function<void(Status)> done) { ReleaseAsync(lease_ref, std::move(done)); });
 }
 
 StatusOr<std::vector<LeaseInfo>> ConcurrencyLimiter::List(std::string_view id,
