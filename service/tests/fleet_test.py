@@ -544,9 +544,10 @@ class Rolls:
             return any(n == name and t0 < at < t1 for n, at, _ in self.stops)
 
     def stopping_near(self, t):
-        """Whether t falls between a SIGTERM and 2 s after that process exited."""
+        """Whether t falls between a SIGTERM and 3 s after that process exited (a client
+        notices a stream's end at its next report, a second later)."""
         with self.lock:
-            return any(at - 0.5 <= t and (end is None or t <= end + 2) for _, at, end in self.stops)
+            return any(at - 0.5 <= t and (end is None or t <= end + 3) for _, at, end in self.stops)
 
 
 ROLLS = Rolls()
