@@ -131,7 +131,8 @@ class Engine {
   // DeadlineExceeded: try again within lease_ttl).
   void Heartbeat(const std::string& handle,
                  std::function<void(sluice::StatusOr<std::chrono::milliseconds>)> done);
-  // OK when released or already gone; NotFound and store errors as Heartbeat's.
+  // OK when released or already gone; NotFound as Heartbeat's. A store error: the
+  // release is sent again in the background until it lands or lease_ttl passes.
   void Release(const std::string& handle, std::function<void(sluice::Status)> done);
 
   // Admin: resolve a descriptor to its rule and id (NotFound when nothing matches).

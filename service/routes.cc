@@ -193,6 +193,17 @@ HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
       }
       if (!heartbeat && method == http::verb::delete_) {
         return engine.Release(handle, [respond = std::move(respond)](sluice::Status s) {
+          if (s.code() == sluice::StatusCode::kUnavailable ||
+              s.code() == sluice::StatusCode::kDeadlineExceeded) {
+            // Taken, not done: the engine sends it again until it lands or lease_ttl passes.
+            return respond(MakeResponse(
+                http::status::accepted,
+                json{{"released", false},
+                     {"detail",
+                      "Redis could not take the release now; it is sent again until it lands "
+                      "or the lease's lease_ttl passes"}}
+                    .dump()));
+          }
           if (!s.ok()) return Error(respond, StatusFor(s), s.message());
           respond(MakeResponse(http::status::no_content, ""));
         });

@@ -218,8 +218,10 @@ class ConcurrencyLimiter {
   void HeartbeatAsync(std::string_view lease_ref,
                       std::function<void(StatusOr<std::chrono::milliseconds>)> done) const;
   // Removes a detached lease: OK when removed, or already gone. Errors as Heartbeat's,
-  // but NotFound; on a store error the lease is still held until it is released again
-  // or lease_ttl passes. Blocks up to the client's deadline.
+  // but NotFound. On a store error this client keeps sending the release in the
+  // background until it lands or lease_ttl has passed (as for a Lease's own release; not
+  // after the Client is destroyed, and the lease frees lease_ttl after its last heartbeat
+  // in any case). Blocks up to the client's deadline.
   Status Release(std::string_view lease_ref) const;
   void ReleaseAsync(std::string_view lease_ref, std::function<void(Status)> done) const;
   // The longest reference Lease::Detach returns.

@@ -14,8 +14,9 @@ namespace {
 const std::string kRef = "s1733400000123:AbCdEfGhIjKlMnOpQrStUv|account=dana";
 
 TEST(LeaseHandle, RoundTrips) {
-  for (const std::string name : {"a", "shop.streams.account", std::string(64, 'n')}) {
-    for (const std::string ref : {kRef, std::string("o|x"), std::string(256, 'r')}) {
+  for (const std::string& name :
+       {std::string("a"), std::string("shop.streams.account"), std::string(64, 'n')}) {
+    for (const std::string& ref : {kRef, std::string("o|x"), std::string(256, 'r')}) {
       const std::string handle = EncodeLeaseHandle(name, ref);
       EXPECT_LE(handle.size(), kMaxLeaseHandleBytes);
       EXPECT_EQ(handle.find_first_not_of(
@@ -33,7 +34,7 @@ TEST(LeaseHandle, NothingButWhatWasWrittenDecodes) {
   const std::string handle = EncodeLeaseHandle("shop.streams.account", kRef);
   for (std::size_t n = 0; n < handle.size(); ++n)
     EXPECT_FALSE(DecodeLeaseHandle(handle.substr(0, n))) << "truncated to " << n;
-  for (const std::string tail : {"A", "AA", "AAA", "AAAA", "QUFB"})
+  for (const char* tail : {"A", "AA", "AAA", "AAAA", "QUFB"})
     EXPECT_FALSE(DecodeLeaseHandle(handle + tail)) << "extended by " << tail;
   EXPECT_FALSE(DecodeLeaseHandle(std::string(kMaxLeaseHandleBytes + 1, 'A')));
   EXPECT_FALSE(DecodeLeaseHandle(handle + "="));            // padding is not written

@@ -697,13 +697,27 @@ void ConcurrencyLimiter::RunDetached(std::string_view lease_ref, bool release,
   if (core_->options.model_clock) call.now_ms = core_->options.model_clock->NowMs();
   call.deadline = std::chrono::steady_clock::now() + core_->options.deadline;
   call.local = ref->source == kRefLocal;
+  // A release the store could not take is sent again in the background, as a Lease's
+  // is, until it lands or lease_ttl has passed (the lease cannot outlive that: its last
+  // heartbeat was before now).
+  std::optional<internal::LeaseCall> retry;
+  if (release) retry = call;
+  const auto retry_until = core_->boot_now() + options_.lease_ttl;
+  const milliseconds retry_every =
+      std::clamp(options_.lease_ttl / 24, milliseconds(10), milliseconds(1000));
   // A store that answers inline (the embedded one) does so before `returned` is set.
   auto returned = std::make_shared<std::atomic<bool>>(false);
-  auto answer = [core = core_, returned, release,
-                 done = std::move(done)](StatusOr<internal::LeaseResult> r) mutable {
+  auto answer = [core = core_, returned, release, retry = std::move(retry), retry_until,
+                 retry_every, done = std::move(done)](StatusOr<internal::LeaseResult> r) mutable {
     StatusOr<milliseconds> out = milliseconds(0);
     if (!r.ok()) {
       out = r.status();
+      if (retry && r.status().code() != StatusCode::kInvalidArgument) {
+        auto again = std::make_shared<internal::ReleaseRetry>(core.get(), std::move(*retry),
+                                                              retry_until, retry_every);
+        core->Keep(again);
+        again->OnResult(r.status());  // schedules the first retry
+      }
     } else if (!release && r->reply.code != 1) {
       out = NotFoundError("the lease is gone (released, expired, or released by an operator)");
     } else if (!release) {
