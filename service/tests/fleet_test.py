@@ -873,6 +873,10 @@ def main():
     parser.add_argument("--tail-s", type=float, default=20 if long_mode else 6,
                         help="load alone after the last restart")
     args = parser.parse_args()
+    for program in ("haproxy", "redis-server", "redis-cli"):
+        if shutil.which(program) is None:
+            print("fleet test: %s is not installed (scripts/setup.sh installs it)" % program)
+            return 1
     seed = int(os.environ.get("SLUICE_FLEET_SEED", "0") or 0) or random.randrange(1, 1 << 31)
     log("fleet test: store %s, %d rounds, seed %d (SLUICE_FLEET_SEED)" % (args.store,
                                                                             args.rounds, seed))
