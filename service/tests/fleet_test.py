@@ -766,6 +766,7 @@ def monitor(store, stop):
                 if grants > QUOTA_RATE:
                     F.fail("live grants in Redis above the rate",
                            "%.3f/s in %s" % (grants, key.decode()))
+        F.count("samples of Redis")
         stop.wait(0.1)
     for c in conns:
         c.close()
@@ -830,7 +831,8 @@ def final_checks(store, instances, haproxy):
         if int(row["wredis"] or 0) == 0:
             F.fail("mechanisms not exercised", "HAProxy retried no call of " + backend)
 
-    needs = {"heartbeats through another instance than the granter": 1,
+    needs = {"samples of Redis": 50,
+             "heartbeats through another instance than the granter": 1,
              "leases that outlived the restart of the instance that granted them": 1,
              "lease acquires refused at the cap": 1,
              "rlqs streams ended by a roll and reopened": RLQS_CLIENTS}
@@ -908,7 +910,14 @@ def main():
 
         rng = random.Random(seed)
         def run(fn, *fargs):
-            t = threading.Thread(target=fn, args=fargs, daemon=True)
+            def guarded():
+                try:
+                    fn(*fargs)
+                except Exception as e:  # noqa: BLE001 (a thread that dies checks nothing)
+                    F.fail("harness", "%s stopped: %r" % (fn.__name__, e))
+                    stop.set()
+
+            t = threading.Thread(target=guarded, daemon=True)
             t.start()
             threads.append(t)
 
