@@ -831,7 +831,10 @@ def final_checks(store, instances, haproxy):
         if int(row["wredis"] or 0) == 0:
             F.fail("mechanisms not exercised", "HAProxy retried no call of " + backend)
 
+    # The monitor read the lease sets and quota buckets it was meant to (not other keys).
     needs = {"samples of Redis": 50,
+             "most live leases of one id seen in Redis": LEASE_CAP,
+             "highest sum of a bucket's live grants seen in Redis, per second": 1,
              "heartbeats through another instance than the granter": 1,
              "leases that outlived the restart of the instance that granted them": 1,
              "lease acquires refused at the cap": 1,
