@@ -57,6 +57,7 @@ QUOTA_BUCKET = {"route": "quota"}
 RLQS_CLIENTS = 4
 RLQS_DEMAND = 60            # requests per second each client reports (4 x 60 > 100)
 REPORT_INTERVAL_S = 1
+DENY_ALL = 1                # RateLimitStrategy.BlanketRule
 INSTANCES = 3
 
 CONFIG = f"""\
@@ -705,13 +706,12 @@ def rlqs_client_loop(port, n, stop):
                         F.peak("longest an RLQS client moved by a roll waited for a share "
                                "> 0, ms", int((time.time() - ended_at) * 1000))
                         ended_at = None
-                elif strategy.HasField("blanket_rule") and strategy.blanket_rule == 1:
+                elif strategy.HasField("blanket_rule") and strategy.blanket_rule == DENY_ALL:
                     rate = 0.0  # a share of 0: the others hold the whole rate
                     F.count("rlqs DENY_ALL assigned (a share of 0)")
                 else:
                     F.fail("RLQS answers neither a token bucket nor DENY_ALL",
                            "client %d: %s" % (n, action))
-                    continue
                 ttl = action.quota_assignment_action.assignment_time_to_live.seconds
                 ASSIGNMENTS.set(n, rate, ttl)
                 elapsed = REPORT_INTERVAL_S
