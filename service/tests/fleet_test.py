@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 import grpc
 
@@ -866,7 +867,7 @@ def final_checks(store, instances, haproxy):
         F.fail("keys without an expiry", key)
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sluiced", required=True)
     parser.add_argument("--source-dir", required=True)
@@ -877,7 +878,77 @@ def main():
                         help="load alone between two restarts")
     parser.add_argument("--tail-s", type=float, default=20 if long_mode else 6,
                         help="load alone after the last restart")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def start_fleet(procs, args):
+    """Redis, three sluiced and HAProxy in front of them, every one ready."""
+    rls_client.compile_protos(os.path.join(args.source_dir, "service", "proto"), procs.workdir)
+    config_dir = os.path.join(procs.workdir, "config")
+    os.mkdir(config_dir)
+    with open(os.path.join(config_dir, "fleet.yaml"), "w") as f:
+        f.write(CONFIG)
+    store = Store(procs, args.store)
+    instances = [Sluiced(n + 1, procs, args.sluiced, config_dir, store.url)
+                 for n in range(INSTANCES)]
+    for s in instances:
+        s.start()
+    for s in instances:
+        wait_for(s.name + " ready", s.ready, 15)
+    haproxy = Haproxy(procs, os.path.join(args.source_dir, "examples", "haproxy.cfg"), instances)
+    wait_for("HAProxy to see every instance up",
+             lambda: all(haproxy.up(s.name) for s in instances), 15)
+    log("store %s, sluiced %s, haproxy http %d grpc %d; logs in %s" % (
+        store.url, [s.http for s in instances], haproxy.http, haproxy.grpc, procs.workdir))
+    return store, instances, haproxy
+
+
+def start_load(store, haproxy, seed, stop):
+    """The Redis monitor and every kind of caller, each on its own thread (returned)."""
+    threads = []
+
+    def run(fn, *fargs):
+        def guarded():
+            try:
+                fn(*fargs)
+            except Exception as e:  # noqa: BLE001 (a thread that dies checks nothing)
+                F.fail("harness", "%s stopped: %r" % (fn.__name__, e))
+                stop.set()
+
+        t = threading.Thread(target=guarded, daemon=True)
+        t.start()
+        threads.append(t)
+
+    run(monitor, store, stop)
+    # The RLQS streams first, alone: round robin puts them on every instance.
+    for n in range(RLQS_CLIENTS):
+        run(rlqs_client_loop, haproxy.grpc, n, stop)
+    wait_for("every RLQS client's first assignment",
+             lambda: F.counts["rlqs token buckets assigned"] >= RLQS_CLIENTS, 10)
+    for w in range(4):
+        run(http_checks, haproxy.http, w, stop)
+        run(rls_checks, haproxy.grpc, w, stop)
+    rng = random.Random(seed)
+    for account in LEASE_ACCOUNTS:
+        for _ in range(LEASE_HOLDERS_PER_ACCOUNT):
+            run(lease_holder, haproxy.http, account, random.Random(rng.random()), stop)
+    return threads
+
+
+def print_summary(started):
+    for what, n in sorted(F.counts.items()):
+        print("  %-75s %d" % (what, n))
+    print("  %-75s %.1f" % ("highest sum of the RLQS assignments Envoys kept in force, per second",
+                            ASSIGNMENTS.max_sum))
+    print("  %-75s %.1f" % ("elapsed, s", time.time() - started))
+    for kind, n in sorted(F.failure_counts.items()):
+        print("FAIL %s: %d" % (kind, n))
+        for detail in F.failures[kind]:
+            print("    " + detail[:300])
+
+
+def main():
+    args = parse_args()
     for program in ("haproxy", "redis-server", "redis-cli"):
         if shutil.which(program) is None:
             print("fleet test: %s is not installed (scripts/setup.sh installs it)" % program)
@@ -886,56 +957,11 @@ def main():
     log("fleet test: store %s, %d rounds, seed %d (SLUICE_FLEET_SEED)" % (args.store,
                                                                             args.rounds, seed))
     started = time.time()
-    workdir = tempfile.mkdtemp(prefix="sluice-fleet-")
-    procs = Processes(workdir)
+    procs = Processes(tempfile.mkdtemp(prefix="sluice-fleet-"))
     stop = threading.Event()
-    threads = []
-    ok = False
     try:
-        rls_client.compile_protos(os.path.join(args.source_dir, "service", "proto"), workdir)
-        config_dir = os.path.join(workdir, "config")
-        os.mkdir(config_dir)
-        with open(os.path.join(config_dir, "fleet.yaml"), "w") as f:
-            f.write(CONFIG)
-        store = Store(procs, args.store)
-        instances = [Sluiced(n + 1, procs, args.sluiced, config_dir, store.url)
-                     for n in range(INSTANCES)]
-        for s in instances:
-            s.start()
-        for s in instances:
-            wait_for(s.name + " ready", s.ready, 15)
-        haproxy = Haproxy(procs, os.path.join(args.source_dir, "examples", "haproxy.cfg"),
-                          instances)
-        wait_for("HAProxy to see every instance up",
-                 lambda: all(haproxy.up(s.name) for s in instances), 15)
-        log("store %s, sluiced %s, haproxy http %d grpc %d; logs in %s" % (
-            store.url, [s.http for s in instances], haproxy.http, haproxy.grpc, workdir))
-
-        rng = random.Random(seed)
-        def run(fn, *fargs):
-            def guarded():
-                try:
-                    fn(*fargs)
-                except Exception as e:  # noqa: BLE001 (a thread that dies checks nothing)
-                    F.fail("harness", "%s stopped: %r" % (fn.__name__, e))
-                    stop.set()
-
-            t = threading.Thread(target=guarded, daemon=True)
-            t.start()
-            threads.append(t)
-
-        run(monitor, store, stop)
-        # The RLQS streams first, alone: round robin puts them on every instance.
-        for n in range(RLQS_CLIENTS):
-            run(rlqs_client_loop, haproxy.grpc, n, stop)
-        wait_for("every RLQS client's first assignment",
-                 lambda: F.counts["rlqs token buckets assigned"] >= RLQS_CLIENTS, 10)
-        for w in range(4):
-            run(http_checks, haproxy.http, w, stop)
-            run(rls_checks, haproxy.grpc, w, stop)
-        for account in LEASE_ACCOUNTS:
-            for _ in range(LEASE_HOLDERS_PER_ACCOUNT):
-                run(lease_holder, haproxy.http, account, random.Random(rng.random()), stop)
+        store, instances, haproxy = start_fleet(procs, args)
+        threads = start_load(store, haproxy, seed, stop)
         time.sleep(4)  # every kind of call under way, leases at the cap
         drains = roll(instances, haproxy, args.rounds, args.pause_s)
         time.sleep(args.tail_s)
@@ -946,28 +972,18 @@ def main():
                 F.fail("harness", "a load thread did not stop within 30 s")
         F.count("longest drain, ms", int(max(drains) * 1000))
         final_checks(store, instances, haproxy)
-        ok = F.failure_count == 0
     except Exception as e:  # noqa: BLE001 (the harness itself failed: say where)
         stop.set()
         F.fail("harness", "the test stopped: %r" % e)
-        import traceback
         traceback.print_exc()
     finally:
         procs.stop_all()
-    for what, n in sorted(F.counts.items()):
-        print("  %-75s %d" % (what, n))
-    print("  %-75s %.1f" % ("highest sum of the RLQS assignments Envoys kept in force, per second",
-                            ASSIGNMENTS.max_sum))
-    print("  %-75s %.1f" % ("elapsed, s", time.time() - started))
-    for kind, n in sorted(F.failure_counts.items()):
-        print("FAIL %s: %d" % (kind, n))
-        for detail in F.failures[kind]:
-            print("    " + detail[:300])
-    if ok:
-        shutil.rmtree(workdir, ignore_errors=True)
+    print_summary(started)
+    if F.failure_count == 0:
+        shutil.rmtree(procs.workdir, ignore_errors=True)
         print("fleet test: all checks passed")
         return 0
-    print("fleet test: FAILED (%d findings); logs kept in %s" % (F.failure_count, workdir))
+    print("fleet test: FAILED (%d findings); logs kept in %s" % (F.failure_count, procs.workdir))
     return 1
 
 
