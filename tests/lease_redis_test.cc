@@ -586,6 +586,24 @@ TEST(LeaseRedis, AReleaseThatFailedIsSentAgainUntilItLands) {
   })) << "the dropped Lease's failed release was never retried";
 }
 
+// A release by reference that Redis refused is sent again in the background until it
+// lands, as a Lease's own is: the caller that asked needs to ask only once.
+TEST(LeaseRedis, AReleaseByReferenceThatFailedIsSentAgainUntilItLands) {
+  testing::RedisServer server;
+  auto client = Connect(server);
+  auto cap = *client->MakeConcurrencyLimiter("again", {.limit = 1, .lease_ttl = seconds(60)});
+  auto a = cap.Acquire("job");
+  ASSERT_TRUE(a.ok() && a->acquired);
+  const std::string ref = a->lease.Detach();
+  server.Command({"ACL", "SETUSER", "default", "-zrem"});
+  EXPECT_EQ(cap.Release(ref).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(server.Command({"ZCARD", *cap.KeyFor("job")}).integer, 1);
+  server.Command({"ACL", "SETUSER", "default", "+zrem"});
+  EXPECT_TRUE(Eventually([&] {
+    return server.Command({"ZCARD", *cap.KeyFor("job")}).integer == 0;
+  })) << "the failed release by reference was never sent again";
+}
+
 TEST(LeaseRedis, ReleasesWhileOneIsOnItsWaySendOneZrem) {
   // ReleaseAsync, then the handle dropped (the usual pattern) or released again, while
   // the first release is on its way: one ZREM reaches Redis, and every caller is told

@@ -818,6 +818,65 @@ TEST(ConcurrencyLimiterApi, ReleaseAsyncNeverAnswersInsideTheCall) {
   }
 }
 
+// A detached lease is held by whoever heartbeats it by reference: the Lease that
+// acquired it lets go without releasing it, on_lost never runs, the model clock shows it
+// expiring lease_ttl after its last heartbeat, and answers by reference never arrive
+// inside the call (the embedded store answers inline).
+TEST(ConcurrencyLimiter, ADetachedLeaseIsHeartbeatenAndReleasedByReference) {
+  auto clock = std::make_shared<testing::FakeClock>(kT0);
+  auto client = MemoryClient(clock);
+  auto cap = MakeLimiter(client, "handed", {.limit = 1, .lease_ttl = milliseconds(1000)});
+  std::atomic<int> lost{0};
+  auto a = cap.Acquire("x", {.on_lost = [&](LeaseLoss) { ++lost; }});
+  ASSERT_TRUE(a.ok() && a->acquired);
+  const std::string ref = a->lease.Detach();
+  ASSERT_FALSE(ref.empty());
+  EXPECT_FALSE(a->lease.held());
+  EXPECT_EQ(a->lease.Detach(), "") << "a Lease that let go has nothing more to hand over";
+  a->lease = Lease();  // no release is sent
+  EXPECT_FALSE(cap.Acquire("x")->acquired);
+  auto answered_on = [&](auto call) {
+    std::promise<std::thread::id> answered;
+    call([&] { answered.set_value(std::this_thread::get_id()); });
+    auto where = answered.get_future();
+    EXPECT_EQ(where.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+    return where.get();
+  };
+  for (int i = 0; i < 5; ++i) {
+    clock->Advance(milliseconds(900));
+    StatusOr<milliseconds> left = InternalError("not answered");
+    const auto thread = answered_on([&](std::function<void()> signal) {
+      cap.HeartbeatAsync(ref, [&, signal](StatusOr<milliseconds> r) {
+        left = r;
+        signal();
+      });
+    });
+    EXPECT_NE(thread, std::this_thread::get_id());
+    ASSERT_TRUE(left.ok()) << left.status().ToString();
+    EXPECT_EQ(*left, milliseconds(1000));
+  }
+  EXPECT_FALSE(cap.Acquire("x")->acquired);
+  Status released = InternalError("not answered");
+  const auto thread = answered_on([&](std::function<void()> signal) {
+    cap.ReleaseAsync(ref, [&, signal](Status s) {
+      released = s;
+      signal();
+    });
+  });
+  EXPECT_NE(thread, std::this_thread::get_id());
+  EXPECT_THAT(released, IsOk());
+  EXPECT_EQ(cap.Heartbeat(ref).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cap.Heartbeat("s1:short|x").status().code(), StatusCode::kInvalidArgument);
+  // Not heartbeaten: gone lease_ttl later.
+  auto b = cap.Acquire("x");
+  ASSERT_TRUE(b->acquired);
+  const std::string other = b->lease.Detach();
+  clock->Advance(milliseconds(1000));
+  EXPECT_EQ(cap.Heartbeat(other).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(cap.Acquire("x")->acquired);
+  EXPECT_EQ(lost.load(), 0);
+}
+
 TEST(ConcurrencyLimiter, MetricsKeepALongHeldLeaseWhateverTheTrafficOnOtherIds) {
   // Through the public API: one lease held on `leaky` while leases of
   // more ids than the gauges track come and go.
