@@ -50,7 +50,8 @@ SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|CompositeFigure)\.|Listeners
 # AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
 # built instrumented, its end-to-end tests included: they found a use-after-free at exit
 # that no other run saw): the part of the sanitizer runs that fits in `make test`
-# (docs/development.md, Sanitizers).
+# (docs/development.md, Sanitizers). The fleet tests (label `fleet`) run here too: each
+# instrumented sluiced they restart must drain and exit 0, its leak check included.
 test-asan: setup
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS) --target unit_tests integration_tests layering_tests \

@@ -26,6 +26,7 @@ PACKAGES=(
   prometheus                          # promtool: tests check /metrics with it
   curl                                # make run's worked example
   wrk                                 # bench/service.sh (HTTP; gRPC load is our own client)
+  haproxy                             # the fleet test's load balancer (2.6; examples/haproxy.cfg)
   # the Debian packages (make package) and their test (tests/package/deb_test.sh):
   lintian                             # checks each .deb
   systemd                             # systemd-analyze verify of sluiced.service

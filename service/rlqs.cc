@@ -239,8 +239,12 @@ void RlqsStream::OnClose() {
     buckets_.clear();
   }
   state_->engine.metrics().RlqsStreams(-1);
-  // The shares go back at once rather than when they expire (best effort: a store that
-  // does not answer lets them expire).
+  // A stream this sluiced ends because it drains keeps its shares until they expire: its
+  // Envoy goes on enforcing the assignments until their TTL while it reconnects, so
+  // handing the shares to others at once would let the fleet enforce up to twice the
+  // rate through a rolling restart. Any other end gives them back at once (best effort:
+  // a store that does not answer lets them expire).
+  if (state_->engine.draining()) return;
   for (const auto& id : granted) Release(id);
 }
 

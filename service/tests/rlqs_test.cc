@@ -354,13 +354,19 @@ TEST_F(Rlqs, MetricsPerLimitAndEveryKeyExpires) {
 }
 
 // SIGTERM: the stream ends UNAVAILABLE (the client goes to another instance), after
-// the answers already given.
+// the answers already given. Its share stays in the store until it expires: the client
+// enforces its assignment until the TTL while it reconnects, and a share given back at
+// once would be granted to others meanwhile.
 TEST_F(Rlqs, DrainEndsStreamsUnavailable) {
   auto c = NewClient();
   c->One(kHot, 1, 0, 0);
   sluiced_->Signal(SIGTERM);
   const grpc::Status st = c->AwaitEnd();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  ASSERT_EQ(sluiced_->WaitExit(std::chrono::seconds(10)), 0);
+  const auto keys = redis_.Command({"KEYS", "*:qs"});
+  ASSERT_EQ(keys.elements.size(), 1u);
+  EXPECT_EQ(redis_.Command({"HLEN", keys.elements[0].str}).integer, 1);
 }
 
 TEST_F(Rlqs, PythonClientFromAnIndependentCopyOfTheMessages) {

@@ -10,8 +10,9 @@ import grpc
 from grpc_tools import protoc
 
 
-def main():
-    port, proto_dir, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+def compile_protos(proto_dir, out_dir):
+    """Generates the Python messages and stubs of every .proto under proto_dir into out_dir
+    and puts out_dir on the import path."""
     well_known = os.path.join(os.path.dirname(protoc.__file__), "_proto")
     protos = []
     for root, _, files in os.walk(proto_dir):
@@ -21,6 +22,11 @@ def main():
     if rc != 0:
         sys.exit("protoc failed: %d" % rc)
     sys.path.insert(0, out_dir)
+
+
+def main():
+    port, proto_dir, out_dir = sys.argv[1], sys.argv[2], sys.argv[3]
+    compile_protos(proto_dir, out_dir)
     from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc
     from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2
 
