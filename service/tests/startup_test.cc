@@ -106,7 +106,8 @@ INSTANTIATE_TEST_SUITE_P(EachListener, StartupListener,
                          ::testing::Values("--http-listen", "--grpc-listen", "--admin-listen",
                                            "--metrics-listen"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
-                           return std::string(p.param + 2).substr(0, 4);
+                           const std::string flag = p.param;  // "--http-listen" -> "http"
+                           return flag.substr(2, flag.find("-listen") - 2);
                          });
 
 // Every listen flag given as localhost: resolved (to 127.0.0.1, IPv4 first), served there.
