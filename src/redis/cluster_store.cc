@@ -598,11 +598,15 @@ void ClusterStore::RefreshFrom(std::vector<std::shared_ptr<Node>> candidates, si
       FormatCommand({"CLUSTER", "SLOTS"}), steady_clock::now() + options_.connect_timeout,
       [self = shared_from_this(), candidates = std::move(candidates), next, node,
        done = std::move(done)](const Status& status, const redisReply* reply) mutable {
-        // An error reply comes with the reply: parsed, so that a server not in cluster
-        // mode is told apart (FailedPrecondition) from one that could not answer.
+        // An ERR reply ("ERR This instance has cluster support disabled") is parsed, so
+        // that a server not in cluster mode says so (FailedPrecondition); a transient
+        // refusal (LOADING, CLUSTERDOWN: Unavailable) or a lost connection moves on to
+        // the next node.
+        const bool answered =
+            reply != nullptr && (status.ok() || status.code() == StatusCode::kInternal);
         StatusOr<std::vector<SlotRange>> ranges =
-            reply != nullptr ? ParseClusterSlots(CopyReply(*reply), node->endpoint.host)
-                             : StatusOr<std::vector<SlotRange>>(status);
+            answered ? ParseClusterSlots(CopyReply(*reply), node->endpoint.host)
+                     : StatusOr<std::vector<SlotRange>>(status);
         if (ranges.ok() && ranges->empty()) {
           ranges = UnavailableError("redis " + node->address + " knows no slot of its cluster");
         }
