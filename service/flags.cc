@@ -149,7 +149,6 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& out) {
     (void)app.exit(e);
     return kExitUsage;
   }
-  out.config_given = config->count() > 0;
   return std::nullopt;
 }
 

@@ -12,7 +12,6 @@ namespace sluiced {
 // Every flag of sluiced, as given (or its default).
 struct Flags {
   std::string config_path = "/etc/sluiced";
-  bool config_given = false;  // --config (or SLUICED_CONFIG) was given
   std::string redis = "redis://127.0.0.1:6379";
   std::string http_listen = "127.0.0.1:8080", grpc_listen = "127.0.0.1:8081",
               admin_listen = "127.0.0.1:8082", metrics_listen = "127.0.0.1:8083";
