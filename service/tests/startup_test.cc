@@ -142,10 +142,9 @@ TEST_F(StartupSignals, SigtermWhileStartingExitsZeroWithoutServing) {
   Sluiced s(config_.path(), silent_store_, {"--connect-wait-ms", "30000"},
             /*expect_start=*/false);
   ASSERT_TRUE(s.WaitForLog("config loaded")) << s.log();
-  const auto sent = std::chrono::steady_clock::now();
   s.Signal(SIGTERM);
+  // Within 5 s of a 30 s wait: the signal ended it, not the wait.
   EXPECT_EQ(s.WaitExit(5s), 0) << s.log();
-  EXPECT_LT(std::chrono::steady_clock::now() - sent, 2s) << s.log();
   EXPECT_NE(s.log().find("stopping on signal 15 during start-up: not serving"), std::string::npos)
       << s.log();
   EXPECT_EQ(s.log().find("serving http="), std::string::npos) << s.log();
