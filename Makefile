@@ -56,7 +56,7 @@ test-asan: setup
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS) --target unit_tests integration_tests layering_tests \
 	  sluiced service_tests sluiced_e2e_tests h2_server_tests sluiced_shutdown_tests \
-	  sluiced_rlqs_tests
+	  sluiced_rlqs_tests sluiced_startup_tests
 	ctest --preset asan -j $(JOBS) --timeout 1200 -L 'unit|integration|service' $(SANITIZED_TESTS)
 
 # Under tsan the exactness tests' forked client processes cannot start threads (TSan

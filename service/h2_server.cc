@@ -1133,7 +1133,8 @@ sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
     }
   }
   const tcp::endpoint endpoint(address, o.port);
-  const std::string where = o.host + ":" + std::to_string(o.port);
+  const std::string where =
+      (address.is_v6() ? "[" + o.host + "]" : o.host) + ":" + std::to_string(o.port);
   using h2internal::GrpcListener;
   auto listener = std::make_shared<GrpcListener>(
       "grpc", std::move(shared), std::move(executors),
@@ -1145,7 +1146,7 @@ sluice::StatusOr<std::unique_ptr<H2GrpcServer>> H2GrpcServer::Start(
         return std::make_shared<h2internal::Connection>(std::move(socket), std::move(on));
       });
   if (ec = listener->Listen(endpoint); ec)
-    return sluice::UnavailableError("cannot listen for gRPC on " + where + ": " + ec.message());
+    return sluice::UnavailableError("cannot listen on " + where + ": " + ec.message());
   server->port_ = listener->port();
   server->listener_ = listener;
   listener->Start();
@@ -1163,6 +1164,8 @@ std::size_t H2GrpcServer::open_connections() const {
 void H2GrpcServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  // A server whose listener could not listen (Start failed) started no thread.
+  if (!listener_) return;
   // Closes the acceptor and every connection; on a given executor that is all (what is
   // still queued there holds the listener until it has run).
   listener_->Stop();

@@ -320,7 +320,8 @@ sluice::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOption
     }
   }
   const tcp::endpoint endpoint(address, options.port);
-  const std::string where = options.host + ":" + std::to_string(options.port);
+  const std::string where = (address.is_v6() ? "[" + options.host + "]" : options.host) + ":" +
+                            std::to_string(options.port);
   auto listener = std::make_shared<HttpListener>(
       "http", http_detail::HttpContext{std::move(options), std::move(handler)},
       std::move(executors), [](HttpListener::Socket socket, std::shared_ptr<HttpListener> on) {
@@ -348,6 +349,8 @@ int HttpServer::requests_in_flight() const {
 void HttpServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  // A server whose listener could not listen (Start failed) started no thread.
+  if (!listener_) return;
   if (ios_.empty()) {
     // On a given executor: close the acceptor and every connection there; what is
     // still queued holds the listener until it has run.

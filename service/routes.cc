@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <regex>
 
 #include <spdlog/spdlog.h>
 #include <boost/asio/post.hpp>
@@ -96,6 +97,17 @@ void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) 
       });
 }
 
+// Why the store is not connected (StoreHealth::connection_error) as the public listener
+// shows it: the store's own words without its address, as the readiness probe shows its
+// errors ("redis 10.0.0.7:6379 answered: WRONGPASS …" → "the store answered: WRONGPASS …").
+// The admin listener's /admin/breaker shows the address.
+std::string ConnectionErrorShown(const std::string& error) {
+  static const std::regex host(R"re(redis host "[^"]*")re");
+  static const std::regex address(R"re(redis (unix:\S+|\S+:\d+)( \([^)]*\))?)re");
+  return std::regex_replace(std::regex_replace(error, host, "the store's host"), address,
+                            "the store");
+}
+
 // /readyz's answer. Degraded (503 with strict) while the store does not decide checks:
 // every limit then answers by its failure policy, so sluiced still serves. The store's
 // memory policy is shown once read (as last read), with a warning when it can evict sluice's keys
@@ -106,7 +118,12 @@ HttpResponse ReadinessResponse(const StoreProbe& probe, bool strict) {
   j["status"] = ready ? "ready" : "degraded";
   switch (probe.state) {
     case StoreProbe::State::kReady: j["store"] = "reachable"; break;
-    case StoreProbe::State::kUnreachable: j["store"] = "unreachable"; break;
+    case StoreProbe::State::kUnreachable:
+      j["store"] = "unreachable";
+      // Why, when the connection is what is down (not a breaker open, nor a slow store).
+      if (!probe.health.connection_error.empty())
+        j["error"] = ConnectionErrorShown(probe.health.connection_error);
+      break;
     case StoreProbe::State::kRefusingWrites:
       j["store"] = "refusing writes";
       j["error"] = probe.error;
@@ -303,13 +320,16 @@ HttpResponse AdminConfig(Engine& engine) {
 // GET /admin/breaker: the store's health as its breakers see it. There is one breaker per
 // fault domain (each primary of a Redis Cluster; the store itself otherwise): the state
 // is the worst domain's, the failures the highest, the counters sums, and the open (or
-// half-open) domains are named by address, never with a password.
+// half-open) domains are named by address, never with a password. `error` says why the
+// store is not connected (the library's words, with its address, never a password); empty
+// while it is.
 HttpResponse AdminBreaker(Engine& engine) {
   const sluice::StoreHealth h = engine.client().Health();
   const std::vector<std::string> open = engine.OpenDomainsShown(h);
   nlohmann::ordered_json j = {{"breaker", h.breaker},
                               {"store", engine.store_shown()},
                               {"connected", h.connected},
+                              {"error", h.connection_error},
                               {"domains", h.breaker_domains},
                               {"open_domains", h.open_domains},
                               {"open", open},

@@ -65,6 +65,7 @@ class FaultStore final : public internal::Store {
     inner_->AssignQuota(std::move(call), std::move(done));
   }
   bool connected() const override { return inner_->connected(); }
+  Status connection_error() const override { return inner_->connection_error(); }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override { return inner_->stats(); }
   void Info(std::string_view section, internal::Deadline deadline,

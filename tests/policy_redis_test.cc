@@ -97,6 +97,50 @@ TEST(PolicyRedis, AClientConnectingInTheBackgroundStartsWhileRedisIsDownAndServe
   EXPECT_EQ(server.Keys("sluice:*").size(), 2u);
 }
 
+// A client connecting in the background names why it is not connected in Health(), in
+// the words Create would have returned without connect_in_background (what the CLI
+// prints), with the server's address and never the password; once connected, nothing.
+TEST(PolicyRedis, AClientConnectingInTheBackgroundNamesWhyItIsNotConnected) {
+  const std::string secret = "s3cret-pw", wrong = "wrong-pw";
+  testing::RedisServer guarded({.requirepass = secret});
+  testing::RedisServer plain;
+  const std::string at = "127.0.0.1:" + std::to_string(guarded.port());
+  const std::string plain_at = "127.0.0.1:" + std::to_string(plain.port());
+  struct Case {
+    std::string url, expected;
+  };
+  const Case cases[] = {
+      {"redis://:" + wrong + "@" + at, "redis " + at + " answered: WRONGPASS"},
+      {"redis://" + at, "redis " + at + " answered: NOAUTH"},
+      {"redis+cluster://" + plain_at, "CLUSTER SLOTS failed (is this server in cluster mode?)"},
+      {"redis://sluice-test-host.invalid:6379",
+       "cannot resolve redis host \"sluice-test-host.invalid\""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.url);
+    auto direct = Client::Create({.url = c.url, .connect_timeout = seconds(2)});
+    ASSERT_FALSE(direct.ok());
+    const std::string said(direct.status().message());
+    EXPECT_EQ(said.rfind(c.expected, 0), 0u) << said;
+    auto client = Client::Create({.url = c.url,
+                                  .connect_timeout = seconds(2),
+                                  .connect_in_background = true,
+                                  .reconnect_max_backoff = milliseconds(100)});
+    ASSERT_THAT(client, IsOk());
+    ASSERT_TRUE(
+        Eventually([&] { return (*client)->Health().connection_error == said; }, seconds(10)))
+        << (*client)->Health().connection_error << "\nnot: " << said;
+    EXPECT_FALSE((*client)->Health().connected);
+    EXPECT_EQ(said.find(secret), std::string::npos);
+    EXPECT_EQ(said.find(wrong), std::string::npos);
+  }
+  auto client = Client::Create(
+      {.url = guarded.url(), .connect_timeout = seconds(2), .connect_in_background = true});
+  ASSERT_THAT(client, IsOk());
+  ASSERT_TRUE(Eventually([&] { return (*client)->Health().connected; }, seconds(10)));
+  EXPECT_EQ((*client)->Health().connection_error, "");
+}
+
 TEST(PolicyRedis, WithoutBackgroundConnectingAnUnreachableRedisFailsCreate) {
   testing::RedisServer server;
   server.Kill();

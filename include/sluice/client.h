@@ -296,6 +296,15 @@ struct StoreHealth {
   bool evicting = false;            // memory_policy can evict sluice's keys (not noeviction)
   int64_t evicted_keys = 0;         // the server's evicted_keys counter, as last read
   std::string memory_policy_error;  // why the latest reading failed; empty when it did not
+  // Why the store is not connected (`connected` false): the latest connection attempt's
+  // error, in the words Client::Create would return it without connect_in_background
+  // ("redis 10.0.0.7:6379 answered: WRONGPASS invalid username-password pair or user is
+  // disabled.", "cannot resolve redis host \"cache\": Host not found (authoritative)",
+  // "CLUSTER SLOTS failed (is this server in cluster mode?): ERR This instance has cluster
+  // support disabled"); "… connecting" before the first attempt has finished. It names
+  // the server's address, never a password. Empty while connected (and for the embedded
+  // store).
+  std::string connection_error;
 };
 
 // Per-call settings for Check/CheckAsync.

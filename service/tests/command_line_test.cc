@@ -1,4 +1,5 @@
-// sluiced's command line apart from serving: --version, --check-config.
+// sluiced's command line apart from serving: --version, --help, --check-config, and the
+// exit code and message of a command line it refuses.
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -18,6 +19,38 @@ TEST(SluicedCommandLine, VersionPrintsTheProjectVersionAndExitsZero) {
   const CommandRun run = RunCommand("timeout 30 " SLUICED_PATH " --version 2>&1 </dev/null");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.output, std::string("sluiced ") + SLUICE_VERSION + "\n");
+}
+
+TEST(SluicedCommandLine, HelpPrintsTheFlagsAndExitsZero) {
+  const CommandRun run = RunCommand("timeout 30 " SLUICED_PATH " --help 2>&1 </dev/null");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("--http-listen"), std::string::npos) << run.output;
+}
+
+// Every command line sluiced refuses exits 2 (CLI11's own codes were 105 to 109), with
+// what is wrong; none starts anything.
+TEST(SluicedCommandLine, ARefusedCommandLineSaysWhyAndExitsTwo) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"", "--config (or SLUICED_CONFIG): the config file or directory is required"},
+      {"--config /nonexistent --no-such-flag",
+       "The following argument was not expected: "
+       "--no-such-flag"},
+      {"--config /nonexistent --rlqs-unmatched sometimes", "--rlqs-unmatched: sometimes not in"},
+      {"--config /nonexistent --grpc-max-buffered-mib 0",
+       "--grpc-max-buffered-mib: Value 0 not "
+       "in range"},
+      {"--config /nonexistent --deadline-ms soon", "--deadline-ms"},
+      {"--config /nonexistent --watch-ms 1 --watch-ms 2", "--watch-ms"},
+      {"--config /nonexistent --default-failure-mode sometimes",
+       "--default-failure-mode: expected open, closed or local, not 'sometimes'"},
+      {"--config /nonexistent --metrics-listen 8083", "--metrics-listen 8083: expected HOST:PORT"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const CommandRun run = RunCommand("env -u SLUICED_CONFIG timeout 30 " SLUICED_PATH " " + args +
+                                      " 2>&1 </dev/null");
+    EXPECT_EQ(run.exit_code, 2) << args << "\n" << run.output;
+    EXPECT_NE(run.output.find(expected), std::string::npos) << args << "\n" << run.output;
+  }
 }
 
 // No store is named: --check-config needs none and opens no listener.

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -62,9 +63,10 @@ class TempDir {
 
 class Sluiced {
  public:
-  // Starts build/bin/sluiced with `args` (plus listeners on port 0) and waits until it
-  // serves; fails the test (and stops the child) when it does not within 10 s. `env`
-  // ("NAME=value") is set in the child's environment over what this process has.
+  // Starts build/bin/sluiced with `args` (plus listeners on port 0 and --watch-ms 200,
+  // each unless `args` gives that flag) and waits until it serves; fails the test (and
+  // stops the child) when it does not within 10 s. `env` ("NAME=value") is set in the
+  // child's environment over what this process has.
   Sluiced(const std::string& config_dir, const std::string& redis_url,
           std::vector<std::string> args = {}, bool expect_start = true,
           std::vector<std::string> env = {})
@@ -74,18 +76,15 @@ class Sluiced {
                                      config_dir,
                                      "--redis",
                                      redis_url,
-                                     "--http-listen",
-                                     "127.0.0.1:0",
-                                     "--grpc-listen",
-                                     "127.0.0.1:0",
-                                     "--admin-listen",
-                                     "127.0.0.1:0",
-                                     "--metrics-listen",
-                                     "127.0.0.1:0",
                                      "--audit-log",
-                                     log_dir_.path() + "/audit.log",
-                                     "--watch-ms",
-                                     "200"};
+                                     log_dir_.path() + "/audit.log"};
+    for (const auto& [flag, value] :
+         {std::pair{"--http-listen", "127.0.0.1:0"}, std::pair{"--grpc-listen", "127.0.0.1:0"},
+          std::pair{"--admin-listen", "127.0.0.1:0"}, std::pair{"--metrics-listen", "127.0.0.1:0"},
+          std::pair{"--watch-ms", "200"}}) {
+      if (std::find(args.begin(), args.end(), flag) == args.end())
+        argv.insert(argv.end(), {flag, value});
+    }
     argv.insert(argv.end(), args.begin(), args.end());
     // Built before fork: the child allocates nothing before exec (testing/processes.h).
     std::vector<char*> cargv;
@@ -179,6 +178,18 @@ class Sluiced {
     }
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  // Waits (up to `within`) until the log contains `text`; false when it does not, or
+  // when the child exits first.
+  bool WaitForLog(const std::string& text,
+                  std::chrono::milliseconds within = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + within;
+    while (log().find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline || !running()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
   }
 
   void Signal(int sig) const {

@@ -368,6 +368,10 @@ StoreHealth Client::Health() const {
     health.evicted_keys = r.evicted_keys;
   }
   health.memory_policy_error = std::move(r.error);
+  if (!health.connected) {
+    const Status why = core_->store->connection_error();
+    health.connection_error = why.ok() ? "connecting" : std::string(why.message());
+  }
   return health;
 }
 

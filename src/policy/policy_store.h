@@ -71,6 +71,7 @@ class PolicyStore final : public Store {
     inner_->AssignQuota(std::move(call), std::move(done));
   }
   bool connected() const override { return inner_->connected(); }
+  Status connection_error() const override { return inner_->connection_error(); }
   void Shutdown() override { inner_->Shutdown(); }
   ClientStats stats() const override;
   void CountShadowRefusal() { shadow_refusals_.fetch_add(1, std::memory_order_relaxed); }

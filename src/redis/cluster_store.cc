@@ -417,6 +417,29 @@ bool ClusterStore::connected() const {
   return true;
 }
 
+Status ClusterStore::connection_error() const {
+  std::vector<std::shared_ptr<Node>> nodes;  // asked outside mu_ (each takes its own lock)
+  {
+    MutexLock lock(mu_);
+    if (!map_known_) {
+      if (!last_refresh_error_.ok()) return last_refresh_error_;
+      nodes = nodes_;  // the seeds
+    } else {
+      std::vector<bool> seen(nodes_.size(), false);
+      for (int index : slot_node_) {
+        if (index < 0 || seen[static_cast<size_t>(index)]) continue;
+        seen[static_cast<size_t>(index)] = true;
+        nodes.push_back(nodes_[static_cast<size_t>(index)]);
+      }
+    }
+  }
+  for (const auto& node : nodes) {
+    if (Status why = node->store->connection_error(); !why.ok()) return why;
+  }
+  if (connected()) return Status::Ok();
+  return UnavailableError("redis cluster: reading its slot map");
+}
+
 void ClusterStore::Shutdown() {
   if (shutdown_.exchange(true)) return;
   std::vector<std::shared_ptr<Node>> nodes;
@@ -559,7 +582,15 @@ void ClusterStore::RefreshFrom(std::vector<std::shared_ptr<Node>> candidates, si
                                std::function<void(Status)> done) {
   while (next < candidates.size() && !candidates[next]->store->connected()) ++next;
   if (next >= candidates.size() || shutdown_.load(std::memory_order_relaxed)) {
-    done(UnavailableError("no node of the redis cluster answered CLUSTER SLOTS"));
+    // Why no node could be asked: the first connection error among them.
+    std::string why;
+    for (const auto& node : candidates) {
+      if (Status s = node->store->connection_error(); !s.ok()) {
+        why = ": " + std::string(s.message());
+        break;
+      }
+    }
+    done(UnavailableError("no node of the redis cluster answered CLUSTER SLOTS" + why));
     return;
   }
   std::shared_ptr<Node> node = candidates[next];
@@ -567,9 +598,15 @@ void ClusterStore::RefreshFrom(std::vector<std::shared_ptr<Node>> candidates, si
       FormatCommand({"CLUSTER", "SLOTS"}), steady_clock::now() + options_.connect_timeout,
       [self = shared_from_this(), candidates = std::move(candidates), next, node,
        done = std::move(done)](const Status& status, const redisReply* reply) mutable {
+        // An ERR reply ("ERR This instance has cluster support disabled") is parsed, so
+        // that a server not in cluster mode says so (FailedPrecondition); a transient
+        // refusal (LOADING, CLUSTERDOWN: Unavailable) or a lost connection moves on to
+        // the next node.
+        const bool answered =
+            reply != nullptr && (status.ok() || status.code() == StatusCode::kInternal);
         StatusOr<std::vector<SlotRange>> ranges =
-            status.ok() ? ParseClusterSlots(CopyReply(*reply), node->endpoint.host)
-                        : StatusOr<std::vector<SlotRange>>(status);
+            answered ? ParseClusterSlots(CopyReply(*reply), node->endpoint.host)
+                     : StatusOr<std::vector<SlotRange>>(status);
         if (ranges.ok() && ranges->empty()) {
           ranges = UnavailableError("redis " + node->address + " knows no slot of its cluster");
         }

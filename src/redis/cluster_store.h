@@ -92,6 +92,9 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   std::vector<FaultDomainInfo> FaultDomains() const override;
   // Whether the slot map is known and every primary in it is connected.
   bool connected() const override;
+  // Before the slot map is known, why it is not (the last refresh's error, else a seed's
+  // connection error); after, the first primary of the map that is not connected's.
+  Status connection_error() const override;
   void Shutdown() override;
   ClientStats stats() const override;
   // INFO of the primary that serves slot 0.

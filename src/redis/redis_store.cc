@@ -360,6 +360,14 @@ void RedisStore::AssignQuota(QuotaCall call, QuotaCallback done) {
                     });
 }
 
+Status RedisStore::connection_error() const {
+  if (connection_->ready()) return Status::Ok();
+  Status why = connection_->last_error();
+  if (why.ok())
+    why = UnavailableError("redis " + connection_->endpoint().Describe() + ": connecting");
+  return why;
+}
+
 void RedisStore::Shutdown() {
   connection_->Shutdown();
 }

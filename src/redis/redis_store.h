@@ -53,6 +53,8 @@ class RedisStore final : public Store {
   // src/algo/quota_shares.lua, sent alone (EVALSHA).
   void AssignQuota(QuotaCall call, QuotaCallback done) override;
   bool connected() const override { return connection_->ready(); }
+  // The connection's last_error, or "… connecting" before its first attempt ends.
+  Status connection_error() const override;
   void Shutdown() override;
   ClientStats stats() const override;
   void Info(std::string_view section, Deadline deadline,

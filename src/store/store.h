@@ -173,6 +173,10 @@ class Store {
   // Whether the store can take calls now (false while a Redis connection is down or
   // still being made). Always true for the embedded store.
   virtual bool connected() const { return true; }
+  // Why connected() is false: the latest connection (or, on a cluster, slot map) error as
+  // Create would have returned it, never with a password; Ok while connected.
+  // Thread-safe, cheap (StoreHealth::connection_error).
+  virtual Status connection_error() const { return Status::Ok(); }
   // Stops I/O; outstanding calls complete with Unavailable. Idempotent.
   virtual void Shutdown() {}
 };
