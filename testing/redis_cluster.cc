@@ -93,7 +93,8 @@ RedisCluster::RedisCluster(RedisClusterOptions options) : options_(options) {
     RedisServerOptions node{
         .extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                        "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
-                       "--cluster-require-full-coverage", "yes"},
+                       "--cluster-require-full-coverage",
+                       options_.require_full_coverage ? "yes" : "no"},
         .tls = options_.tls};
     if (options_.tls) {
       for (const char* a : {"--tls-cluster", "yes", "--tls-replication", "yes"}) {
@@ -289,8 +290,9 @@ uint16_t RedisCluster::AddPrimary() {
   RedisServerOptions node{
       .extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
-                     "--cluster-require-full-coverage", "yes", "--cluster-allow-replica-migration",
-                     "no"},
+                     "--cluster-require-full-coverage",
+                     options_.require_full_coverage ? "yes" : "no",
+                     "--cluster-allow-replica-migration", "no"},
       .tls = options_.tls};
   if (options_.tls) {
     for (const char* a : {"--tls-cluster", "yes", "--tls-replication", "yes"}) {

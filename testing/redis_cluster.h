@@ -21,6 +21,10 @@ struct RedisClusterOptions {
   int replicas = 0;  // per primary
   // cluster-node-timeout: how long a silent primary takes to be failed over.
   int node_timeout_ms = 1000;
+  // cluster-require-full-coverage. Redis's default, yes, makes every primary refuse every
+  // slot (CLUSTERDOWN) from the moment a primary is marked failed until a replica is
+  // promoted in its place; no keeps the other primaries serving their slots meanwhile.
+  bool require_full_coverage = true;
   // Every node TLS only, the cluster bus and replication too (tls-cluster,
   // tls-replication); url() is then rediss+cluster://...?ca=<file>.
   std::optional<RedisTlsFiles> tls;

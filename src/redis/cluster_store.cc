@@ -8,6 +8,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 
+#include "core/client_side.h"
 #include "redis/crc16.h"
 #include "redis/reply.h"
 #include "redis/resp.h"
@@ -22,8 +23,6 @@ namespace {
 
 constexpr milliseconds kMinBackoff{1};
 constexpr milliseconds kMaxBackoff{100};
-// While no slot map is known, the periodic refresh comes this often.
-constexpr milliseconds kUnknownMapRetry{100};
 
 const Status& StatusOf(const Status& status) {
   return status;
@@ -51,6 +50,15 @@ bool NotRunHere(const Status& status) {
 bool NeverSent(const Status& status) {
   return status.code() == StatusCode::kUnavailable &&
          status.message().find(" is not connected") != std::string::npos;
+}
+
+// A node that cannot answer: not connected, the connection lost, or a deadline passed
+// with no reply on the connection (a stalled or partitioned node). Not a backlog in this
+// client (core/client_side.h).
+bool Unreachable(const Status& status) {
+  return (status.code() == StatusCode::kUnavailable ||
+          status.code() == StatusCode::kDeadlineExceeded) &&
+         !IsClientSide(status);
 }
 
 }  // namespace
@@ -218,6 +226,7 @@ template <typename Result>
 void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
                             const std::shared_ptr<Node>& node, bool asking, Result result) {
   const Status& status = StatusOf(result);
+  NoteOutcome(*node, status);
   if (status.ok() || shutdown_.load(std::memory_order_relaxed)) {
     attempt->done(std::move(result));
     return;
@@ -245,7 +254,8 @@ void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
       RetryLater(attempt, std::move(result));
       return;
     }
-    if (status.code() == StatusCode::kUnavailable) RequestRefresh();
+    // A node that cannot answer: is it being failed over?
+    if (Unreachable(status)) RequestRefresh();
     attempt->done(std::move(result));
     return;
   }
@@ -278,6 +288,14 @@ void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
     case ClusterError::Kind::kReadOnly: RequestRefresh(); [[fallthrough]];
     case ClusterError::Kind::kTryAgain:
     case ClusterError::Kind::kClusterDown: RetryLater(attempt, std::move(result)); return;
+  }
+}
+
+void ClusterStore::NoteOutcome(Node& node, const Status& status) {
+  const bool failing = Unreachable(status);
+  // Read first: a store per call would bounce the line between the I/O threads.
+  if (node.failing.load(std::memory_order_relaxed) != failing) {
+    node.failing.store(failing, std::memory_order_relaxed);
   }
 }
 
@@ -533,6 +551,11 @@ void ClusterStore::RequestRefresh() {
       if (!taken[i]) candidates.push_back(nodes_[i]);
     }
   }
+  // A node whose calls fail is asked last: a stalled one would hold the refresh for the
+  // whole CLUSTER SLOTS deadline before the next were asked.
+  std::stable_partition(candidates.begin(), candidates.end(), [](const auto& node) {
+    return !node->failing.load(std::memory_order_relaxed);
+  });
   RefreshFrom(std::move(candidates), 0,
               [self = shared_from_this()](Status status) { self->RefreshFinished(status); });
 }
@@ -619,7 +642,15 @@ void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
       for (uint32_t slot = ranges[r].first; slot <= ranges[r].last; ++slot) map[slot] = index;
     }
     slot_node_ = std::move(map);
+    primaries_.clear();
+    std::vector<bool> seen(nodes_.size(), false);
+    for (int index : slot_node_) {
+      if (index < 0 || seen[static_cast<size_t>(index)]) continue;
+      seen[static_cast<size_t>(index)] = true;
+      primaries_.push_back(index);
+    }
     map_known_ = true;
+    map_read_at_ = steady_clock::now();
     ++router_stats_.refreshes;
     router_stats_.nodes_retired += retired.size();
     last_refresh_error_ = Status::Ok();
@@ -638,18 +669,28 @@ void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
   }
 }
 
+bool ClusterStore::MapDueLocked(steady_clock::time_point now) const {
+  if (!map_known_ || now - map_read_at_ >= refresh_interval_) return true;
+  for (int index : primaries_) {
+    const Node& node = *nodes_[static_cast<size_t>(index)];
+    if (!node.store->connected() || node.failing.load(std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
 void ClusterStore::ArmPeriodic() {
   asio::post(strand_, [self = shared_from_this()] {
     if (self->shutdown_.load(std::memory_order_relaxed)) return;
-    bool known = false;
-    {
-      MutexLock lock(self->mu_);
-      known = self->map_known_;
-    }
-    self->periodic_.expires_after(known ? self->refresh_interval_ : kUnknownMapRetry);
+    self->periodic_.expires_after(
+        std::min<milliseconds>(kUnreachableRefresh, self->refresh_interval_));
     self->periodic_.async_wait([self](boost::system::error_code ec) {
       if (ec || self->shutdown_.load(std::memory_order_relaxed)) return;
-      self->RequestRefresh();
+      bool due = false;
+      {
+        MutexLock lock(self->mu_);
+        due = self->MapDueLocked(steady_clock::now());
+      }
+      if (due) self->RequestRefresh();
       self->ArmPeriodic();
     });
   });

@@ -1,0 +1,355 @@
+// One primary's fault stays with that primary (docs/design.md §5, one breaker per primary):
+// a 3-primary Redis Cluster with a replica each (cluster-node-timeout 1 s,
+// cluster-require-full-coverage no), one client, 8 threads checking ids spread over every
+// slot in a closed loop (deadline 20 ms, policy `open`; a thread sleeps 1 ms after an answer
+// that did not come from the store), and one primary killed, stalled (SIGSTOP) or failed
+// over (CLUSTER FAILOVER on its replica). Per 250 ms bin, printed:
+//   - the calls of slots the healthy primaries serve keep at least 60 % of the store
+//     decisions per bin they had before the fault, in the same run (the machine may be
+//     loaded: the baseline is this run's), in every bin from the fault until the end,
+//     promotion and slot-map refresh included;
+//   - the faulty primary's calls are answered by their policy (fail_open, counted by the
+//     client as policy decisions) within their deadline plus kCallSlack, and the only
+//     breaker ever open is that primary's;
+//   - once the replica says it is the primary, every call of its slots is decided by the
+//     store again within kBackOnStoreAfterPromotion (docs/operating.md).
+// SLUICE_CLUSTER_FAULT_FULL_COVERAGE=1 runs it on Redis's default,
+// cluster-require-full-coverage yes, to show what that costs: from the moment the victim
+// is marked failed until its replica is promoted, every primary refuses every slot
+// (CLUSTERDOWN, counted in the healthy primary's errorstats), so the test fails there.
+#include "sluice/boost_first.h"  // before any Boost header
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "redis/crc16.h"
+#include "sluice/sluice.h"
+#include "testing/redis_cluster.h"
+
+namespace sluice {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+using testing::RedisCluster;
+
+constexpr milliseconds kBin{250};
+constexpr int kThreads = 8;
+constexpr int kIds = 4096;
+constexpr milliseconds kDeadline{20};
+// A policy answer comes at once from an open breaker, or after at most the deadline;
+// this is what a loaded 2-core machine may add to it (scheduling, not the store).
+constexpr milliseconds kCallSlack{30};
+// Healthy slots' store decisions per bin, as a share of this run's pre-fault mean.
+constexpr double kHealthyShare = 0.6;
+constexpr milliseconds kWarmUp{500};
+constexpr milliseconds kBaseline{2000};
+// From the replica's promotion until the last policy answer of its slots: the router
+// reads the slot map every ClusterStore::kUnreachableRefresh (100 ms) while a primary of
+// its map is unreachable, and a call takes at most its deadline (docs/operating.md);
+// the rest is slack for a loaded machine.
+constexpr milliseconds kBackOnStoreAfterPromotion{250};
+// Measured on after the promotion (bins of the healthy slots still checked).
+constexpr milliseconds kAfterPromotion{2000};
+constexpr milliseconds kPromotionTimeout{15000};
+
+bool FullCoverage() {
+  const char* v = std::getenv("SLUICE_CLUSTER_FAULT_FULL_COVERAGE");
+  return v != nullptr && std::string(v) == "1";
+}
+
+enum class PrimaryFault { kKilled, kStalled, kFailedOver };
+
+const char* FaultName(PrimaryFault fault) {
+  switch (fault) {
+    case PrimaryFault::kKilled: return "killed";
+    case PrimaryFault::kStalled: return "stalled";
+    case PrimaryFault::kFailedOver: return "failed over";
+  }
+  return "";
+}
+
+// Per bin: the calls of the healthy primaries' slots and of the faulty primary's, by
+// who answered.
+struct Bins {
+  static constexpr int kMax = 200;  // 50 s
+  std::array<std::atomic<int64_t>, kMax> healthy_store{}, healthy_policy{}, victim_store{},
+      victim_policy{};
+};
+
+// The slot owners' ports by slot, from CLUSTER SLOTS on `node`.
+std::vector<uint16_t> SlotOwners(const testing::RedisServer& node) {
+  std::vector<uint16_t> owners(internal::kClusterSlots, 0);
+  const testing::RedisValue slots = node.Command({"CLUSTER", "SLOTS"});
+  for (const auto& range : slots.elements) {
+    const auto port = static_cast<uint16_t>(range.elements[2].elements[1].integer);
+    for (int64_t s = range.elements[0].integer; s <= range.elements[1].integer; ++s) {
+      owners[static_cast<size_t>(s)] = port;
+    }
+  }
+  return owners;
+}
+
+// The port of the replica of the primary on `primary_port`, from CLUSTER NODES on `node`.
+uint16_t ReplicaOf(const testing::RedisServer& node, const std::string& primary_id) {
+  std::istringstream lines(node.Command({"CLUSTER", "NODES"}).str);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string id, address, flags, master;
+    fields >> id >> address >> flags >> master;
+    if (flags.find("slave") == std::string::npos || master != primary_id) continue;
+    const size_t colon = address.find(':');
+    return static_cast<uint16_t>(std::stoi(address.substr(colon + 1)));
+  }
+  return 0;
+}
+
+bool SaysPrimary(const testing::RedisServer& node) {
+  const testing::RedisValue role = node.Command({"ROLE"});
+  return !role.elements.empty() && role.elements[0].str == "master";
+}
+
+int64_t Ms(steady_clock::duration d) {
+  return std::chrono::duration_cast<milliseconds>(d).count();
+}
+
+class ClusterFault : public ::testing::TestWithParam<PrimaryFault> {};
+
+// long: one closed-loop run with its fault, its monitor and its checks in order
+TEST_P(ClusterFault, HealthyPrimariesKeepTheirRate) {
+  const PrimaryFault fault = GetParam();
+  RedisCluster cluster({.primaries = 3,
+                        .replicas = 1,
+                        .node_timeout_ms = 1000,
+                        .require_full_coverage = FullCoverage()});
+  auto created = Client::Create({.url = cluster.url(),
+                                 .prefix = "cf",
+                                 .deadline = kDeadline,
+                                 .on_failure = FailurePolicy::kOpen});
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::shared_ptr<Client> client = *created;
+  auto limiter =
+      *client->MakeLimiter("spread", {.limit = 1'000'000, .window = std::chrono::seconds(60)});
+
+  // The victim is the second primary (the first node keeps answering the fixture).
+  testing::RedisServer& first = cluster.node(0);
+  const uint16_t victim = cluster.node(1).port();
+  const std::string victim_address = "127.0.0.1:" + std::to_string(victim);
+  const uint16_t replica = ReplicaOf(first, cluster.NodeId(victim));
+  ASSERT_NE(replica, 0) << "no replica of " << victim_address;
+  const std::vector<uint16_t> owners = SlotOwners(first);
+  std::vector<std::string> ids;
+  std::vector<bool> on_victim;
+  for (int i = 0; i < kIds; ++i) {
+    ids.push_back("u" + std::to_string(i));
+    on_victim.push_back(owners[internal::KeySlot(*limiter.KeyFor(ids.back()))] == victim);
+  }
+  const auto victims = std::count(on_victim.begin(), on_victim.end(), true);
+  ASSERT_GT(victims, kIds / 5);
+  ASSERT_LT(victims, kIds / 2);
+
+  Bins bins;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> victim_fail_open{0}, other_answers{0}, victim_slowest_ms{0};
+  // When the victim's slots last got a policy's answer (ms from t0).
+  std::atomic<int64_t> victim_last_policy_ms{-1};
+  std::mutex example_mu;
+  std::string example;  // an answer of the healthy slots that did not come from the store
+  const uint32_t seed = 20261205;
+  std::printf("seed %u, %lld of %d ids on the victim %s (replica 127.0.0.1:%u)\n", seed,
+              static_cast<long long>(victims), kIds, victim_address.c_str(), replica);
+  const auto t0 = steady_clock::now();
+  const auto bin_of = [&](steady_clock::time_point t) {
+    return std::min<int64_t>(Ms(t - t0) / kBin.count(), Bins::kMax - 1);
+  };
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937 rng(seed + static_cast<uint32_t>(t));
+      while (!stop.load()) {
+        const size_t i = rng() % ids.size();
+        const auto sent = steady_clock::now();
+        StatusOr<Decision> d = limiter.Check(ids[i]);
+        const auto answered = steady_clock::now();
+        const size_t bin = static_cast<size_t>(bin_of(answered));
+        const bool store = d.ok() && d->source == DecisionSource::kStore;
+        if (store) {
+          ++(on_victim[i] ? bins.victim_store : bins.healthy_store)[bin];
+          continue;
+        }
+        ++(on_victim[i] ? bins.victim_policy : bins.healthy_policy)[bin];
+        if (on_victim[i] && d.ok() && d->source == DecisionSource::kFailOpen && d->allowed) {
+          ++victim_fail_open;
+          const int64_t at = Ms(answered - t0);
+          int64_t last = victim_last_policy_ms.load();
+          while (at > last && !victim_last_policy_ms.compare_exchange_weak(last, at)) {
+          }
+          const int64_t took = Ms(answered - sent);
+          int64_t seen = victim_slowest_ms.load();
+          while (took > seen && !victim_slowest_ms.compare_exchange_weak(seen, took)) {
+          }
+        } else {
+          ++other_answers;
+          std::lock_guard<std::mutex> lock(example_mu);
+          if (example.empty()) {
+            example = ids[i] + (on_victim[i] ? " (victim): " : " (healthy): ") +
+                      (d.ok() ? d->ToString() : d.status().ToString());
+          }
+        }
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+    });
+  }
+  // The breakers seen open, sampled while the run lasts.
+  std::set<std::string> open_seen;
+  std::atomic<bool> monitor_stop{false};
+  std::thread monitor([&] {
+    while (!monitor_stop.load()) {
+      for (const std::string& name : client->Health().open_domain_names) open_seen.insert(name);
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  });
+
+  std::this_thread::sleep_until(t0 + kWarmUp + kBaseline);
+  const ClientStats before = client->stats();
+  const auto fault_at = steady_clock::now();
+  testing::RedisServer& victim_node = cluster.NodeOnPort(victim);
+  testing::RedisServer& replica_node = cluster.NodeOnPort(replica);
+  switch (fault) {
+    case PrimaryFault::kKilled: victim_node.Kill(); break;
+    case PrimaryFault::kStalled: victim_node.Pause(); break;
+    case PrimaryFault::kFailedOver: {
+      const testing::RedisValue ok = replica_node.Command({"CLUSTER", "FAILOVER"});
+      ASSERT_EQ(ok.str, "OK") << "CLUSTER FAILOVER: " << ok.str;
+      break;
+    }
+  }
+  steady_clock::time_point promoted_at{};
+  while (steady_clock::now() - fault_at < kPromotionTimeout) {
+    if (SaysPrimary(replica_node)) {
+      promoted_at = steady_clock::now();
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  if (fault == PrimaryFault::kStalled) victim_node.Resume();  // it rejoins as a replica
+  const bool promoted = promoted_at != steady_clock::time_point{};
+  std::this_thread::sleep_until((promoted ? promoted_at : steady_clock::now()) + kAfterPromotion);
+  stop = true;
+  for (auto& w : workers) w.join();
+  monitor_stop = true;
+  monitor.join();
+  const auto ended = steady_clock::now();
+  const ClientStats after = client->stats();
+  ASSERT_TRUE(promoted) << "the replica was not promoted within " << kPromotionTimeout.count()
+                        << " ms";
+
+  // The bins, printed.
+  const int64_t first_bin = kWarmUp / kBin;
+  const int64_t fault_bin = bin_of(fault_at);
+  const int64_t promoted_bin = bin_of(promoted_at);
+  const int64_t last_bin = bin_of(ended) - 1;  // the last whole bin
+  double baseline = 0;
+  for (int64_t b = first_bin; b < fault_bin; ++b) baseline += bins.healthy_store[b].load();
+  baseline /= static_cast<double>(fault_bin - first_bin);
+  std::printf("primary %s (%s at %+lld ms from the first bin; replica promoted %lld ms after)\n",
+              FaultName(fault), victim_address.c_str(),
+              static_cast<long long>(Ms(fault_at - t0) - first_bin * kBin.count()),
+              static_cast<long long>(Ms(promoted_at - fault_at)));
+  std::printf("bin (ms from fault) | healthy: store policy | victim: store policy\n");
+  int64_t worst_bin = -1;
+  double worst = 1e18;
+  for (int64_t b = first_bin; b <= last_bin; ++b) {
+    const int64_t hs = bins.healthy_store[b].load();
+    if (b >= fault_bin && hs < worst) {
+      worst = static_cast<double>(hs);
+      worst_bin = b;
+    }
+    std::printf("%+7lld %s | %6lld %6lld | %6lld %6lld\n",
+                static_cast<long long>(Ms(t0 - fault_at) + b * kBin.count()),
+                b == fault_bin ? "F" : (b == promoted_bin ? "P" : " "), static_cast<long long>(hs),
+                static_cast<long long>(bins.healthy_policy[b].load()),
+                static_cast<long long>(bins.victim_store[b].load()),
+                static_cast<long long>(bins.victim_policy[b].load()));
+  }
+  std::printf(
+      "baseline %.0f store decisions of the healthy slots per bin; lowest after the "
+      "fault %.0f (%.0f %%) at %+lld ms; victim: %lld fail_open, slowest %lld ms; "
+      "breakers seen open:",
+      baseline, worst, 100.0 * worst / baseline,
+      static_cast<long long>(Ms(t0 - fault_at) + worst_bin * kBin.count()),
+      static_cast<long long>(victim_fail_open.load()),
+      static_cast<long long>(victim_slowest_ms.load()));
+  for (const std::string& name : open_seen) std::printf(" %s", name.c_str());
+  std::printf("\n");
+  std::istringstream errors(first.Command({"INFO", "errorstats"}).str);
+  std::printf("errors answered by the healthy primary %s:", first.url().c_str());
+  for (std::string line; std::getline(errors, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.starts_with("errorstat_")) std::printf(" %s", line.c_str());
+  }
+  std::printf("\n");
+
+  // The healthy primaries' slots keep their rate in every bin.
+  ASSERT_GT(baseline, 0);
+  for (int64_t b = fault_bin; b <= last_bin; ++b) {
+    const auto hs = static_cast<double>(bins.healthy_store[b].load());
+    EXPECT_GE(hs, kHealthyShare * baseline)
+        << "the healthy primaries' slots got " << hs << " store decisions in the bin at "
+        << Ms(t0 - fault_at) + b * kBin.count() << " ms from the fault, below "
+        << 100 * kHealthyShare << " % of their " << baseline << " per bin before it";
+  }
+  EXPECT_EQ(other_answers.load(), 0)
+      << "answers that are neither the store's nor the victim's fail_open; e.g. " << example;
+  // The victim's slots: answered by their policy in time, counted, by their breaker only.
+  if (fault != PrimaryFault::kFailedOver) {
+    EXPECT_GT(victim_fail_open.load(), 0) << "the victim's slots never got their policy's answer";
+    EXPECT_EQ(open_seen, std::set<std::string>{victim_address})
+        << "only the faulty primary's breaker may open";
+    EXPECT_GE(client->Health().breaker_opens, 1);
+  }
+  EXPECT_LE(victim_slowest_ms.load(), (kDeadline + kCallSlack).count())
+      << "a policy answer of the victim's slots came later than its deadline";
+  EXPECT_GE(after.policy_decisions - before.policy_decisions,
+            static_cast<uint64_t>(victim_fail_open.load()))
+      << "the client did not count the policy's answers";
+  // Back on the store soon after the promotion, and from then on.
+  if (victim_last_policy_ms.load() >= 0) {
+    const int64_t back = victim_last_policy_ms.load() - Ms(promoted_at - t0);
+    std::printf("the victim's slots back on the store at most %lld ms after the promotion\n",
+                static_cast<long long>(back));
+    EXPECT_LE(back, kBackOnStoreAfterPromotion.count())
+        << "the promoted replica's slots were still answered by policy " << back
+        << " ms after its promotion";
+  }
+  EXPECT_GT(bins.victim_store[last_bin].load(), 0);
+  EXPECT_EQ(cluster.KeysWithoutTtl("cf:*"), std::vector<std::string>{});
+}
+
+INSTANTIATE_TEST_SUITE_P(OneOfThree, ClusterFault,
+                         ::testing::Values(PrimaryFault::kKilled, PrimaryFault::kStalled,
+                                           PrimaryFault::kFailedOver),
+                         [](const ::testing::TestParamInfo<PrimaryFault>& param) {
+                           switch (param.param) {
+                             case PrimaryFault::kKilled: return std::string("Killed");
+                             case PrimaryFault::kStalled: return std::string("Stalled");
+                             case PrimaryFault::kFailedOver: return std::string("FailedOver");
+                           }
+                           return std::string();
+                         });
+
+}  // namespace
+}  // namespace sluice
