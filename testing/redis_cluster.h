@@ -25,6 +25,11 @@ struct RedisClusterOptions {
   // slot (CLUSTERDOWN) from the moment a primary is marked failed until a replica is
   // promoted in its place; no keeps the other primaries serving their slots meanwhile.
   bool require_full_coverage = true;
+  // The nodes' directories in memory (/dev/shm, when it is a directory): every node
+  // rewrites nodes.conf with fsync at each change of the cluster's configuration (a node
+  // marked failed, an election), which a slow or shared disk turns into a stall of every
+  // node; a test that measures the client through a failover keeps the disk out of it.
+  bool files_in_memory = false;
   // Every node TLS only, the cluster bus and replication too (tls-cluster,
   // tls-replication); url() is then rediss+cluster://...?ca=<file>.
   std::optional<RedisTlsFiles> tls;

@@ -1507,8 +1507,11 @@ class ClusterFailoverMatrix : public ::testing::TestWithParam<FailurePolicy> {};
 // long: the run, its fault and its invariants in order, as every cell of the matrix
 TEST_P(ClusterFailoverMatrix, Cell) {
   const FailurePolicy policy = GetParam();
-  testing::RedisCluster cluster(
-      {.primaries = 3, .replicas = 1, .node_timeout_ms = 1000, .require_full_coverage = false});
+  testing::RedisCluster cluster({.primaries = 3,
+                                 .replicas = 1,
+                                 .node_timeout_ms = 1000,
+                                 .require_full_coverage = false,
+                                 .files_in_memory = true});
   auto created = Client::Create(MatrixOptions(cluster.url(), policy));
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   std::shared_ptr<Client> client = *created;
