@@ -1495,12 +1495,12 @@ INSTANTIATE_TEST_SUITE_P(Cluster, ClusterFaultMatrix, ::testing::ValuesIn(Cluste
 // primaries keep serving while it is marked failed). Invariant (7) through the whole
 // failover: the healthy primaries' ids get the store's decisions all along; (1) for every
 // call; (2) the victim's ids back on the store, every breaker closed, within
-// kFailoverRecovery of the promotion (the router reads the slot map every 100 ms while a
+// kFailoverRecovery of the promotion (the router reads the slot map every 50 ms while a
 // primary is unreachable); (3) on every primary.
 
-// The promotion is known to the router within 100 ms; the rest: one call's deadline and
+// The promotion is known to the router within 50 ms; the rest: one call's deadline and
 // a loaded machine.
-constexpr milliseconds kFailoverRecovery{100 + 2 * 40 + 300};
+constexpr milliseconds kFailoverRecovery{50 + 2 * 40 + 300};
 
 class ClusterFailoverMatrix : public ::testing::TestWithParam<FailurePolicy> {};
 

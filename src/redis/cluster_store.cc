@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <future>
 #include <thread>
+#include <unordered_map>
 
 #include <hiredis/hiredis.h>
 #include <boost/asio/bind_executor.hpp>
@@ -622,7 +623,42 @@ void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
     // After Shutdown no node is made: nobody would shut it down.
     if (shutdown_.load(std::memory_order_relaxed)) return;
     std::vector<std::shared_ptr<Node>> named;
-    for (const SlotRange& range : ranges) named.push_back(NodeAtLocked(range.host, range.port));
+    std::vector<const Node*> owner(kClusterSlots, nullptr);  // by slot
+    for (const SlotRange& range : ranges) {
+      named.push_back(NodeAtLocked(range.host, range.port));
+      for (uint32_t slot = range.first; slot <= range.last; ++slot)
+        owner[slot] = named.back().get();
+    }
+    // Slots the map leaves without a primary keep their last one. Redis leaves a primary
+    // marked failed out of CLUSTER SLOTS until a replica is promoted in its place (seen
+    // with 7.0), and until then its slots' calls belong to its fault domain: its breaker
+    // answers them at once, where a slot of no known primary would send each call through
+    // the retries of an unknown slot to domain 0's breaker. Such a node counts as named.
+    if (map_known_) {
+      for (uint32_t slot = 0; slot < kClusterSlots; ++slot) {
+        if (owner[slot] != nullptr || slot_node_[slot] < 0) continue;
+        const std::shared_ptr<Node>& last = nodes_[static_cast<size_t>(slot_node_[slot])];
+        owner[slot] = last.get();
+        if (std::find(named.begin(), named.end(), last) == named.end()) named.push_back(last);
+      }
+    }
+    // A slot handed from an unreachable primary to one whose connection is not up yet (a
+    // replica promoted in its place, met for the first time) stays with the first until
+    // the second is connected: the first's breaker answers its calls at once, where the
+    // second's would be opened by calls that find it still connecting. The map is read
+    // every kUnreachableRefresh meanwhile (MapDueLocked), so it moves within that much of
+    // the connection being up.
+    if (map_known_) {
+      for (uint32_t slot = 0; slot < kClusterSlots; ++slot) {
+        if (owner[slot] == nullptr || slot_node_[slot] < 0) continue;
+        const std::shared_ptr<Node>& last = nodes_[static_cast<size_t>(slot_node_[slot])];
+        if (owner[slot] == last.get() || Reachable(*last) || owner[slot]->store->connected()) {
+          continue;
+        }
+        owner[slot] = last.get();
+        if (std::find(named.begin(), named.end(), last) == named.end()) named.push_back(last);
+      }
+    }
     // Nodes this map does not name count towards retirement; the named ones start over.
     std::vector<std::shared_ptr<Node>> kept;
     for (const auto& node : nodes_) {
@@ -635,11 +671,12 @@ void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
       }
     }
     nodes_ = std::move(kept);
+    std::unordered_map<const Node*, int> index_of;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      index_of.emplace(nodes_[i].get(), static_cast<int>(i));
     std::vector<int> map(kClusterSlots, -1);
-    for (size_t r = 0; r < ranges.size(); ++r) {
-      const auto index =
-          static_cast<int>(std::find(nodes_.begin(), nodes_.end(), named[r]) - nodes_.begin());
-      for (uint32_t slot = ranges[r].first; slot <= ranges[r].last; ++slot) map[slot] = index;
+    for (uint32_t slot = 0; slot < kClusterSlots; ++slot) {
+      if (owner[slot] != nullptr) map[slot] = index_of.at(owner[slot]);
     }
     slot_node_ = std::move(map);
     primaries_.clear();
@@ -669,11 +706,14 @@ void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
   }
 }
 
+bool ClusterStore::Reachable(const Node& node) {
+  return node.store->connected() && !node.failing.load(std::memory_order_relaxed);
+}
+
 bool ClusterStore::MapDueLocked(steady_clock::time_point now) const {
   if (!map_known_ || now - map_read_at_ >= refresh_interval_) return true;
   for (int index : primaries_) {
-    const Node& node = *nodes_[static_cast<size_t>(index)];
-    if (!node.store->connected() || node.failing.load(std::memory_order_relaxed)) return true;
+    if (!Reachable(*nodes_[static_cast<size_t>(index)])) return true;
   }
   return false;
 }

@@ -7,8 +7,14 @@
 // reply; and every kUnreachableRefresh while a primary of the map is unreachable (not
 // connected, or its last call failed so), so that a replica promoted in its place is
 // known within that much of its promotion, whether or not calls still reach the dead
-// node (its breaker stops them). A node absent from kRetireAfterAbsentMaps maps in a row
-// is retired (its stores shut down, never reconnected). A call that meets
+// node (its breaker stops them). Slots a map leaves without a primary (Redis leaves a
+// primary marked failed out of CLUSTER SLOTS until its replacement is promoted) keep their
+// last one, and a slot handed from an unreachable primary to one not connected yet stays
+// with the first until the second is up: either way the calls stay with the breaker that
+// already answers them, instead of failing on an unknown slot or a connection still being
+// made (which would open the new primary's breaker for a cool-down). A node absent from
+// kRetireAfterAbsentMaps maps in a row is retired (its stores shut down, never
+// reconnected). A call that meets
 //   - MOVED: the slot is moved in the map at once, a refresh starts in the background,
 //     and the call is sent again to the named node;
 //   - ASK (a slot in mid-migration): the call is sent once to the named node right after
@@ -67,7 +73,7 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   static constexpr int kMaxRedirects = 5;
   // How often the slot map is read while a primary of the map is unreachable or no map
   // is known yet.
-  static constexpr std::chrono::milliseconds kUnreachableRefresh{100};
+  static constexpr std::chrono::milliseconds kUnreachableRefresh{50};
 
   // Connects to the first seed that answers, reads the slot map and connects to every
   // primary, waiting at most options.connect_timeout plus a second for each step; or,
@@ -186,6 +192,8 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   // primary of the map is unreachable, or refresh_interval after the last map read.
   void ArmPeriodic() SLUICE_EXCLUDES(mu_);
   bool MapDueLocked(std::chrono::steady_clock::time_point now) const SLUICE_REQUIRES(mu_);
+  // Connected, and its latest call did not fail as an unreachable node's.
+  static bool Reachable(const Node& node);
   // Notes the outcome of a call on `node` for MapDueLocked.
   static void NoteOutcome(Node& node, const Status& status);
 
