@@ -42,6 +42,8 @@
 // LimiterOptions::colocate) are one composite script on that slot's node, routed as any
 // call; CheckComposite stages the others (docs/design.md §6).
 //
+// cluster_store.cc routes the calls; cluster_map.cc reads and applies the slot map.
+//
 // Thread-safety: thread-safe; callbacks run on the I/O threads (or inline when a call
 // cannot be routed at all).
 #pragma once
