@@ -26,9 +26,9 @@ struct RedisClusterOptions {
   // promoted in its place; no keeps the other primaries serving their slots meanwhile.
   bool require_full_coverage = true;
   // The nodes' directories in memory (/dev/shm, when it is a directory): every node
-  // rewrites nodes.conf with fsync at each change of the cluster's configuration (a node
-  // marked failed, an election), which a slow or shared disk turns into a stall of every
-  // node; a test that measures the client through a failover keeps the disk out of it.
+  // rewrites nodes.conf at each change of the cluster's configuration, with fsync at some
+  // (an election), so a test that measures the client through a failover keeps a slow or
+  // shared disk out of its figures.
   bool files_in_memory = false;
   // Every node TLS only, the cluster bus and replication too (tls-cluster,
   // tls-replication); url() is then rediss+cluster://...?ca=<file>.
