@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -24,6 +25,13 @@ namespace {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// Where the nodes' directories are made (RedisClusterOptions::files_in_memory).
+std::string NodesParentDir(const RedisClusterOptions& options) {
+  std::error_code ec;
+  if (options.files_in_memory && std::filesystem::is_directory("/dev/shm", ec)) return "/dev/shm";
+  return "/tmp";
+}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -93,8 +101,10 @@ RedisCluster::RedisCluster(RedisClusterOptions options) : options_(options) {
     RedisServerOptions node{
         .extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                        "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
-                       "--cluster-require-full-coverage", "yes"},
-        .tls = options_.tls};
+                       "--cluster-require-full-coverage",
+                       options_.require_full_coverage ? "yes" : "no"},
+        .tls = options_.tls,
+        .parent_dir = NodesParentDir(options_)};
     if (options_.tls) {
       for (const char* a : {"--tls-cluster", "yes", "--tls-replication", "yes"}) {
         node.extra_args.push_back(a);
@@ -289,9 +299,11 @@ uint16_t RedisCluster::AddPrimary() {
   RedisServerOptions node{
       .extra_args = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                      "--cluster-node-timeout", std::to_string(options_.node_timeout_ms),
-                     "--cluster-require-full-coverage", "yes", "--cluster-allow-replica-migration",
-                     "no"},
-      .tls = options_.tls};
+                     "--cluster-require-full-coverage",
+                     options_.require_full_coverage ? "yes" : "no",
+                     "--cluster-allow-replica-migration", "no"},
+      .tls = options_.tls,
+      .parent_dir = NodesParentDir(options_)};
   if (options_.tls) {
     for (const char* a : {"--tls-cluster", "yes", "--tls-replication", "yes"}) {
       node.extra_args.push_back(a);

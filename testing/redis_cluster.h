@@ -21,6 +21,15 @@ struct RedisClusterOptions {
   int replicas = 0;  // per primary
   // cluster-node-timeout: how long a silent primary takes to be failed over.
   int node_timeout_ms = 1000;
+  // cluster-require-full-coverage. Redis's default, yes, makes every primary refuse every
+  // slot (CLUSTERDOWN) from the moment a primary is marked failed until a replica is
+  // promoted in its place; no keeps the other primaries serving their slots meanwhile.
+  bool require_full_coverage = true;
+  // The nodes' directories in memory (/dev/shm, when it is a directory): every node
+  // rewrites nodes.conf at each change of the cluster's configuration, with fsync at some
+  // (an election), so a test that measures the client through a failover keeps a slow or
+  // shared disk out of its figures.
+  bool files_in_memory = false;
   // Every node TLS only, the cluster bus and replication too (tls-cluster,
   // tls-replication); url() is then rediss+cluster://...?ca=<file>.
   std::optional<RedisTlsFiles> tls;

@@ -141,8 +141,8 @@ RedisServer::RedisServer(RedisServerOptions options) : options_(std::move(option
     internal::MutexLock lock(g_servers_mu);
     Servers().insert(this);
   }
-  char tmpl[] = "/tmp/sluice-redis-XXXXXX";
-  if (!::mkdtemp(tmpl)) Fatal("mkdtemp failed");
+  std::string tmpl = options_.parent_dir + "/sluice-redis-XXXXXX";
+  if (!::mkdtemp(tmpl.data())) Fatal("mkdtemp failed in " + options_.parent_dir);
   dir_ = tmpl;
   unix_path_ = dir_ + "/redis.sock";
   for (int attempt = 0; attempt < 5 && pid_ <= 0; ++attempt) {

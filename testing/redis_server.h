@@ -37,6 +37,9 @@ struct RedisServerOptions {
   // TLS only, to clients and to the data nodes); extra_args, requirepass and the unix
   // socket do not apply.
   std::string sentinel_config;
+  // The directory its own temporary directory (data, config, log, socket) is made in.
+  // Default: /tmp.
+  std::string parent_dir = "/tmp";
 };
 
 // One reply, owned (internal::Reply: type, integer, str, elements), for assertions.

@@ -1489,5 +1489,141 @@ std::vector<ClusterCell> ClusterCells() {
 INSTANTIATE_TEST_SUITE_P(Cluster, ClusterFaultMatrix, ::testing::ValuesIn(ClusterCells()),
                          ClusterCellName);
 
+// ---------------------------------------------------------------------------------------
+// Cluster failover: one primary of three, each with a replica, killed; its replica is
+// promoted (cluster-node-timeout 1 s; cluster-require-full-coverage no, so that the other
+// primaries keep serving while it is marked failed). Invariant (7) through the whole
+// failover: the healthy primaries' ids get the store's decisions all along; (1) for every
+// call; (2) the victim's ids back on the store, every breaker closed, within
+// kFailoverRecovery of the promotion (the router reads the slot map every 50 ms while a
+// primary is unreachable); (3) on every primary.
+
+// The promotion is known to the router within 50 ms; the rest: one call's deadline and
+// a loaded machine.
+constexpr milliseconds kFailoverRecovery{50 + 2 * 40 + 300};
+
+class ClusterFailoverMatrix : public ::testing::TestWithParam<FailurePolicy> {};
+
+// long: the run, its fault and its invariants in order, as every cell of the matrix
+TEST_P(ClusterFailoverMatrix, Cell) {
+  const FailurePolicy policy = GetParam();
+  testing::RedisCluster cluster({.primaries = 3,
+                                 .replicas = 1,
+                                 .node_timeout_ms = 1000,
+                                 .require_full_coverage = false,
+                                 .files_in_memory = true});
+  auto created = Client::Create(MatrixOptions(cluster.url(), policy));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::shared_ptr<Client> client = *created;
+  auto limiter =
+      *client->MakeLimiter("failover", {.limit = 1'000'000, .window = std::chrono::seconds(60)});
+  // The victim is the second primary (the first keeps answering the fixture).
+  const uint16_t victim = cluster.node(1).port();
+  std::vector<std::string> ids;
+  std::vector<bool> on_victim;
+  for (int i = 0; i < 30; ++i) {
+    ids.push_back("id" + std::to_string(i));
+    on_victim.push_back(cluster.PrimaryPortOf(cluster.KeySlot(*limiter.KeyFor(ids.back()))) ==
+                        victim);
+  }
+  const auto victims = std::count(on_victim.begin(), on_victim.end(), true);
+  ASSERT_GT(victims, 0);
+  ASSERT_LT(victims, 25);
+  uint16_t replica_port = 0;
+  for (const auto& node : cluster.nodes()) {
+    const testing::RedisValue role = node->Command({"ROLE"});
+    if (role.elements[0].str == "slave" && role.elements[2].integer == victim) {
+      replica_port = node->port();
+    }
+  }
+  ASSERT_NE(replica_port, 0) << "no replica of the victim";
+  testing::RedisServer& replica = cluster.NodeOnPort(replica_port);
+
+  Ledger ledger(policy);
+  std::atomic<bool> stop{false}, fault_on{false};
+  std::atomic<int64_t> healthy_calls{0}, healthy_not_store{0};
+  std::mutex example_mu;
+  std::string example;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < kThreads; ++t) {
+    workers.emplace_back([&, t] {
+      for (std::size_t n = static_cast<std::size_t>(t); !stop.load(); ++n) {
+        const std::size_t i = n % ids.size();
+        const bool during = fault_on.load();
+        const auto t0 = steady_clock::now();
+        auto d = limiter.Check(ids[i], {.deadline = kCallDeadline});
+        ledger.Timed("Check", Since(t0), kCallDeadline);
+        ExpectDecision(ledger, "Check", d);
+        if (during && fault_on.load() && !on_victim[i]) {
+          ++healthy_calls;
+          if (!d.ok() || d->source != DecisionSource::kStore) {
+            ++healthy_not_store;
+            std::lock_guard<std::mutex> lock(example_mu);
+            if (example.empty())
+              example = ids[i] + ": " + (d.ok() ? d->ToString() : d.status().ToString());
+          }
+        }
+        std::this_thread::sleep_for(milliseconds(2));
+      }
+    });
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+  fault_on = true;
+  cluster.NodeOnPort(victim).Kill();
+  const auto killed = steady_clock::now();
+  bool promoted = false;
+  while (Since(killed) < milliseconds(15000)) {
+    if (replica.Command({"ROLE"}).elements[0].str == "master") {
+      promoted = true;
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const auto promoted_at = steady_clock::now();
+  bool recovered = false;
+  while (promoted && Since(promoted_at) < kFailoverRecovery + milliseconds(3000)) {
+    bool all = true;
+    for (std::size_t i = 0; i < ids.size() && all; ++i) {
+      if (!on_victim[i]) continue;
+      auto d = limiter.Check(ids[i], {.deadline = kCallDeadline});
+      all = d.ok() && d->source == DecisionSource::kStore;
+    }
+    if (all && client->Health().breaker == "closed") {
+      recovered = true;
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  const milliseconds took = Since(promoted_at);
+  std::this_thread::sleep_for(milliseconds(300));  // the healthy ids, after the recovery too
+  fault_on = false;
+  stop = true;
+  for (auto& w : workers) w.join();
+  ASSERT_TRUE(promoted) << "the replica was not promoted within 15 s";
+  EXPECT_TRUE(recovered && took <= kFailoverRecovery)
+      << "invariant 2 (recovery): the promoted replica's ids "
+      << (recovered ? "were answered by the store " : "were not answered by the store within ")
+      << took.count() << " ms after the promotion; bound " << kFailoverRecovery.count()
+      << " ms (breaker " << client->Health().breaker << ")";
+  EXPECT_GT(healthy_calls.load(), 0);
+  EXPECT_EQ(healthy_not_store.load(), 0)
+      << "invariant 7 (one node's fault stays on its slots): " << healthy_not_store.load() << " of "
+      << healthy_calls.load()
+      << " calls on ids served by the healthy primaries were not decided by the store while "
+         "one primary failed over; e.g. "
+      << example;
+  ledger.ExpectTimely();
+  EXPECT_EQ(cluster.KeysWithoutTtl(std::string(kPrefix) + ":*"), std::vector<std::string>{})
+      << "invariant 3 (expiry)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cluster, ClusterFailoverMatrix,
+                         ::testing::Values(FailurePolicy::kOpen, FailurePolicy::kClosed,
+                                           FailurePolicy::kLocal),
+                         [](const ::testing::TestParamInfo<FailurePolicy>& param) {
+                           return "Check_PrimaryFailedOver_" +
+                                  std::string(FailurePolicyName(param.param));
+                         });
+
 }  // namespace
 }  // namespace sluice

@@ -1,16 +1,13 @@
 #include "redis/cluster_store.h"
 
 #include <algorithm>
-#include <future>
 #include <thread>
 
-#include <hiredis/hiredis.h>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/post.hpp>
 
+#include "core/client_side.h"
 #include "redis/crc16.h"
-#include "redis/reply.h"
-#include "redis/resp.h"
 
 namespace sluice::internal {
 
@@ -22,8 +19,6 @@ namespace {
 
 constexpr milliseconds kMinBackoff{1};
 constexpr milliseconds kMaxBackoff{100};
-// While no slot map is known, the periodic refresh comes this often.
-constexpr milliseconds kUnknownMapRetry{100};
 
 const Status& StatusOf(const Status& status) {
   return status;
@@ -51,6 +46,15 @@ bool NotRunHere(const Status& status) {
 bool NeverSent(const Status& status) {
   return status.code() == StatusCode::kUnavailable &&
          status.message().find(" is not connected") != std::string::npos;
+}
+
+// A node that cannot answer: not connected, the connection lost, or a deadline passed
+// with no reply on the connection (a stalled or partitioned node). Not a backlog in this
+// client (core/client_side.h).
+bool Unreachable(const Status& status) {
+  return (status.code() == StatusCode::kUnavailable ||
+          status.code() == StatusCode::kDeadlineExceeded) &&
+         !IsClientSide(status);
 }
 
 }  // namespace
@@ -218,6 +222,7 @@ template <typename Result>
 void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
                             const std::shared_ptr<Node>& node, bool asking, Result result) {
   const Status& status = StatusOf(result);
+  NoteOutcome(*node, status);
   if (status.ok() || shutdown_.load(std::memory_order_relaxed)) {
     attempt->done(std::move(result));
     return;
@@ -245,7 +250,8 @@ void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
       RetryLater(attempt, std::move(result));
       return;
     }
-    if (status.code() == StatusCode::kUnavailable) RequestRefresh();
+    // A node that cannot answer: is it being failed over?
+    if (Unreachable(status)) RequestRefresh();
     attempt->done(std::move(result));
     return;
   }
@@ -278,6 +284,14 @@ void ClusterStore::OnResult(const std::shared_ptr<Attempt<Result>>& attempt,
     case ClusterError::Kind::kReadOnly: RequestRefresh(); [[fallthrough]];
     case ClusterError::Kind::kTryAgain:
     case ClusterError::Kind::kClusterDown: RetryLater(attempt, std::move(result)); return;
+  }
+}
+
+void ClusterStore::NoteOutcome(Node& node, const Status& status) {
+  const bool failing = Unreachable(status);
+  // Read first: a store per call would bounce the line between the I/O threads.
+  if (node.failing.load(std::memory_order_relaxed) != failing) {
+    node.failing.store(failing, std::memory_order_relaxed);
   }
 }
 
@@ -516,180 +530,6 @@ std::vector<Endpoint> ClusterStore::Primaries() const {
     out.push_back(nodes_[static_cast<size_t>(index)]->endpoint);
   }
   return out;
-}
-
-Status ClusterStore::RefreshNow(milliseconds timeout) {
-  auto promise = std::make_shared<std::promise<Status>>();
-  auto result = promise->get_future();
-  std::vector<std::shared_ptr<Node>> candidates;
-  {
-    MutexLock lock(mu_);
-    candidates = nodes_;
-  }
-  RefreshFrom(std::move(candidates), 0,
-              [promise](Status status) { promise->set_value(std::move(status)); });
-  if (result.wait_for(timeout) != std::future_status::ready) {
-    return DeadlineExceededError("reading the redis cluster's slot map took longer than " +
-                                 std::to_string(timeout.count()) + " ms");
-  }
-  return result.get();
-}
-
-void ClusterStore::RequestRefresh() {
-  std::vector<std::shared_ptr<Node>> candidates;
-  {
-    MutexLock lock(mu_);
-    if (refreshing_) {
-      refresh_again_ = true;
-      return;
-    }
-    refreshing_ = true;
-    refresh_again_ = false;
-    // The primaries of the map first, then every other node met (seeds, old primaries).
-    std::vector<bool> taken(nodes_.size(), false);
-    for (int index : slot_node_) {
-      if (index < 0 || taken[static_cast<size_t>(index)]) continue;
-      taken[static_cast<size_t>(index)] = true;
-      candidates.push_back(nodes_[static_cast<size_t>(index)]);
-    }
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      if (!taken[i]) candidates.push_back(nodes_[i]);
-    }
-  }
-  RefreshFrom(std::move(candidates), 0,
-              [self = shared_from_this()](Status status) { self->RefreshFinished(status); });
-}
-
-void ClusterStore::RefreshFinished(Status status) {
-  bool again = false;
-  {
-    MutexLock lock(mu_);
-    refreshing_ = false;
-    again = refresh_again_ && !shutdown_.load(std::memory_order_relaxed);
-    refresh_again_ = false;
-    if (!status.ok()) last_refresh_error_ = status;
-  }
-  if (!again) return;
-  // Another refresh was asked for while this one ran: run it a little later, so that a
-  // burst of MOVED replies costs one more CLUSTER SLOTS, not one each.
-  auto timer = std::make_shared<asio::steady_timer>(executor_, milliseconds(20));
-  timer->async_wait([self = shared_from_this(), timer](boost::system::error_code) {
-    if (!self->shutdown_.load(std::memory_order_relaxed)) self->RequestRefresh();
-  });
-}
-
-void ClusterStore::RefreshFrom(std::vector<std::shared_ptr<Node>> candidates, size_t next,
-                               std::function<void(Status)> done) {
-  while (next < candidates.size() && !candidates[next]->store->connected()) ++next;
-  if (next >= candidates.size() || shutdown_.load(std::memory_order_relaxed)) {
-    // Why no node could be asked: the first connection error among them.
-    std::string why;
-    for (const auto& node : candidates) {
-      if (Status s = node->store->connection_error(); !s.ok()) {
-        why = ": " + std::string(s.message());
-        break;
-      }
-    }
-    done(UnavailableError("no node of the redis cluster answered CLUSTER SLOTS" + why));
-    return;
-  }
-  std::shared_ptr<Node> node = candidates[next];
-  node->store->connection().Send(
-      FormatCommand({"CLUSTER", "SLOTS"}), steady_clock::now() + options_.connect_timeout,
-      [self = shared_from_this(), candidates = std::move(candidates), next, node,
-       done = std::move(done)](const Status& status, const redisReply* reply) mutable {
-        // An ERR reply ("ERR This instance has cluster support disabled") is parsed, so
-        // that a server not in cluster mode says so (FailedPrecondition); a transient
-        // refusal (LOADING, CLUSTERDOWN: Unavailable) or a lost connection moves on to
-        // the next node.
-        const bool answered =
-            reply != nullptr && (status.ok() || status.code() == StatusCode::kInternal);
-        StatusOr<std::vector<SlotRange>> ranges =
-            answered ? ParseClusterSlots(CopyReply(*reply), node->endpoint.host)
-                     : StatusOr<std::vector<SlotRange>>(status);
-        if (ranges.ok() && ranges->empty()) {
-          ranges = UnavailableError("redis " + node->address + " knows no slot of its cluster");
-        }
-        if (!ranges.ok()) {
-          // A server that is not in cluster mode says so at once: no other node will
-          // disagree about what was configured.
-          if (ranges.status().code() == StatusCode::kFailedPrecondition) {
-            done(ranges.status());
-            return;
-          }
-          // Off the strand of this connection before the next node is asked.
-          asio::post(self->executor_, [self, candidates = std::move(candidates), next,
-                                       done = std::move(done)]() mutable {
-            self->RefreshFrom(std::move(candidates), next + 1, std::move(done));
-          });
-          return;
-        }
-        self->Apply(*ranges);
-        done(Status::Ok());
-      });
-}
-
-void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
-  std::vector<std::shared_ptr<Node>> retired;
-  {
-    MutexLock lock(mu_);
-    // After Shutdown no node is made: nobody would shut it down.
-    if (shutdown_.load(std::memory_order_relaxed)) return;
-    std::vector<std::shared_ptr<Node>> named;
-    for (const SlotRange& range : ranges) named.push_back(NodeAtLocked(range.host, range.port));
-    // Nodes this map does not name count towards retirement; the named ones start over.
-    std::vector<std::shared_ptr<Node>> kept;
-    for (const auto& node : nodes_) {
-      const bool in_map = std::find(named.begin(), named.end(), node) != named.end();
-      node->absent = in_map ? 0 : node->absent + 1;
-      if (node->absent >= kRetireAfterAbsentMaps) {
-        retired.push_back(node);
-      } else {
-        kept.push_back(node);
-      }
-    }
-    nodes_ = std::move(kept);
-    std::vector<int> map(kClusterSlots, -1);
-    for (size_t r = 0; r < ranges.size(); ++r) {
-      const auto index =
-          static_cast<int>(std::find(nodes_.begin(), nodes_.end(), named[r]) - nodes_.begin());
-      for (uint32_t slot = ranges[r].first; slot <= ranges[r].last; ++slot) map[slot] = index;
-    }
-    slot_node_ = std::move(map);
-    map_known_ = true;
-    ++router_stats_.refreshes;
-    router_stats_.nodes_retired += retired.size();
-    last_refresh_error_ = Status::Ok();
-  }
-  // Calls in flight on a retired node fail Unavailable and are routed again by the map.
-  for (const auto& node : retired) {
-    node->store->Shutdown();
-    std::shared_ptr<RedisStore> asking, slotted;
-    {
-      MutexLock lock(mu_);
-      asking = node->asking;
-      slotted = node->slotted;
-    }
-    if (asking) asking->Shutdown();
-    if (slotted) slotted->Shutdown();
-  }
-}
-
-void ClusterStore::ArmPeriodic() {
-  asio::post(strand_, [self = shared_from_this()] {
-    if (self->shutdown_.load(std::memory_order_relaxed)) return;
-    bool known = false;
-    {
-      MutexLock lock(self->mu_);
-      known = self->map_known_;
-    }
-    self->periodic_.expires_after(known ? self->refresh_interval_ : kUnknownMapRetry);
-    self->periodic_.async_wait([self](boost::system::error_code ec) {
-      if (ec || self->shutdown_.load(std::memory_order_relaxed)) return;
-      self->RequestRefresh();
-      self->ArmPeriodic();
-    });
-  });
 }
 
 }  // namespace sluice::internal

@@ -3,8 +3,18 @@
 // mode: its batches never span slots).
 //
 // The slot map comes from CLUSTER SLOTS, asked at start, every refresh_interval, after a
-// MOVED and after a connection failure. A node absent from kRetireAfterAbsentMaps maps in
-// a row is retired (its stores shut down, never reconnected). A call that meets
+// MOVED, after a connection failure and after a call that missed its deadline with no
+// reply; and every kUnreachableRefresh while a primary of the map is unreachable (not
+// connected, or its last call failed so), so that a replica promoted in its place is
+// known within that much of its promotion, whether or not calls still reach the dead
+// node (its breaker stops them). Slots a map leaves without a primary (Redis leaves a
+// primary marked failed out of CLUSTER SLOTS until its replacement is promoted) keep their
+// last one, and a slot handed from an unreachable primary to one not connected yet stays
+// with the first until the second is up: either way the calls stay with the breaker that
+// already answers them, instead of failing on an unknown slot or a connection still being
+// made (which would open the new primary's breaker for a cool-down). A node absent from
+// kRetireAfterAbsentMaps maps in a row is retired (its stores shut down, never
+// reconnected). A call that meets
 //   - MOVED: the slot is moved in the map at once, a refresh starts in the background,
 //     and the call is sent again to the named node;
 //   - ASK (a slot in mid-migration): the call is sent once to the named node right after
@@ -31,6 +41,8 @@
 // grouped by slot (CompositeGroup): limits whose keys share a slot (co-located,
 // LimiterOptions::colocate) are one composite script on that slot's node, routed as any
 // call; CheckComposite stages the others (docs/design.md §6).
+//
+// cluster_store.cc routes the calls; cluster_map.cc reads and applies the slot map.
 //
 // Thread-safety: thread-safe; callbacks run on the I/O threads (or inline when a call
 // cannot be routed at all).
@@ -61,6 +73,9 @@ namespace sluice::internal {
 class ClusterStore final : public Store, public std::enable_shared_from_this<ClusterStore> {
  public:
   static constexpr int kMaxRedirects = 5;
+  // How often the slot map is read while a primary of the map is unreachable or no map
+  // is known yet.
+  static constexpr std::chrono::milliseconds kUnreachableRefresh{50};
 
   // Connects to the first seed that answers, reads the slot map and connects to every
   // primary, waiting at most options.connect_timeout plus a second for each step; or,
@@ -137,6 +152,9 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
     std::shared_ptr<RedisStore> asking;   // made at the first ASK to this node
     // Slot maps read in a row that do not name this node (guarded by the store's mu_).
     int absent = 0;
+    // Its latest call failed as a node that cannot answer does (never sent: not
+    // connected; connection lost; deadline passed with no reply); cleared by a success.
+    std::atomic<bool> failing{false};
     uint64_t domain = 0;  // its fault domain (FaultDomain), set when made
   };
   template <typename Result>
@@ -175,7 +193,14 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
                    std::function<void(Status)> done);
   void Apply(const std::vector<SlotRange>& ranges) SLUICE_EXCLUDES(mu_);
   void RefreshFinished(Status status) SLUICE_EXCLUDES(mu_);
+  // Ticks every kUnreachableRefresh; a tick reads the map when none is known, when a
+  // primary of the map is unreachable, or refresh_interval after the last map read.
   void ArmPeriodic() SLUICE_EXCLUDES(mu_);
+  bool MapDueLocked(std::chrono::steady_clock::time_point now) const SLUICE_REQUIRES(mu_);
+  // Connected, and its latest call did not fail as an unreachable node's.
+  static bool Reachable(const Node& node);
+  // Notes the outcome of a call on `node` for MapDueLocked.
+  static void NoteOutcome(Node& node, const Status& status);
 
   boost::asio::any_io_executor executor_;
   boost::asio::strand<boost::asio::any_io_executor> strand_;  // the periodic timer's
@@ -190,7 +215,10 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   std::vector<std::shared_ptr<Node>> nodes_ SLUICE_GUARDED_BY(mu_);
   // Per slot, an index into nodes_; -1: unknown.
   std::vector<int> slot_node_ SLUICE_GUARDED_BY(mu_);
+  // The indices into nodes_ of the map's primaries, each once.
+  std::vector<int> primaries_ SLUICE_GUARDED_BY(mu_);
   bool map_known_ SLUICE_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point map_read_at_ SLUICE_GUARDED_BY(mu_){};
   bool refreshing_ SLUICE_GUARDED_BY(mu_) = false;
   bool refresh_again_ SLUICE_GUARDED_BY(mu_) = false;
   Status last_refresh_error_ SLUICE_GUARDED_BY(mu_);
