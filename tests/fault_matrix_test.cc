@@ -20,7 +20,12 @@
 //  (6) no growth of threads, open descriptors, Redis connections or memory from the
 //      first fault to the last;
 // and that a call whose policy must answer (checks, peeks, composites, acquires) never
-// returns an error.
+// returns an error. Besides the bounds, the mechanism: over the repetitions, whenever
+// the store failed the cell's calls, the breaker opened during a fault and short-circuited
+// calls until it closed, and the policy answered (counted by source); lease heartbeats
+// keep a live holder's lease across faults of half the lease_ttl only by bypassing the
+// breaker (HeartbeatWorkload). testing/mutations.sh checks that cells fail when failure
+// handling is broken on purpose.
 //
 // Calls that no policy answers (Refund, Reset, lease heartbeats, releases, ReleaseAll:
 // they return the store's error) run once per fault, under the `closed` policy.
