@@ -177,14 +177,6 @@ TEST(LeaseChaos, AStallOfHalfTheLeaseTtlLosesNoLease) {
     leases.push_back(std::move(a->lease));
   }
   std::this_thread::sleep_for(milliseconds(600));  // heartbeats under way
-  // Commands Redis ran: what the heartbeats and their retries cost it.
-  const auto commands = [&] {
-    const std::string info = server.Command({"INFO", "stats"}).str;
-    const std::string field = "total_commands_processed:";
-    const auto at = info.find(field);
-    return at == std::string::npos ? int64_t{-1} : std::stoll(info.substr(at + field.size()));
-  };
-  const int64_t commands_before = commands();
   const auto before_pause = steady_clock::now();
   server.Pause();
   const auto paused = steady_clock::now();
@@ -210,8 +202,6 @@ TEST(LeaseChaos, AStallOfHalfTheLeaseTtlLosesNoLease) {
   // Past a whole lease_ttl after the stall began: a lease whose heartbeats did not get
   // through again would be expired by now.
   const int64_t opens = client->Health().breaker_opens;
-  const int64_t commands_run = commands() - commands_before;
-  const auto window = std::chrono::duration_cast<milliseconds>(steady_clock::now() - before_pause);
   int lost = 0;
   for (const Lease& l : leases) lost += !l.held() || l.loss() != LeaseLoss::kNone;
   int64_t in_redis = 0;
@@ -236,10 +226,7 @@ TEST(LeaseChaos, AStallOfHalfTheLeaseTtlLosesNoLease) {
             << gone.load() << " gone from the store), " << lost_calls.load()
             << " on_lost calls, the first and last " << since_resume(first_loss.load()) << ", "
             << since_resume(last_loss.load()) << " after the pause ended; " << in_redis
-            << " in Redis, breaker opened " << opens << " time(s); Redis ran " << commands_run
-            << " commands in the " << window.count() << " ms from the pause (the leases' "
-            << "heartbeats at their interval, over the whole window: "
-            << kLeases * window.count() / kInterval.count() << ")\n";
+            << " in Redis, breaker opened " << opens << " time(s)\n";
   EXPECT_GE(opens, 1) << "the stall never opened the breaker: the scenario did not happen";
   if (pause_max + kInterval.count() >= kStallTtl.count()) {
     GTEST_SKIP() << "Redis stayed paused up to " << pause_max << " ms (asked " << kStall.count()
