@@ -555,11 +555,11 @@ class CheckWorkload : public Workload {
     return d.ok() && d->source == DecisionSource::kStore;
   }
   // Periodic sync: only the syncs go to the store, each waiting the client's deadline,
-  // one at a time per id; the faults outlast the three failed syncs that open the breaker.
-  milliseconds Length(milliseconds base) const override {
-    return synced_ ? std::max(base, 3 * kClientDeadline) : base;
+  // one at a time per id, so the breaker opens after three failed syncs: only faults
+  // that outlast them (SLUICE_FAULT_MATRIX_LONG=1) must open it.
+  bool BreakerOpens(Fault fault) const override {
+    return !synced_ || (fault != Fault::kLatency && FaultLength() >= 3 * kClientDeadline);
   }
-  bool BreakerOpens(Fault fault) const override { return !synced_ || fault != Fault::kLatency; }
   bool AnswersLocally() const override { return local_; }
 
  protected:
