@@ -137,15 +137,22 @@ Snapshot Take(const RedisServer& server, const std::string& prefix) {
 // 1,000 keys of five limiters and every window algorithm, all with an expiry, then the
 // sign-in limiter's keys of accounts 101, 402 and 777 lose theirs (what a buggy
 // migration or a hand-made `PERSIST` leaves behind).
+//
+// Every key must outlive the test however slowly a loaded machine runs it: a key's
+// expiry is its window (fixed and sliding windows, logs) or the time its bucket takes to
+// refill what was spent (token bucket, GCRA: cost x window / limit, 1 to 3 tokens here).
+// With one-day windows the shortest expiry is 2.4 hours; with 600 s windows a cost-1
+// bucket key lived 60 s, and a stall of about a minute expired some before the audit.
 std::set<std::string> SeedThousandWithThreeLeaks(const RedisServer& server,
                                                  const std::string& prefix) {
   auto client = Connect(server, prefix);
+  constexpr auto kDay = std::chrono::hours(24);
   const std::vector<std::pair<std::string, Limit>> limiters = {
-      {"signin", {.algorithm = Algorithm::kFixedWindow, .limit = 5, .window = 600s}},
-      {"api", {.algorithm = Algorithm::kSlidingWindow, .limit = 100, .window = 600s}},
-      {"export", {.algorithm = Algorithm::kSlidingLog, .limit = 10, .window = 600s}},
-      {"upload", {.algorithm = Algorithm::kTokenBucket, .limit = 10, .window = 600s}},
-      {"search", {.algorithm = Algorithm::kGcra, .limit = 10, .window = 600s}},
+      {"signin", {.algorithm = Algorithm::kFixedWindow, .limit = 5, .window = kDay}},
+      {"api", {.algorithm = Algorithm::kSlidingWindow, .limit = 100, .window = kDay}},
+      {"export", {.algorithm = Algorithm::kSlidingLog, .limit = 10, .window = kDay}},
+      {"upload", {.algorithm = Algorithm::kTokenBucket, .limit = 10, .window = kDay}},
+      {"search", {.algorithm = Algorithm::kGcra, .limit = 10, .window = kDay}},
   };
   for (const auto& [name, limit] : limiters) {
     auto limiter = client->MakeLimiter(name, limit);
