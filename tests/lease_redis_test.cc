@@ -395,8 +395,11 @@ TEST(LeaseRedis, AHolderCutOffFromRedisStopsBelievingItsLeaseAfterTheTtl) {
   });
   auto cap = *client->MakeConcurrencyLimiter(
       "cut", {.limit = 2, .lease_ttl = milliseconds(500), .heartbeat_interval = milliseconds(50)});
-  auto a = cap.Acquire("job");
+  // A lease the store granted: a loaded machine that made the acquire miss a short
+  // deadline would get the open policy's lease, which no store holds and none can lose.
+  auto a = cap.Acquire("job", {.deadline = seconds(10)});
   ASSERT_TRUE(a->acquired);
+  ASSERT_EQ(a->source, DecisionSource::kStore);
   ASSERT_TRUE(a->lease.held());
   server.Kill();
   // Every heartbeat confirmed was sent before the kill, so the lease can be believed
