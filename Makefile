@@ -15,11 +15,11 @@
 PRESET ?= release
 JOBS ?= 2
 # CTest's jobs: twice the compile jobs. Most tests wait (on the redis-servers they start, on
-# the faults they inject, on timeouts) far more than they compute: the release suite used
-# 323 s of CPU in 657 s on two cores at -j2, the fault matrix 53 s of CPU in 311 s
-# (2026-12-05, docs/development.md, Where the time goes). A test that keeps the CPU busy
-# counts as two jobs (PROCESSORS, tests/CMakeLists.txt), so no more CPU is asked for at
-# once than at -j2.
+# the faults they inject, on timeouts) far more than they compute: the release suite's
+# 323 s of CPU would fill a quarter of the 657 s it took on two cores at -j2
+# (docs/development.md, Where the time goes). A test that keeps the CPU busy counts as two
+# jobs (PROCESSORS, tests/CMakeLists.txt), so no more busy tests run at once than at -j2.
+# On a machine loaded by other work, where timing bounds fail anyway, TEST_JOBS=2.
 TEST_JOBS ?= 4
 # ccache keys a compilation on paths relative to the checkout, not absolute ones, so every
 # clone and worktree on a machine shares one cache: a fresh clone of a commit built
