@@ -238,10 +238,11 @@ void RunRealClockTrace(const RedisServer& server, const TraceConfig& config) {
       const CheckCall& c = sent_calls[i];
       int64_t expires_at = 0;
       std::optional<FixedWindowState>& state = twin[c.key];
-      const std::optional<int64_t> stored_end =
-          state ? std::optional<int64_t>(state->ends_ms) : std::nullopt;
+      // The twin's window end before this step (none: no window yet).
+      const bool had_window = state.has_value();
+      const int64_t stored_end = had_window ? state->ends_ms : 0;
       const AlgoReply m = internal::FixedWindowStep(state, args[i], sent_ms, expires_at);
-      if (stored_end && state && state->ends_ms < *stored_end) ++moved;
+      if (had_window && state && state->ends_ms < stored_end) ++moved;
       const Decision want = internal::MakeDecision(m, c.limit.limit, c.op);
       const std::string where =
           "seed " + std::to_string(config.seed) + " step " +
