@@ -77,7 +77,15 @@ void Engine::Acquire(std::string domain, Entries entries, std::function<void(Lea
             1, std::memory_order_relaxed);
         if (a->source != DecisionSource::kStore) metrics_.StoreError();
         if (a->acquired) {
-          grant.handle = EncodeLeaseHandle(grant.rule->limiter_name, a->lease.Detach());
+          const std::string ref = a->lease.Detach();
+          if (ref.empty()) {
+            // Lost between the grant and now (this process stalled past lease_ttl): a
+            // handle would name a lease that is not there.
+            grant.granted = false;
+            grant.error = "the lease expired before it could be handed over; acquire again";
+          } else {
+            grant.handle = EncodeLeaseHandle(grant.rule->limiter_name, ref);
+          }
         }
         done(std::move(grant));
       });
