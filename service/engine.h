@@ -207,6 +207,9 @@ class Engine {
   // The limiter of the concurrency limit a lease handle names (a copy: a reload may drop
   // the generation meanwhile) and the handle's lease reference; nullopt when the handle
   // names none in the current configuration.
+  // The limiter an admin call on `match` acts through; InvalidArgument when the matched
+  // limit is not a concurrency limit.
+  sluice::StatusOr<sluice::ConcurrencyLimiter> AdminLimiter(const Match& match);
   std::optional<sluice::ConcurrencyLimiter> LeaseLimiter(const std::string& handle,
                                                          std::string& lease_ref) const;
   // Counts the decision; `timed`: also its store latency or store error (once per store

@@ -137,23 +137,23 @@ void Engine::Release(const std::string& handle, std::function<void(Status)> done
   });
 }
 
-StatusOr<sluice::ReleaseAllResult> Engine::ReleaseAll(const Match& match,
-                                                      const sluice::AdminAction& action) {
+StatusOr<sluice::ConcurrencyLimiter> Engine::AdminLimiter(const Match& match) {
   if (match.rule->kind != RuleKind::kConcurrency)
     return sluice::InvalidArgumentError("the matched limit is not a concurrency limit");
-  auto cl = client_->MakeConcurrencyLimiter(
+  return client_->MakeConcurrencyLimiter(
       match.rule->limiter_name, {.limit = std::max<int64_t>(1, match.rule->requests_per_unit),
                                  .lease_ttl = match.rule->lease_ttl});
+}
+
+StatusOr<sluice::ReleaseAllResult> Engine::ReleaseAll(const Match& match,
+                                                      const sluice::AdminAction& action) {
+  auto cl = AdminLimiter(match);
   if (!cl.ok()) return cl.status();
   return sluice::ReleaseAll(*cl, match.id, action, {.log_path = options_.audit_log});
 }
 
 StatusOr<std::vector<sluice::LeaseInfo>> Engine::ListLeases(const Match& match) {
-  if (match.rule->kind != RuleKind::kConcurrency)
-    return sluice::InvalidArgumentError("the matched limit is not a concurrency limit");
-  auto cl = client_->MakeConcurrencyLimiter(
-      match.rule->limiter_name, {.limit = std::max<int64_t>(1, match.rule->requests_per_unit),
-                                 .lease_ttl = match.rule->lease_ttl});
+  auto cl = AdminLimiter(match);
   if (!cl.ok()) return cl.status();
   return cl->List(match.id);
 }

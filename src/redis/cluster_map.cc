@@ -216,17 +216,7 @@ void ClusterStore::Apply(const std::vector<SlotRange>& ranges) {
     last_refresh_error_ = Status::Ok();
   }
   // Calls in flight on a retired node fail Unavailable and are routed again by the map.
-  for (const auto& node : retired) {
-    node->store->Shutdown();
-    std::shared_ptr<RedisStore> asking, slotted;
-    {
-      MutexLock lock(mu_);
-      asking = node->asking;
-      slotted = node->slotted;
-    }
-    if (asking) asking->Shutdown();
-    if (slotted) slotted->Shutdown();
-  }
+  for (const auto& node : retired) ShutdownNode(*node);
 }
 
 bool ClusterStore::Reachable(const Node& node) {

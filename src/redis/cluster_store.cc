@@ -454,6 +454,18 @@ Status ClusterStore::connection_error() const {
   return UnavailableError("redis cluster: reading its slot map");
 }
 
+void ClusterStore::ShutdownNode(const Node& node) {
+  node.store->Shutdown();
+  std::shared_ptr<RedisStore> asking, slotted;
+  {
+    MutexLock lock(mu_);
+    asking = node.asking;
+    slotted = node.slotted;
+  }
+  if (asking) asking->Shutdown();
+  if (slotted) slotted->Shutdown();
+}
+
 void ClusterStore::Shutdown() {
   if (shutdown_.exchange(true)) return;
   std::vector<std::shared_ptr<Node>> nodes;
@@ -461,17 +473,7 @@ void ClusterStore::Shutdown() {
     MutexLock lock(mu_);
     nodes = nodes_;
   }
-  for (const auto& node : nodes) {
-    node->store->Shutdown();
-    std::shared_ptr<RedisStore> asking, slotted;
-    {
-      MutexLock lock(mu_);
-      asking = node->asking;
-      slotted = node->slotted;
-    }
-    if (asking) asking->Shutdown();
-    if (slotted) slotted->Shutdown();
-  }
+  for (const auto& node : nodes) ShutdownNode(*node);
   asio::post(strand_, [self = shared_from_this()] { self->periodic_.cancel(); });
 }
 

@@ -199,6 +199,9 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
   bool MapDueLocked(std::chrono::steady_clock::time_point now) const SLUICE_REQUIRES(mu_);
   // Connected, and its latest call did not fail as an unreachable node's.
   static bool Reachable(const Node& node);
+  // Stops a node's connections (its own, and its ASKING and slotted ones if made): at
+  // Shutdown, and for a node the slot map retired.
+  void ShutdownNode(const Node& node) SLUICE_EXCLUDES(mu_);
   // Notes the outcome of a call on `node` for MapDueLocked.
   static void NoteOutcome(Node& node, const Status& status);
 
