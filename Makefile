@@ -2,6 +2,10 @@
 #   make run    install what is missing, build, run sluiced's worked example (examples/run.sh:
 #               a private redis-server, sluiced on examples/config, 200/429/503 with Redis
 #               up, stopped and back; everything it starts is stopped by pid)
+#   make serve  sluiced on examples/config at the documented addresses (HTTP 127.0.0.1:8080,
+#               gRPC 8081, admin 8082, metrics 8083) with a private redis-server, until
+#               Ctrl-C (examples/serve.sh); a port in use: make serve HTTP_PORT=18080 (and
+#               GRPC_PORT, ADMIN_PORT, METRICS_PORT)
 #   make test   install what is missing, build, run every test (unit, differential,
 #               integration, chaos) against private redis-servers on free loopback ports;
 #               first the unit, integration and service tests under AddressSanitizer+UBSan
@@ -27,7 +31,7 @@ TEST_JOBS ?= 4
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build run test test-asan test-sanitizers package bench clean
+.PHONY: setup build run serve test test-asan test-sanitizers package bench clean
 
 setup:
 	./scripts/setup.sh
@@ -41,6 +45,12 @@ run: setup
 	cmake --build --preset $(PRESET) -j $(JOBS) --target sluiced sluice_cli
 	./examples/run.sh
 
+# Ports given on make's command line reach the script through the environment.
+serve: setup
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS) --target sluiced sluice_cli
+	./examples/serve.sh
+
 # The release suite runs last, so that its CTest summary is the last line.
 test: build test-asan
 	ctest --preset $(PRESET) -j $(TEST_JOBS) --timeout 600
@@ -52,7 +62,7 @@ test: build test-asan
 # (it runs sluiced out of file descriptors, and the sanitizers' runtime needs one: UBSan's
 # vptr check tests memory through a pipe and, failing to make one, reports a valid object
 # as invalid and stops the process). A finding fails the test that hit it.
-SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
+SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|CompositeFigure|Docs)\.|ListenersBackOffWhenOutOfDescriptors'
 
 # AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
 # built instrumented, its end-to-end tests included: they found a use-after-free at exit
@@ -78,7 +88,7 @@ test-sanitizers: setup
 	  cmake --preset $$p; \
 	  cmake --build --preset $$p -j $(JOBS); \
 	  if [ $$p = tsan ]; then \
-	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
+	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|Package|CompositeFigure|Docs)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
 	  else \
 	    ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
 	  fi; \
