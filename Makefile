@@ -57,7 +57,8 @@ test: build test-asan
 
 # Under a sanitizer: every test but the style checks (they do not depend on the build),
 # the package checks (one builds a consumer project, the other packages, installs and
-# purges the Debian packages), CompositeFigure (it measures speed, which means nothing
+# purges the Debian packages), the docs tests (they build the docs' programs against the
+# installed package, and run make serve's script), CompositeFigure (it measures speed, which means nothing
 # under a sanitizer) and E2e.ListenersBackOffWhenOutOfDescriptors...
 # (it runs sluiced out of file descriptors, and the sanitizers' runtime needs one: UBSan's
 # vptr check tests memory through a pipe and, failing to make one, reports a valid object
