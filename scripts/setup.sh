@@ -25,6 +25,7 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools   # the Python RLS client of sluiced's tests
   prometheus                          # promtool: tests check /metrics with it
   curl                                # make run's worked example
+  python3-yaml                        # the docs test parses the docs' YAML blocks (tests/docs_blocks.py)
   wrk                                 # bench/service.sh (HTTP; gRPC load is our own client)
   haproxy                             # the fleet test's load balancer (2.6; examples/haproxy.cfg)
   # the Debian packages (make package) and their test (tests/package/deb_test.sh):
