@@ -16,11 +16,12 @@ What each fence language gets:
             block with `int main` is a program; any other block is the body of main (its
             #include lines at file scope). A block preceded by <!-- continues --> is
             appended to the page's previous C++ block, in a scope of its own (it sees
-            that block's names, and its own end with it): the two are one program. A program
-            runs (exit 0 within 20 s) against a private redis-server on a free loopback
-            port when every Redis address in it is localhost:6379 or 127.0.0.1:6379: those
-            addresses are swapped for the private server's at run time. A program naming
-            another host is compiled only.
+            that block's names, and its own end with it): the two are one program.
+            A program runs (exit 0 within 20 s) against a private redis-server on a free
+            loopback port, then again with nothing at that address (it must end by
+            itself, with any exit code, never by a signal), when every Redis address in
+            it is localhost:6379 or 127.0.0.1:6379: those addresses are swapped for the
+            private server's at run time. A program naming another host is compiled only.
   cmake     the generated project's lines, after add_executable(app ...) of the page's
             first program.
   sh        run by bash -euo pipefail from the checkout's root (exit 0 within 60 s), with
@@ -354,6 +355,24 @@ def run_shell(text, env, cwd, timeout=60):
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def run_without_redis(exe, env):
+    """A program run again with nothing listening at its Redis address must end by itself
+    (any exit code: an error said is fine), never by a signal: a docs example that
+    dereferences a failed Create's StatusOr is what a newcomer copies first. Returns what
+    went wrong, or None."""
+    with socket.socket() as s:  # a port that was free; nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    try:
+        r = subprocess.run([exe], capture_output=True, text=True, timeout=20,
+                           env=dict(env, SLUICE_DOCS_REDIS_PORT=str(closed)))
+    except subprocess.TimeoutExpired:
+        return "still running after 20 s"
+    if r.returncode < 0:
+        return f"killed by signal {-r.returncode}\n{r.stdout}{r.stderr}"
+    return None
+
+
 def check_output(block, output_block, stdout, failures):
     if output_block is None:
         return
@@ -491,6 +510,12 @@ def cmd_blocks(root, build, bin_dir):
                 print(f"compiled and ran: {p.where()}")
                 count("cpp: compiled and ran")
                 check_output(p.blocks[-1], outs.get(index[id(p.blocks[-1])]), r.stdout, failures)
+                crash = run_without_redis(os.path.join(work, "out", p.name), env)
+                if crash:
+                    failures.append((f"C++ {p.where()} with no Redis at its address: {crash}", ""))
+                    count("cpp: crashed with Redis down")
+                else:
+                    count("cpp: ran again with Redis down, no crash")
             else:
                 failures.append((f"C++ {p.where()} fails when run", detail))
                 count("cpp: failed when run")
