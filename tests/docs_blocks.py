@@ -471,9 +471,8 @@ def cmd_list(root):
 def cmd_blocks(root, build, bin_dir):
     t0 = time.monotonic()
     blocks, errors = all_blocks(root)
-    failures = [(e, "") for e in errors]
     progs = programs_of(blocks, errors)
-    failures += [(e, "") for e in errors[len(failures):]]
+    failures = [(e, "") for e in errors]
     counts = {}
 
     def count(kind):
@@ -529,6 +528,7 @@ def cmd_blocks(root, build, bin_dir):
                 count(f"{b.lang}: skipped ({b.marker})")
                 continue
             if b.marker == "output":
+                count("text: output, compared with what the block before printed")
                 continue
             if b.lang in SHELL:
                 if is_serve_block(b):
