@@ -14,6 +14,8 @@
 //   node sluiced_client.mjs check http://127.0.0.1:8080 shop --fail closed route=sign_in account=alice
 //   node sluiced_client.mjs lease http://127.0.0.1:8080 shop --hold-ms 2000 streams account=alice
 
+import {pathToFileURL} from 'node:url';
+
 // A limit check guards a request: it must not hold it long. sluiced answers in a
 // millisecond or two; past this, the route's failure choice decides.
 const TIMEOUT_MS = 250;
@@ -35,7 +37,7 @@ export async function check(base, domain, entries, failOpen) {
   try {
     r = await call('POST', `${base}/v1/check`, {domain, descriptors: [{entries}]});
   } catch (e) {  // refused, reset, timed out
-    return failureChoice(`sluiced unreachable: ${e.cause?.code ?? e.name}`, failOpen);
+    return failureChoice(`sluiced unreachable: ${e.cause?.code ?? e.cause?.message ?? e.name}`, failOpen);
   }
   if (r.status === 200) return {allowed: true, why: `allowed (200) RateLimit: ${r.headers.get('RateLimit')}`};
   if (r.status === 429) {
@@ -75,7 +77,7 @@ export async function withLease(base, domain, entries, work, log = console.log) 
         lost.abort();
       }
     } catch (e) {  // try again next time: one miss costs nothing
-      log(`heartbeat failed: ${e.cause?.code ?? e.name}`);
+      log(`heartbeat failed: ${e.cause?.code ?? e.cause?.message ?? e.name}`);
     }
   }, ttl / 3);
   try {
@@ -86,7 +88,7 @@ export async function withLease(base, domain, entries, work, log = console.log) 
       const r = await call('DELETE', url);
       log(`lease released (${r.status})`);  // 204; 202: sluiced retries it for us
     } catch (e) {  // the slot frees lease_ttl after the last heartbeat
-      log(`release failed: ${e.cause?.code ?? e.name}`);
+      log(`release failed: ${e.cause?.code ?? e.cause?.message ?? e.name}`);
     }
   }
 }
@@ -127,4 +129,5 @@ async function main(argv) {
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) await main(process.argv.slice(2));
+// Run as a program (not imported as a module).
+if (import.meta.url === pathToFileURL(process.argv[1]).href) await main(process.argv.slice(2));
