@@ -5,9 +5,10 @@
 //	200       go on;
 //	429       refuse (or wait): Retry-After says how many seconds, RateLimit which limit
 //	          and what is left;
-//	5xx, or sluiced not reachable within the client's timeout: the route's own choice,
-//	          as Envoy's failure_mode_deny: fail open (serve: the route is worth more than
-//	          the limit) or fail closed (refuse: the limit protects something, e.g. sign-in);
+//	5xx, or sluiced not reachable within the client's timeout (250 ms;
+//	          SLUICED_TIMEOUT_MS): the route's own choice, as Envoy's failure_mode_deny:
+//	          fail open (serve: the route is worth more than the limit) or fail closed
+//	          (refuse: the limit protects something, e.g. sign-in);
 //	other 4xx a bug in the caller (unknown domain, malformed body): an error.
 //
 // withLease: a concurrency slot: acquire, heartbeat every lease_ttl / 3, release in a defer.
@@ -24,13 +25,21 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // A limit check guards a request: it must not hold it long. sluiced answers in a
 // millisecond or two; past this, the route's failure choice decides.
-var client = &http.Client{Timeout: 250 * time.Millisecond}
+var client = &http.Client{Timeout: timeout()}
+
+func timeout() time.Duration {
+	if ms, err := strconv.Atoi(os.Getenv("SLUICED_TIMEOUT_MS")); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return 250 * time.Millisecond
+}
 
 type entry struct {
 	Key   string `json:"key"`

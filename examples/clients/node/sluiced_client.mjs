@@ -4,9 +4,10 @@
 //   200       go on;
 //   429       refuse (or wait): Retry-After says how many seconds, RateLimit which limit and
 //             what is left;
-//   5xx, or sluiced not reachable within TIMEOUT_MS: the route's own choice, as Envoy's
-//             failure_mode_deny: fail open (serve: the route is worth more than the limit)
-//             or fail closed (refuse: the limit protects something, e.g. sign-in).
+//   5xx, or sluiced not reachable within TIMEOUT_MS (250 ms; SLUICED_TIMEOUT_MS):
+//             the route's own choice, as Envoy's failure_mode_deny: fail open (serve: the
+//             route is worth more than the limit) or fail closed (refuse: the limit
+//             protects something, e.g. sign-in).
 //   other 4xx a bug in the caller (unknown domain, malformed body): thrown.
 // withLease(): a concurrency slot: acquire, heartbeat every lease_ttl / 3, release in a
 //   `finally`.
@@ -18,7 +19,7 @@ import {pathToFileURL} from 'node:url';
 
 // A limit check guards a request: it must not hold it long. sluiced answers in a
 // millisecond or two; past this, the route's failure choice decides.
-const TIMEOUT_MS = 250;
+const TIMEOUT_MS = Number(process.env.SLUICED_TIMEOUT_MS ?? 250);
 
 async function call(method, url, body) {
   const response = await fetch(url, {

@@ -5,9 +5,10 @@ check(): one POST /v1/check before the work it guards.
   200       go on;
   429       refuse (or wait): Retry-After says how many seconds, RateLimit which limit and
             what is left;
-  5xx, or sluiced not reachable within TIMEOUT_S: the route's own choice, as Envoy's
-            failure_mode_deny: fail open (serve: the route is worth more than the limit)
-            or fail closed (refuse: the limit protects something, e.g. sign-in).
+  5xx, or sluiced not reachable within TIMEOUT_S (250 ms; SLUICED_TIMEOUT_MS):
+            the route's own choice, as Envoy's failure_mode_deny: fail open (serve: the
+            route is worth more than the limit) or fail closed (refuse: the limit
+            protects something, e.g. sign-in).
   other 4xx a bug in the caller (unknown domain, malformed body): raised.
 hold_lease(): a concurrency slot: acquire, heartbeat every lease_ttl / 3 on a thread,
   release in a `finally`.
@@ -18,13 +19,14 @@ hold_lease(): a concurrency slot: acquire, heartbeat every lease_ttl / 3 on a th
 import argparse
 import contextlib
 import json
+import os
 import threading
 import urllib.error
 import urllib.request
 
 # A limit check guards a request: it must not hold it long. sluiced answers in a
 # millisecond or two; past this, the route's failure choice decides.
-TIMEOUT_S = 0.25
+TIMEOUT_S = float(os.environ.get("SLUICED_TIMEOUT_MS", "250")) / 1000
 
 
 def call(method, url, body=None):
