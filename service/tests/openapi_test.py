@@ -72,7 +72,28 @@ class Spec:
             rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(p)) + "$"
             self.templates[p] = re.compile(rx)
         self.seen = set()
-        self.failures = []
+        self.well_formed()
+
+    def well_formed(self):
+        """Every $ref resolves and every schema is valid JSON Schema 2020-12 (no OpenAPI
+        meta-schema is packaged for Debian: this is the part a JSON Schema library checks)."""
+        def walk(node, where):
+            if isinstance(node, dict):
+                if "$ref" in node:
+                    try:
+                        self.resolver.resolve(node["$ref"])
+                    except jsonschema.RefResolutionError as e:
+                        raise AssertionError("%s: %s" % (where, e))
+                if "schema" in node and isinstance(node["schema"], dict):
+                    jsonschema.Draft202012Validator.check_schema(node["schema"])
+                for k, v in node.items():
+                    walk(v, where + "/" + str(k))
+            elif isinstance(node, list):
+                for i, v in enumerate(node):
+                    walk(v, "%s/%d" % (where, i))
+        walk(self.doc, "#")
+        for name, schema in self.doc["components"]["schemas"].items():
+            jsonschema.Draft202012Validator.check_schema(schema)
 
     def deref(self, node):
         while isinstance(node, dict) and "$ref" in node:
