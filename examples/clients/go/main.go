@@ -104,16 +104,19 @@ func withLease(base, domain string, entries []entry, work func(context.Context))
 		Lease      string `json:"lease"`
 		LeaseTTLMs int64  `json:"lease_ttl_ms"`
 	}
-	resp, err := call("POST", base+"/v1/leases", map[string]any{"domain": domain, "entries": entries}, &grant)
+	body := map[string]any{"domain": domain, "entries": entries}
+	resp, err := call("POST", base+"/v1/leases", body, &grant)
 	if err != nil {
 		return err
 	}
 	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("lease refused (%d): retry after %s s", resp.StatusCode, resp.Header.Get("Retry-After"))
+		return fmt.Errorf("lease refused (%d): retry after %s s", resp.StatusCode,
+			resp.Header.Get("Retry-After"))
 	}
 	url := base + "/v1/leases/" + grant.Lease
 	interval := time.Duration(grant.LeaseTTLMs) * time.Millisecond / 3
-	fmt.Printf("lease acquired (ttl %d ms, heartbeat every %d ms)\n", grant.LeaseTTLMs, interval.Milliseconds())
+	fmt.Printf("lease acquired (ttl %d ms, heartbeat every %d ms)\n", grant.LeaseTTLMs,
+		interval.Milliseconds())
 	ctx, lost := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
@@ -167,11 +170,13 @@ func parseEntries(args []string) []entry {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: main check|lease [--fail open|closed] [--hold-ms N] BASE DOMAIN key=value...")
+		fmt.Fprintln(os.Stderr,
+			"usage: main check|lease BASE DOMAIN [--fail open|closed] [--hold-ms N] key=value...")
 		os.Exit(2)
 	}
 	flags := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	fail := flags.String("fail", "closed", "open or closed: what this route does when sluiced cannot answer")
+	fail := flags.String("fail", "closed",
+		"open or closed: what this route does when sluiced cannot answer")
 	holdMs := flags.Int("hold-ms", 1000, "how long the work holds the lease")
 	flags.Parse(os.Args[2:])
 	// Flags may also follow the base URL and domain, as the other examples take them.

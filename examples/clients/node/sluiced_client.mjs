@@ -38,18 +38,24 @@ export async function check(base, domain, entries, failOpen) {
   try {
     r = await call('POST', `${base}/v1/check`, {domain, descriptors: [{entries}]});
   } catch (e) {  // refused, reset, timed out
-    return failureChoice(`sluiced unreachable: ${e.cause?.code ?? e.cause?.message ?? e.name}`, failOpen);
+    return failureChoice(`sluiced unreachable: ${errorName(e)}`, failOpen);
   }
-  if (r.status === 200) return {allowed: true, why: `allowed (200) RateLimit: ${r.headers.get('RateLimit')}`};
+  const header = (name) => r.headers.get(name);
+  if (r.status === 200) return {allowed: true, why: `allowed (200) RateLimit: ${header('RateLimit')}`};
   if (r.status === 429) {
     return {
       allowed: false,
-      why: `refused (429): retry after ${r.headers.get('Retry-After')} s; ` +
-          `RateLimit: ${r.headers.get('RateLimit')}; RateLimit-Policy: ${r.headers.get('RateLimit-Policy')}`,
+      why: `refused (429): retry after ${header('Retry-After')} s; ` +
+          `RateLimit: ${header('RateLimit')}; RateLimit-Policy: ${header('RateLimit-Policy')}`,
     };
   }
   if (r.status >= 500) return failureChoice(`sluiced answered ${r.status}`, failOpen);
   throw new Error(`sluiced refused the call (${r.status}): ${JSON.stringify(r.body)}`);
+}
+
+// Why fetch failed: ECONNREFUSED, ECONNRESET, TimeoutError, ...
+function errorName(e) {
+  return e.cause?.code ?? e.cause?.message ?? e.name;
 }
 
 function failureChoice(why, failOpen) {
@@ -63,7 +69,8 @@ function failureChoice(why, failOpen) {
 export async function withLease(base, domain, entries, work, log = console.log) {
   const grant = await call('POST', `${base}/v1/leases`, {domain, entries});
   if (grant.status !== 201) {
-    throw new Error(`lease refused (${grant.status}): retry after ${grant.headers.get('Retry-After')} s`);
+    const retryAfter = grant.headers.get('Retry-After');
+    throw new Error(`lease refused (${grant.status}): retry after ${retryAfter} s`);
   }
   const url = `${base}/v1/leases/${grant.body.lease}`;
   const ttl = grant.body.lease_ttl_ms;
@@ -78,7 +85,7 @@ export async function withLease(base, domain, entries, work, log = console.log) 
         lost.abort();
       }
     } catch (e) {  // try again next time: one miss costs nothing
-      log(`heartbeat failed: ${e.cause?.code ?? e.cause?.message ?? e.name}`);
+      log(`heartbeat failed: ${errorName(e)}`);
     }
   }, ttl / 3);
   try {
@@ -89,7 +96,7 @@ export async function withLease(base, domain, entries, work, log = console.log) 
       const r = await call('DELETE', url);
       log(`lease released (${r.status})`);  // 204; 202: sluiced retries it for us
     } catch (e) {  // the slot frees lease_ttl after the last heartbeat
-      log(`release failed: ${e.cause?.code ?? e.cause?.message ?? e.name}`);
+      log(`release failed: ${errorName(e)}`);
     }
   }
 }
@@ -125,7 +132,8 @@ async function main(argv) {
       console.log(e.message);
     }
   } else {
-    console.error('usage: sluiced_client.mjs check|lease BASE DOMAIN [--fail open|closed] [--hold-ms N] key=value...');
+    console.error('usage: sluiced_client.mjs check|lease BASE DOMAIN ' +
+                  '[--fail open|closed] [--hold-ms N] key=value...');
     process.exit(2);
   }
 }
