@@ -37,13 +37,12 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import grpc
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from live_sluiced import LiveSluiced  # noqa: E402
+from live_sluiced import LiveSluiced, clear_of_minute_boundary  # noqa: E402
 import rls_client  # noqa: E402
 import rlqs_client  # noqa: E402
 
@@ -222,14 +221,6 @@ def limits_by_name(config):
     return found
 
 
-def wait_clear_of_minute_boundary():
-    """shop.yaml's fixed windows are aligned to the minute: a sample that straddled one
-    would start afresh halfway. Its calls take milliseconds; 3 s is ample."""
-    into = time.time() % 60
-    if into > 57:
-        time.sleep(60 - into + 0.2)
-
-
 def run_rls(bootstrap, shop, grpc_port, proto_dir):
     hcm = hcm_of(bootstrap)
     flt = http_filter(hcm, RLS_FILTER)
@@ -267,7 +258,7 @@ def run_rls(bootstrap, shop, grpc_port, proto_dir):
                 print("    20 x OK (unlimited)")
                 continue
             count = limits[expected]["requests_per_unit"]
-            wait_clear_of_minute_boundary()
+            clear_of_minute_boundary(margin_s=3)  # shop.yaml's windows: the calls take ms
             for i in range(count):
                 r = ask(descriptors)
                 assert r.overall_code == ok, "%s: call %d of %d refused: %s" % (

@@ -40,6 +40,15 @@ def wait_for(what, predicate, timeout_s=10.0, interval_s=0.05):
     raise RuntimeError("timed out after %.1f s waiting for %s" % (timeout_s, what))
 
 
+def clear_of_minute_boundary(margin_s=8):
+    """Fixed windows of a minute are aligned to the minute: a sequence of calls that
+    straddled one would start afresh halfway. Waits, if need be, until the next minute has
+    begun, so that `margin_s` seconds of calls fit in one window."""
+    into = time.time() % 60
+    if into > 60 - margin_s:
+        time.sleep(60 - into + 0.2)
+
+
 def request(port, method, path, body=None, headers=None, timeout=5.0):
     """One HTTP/1.1 call on its own connection: (status, headers as a dict of lists keyed
     by lower-case name, body bytes)."""
