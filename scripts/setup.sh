@@ -23,6 +23,8 @@ PACKAGES=(
   libgrpc++-dev                       # the tests' C++ gRPC client (wire-compatibility proof)
   protobuf-compiler protobuf-compiler-grpc  # protoc and grpc_cpp_plugin for service/proto
   python3-grpcio python3-grpc-tools   # the Python RLS client of sluiced's tests
+  python3-yaml python3-jsonschema     # docs/openapi.yaml checked against the live sluiced
+  nodejs golang-go                    # the Node and Go client examples, run by make test
   prometheus                          # promtool: tests check /metrics with it
   curl                                # make run's worked example
   python3-yaml                        # the docs test parses the docs' YAML blocks (tests/docs_blocks.py)

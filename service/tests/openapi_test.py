@@ -1,0 +1,428 @@
+#!/usr/bin/python3
+"""docs/openapi.yaml against the live server: a built sluiced on a private redis-server
+(free loopback ports) is called for every operation the description has, its error answers
+included (400, 401, 404, 405, 410, 413, 429, 503, 202 with Redis stopped), and each real
+answer is validated against the description: the status must be one it lists for that
+operation, the body must match its schema (JSON Schema 2020-12, Debian's python3-jsonschema),
+the headers it lists must be there and match, and none of the headers a client acts on
+(Retry-After, RateLimit, RateLimit-Policy, Location, WWW-Authenticate) may come unlisted.
+
+So that the description cannot drift from the server:
+- every (path, method, status) the description lists must have been answered once;
+- every path literal in service/routes.cc must be a described path (or part of one);
+- on each listener, a path not described answers 404, and a method not described at a
+  described path 405 (the admin listener: 404), each with the error body.
+
+Usage: openapi_test.py --sluiced PATH --source-dir DIR [--spec FILE]. Exit 0 when every
+check passed."""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+
+import jsonschema
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from live_sluiced import LiveSluiced, clear_of_minute_boundary, request  # noqa: E402
+
+ADMIN_TOKEN = "openapi-test-admin"
+METRICS_TOKEN = "openapi-test-metrics"
+# The headers a client acts on: sent only where the description lists them.
+NOTABLE_HEADERS = {"retry-after", "ratelimit", "ratelimit-policy", "location", "www-authenticate"}
+METHODS = ["get", "post", "put", "delete", "patch"]
+
+CONFIG = """\
+domain: api
+descriptors:
+  - key: route
+    value: closed
+    descriptors:
+      - key: account
+        failure_mode: closed
+        rate_limit: {name: per_account, unit: minute, requests_per_unit: 2}
+  - key: route
+    value: bucket
+    algorithm: token_bucket
+    burst: 4
+    rate_limit: {name: bucket, unit: second, requests_per_unit: 2}
+  - key: streams
+    descriptors:
+      - key: account
+        algorithm: concurrency
+        lease_ttl: 30s
+        failure_mode: closed
+        rate_limit: {name: streams, requests_per_unit: 1}
+"""
+
+
+class Spec:
+    def __init__(self, path):
+        with open(path) as f:
+            self.doc = yaml.safe_load(f)
+        assert self.doc["openapi"].startswith("3.1"), "not OpenAPI 3.1"
+        self.resolver = jsonschema.RefResolver("", self.doc)
+        self.templates = {}  # path template -> regex
+        for p in self.doc["paths"]:
+            rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(p)) + "$"
+            self.templates[p] = re.compile(rx)
+        self.seen = set()
+        self.well_formed()
+
+    def well_formed(self):
+        """Every $ref resolves and every schema is valid JSON Schema 2020-12 (no OpenAPI
+        meta-schema is packaged for Debian: this is the part a JSON Schema library checks)."""
+        def walk(node, where):
+            if isinstance(node, dict):
+                if "$ref" in node:
+                    try:
+                        self.resolver.resolve(node["$ref"])
+                    except jsonschema.RefResolutionError as e:
+                        raise AssertionError("%s: %s" % (where, e))
+                if "schema" in node and isinstance(node["schema"], dict):
+                    jsonschema.Draft202012Validator.check_schema(node["schema"])
+                for k, v in node.items():
+                    walk(v, where + "/" + str(k))
+            elif isinstance(node, list):
+                for i, v in enumerate(node):
+                    walk(v, "%s/%d" % (where, i))
+        walk(self.doc, "#")
+        for name, schema in self.doc["components"]["schemas"].items():
+            jsonschema.Draft202012Validator.check_schema(schema)
+
+    def deref(self, node):
+        while isinstance(node, dict) and "$ref" in node:
+            _, node = self.resolver.resolve(node["$ref"])
+        return node
+
+    def listener_of(self, template):
+        servers = self.doc["paths"][template].get("servers", self.doc["servers"])
+        return servers[0]["url"].rsplit(":", 1)[1]  # the default port names the listener
+
+    def template_for(self, path):
+        path = path.split("?", 1)[0]
+        # A literal path wins over a template ("/v1/leases/x/heartbeat" is not a lease).
+        matches = [t for t, rx in self.templates.items() if rx.match(path)]
+        matches.sort(key=lambda t: t.count("{"))
+        return matches[0] if matches else None
+
+    def validate(self, schema, value, what):
+        try:
+            jsonschema.Draft202012Validator(schema, resolver=self.resolver).validate(value)
+        except jsonschema.ValidationError as e:
+            raise AssertionError("%s: %s at %s" % (what, e.message, list(e.absolute_path)))
+
+    def check(self, what, template, method, status, headers, body, response=None):
+        """Validates one answer: against the operation's response for `status`, or, for an
+        answer to no described operation, against components/responses/`response`."""
+        if response:
+            described = self.deref(self.doc["components"]["responses"][response])
+        else:
+            op = self.doc["paths"][template].get(method)
+            assert op, "%s: %s %s is not described" % (what, method.upper(), template)
+            responses = op["responses"]
+            assert str(status) in responses, "%s: %s %s answered %d, which is not described " \
+                "(described: %s)" % (what, method.upper(), template, status, sorted(responses))
+            described = self.deref(responses[str(status)])
+            self.seen.add((template, method, str(status)))
+        listed = {k.lower(): self.deref(v) for k, v in described.get("headers", {}).items()}
+        for name, h in listed.items():
+            if name not in headers:
+                assert not h.get("required"), "%s: header %s missing" % (what, name)
+                continue
+            self.validate(h["schema"], headers[name][0], "%s: header %s" % (what, name))
+        for name in NOTABLE_HEADERS & set(headers):
+            assert name in listed, "%s: sent %s: %s, which the description does not list " \
+                "for %d" % (what, name, headers[name][0], status)
+        assert headers.get("server") == ["sluiced"], "%s: Server %s" % (what, headers.get("server"))
+        content = described.get("content")
+        if not content:
+            assert body == b"", "%s: a body where none is described: %r" % (what, body[:200])
+            return None
+        ctype = headers.get("content-type", [""])[0]
+        assert ctype in content, "%s: Content-Type %s, described %s" % (what, ctype, list(content))
+        if ctype.startswith("application/json"):
+            value = json.loads(body)
+            self.validate(content[ctype]["schema"], value, what)
+            return value
+        self.validate(content[ctype]["schema"], body.decode(), what)
+        return body.decode()
+
+
+class Client:
+    def __init__(self, spec, sluiced):
+        self.spec, self.s = spec, sluiced
+        self.ports = {"8080": sluiced.http, "8082": sluiced.admin, "8083": sluiced.metrics}
+
+    def call(self, what, method, path, body=None, expect=None, token=None, raw=None,
+             query=""):
+        """Calls a described operation and validates the answer; returns (status, headers,
+        parsed body)."""
+        template = self.spec.template_for(path)
+        assert template, "%s: %s is not a described path" % (what, path)
+        port = self.ports[self.spec.listener_of(template)]
+        headers = {"Authorization": "Bearer " + token} if token else {}
+        status, got, data = request(port, method.upper(), path + query,
+                                    raw if raw is not None else body, headers)
+        if expect is not None:
+            assert status == expect, "%s: %s %s answered %d, expected %d: %r" % (
+                what, method.upper(), path, status, expect, data[:300])
+        parsed = self.spec.check(what, template, method.lower(), status, got, data)
+        print("ok  %-48s %s %s -> %d" % (what, method.upper(), path + query, status), flush=True)
+        return status, got, parsed
+
+    def off_spec(self, what, port, method, path, expect, response, token=None):
+        headers = {"Authorization": "Bearer " + token} if token else {}
+        status, got, data = request(port, method, path, b"{}" if method != "GET" else None,
+                                    headers)
+        assert status == expect, "%s: %s %s answered %d, expected %d: %r" % (
+            what, method, path, status, expect, data[:300])
+        self.spec.check(what, None, None, status, got, data, response=response)
+        print("ok  %-48s %s %s -> %d (not described: %s)" % (what, method, path, status,
+                                                            response), flush=True)
+
+
+def descriptor(route, account=None):
+    entries = [{"key": "route", "value": route}]
+    if account:
+        entries.append({"key": "account", "value": account})
+    return {"domain": "api", "descriptors": [{"entries": entries}]}
+
+
+def lease_body(account):
+    return {"domain": "api", "entries": [{"key": "streams"}, {"key": "account", "value": account}]}
+
+
+def with_redis(c):
+    # Checks: admitted twice, then refused; the RateLimit headers of both.
+    clear_of_minute_boundary()
+    for i in range(2):
+        _, h, b = c.call("check #%d" % (i + 1), "post", "/v1/check", descriptor("closed", "a"), 200)
+        assert b["allowed"] and h["ratelimit-policy"] == ['"per_account";q=2;w=60'], h
+    _, h, b = c.call("check over the limit", "post", "/v1/check", descriptor("closed", "a"), 429)
+    assert not b["allowed"] and b["descriptors"][0]["reason"] == "over_limit", b
+    assert "retry-after" in h and h["ratelimit"][0].startswith('"per_account";r=0;'), h
+    _, h, _ = c.call("check a token bucket", "post", "/v1/check", descriptor("bucket"), 200)
+    assert h["ratelimit-policy"] == ['"bucket";q=4;w=2'], h
+    c.call("check a peek (hits 0)", "post", "/v1/check", dict(descriptor("closed", "b"), hits=0),
+           200)
+    _, _, b = c.call("check matching no limit", "post", "/v1/check", descriptor("none"), 200)
+    assert b["descriptors"][0]["limit"] is None, b
+    c.call("check malformed JSON", "post", "/v1/check", raw=b"{nope", expect=400)
+    c.call("check an unknown domain", "post", "/v1/check",
+           dict(descriptor("closed", "a"), domain="elsewhere"), 400)
+    c.call("check body over 64 KiB", "post", "/v1/check", raw=b" " * (65 * 1024), expect=413)
+
+    envoy = {"domain": "api", "descriptors": [{"entries": [
+        {"key": "route", "value": "closed"}, {"key": "account", "value": "j"}]}]}
+    for i in range(2):
+        c.call("/json #%d" % (i + 1), "post", "/json", envoy, 200)
+    _, _, b = c.call("/json over the limit", "post", "/json", envoy, 429)
+    assert b["overallCode"] == "OVER_LIMIT", b
+    c.call("/json missing descriptors", "post", "/json", {"domain": "api"}, 400)
+
+    # Leases: one slot per account.
+    _, h, grant = c.call("acquire", "post", "/v1/leases", lease_body("l1"), 201)
+    lease = grant["lease"]
+    assert h["location"] == ["/v1/leases/" + lease] and len(lease) <= 440, h
+    c.call("acquire at the cap", "post", "/v1/leases", lease_body("l1"), 429)
+    c.call("acquire of a rate limit", "post", "/v1/leases",
+           {"domain": "api", "entries": [{"key": "route", "value": "closed"}]}, 400)
+    _, _, b = c.call("heartbeat", "post", "/v1/leases/%s/heartbeat" % lease, expect=200)
+    assert b["expires_in_ms"] > 25000, b
+    c.call("heartbeat of garbage", "post", "/v1/leases/not-a-lease/heartbeat", expect=404)
+    c.call("admin list without a token", "post", "/admin/leases/list", lease_body("l1"), 401)
+    c.call("admin list with a wrong token", "post", "/admin/leases/list", lease_body("l1"), 401,
+           token="wrong")
+    _, _, b = c.call("admin list", "post", "/admin/leases/list", lease_body("l1"), 200,
+                     token=ADMIN_TOKEN)
+    assert len(b["leases"]) == 1, b
+    c.call("release", "delete", "/v1/leases/" + lease, expect=204)
+    c.call("release again", "delete", "/v1/leases/" + lease, expect=204)
+    c.call("heartbeat after release", "post", "/v1/leases/%s/heartbeat" % lease, expect=410)
+    c.call("release of garbage", "delete", "/v1/leases/not-a-lease", expect=404)
+
+    # Health.
+    c.call("healthz", "get", "/healthz", expect=200)
+    _, _, b = c.call("readyz", "get", "/readyz", expect=200)
+    assert b["status"] == "ready", b
+    c.call("readyz strict", "get", "/readyz", expect=200, query="?strict")
+    c.call("readyz strict=maybe", "get", "/readyz", expect=400, query="?strict=maybe")
+
+    # Admin.
+    c.call("admin config", "get", "/admin/config", expect=200, token=ADMIN_TOKEN)
+    c.call("admin config without a token", "get", "/admin/config", expect=401)
+    c.call("admin breaker", "get", "/admin/breaker", expect=200, token=ADMIN_TOKEN)
+    c.call("admin breaker without a token", "get", "/admin/breaker", expect=401)
+    _, _, b = c.call("admin inspect", "post", "/admin/inspect", descriptor_request("closed", "a"),
+                     200, token=ADMIN_TOKEN)
+    assert b["keys"], b
+    c.call("admin inspect without a token", "post", "/admin/inspect",
+           descriptor_request("closed", "a"), 401)
+    c.call("admin inspect malformed", "post", "/admin/inspect", raw=b"[]", expect=400,
+           token=ADMIN_TOKEN)
+    c.call("admin inspect matching no limit", "post", "/admin/inspect",
+           descriptor_request("none"), 404, token=ADMIN_TOKEN)
+    c.call("admin list of a rate limit", "post", "/admin/leases/list",
+           descriptor_request("closed", "a"), 400, token=ADMIN_TOKEN)
+    c.call("admin list of an unknown domain", "post", "/admin/leases/list",
+           dict(lease_body("l1"), domain="elsewhere"), 404, token=ADMIN_TOKEN)
+    c.call("acquire for the admin release", "post", "/v1/leases", lease_body("l2"), 201)
+    release = dict(lease_body("l2"), actor="openapi-test", reason="checking the description")
+    _, _, b = c.call("admin release", "post", "/admin/leases/release", release, 200,
+                     token=ADMIN_TOKEN)
+    assert b["released"] == 1, b
+    c.call("admin release without a reason", "post", "/admin/leases/release", lease_body("l2"),
+           400, token=ADMIN_TOKEN)
+    c.call("admin release without a token", "post", "/admin/leases/release", release, 401)
+    c.call("admin release of an unknown domain", "post", "/admin/leases/release",
+           dict(release, domain="elsewhere"), 404, token=ADMIN_TOKEN)
+
+    # Metrics (this sluiced runs with --metrics-token).
+    _, _, page = c.call("metrics", "get", "/metrics", expect=200, token=METRICS_TOKEN)
+    assert "sluiced_decisions_total" in page
+    c.call("metrics without a token", "get", "/metrics", expect=401)
+
+
+def descriptor_request(route, account=None):
+    d = descriptor(route, account)
+    return {"domain": d["domain"], "entries": d["descriptors"][0]["entries"]}
+
+
+def without_redis(c, s):
+    _, _, grant = c.call("acquire before Redis stops", "post", "/v1/leases", lease_body("l3"), 201)
+    s.stop_redis()
+    _, h, b = c.call("check, closed, Redis stopped", "post", "/v1/check",
+                     descriptor("closed", "c"), 503)
+    assert b["descriptors"][0]["source"] == "fail_closed", b
+    _, _, b = c.call("readyz, Redis stopped", "get", "/readyz", expect=200)
+    assert b["status"] == "degraded" and b["answering"] == "failure policies", b
+    c.call("readyz strict, Redis stopped", "get", "/readyz", expect=503, query="?strict=1")
+    c.call("acquire, closed, Redis stopped", "post", "/v1/leases", lease_body("l4"), 503)
+    c.call("heartbeat, Redis stopped", "post", "/v1/leases/%s/heartbeat" % grant["lease"],
+           expect=503)
+    _, _, b = c.call("release, Redis stopped", "delete", "/v1/leases/" + grant["lease"],
+                     expect=202)
+    assert b["released"] is False, b
+    c.call("admin list, Redis stopped", "post", "/admin/leases/list", lease_body("l3"), 503,
+           token=ADMIN_TOKEN)
+    c.call("admin inspect, Redis stopped", "post", "/admin/inspect",
+           descriptor_request("closed", "a"), 503, token=ADMIN_TOKEN)
+    release = dict(lease_body("l3"), actor="openapi-test", reason="Redis stopped")
+    c.call("admin release, Redis stopped", "post", "/admin/leases/release", release, 503,
+           token=ADMIN_TOKEN)
+    _, _, b = c.call("admin breaker, Redis stopped", "get", "/admin/breaker", expect=200,
+                     token=ADMIN_TOKEN)
+    assert b["connected"] is False, b
+
+
+def draining(spec, s):
+    """SIGTERM: /readyz answers 503 draining at once, on a connection kept alive from before
+    the signal (new connections are refused); sluiced then exits 0."""
+    conn = http.client.HTTPConnection("127.0.0.1", s.http, timeout=5)
+    try:
+        conn.request("GET", "/healthz")
+        conn.getresponse().read()
+        s.process.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        conn.request("GET", "/readyz")
+        r = conn.getresponse()
+        headers = {}
+        for k, v in r.getheaders():
+            headers.setdefault(k.lower(), []).append(v)
+        body = spec.check("readyz while draining", "/readyz", "get", r.status, headers, r.read())
+    finally:
+        conn.close()
+    assert r.status == 503 and body == {"status": "draining", "store": "not asked"}, body
+    assert headers.get("connection") == ["close"], headers
+    print("ok  %-48s GET /readyz -> 503 %s" % ("readyz while draining", body), flush=True)
+    rc = s.process.wait(timeout=15)
+    assert rc == 0, "sluiced exited %s on SIGTERM" % rc
+
+
+def undescribed(c, spec, s):
+    """Paths the description does not have answer 404 on every listener, and methods it
+    does not have at a described path 405 (404 on the admin listener)."""
+    ports = {"8080": s.http, "8082": s.admin, "8083": s.metrics}
+    tokens = {"8080": None, "8082": ADMIN_TOKEN, "8083": METRICS_TOKEN}
+    for listener, port in ports.items():
+        for path in ["/", "/nope", "/v1", "/v1/checks", "/admin", "/metrics/x", "/v2/check"]:
+            if spec.template_for(path) and spec.listener_of(spec.template_for(path)) == listener:
+                continue
+            c.off_spec("unknown path on :%s" % listener, port, "GET", path, 404, "NotFound",
+                       tokens[listener])
+    c.off_spec("/metrics on the public listener", s.http, "GET", "/metrics", 404, "NotFound")
+    c.off_spec("a lease path with two segments", s.http, "DELETE", "/v1/leases/a/b", 404,
+               "NotFound")
+    c.off_spec("an empty lease", s.http, "DELETE", "/v1/leases/", 404, "NotFound")
+    for template, item in spec.doc["paths"].items():
+        listener = spec.listener_of(template)
+        path = template.replace("{lease}", "not-a-lease")
+        for method in METHODS:
+            if method in item:
+                continue
+            if listener == "8082":
+                c.off_spec("undescribed method", ports[listener], method.upper(), path, 404,
+                           "NotFound", ADMIN_TOKEN)
+            else:
+                c.off_spec("undescribed method", ports[listener], method.upper(), path, 405,
+                           "MethodNotAllowed", tokens[listener])
+
+
+def routes_in_source(spec, source_dir):
+    """Every path literal of service/routes.cc is a described path, or a part of one."""
+    with open(os.path.join(source_dir, "service", "routes.cc")) as f:
+        literals = set(re.findall(r'"(/[A-Za-z0-9_./-]*)"', f.read()))
+    assert literals, "no path literal found in service/routes.cc"
+    for lit in sorted(literals):
+        ok = lit in spec.doc["paths"] or any(
+            t.startswith(lit) or t.endswith(lit) for t in spec.doc["paths"])
+        assert ok, "service/routes.cc serves %s, which docs/openapi.yaml does not describe" % lit
+    print("ok  every path of service/routes.cc is described: %s" % ", ".join(sorted(literals)))
+
+
+def coverage(spec):
+    missing = []
+    for template, item in spec.doc["paths"].items():
+        for method in METHODS:
+            for status in item.get(method, {}).get("responses", {}):
+                if (template, method, status) not in spec.seen:
+                    missing.append("%s %s -> %s" % (method.upper(), template, status))
+    assert not missing, "described but never answered in this test: " + "; ".join(missing)
+    print("ok  every described answer was seen (%d)" % len(spec.seen))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluiced", required=True)
+    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--spec", help="default: SOURCE_DIR/docs/openapi.yaml")
+    args = ap.parse_args()
+    spec = Spec(args.spec or os.path.join(args.source_dir, "docs", "openapi.yaml"))
+    routes_in_source(spec, args.source_dir)
+    with tempfile.TemporaryDirectory() as config_dir:
+        with open(os.path.join(config_dir, "api.yaml"), "w") as f:
+            f.write(CONFIG)
+        with LiveSluiced(args.sluiced, config_dir, admin_token=ADMIN_TOKEN,
+                         extra_args=["--metrics-token", METRICS_TOKEN,
+                                     "--default-failure-mode", "open"]) as s:
+            c = Client(spec, s)
+            try:
+                with_redis(c)
+                undescribed(c, spec, s)
+                without_redis(c, s)
+                draining(spec, s)
+            except AssertionError:
+                print("sluiced's log (tail):\n" + s.log(), file=sys.stderr)
+                raise
+    coverage(spec)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
