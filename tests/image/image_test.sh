@@ -283,9 +283,11 @@ new_env
 HTTP=http://$(env_value SLUICED_HTTP_LISTEN)
 env_args=()
 for e in "${OVER[@]}"; do env_args+=(-e "$e"); done
-CID=$(podman run -d --network host --read-only --tmpfs /tmp --cap-drop all \
+# Named, so that cleanup removes it even when `podman run` made it but could not start it.
+CID=sluice-image-test-$$
+podman run -d --name "$CID" --network host --read-only --tmpfs /tmp --cap-drop all \
   --security-opt no-new-privileges \
-  -v "$work/config:/etc/sluiced:ro" "${env_args[@]}" "$image") ||
+  -v "$work/config:/etc/sluiced:ro" "${env_args[@]}" "$image" >/dev/null ||
   fail "podman run failed (CONTAINERS_CONF: $(tr '\n' ' ' <"$conf"))"
 for _ in $(seq 200); do
   grep -q "serving http=" <(podman logs "$CID" 2>&1) && break
