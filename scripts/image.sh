@@ -33,8 +33,9 @@ for tool in debootstrap podman dpkg-deb; do
 done
 
 debs=("$package_dir"/sluiced_*.deb)
-[ ${#debs[@]} -eq 1 ] && [ -f "${debs[0]}" ] ||
+if [ ${#debs[@]} -ne 1 ] || [ ! -f "${debs[0]}" ]; then
   die "want one sluiced_*.deb in $package_dir (make package), found: ${debs[*]}"
+fi
 deb=${debs[0]}
 
 # The mirror apt already uses (deb822 or one-line sources), so that a machine behind a

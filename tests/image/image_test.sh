@@ -42,13 +42,22 @@ chmod 755 "$work"
 REDIS_PID="" NS_PID="" CID="" MOUNTED=""
 cleanup() {
   set +e
-  [ -n "$NS_PID" ] && kill -KILL "$NS_PID" 2>/dev/null && wait "$NS_PID" 2>/dev/null
+  if [ -n "$NS_PID" ]; then
+    # The namespace's process 1 (sluiced) first: its end ends the namespace, and it would
+    # outlive unshare (a parent-death signal does not survive its change of user).
+    local pid1
+    read -r pid1 <"/proc/$NS_PID/task/$NS_PID/children" 2>/dev/null
+    [ -n "$pid1" ] && kill -KILL "$pid1" 2>/dev/null
+    kill -KILL "$NS_PID" 2>/dev/null
+    wait "$NS_PID" 2>/dev/null
+  fi
   [ -n "$CID" ] && podman rm -f -v "$CID" >/dev/null 2>&1
   [ -n "$MOUNTED" ] && podman image unmount "$image" >/dev/null 2>&1
   [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null && wait "$REDIS_PID" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM HUP PIPE  # the EXIT trap's cleanup on these too
 
 # ---- the image's config --------------------------------------------------------------
 # One field per line: NAME=json value.
@@ -193,7 +202,9 @@ if [[ $USER_SPEC == *:* ]]; then
 else
   IMAGE_GID=$(awk -F: -v u="$IMAGE_UID" '$3 == u {print $4}' "$rootfs/etc/passwd")
 fi
-[ -n "$IMAGE_UID" ] && [ -n "$IMAGE_GID" ] || fail "the image's user '$USER_SPEC' is not in its /etc/passwd"
+if [ -z "$IMAGE_UID" ] || [ -z "$IMAGE_GID" ]; then
+  fail "the image's user '$USER_SPEC' is not in its /etc/passwd"
+fi
 [ "$IMAGE_UID" -ne 0 ] || fail "the image's user is root"
 # The state volume: a copy of the image's directory (owner and mode), as a runtime makes one.
 state=$work/state
