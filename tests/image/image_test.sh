@@ -60,7 +60,6 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM HUP PIPE  # the EXIT trap's cleanup on these too
 
 # ---- the image's config --------------------------------------------------------------
-# One field per line: NAME=json value.
 podman image inspect --format '{{json .Config}}' "$image" >"$work/config.json"
 config() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1])).get(sys.argv[2]); print(json.dumps(v))' \
   "$work/config.json" "$1"; }
@@ -103,6 +102,21 @@ EOF
 else
   echo "docker-compose is not installed (scripts/setup.sh --image): compose.yaml not validated"
 fi
+# The hardening compose.yaml gives sluiced, as podman run's flags (its ulimits aside: see
+# below), and its stop grace period in seconds.
+mapfile -t HARDENING < <(python3 - "$src/examples/compose.yaml" <<'EOF'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))["services"]["sluiced"]
+if c.get("read_only"):
+    print("--read-only")
+for key, flag in (("tmpfs", "--tmpfs"), ("cap_drop", "--cap-drop"), ("security_opt", "--security-opt")):
+    for value in c.get(key, []):
+        print(flag); print(value)
+EOF
+)
+grace=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["services"]["sluiced"]["stop_grace_period"].rstrip("s"))' \
+  "$src/examples/compose.yaml")
+echo "compose.yaml's hardening: ${HARDENING[*]}; stop grace period ${grace} s"
 
 # ---- what both runs share ----------------------------------------------------------------
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -296,8 +310,7 @@ env_args=()
 for e in "${OVER[@]}"; do env_args+=(-e "$e"); done
 # Named, so that cleanup removes it even when `podman run` made it but could not start it.
 CID=sluice-image-test-$$
-podman run -d --name "$CID" --network host --read-only --tmpfs /tmp --cap-drop all \
-  --security-opt no-new-privileges \
+podman run -d --name "$CID" --network host "${HARDENING[@]}" \
   -v "$work/config:/etc/sluiced:ro" "${env_args[@]}" "$image" >/dev/null ||
   fail "podman run failed (CONTAINERS_CONF: $(tr '\n' ' ' <"$conf"))"
 for _ in $(seq 200); do
@@ -313,7 +326,7 @@ got=$(checks b 3)
 echo "checks of client b: $got"
 podman healthcheck run "$CID" || fail "podman healthcheck run: unhealthy while sluiced serves"
 echo "podman healthcheck run: healthy"
-podman stop --time 15 "$CID" >/dev/null
+podman stop --time "$grace" "$CID" >/dev/null
 code=$(podman inspect --format '{{.State.ExitCode}}' "$CID")
 [ "$code" = 0 ] || { podman logs "$CID"; fail "sluiced exited $code on podman stop"; }
 echo "podman stop: exit 0"
