@@ -13,6 +13,12 @@
 #               the Debian packages sluiced, sluice-tools and libsluice-dev, built by CPack
 #               from a clean build/package (release, tests off, prefix /usr), left in
 #               build/package/*.deb (docs/operating.md, Running as a system service)
+#   make image  the sluiced container image, localhost/sluiced (docs/operating.md, Container
+#               image): a Debian 12 base by debootstrap (cached in build/image), the package
+#               of make package; needs podman (scripts/setup.sh --image installs it)
+#   make image-test
+#               make image, then its test: the image's sluiced serving checks (podman run,
+#               and its root filesystem run in a namespace as the image config says)
 #   make test-sanitizers
 #               every test under AddressSanitizer+UBSan (build/asan), then under
 #               ThreadSanitizer (build/tsan): too long for `make test` (docs/development.md, Sanitizers)
@@ -31,7 +37,7 @@ TEST_JOBS ?= 4
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build run serve test test-asan test-sanitizers package bench clean
+.PHONY: setup build run serve test test-asan test-sanitizers package image image-test bench clean
 
 setup:
 	./scripts/setup.sh
@@ -56,14 +62,14 @@ test: build test-asan
 	ctest --preset $(PRESET) -j $(TEST_JOBS) --timeout 600
 
 # Under a sanitizer: every test but the style checks (they do not depend on the build),
-# the package checks (one builds a consumer project, the other packages, installs and
-# purges the Debian packages), the docs tests (they build the docs' programs against the
-# installed package, and run make serve's script), CompositeFigure (it measures speed, which means nothing
-# under a sanitizer) and E2e.ListenersBackOffWhenOutOfDescriptors...
+# the package and image checks (one builds a consumer project, one packages, installs and
+# purges the Debian packages, one runs the container image), the docs tests (they build the
+# docs' programs against the installed package, and run make serve's script), CompositeFigure (it measures
+# speed, which means nothing under a sanitizer) and E2e.ListenersBackOffWhenOutOfDescriptors...
 # (it runs sluiced out of file descriptors, and the sanitizers' runtime needs one: UBSan's
 # vptr check tests memory through a pipe and, failing to make one, reports a valid object
 # as invalid and stops the process). A finding fails the test that hit it.
-SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|CompositeFigure|Docs)\.|ListenersBackOffWhenOutOfDescriptors'
+SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
 
 # AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
 # built instrumented, its end-to-end tests included: they found a use-after-free at exit
@@ -89,7 +95,7 @@ test-sanitizers: setup
 	  cmake --preset $$p; \
 	  cmake --build --preset $$p -j $(JOBS); \
 	  if [ $$p = tsan ]; then \
-	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|Package|CompositeFigure|Docs)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
+	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
 	  else \
 	    ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
 	  fi; \
@@ -105,6 +111,21 @@ package: setup
 	cmake --build $(PACKAGE_DIR) -j $(JOBS)
 	cd $(PACKAGE_DIR) && cpack
 	@ls -1 $(PACKAGE_DIR)/*.deb
+
+# The container image, from the packages: build/package's sluiced_*.deb as make package left
+# it (made first if there is none; `make package image` rebuilds both). The debootstrap base
+# is cached under build/image: a second run only rebuilds the image's own layer.
+VERSION = $(shell sed -nE 's/^project.sluice VERSION ([0-9.]+).*/\1/p' CMakeLists.txt)
+image:
+	./scripts/setup.sh --image
+	ls $(PACKAGE_DIR)/sluiced_*.deb >/dev/null 2>&1 || $(MAKE) package
+	./scripts/image.sh $(PACKAGE_DIR) $(VERSION)
+
+# The image's test (label image; tests/image/image_test.sh). It runs in make test too where
+# the image exists (it adds about half a minute); elsewhere it is skipped, saying why.
+image-test: image
+	cmake --preset $(PRESET)
+	ctest --preset $(PRESET) -L '^image$$' --timeout 300
 
 # The fixed-window figures of docs/benchmarks.md: ceiling vs sluice bench in one run.
 bench: build

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that building and testing sluice needs, and only
 # those that are missing. Safe to run again: a machine that has everything does nothing.
+#   scripts/setup.sh           the build and test packages (make test, make package)
+#   scripts/setup.sh --image   only the container image's (make image, make image-test)
 set -euo pipefail
 
 PACKAGES=(
@@ -34,6 +36,25 @@ PACKAGES=(
   lintian                             # checks each .deb
   systemd                             # systemd-analyze verify of sluiced.service
 )
+
+# The container image (scripts/image.sh, tests/image/image_test.sh): not needed by make test.
+IMAGE_PACKAGES=(
+  debootstrap                         # the image's base, from Debian's archive
+  podman                              # builds the image (4.3)
+  runc                                # podman's runtime where crun refuses hybrid cgroups
+  uidmap                              # podman's user namespaces (newuidmap)
+  util-linux                          # unshare, setpriv: the image test's rootfs run
+  docker-compose                      # validates examples/compose.yaml (config; no daemon needed)
+)
+
+case "${1:-}" in
+  "") ;;
+  --image) PACKAGES=("${IMAGE_PACKAGES[@]}") ;;
+  *)
+    echo "usage: scripts/setup.sh [--image]" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
