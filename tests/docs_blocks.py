@@ -31,7 +31,8 @@ What each fence language gets:
             Docs.Serve's: run against `make serve` on free ports, the ports rewritten.
   yaml      a sluiced config (a top-level `domain`) is checked by `sluiced --check-config`;
             any other (Envoy's, Kubernetes') must parse.
-  json      must parse.
+  json, toml
+            must parse.
   js, python, go
             syntax-checked (node --check, py_compile, gofmt -e) where the tool is
             installed; skipped with a message where it is not.
@@ -54,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([^\s`]*)\s*$")
 MARKER = re.compile(r"^<!--\s*(partial|not run|continues|output)\s*(?::\s*(.*?))?\s*-->\s*$")
@@ -62,7 +64,7 @@ SHELL = {"sh", "bash", "shell"}
 SHOWN = {"text"}
 SYNTAX = {"js": (["node", "--check"], ".js"), "javascript": (["node", "--check"], ".js"),
           "python": (["python3", "-m", "py_compile"], ".py"), "go": (["gofmt", "-e"], ".go")}
-KNOWN = {"cpp", "cmake", "yaml", "json"} | SHELL | SHOWN | set(SYNTAX)
+KNOWN = {"cpp", "cmake", "yaml", "json", "toml"} | SHELL | SHOWN | set(SYNTAX)
 # The Redis address the docs use, swapped for the private server's.
 REDIS_ADDRESS = re.compile(r"\b(?:localhost|127\.0\.0\.1):6379\b")
 # sluiced's documented listeners: HTTP, gRPC, admin, metrics.
@@ -446,7 +448,7 @@ def classify(b, runs_by_block):
         return "run"
     if b.lang == "yaml":
         return "checked (sluiced --check-config, or parsed)"
-    if b.lang == "json":
+    if b.lang in ("json", "toml"):
         return "parsed"
     if b.lang in SYNTAX:
         return "syntax-checked"
@@ -557,6 +559,13 @@ def cmd_blocks(root, build, bin_dir):
                 except ValueError as e:
                     failures.append((f"JSON {b.where()} does not parse", str(e)))
                     count("json: failed")
+            elif b.lang == "toml":
+                try:
+                    tomllib.loads(b.text)
+                    count("toml: parsed")
+                except ValueError as e:
+                    failures.append((f"TOML {b.where()} does not parse", str(e)))
+                    count("toml: failed")
             elif b.lang in SYNTAX:
                 count(f"{b.lang}: " + check_syntax(b, work, failures))
             else:
