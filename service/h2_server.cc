@@ -15,6 +15,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
+#include "service/h2_budget.h"
 #include "service/listener.h"
 
 namespace sluiced {
@@ -36,8 +37,11 @@ struct H2GrpcServer::Shared {
   nghttp2_option* option = nullptr;
   // Request bytes held by every connection together (max_server_buffer_bytes).
   mutable std::atomic<std::size_t> held{0};
-  // Response bytes queued on asynchronous streaming calls (max_stream_queued_bytes).
+  // Response bytes queued on asynchronous streaming calls (max_stream_queued_bytes,
+  // max_server_queued_bytes).
   mutable std::atomic<std::size_t> queued{0};
+  // State charged by asynchronous streaming calls (max_server_state_bytes).
+  mutable ByteBudget state;
   ~Shared() {
     nghttp2_session_callbacks_del(callbacks);
     nghttp2_option_del(option);
@@ -110,6 +114,7 @@ struct Stream {
   bool async = false;
   std::shared_ptr<StreamCall> call;
   std::size_t queued = 0;
+  Clock::time_point queue_moved;  // when `queued` last fell, or rose from 0
   bool in_handler = false;
   std::optional<GrpcStatus> end;
 };
@@ -152,6 +157,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // over by StreamWriter).
   void OnSend(int32_t stream_id, std::string message);
   void OnFinish(int32_t stream_id, GrpcStatus status);
+  // From any thread: the calls' state (StreamWriter::Charge).
+  bool ChargeState(std::size_t n) { return TryChargeBoth(state_, shared_->state, n); }
+  void UnchargeState(std::size_t n) {
+    state_.Uncharge(n);
+    shared_->state.Uncharge(n);
+  }
+  std::string StateBudgetText() const { return BudgetText(state_, shared_->state); }
   // From H2GrpcServer::Stop once the server's threads are stopped (nothing runs on the
   // strand any more): closes the connection on the calling thread, ending its calls.
   void CloseStopped() { Close(); }
@@ -209,6 +221,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Tick();
   void OnTick();
   void ExpireSlowRequests(Clock::time_point now);
+  void ResetStalledReplies(Clock::time_point now);
 
   // Input and output.
   void MaybeRead();
@@ -243,6 +256,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point deadline_at_;
   Clock::time_point accepted_, last_input_, write_started_;
   std::size_t buffered_ = 0;   // request bytes held by the streams (Stream::held)
+  ByteBudget state_;           // the calls' state (max_connection_state_bytes)
   std::size_t in_flight_ = 0;  // unary calls with a handler, not answered
   bool deadline_armed_ = false;
   bool handshake_done_ = false;
@@ -262,12 +276,16 @@ Connection::Connection(Socket socket, std::shared_ptr<GrpcListener> listener)
       shared_(listener_->context),
       options_(shared_->options),
       tick_(strand_),
-      deadline_timer_(strand_) {}
+      deadline_timer_(strand_) {
+  state_.set_limit(options_.max_connection_state_bytes);
+}
 
 Connection::~Connection() {
   // The server's counts keep only live bytes; a call not ended by Close ends here (it
   // cannot hold a writer on this connection, or the connection would not be destroyed).
   for (auto& [id, s] : streams_) Discard(*s);
+  // What a call did not give back leaves the server's count with its connection.
+  shared_->state.Uncharge(state_.used());
   nghttp2_session_del(session_);
   listener_->Forget(this);
 }
@@ -332,13 +350,19 @@ void Connection::OnReply(int32_t stream_id, std::string message, GrpcStatus stat
 void Connection::OnSend(int32_t stream_id, std::string message) {
   Stream* s = closed_ ? nullptr : Find(stream_id);
   if (s == nullptr || !s->async || s->answered || s->end) return;
-  if (s->queued + kGrpcPrefixBytes + message.size() > options_.max_stream_queued_bytes) {
+  const std::size_t more = kGrpcPrefixBytes + message.size();
+  std::string over;
+  if (s->queued + more > options_.max_stream_queued_bytes)
+    over = std::to_string(options_.max_stream_queued_bytes) + " response bytes queued on this call";
+  else if (shared_->queued.load(std::memory_order_relaxed) + more >
+           options_.max_server_queued_bytes)
+    over =
+        std::to_string(options_.max_server_queued_bytes) + " response bytes queued on this server";
+  if (!over.empty()) {
     // The client does not take what it is sent: what waits for it is dropped, and the
     // call ends (its status goes as soon as the client reads again).
     DropQueued(*s);
-    Answer(*s, {GrpcCode::kResourceExhausted, "more than " +
-                                                  std::to_string(options_.max_stream_queued_bytes) +
-                                                  " response bytes queued on this call"});
+    Answer(*s, {GrpcCode::kResourceExhausted, "more than " + over});
   } else {
     AppendGrpcMessage(s->out, message);
     AccountQueued(*s);
@@ -636,6 +660,7 @@ void Connection::EndCall(Stream& s) {
 void Connection::AccountQueued(Stream& s) {
   if (!s.async) return;
   const std::size_t now = s.out.size() - s.out_taken;
+  if (now < s.queued || s.queued == 0) s.queue_moved = Clock::now();
   if (now >= s.queued)
     shared_->queued.fetch_add(now - s.queued, std::memory_order_relaxed);
   else
@@ -838,6 +863,7 @@ void Connection::OnTick() {
   if (!handshake_done_ && now - accepted_ > options_.handshake_timeout) return Close();
   if (writing_ && now - write_started_ > options_.write_timeout) return Close();
   ExpireSlowRequests(now);
+  ResetStalledReplies(now);
   if (draining_ && !final_goaway_ && now - drain_started_ >= kDrainNoticeGrace) FinalGoaway();
   if (lingering_ && now > linger_until_) return Close();
   if (streams_.empty() && !going_away_ && now - last_input_ > options_.idle_timeout) {
@@ -860,6 +886,19 @@ void Connection::ExpireSlowRequests(Clock::time_point now) {
     Answer(*s, {GrpcCode::kDeadlineExceeded, "request not received within " +
                                                  std::to_string(options_.read_timeout.count()) +
                                                  " ms"});
+  }
+}
+
+// A call whose queued response has not moved for stalled_reply_timeout (a client that
+// does not read, or keeps its window closed) is reset: RST_STREAM is not flow-controlled,
+// so it reaches a client that reads nothing else; its queue is freed when nghttp2 closes
+// the stream (OnStreamClose).
+void Connection::ResetStalledReplies(Clock::time_point now) {
+  for (auto& [id, s] : streams_) {
+    if (!s->async || s->queued == 0 || now - s->queue_moved <= options_.stalled_reply_timeout)
+      continue;
+    s->queue_moved = now;  // one reset per stall
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
   }
 }
 
@@ -1082,6 +1121,18 @@ void StreamWriter::Finish(GrpcStatus status) {
              });
 }
 
+bool StreamWriter::Charge(std::size_t bytes) {
+  return connection_->ChargeState(bytes);
+}
+
+void StreamWriter::Uncharge(std::size_t bytes) {
+  connection_->UnchargeState(bytes);
+}
+
+std::string StreamWriter::BudgetText() const {
+  return connection_->StateBudgetText();
+}
+
 namespace {
 
 // What the server's connections share: the options, the methods by path, the
@@ -1095,8 +1146,9 @@ std::shared_ptr<H2GrpcServer::Shared> NewShared(GrpcServerOptions options,
     shared->methods.emplace(std::move(path), std::move(m));
   }
   const auto& o = shared->options;
-  const auto shortest =
-      std::min({o.handshake_timeout, o.read_timeout, o.write_timeout, o.idle_timeout});
+  shared->state.set_limit(o.max_server_state_bytes);
+  const auto shortest = std::min({o.handshake_timeout, o.read_timeout, o.write_timeout,
+                                  o.idle_timeout, o.stalled_reply_timeout});
   shared->tick = std::clamp<Clock::duration>(shortest / 4, std::chrono::milliseconds(5),
                                              std::chrono::seconds(1));
   nghttp2_session_callbacks_new(&shared->callbacks);
@@ -1186,6 +1238,10 @@ std::size_t H2GrpcServer::buffered_bytes() const {
 
 std::size_t H2GrpcServer::queued_bytes() const {
   return listener_->context->queued.load(std::memory_order_relaxed);
+}
+
+std::size_t H2GrpcServer::state_bytes() const {
+  return listener_->context->state.used();
 }
 
 H2GrpcServer::~H2GrpcServer() {
