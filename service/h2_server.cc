@@ -890,15 +890,15 @@ void Connection::ExpireSlowRequests(Clock::time_point now) {
 }
 
 // A call whose queued response has not moved for stalled_reply_timeout (a client that
-// does not read, or keeps its window closed) is reset: RST_STREAM is not flow-controlled,
-// so it reaches a client that reads nothing else; its queue is freed when nghttp2 closes
-// the stream (OnStreamClose).
+// does not read, or keeps its window closed) is reset (RST_STREAM is not flow-controlled:
+// it reaches a client that reads nothing else), its queue freed and its call ended at
+// once (a client that reads nothing at all is cut off by write_timeout).
 void Connection::ResetStalledReplies(Clock::time_point now) {
   for (auto& [id, s] : streams_) {
     if (!s->async || s->queued == 0 || now - s->queue_moved <= options_.stalled_reply_timeout)
       continue;
-    s->queue_moved = now;  // one reset per stall
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+    Discard(*s);
   }
 }
 

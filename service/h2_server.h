@@ -8,10 +8,12 @@
 // for the store).
 //
 // Bounds: concurrent streams and header list size per connection (advertised in SETTINGS
-// and enforced), message size, bytes buffered and calls in flight per connection, and
-// timeouts for the connection preface, for each request (first header to end of
-// stream), for each write, and for idle connections. A client that breaks the protocol
-// has its connection closed; a handler never runs for it.
+// and enforced), message size, request bytes buffered (per connection and per server),
+// calls in flight per connection, response bytes queued (per call and per server), the
+// state calls keep (per connection and per server, service/h2_budget.h), and timeouts
+// for the connection preface, for each request (first header to end of stream), for
+// each write, for a call whose queued replies do not move, and for idle connections. A client that
+// breaks the protocol has its connection closed; a handler never runs for it.
 //
 // Thread-safety: Start/Stop from one thread. Handlers run on the server's threads, or on
 // a given executor's (GrpcServerOptions::executor), each connection on a strand (its
@@ -69,7 +71,9 @@ class StreamWriter {
   // Queues `message` (a serialized protobuf) on the call, after the ones sent before; from
   // any thread. Dropped once the call has ended. Bytes queued and not taken by HTTP/2
   // (its flow control, a client that does not read) beyond
-  // GrpcServerOptions::max_stream_queued_bytes end the call RESOURCE_EXHAUSTED.
+  // GrpcServerOptions::max_stream_queued_bytes, or the server's max_server_queued_bytes,
+  // end the call RESOURCE_EXHAUSTED; a queue that has not moved for stalled_reply_timeout
+  // resets it.
   void Send(std::string message);
   // Ends the call with `status` after the messages queued before; from any thread. Later
   // Sends and Finishes are dropped.
