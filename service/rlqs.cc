@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -558,6 +559,12 @@ sluice::StatusOr<std::shared_ptr<RlqsService>> RlqsService::Create(Engine& engin
     auto store_client = sluice::Client::Create(store_options);
     if (!store_client.ok()) return store_client.status();
     state->store_client = std::move(*store_client);
+    // Connected before the first stream when the store is (a subscription answered
+    // Unavailable would get the failure policy): at most the connect timeout.
+    const auto until = std::chrono::steady_clock::now() + store_options.connect_timeout;
+    while (engine.client().Health().connected && !state->store_client->Health().connected &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   auto shares =
       (state->store_client ? *state->store_client : engine.client()).MakeQuotaShares("rlqs");

@@ -433,9 +433,13 @@ def case_reset(setup, args, c):
             u.time_elapsed.seconds = 1
             for k, v in b.items():
                 u.bucket_id.bucket[k] = v
+        answered = setup.metric("sluiced_rlqs_answers_total")
         raw = RawH2(setup.grpc)
         raw.send(raw.headers(1) + raw.data(1, report.SerializeToString()) + raw.rst(1))
-        time.sleep(0.3)  # every store call of the reset stream answered
+        # Every store call of the reset stream answered (then its give-back sent).
+        wait_for("the reset stream's 50 answers",
+                 lambda: setup.metric("sluiced_rlqs_answers_total") >= answered + 50, 10)
+        time.sleep(0.2)
         raw.close()
         # The same Envoy on its next stream: its buckets subscribe again.
         e = sim(setup, args)
