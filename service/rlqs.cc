@@ -6,7 +6,6 @@
 #include <deque>
 #include <limits>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -94,10 +93,22 @@ struct RlqsService::State {
   // The store keeps a grant a second longer than the client enforces it: a client's
   // TTL starts when the answer reaches it, after the store recorded the grant.
   std::chrono::milliseconds hold() const { return ttl + std::chrono::seconds(1); }
-  // A client of the engine's store of its own, with the quota calls' deadline
-  // (RlqsStoreDeadline); the engine's own on the embedded store.
-  std::shared_ptr<sluice::Client> store_client;
-  std::optional<sluice::QuotaShares> shares;        // the store's
+  // The engine's quota client (Engine::quota_client), when it has one of its own (not
+  // owned here: the engine outlives the service).
+  sluice::Client* store_client = nullptr;
+  std::optional<sluice::QuotaShares> shares;         // the store's, on store_client
+  std::optional<sluice::QuotaShares> engine_shares;  // the same, on the engine's client
+  // Where a quota call goes: the quota calls' own client once it has connected (it
+  // connects in the background, as the engine's does: sluiced's start waits for neither),
+  // the engine's until then.
+  const sluice::QuotaShares& Store() const {
+    if (store_client && !store_ready.load(std::memory_order_relaxed)) {
+      if (!store_client->Health().connected) return *engine_shares;
+      store_ready.store(true, std::memory_order_relaxed);
+    }
+    return *shares;
+  }
+  mutable std::atomic<bool> store_ready{false};
   std::shared_ptr<sluice::Client> local_client;     // an embedded store's, for `local`
   std::optional<sluice::QuotaShares> local_shares;  // what this instance sees alone
 };
@@ -339,7 +350,7 @@ void RlqsStream::Release(const std::string& share_id) {
   sluice::QuotaShareRequest request{
       .id = share_id, .client = client_, .rate_milli = 1, .hold = state_->hold(), .release = true};
   auto ignore = [](const sluice::StatusOr<sluice::QuotaShareGrant>&) {};
-  state_->shares->Assign(request, ignore);
+  state_->Store().Assign(request, ignore);
   state_->local_shares->Assign(request, ignore);
 }
 
@@ -474,7 +485,7 @@ void RlqsStream::RunShare(const std::shared_ptr<Report>& report, ShareJob job) {
   auto self = shared_from_this();
   state_->local_shares->Assign(
       local, [self, report, job = std::move(job)](sluice::StatusOr<sluice::QuotaShareGrant> l) {
-        self->state_->shares->Assign(
+        self->state_->Store().Assign(
             job.request, [self, report, job,
                           l = std::move(l)](sluice::StatusOr<sluice::QuotaShareGrant> s) mutable {
               self->OnShare(report, job, std::move(s), std::move(l));
@@ -549,23 +560,12 @@ sluice::StatusOr<std::shared_ptr<RlqsService>> RlqsService::Create(Engine& engin
   if (options.idle_reports < 1)
     return sluice::InvalidArgumentError("RLQS idle reports must be at least 1");
   auto state = std::make_shared<State>(engine, options);
-  // The quota calls' own client (another connection to the same store), for their own
-  // deadline. The embedded store is one per process: its calls never wait.
-  sluice::ClientOptions store_options = engine.client().options();
-  if (store_options.url.starts_with("memory:")) {
-    state->store_client = nullptr;
-  } else {
-    store_options.deadline = RlqsStoreDeadline(options.report_interval, store_options.deadline);
-    auto store_client = sluice::Client::Create(store_options);
-    if (!store_client.ok()) return store_client.status();
-    state->store_client = std::move(*store_client);
-    // Connected before the first stream when the store is (a subscription answered
-    // Unavailable would get the failure policy): at most the connect timeout.
-    const auto until = std::chrono::steady_clock::now() + store_options.connect_timeout;
-    while (engine.client().Health().connected && !state->store_client->Health().connected &&
-           std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  // The quota calls' own client (another connection to the same store, with their own
+  // deadline: the runner sets EngineOptions::quota_deadline to RlqsStoreDeadline).
+  if (&engine.quota_client() != &engine.client()) state->store_client = &engine.quota_client();
+  auto engine_shares = engine.client().MakeQuotaShares("rlqs");
+  if (!engine_shares.ok()) return engine_shares.status();
+  state->engine_shares = std::move(*engine_shares);
   auto shares =
       (state->store_client ? *state->store_client : engine.client()).MakeQuotaShares("rlqs");
   if (!shares.ok()) return shares.status();
