@@ -16,6 +16,7 @@
 #include <boost/asio/write.hpp>
 
 #include "service/h2_budget.h"
+#include "service/h2_reply_queue.h"
 #include "service/listener.h"
 
 namespace sluiced {
@@ -74,15 +75,6 @@ bool IsStreaming(const GrpcMethod& m) {
   return m.stream || m.open;
 }
 
-// A call's response buffer once nghttp2 took all of it: a long-lived call keeps no large
-// buffer from a burst.
-void EmptyOut(std::string& out) {
-  if (out.capacity() > (64u << 10))
-    std::string().swap(out);
-  else
-    out.clear();
-}
-
 }  // namespace
 
 struct Stream {
@@ -100,21 +92,18 @@ struct Stream {
   std::string message;   // a unary call's request message
   std::size_t held = 0;  // what `in` and `message` hold allocated, as last counted
   bool have_message = false;
-  int messages = 0;            // request messages taken
-  bool request_ended = false;  // the client's END_STREAM arrived
-  bool answered = false;       // the final status is submitted
-  bool headers_sent = false;   // response HEADERS submitted with a data provider
-  bool data_deferred = false;  // the data provider is waiting for more replies
-  std::string out;             // response bytes not yet taken by nghttp2
-  std::size_t out_taken = 0;
+  int messages = 0;                    // request messages taken
+  bool request_ended = false;          // the client's END_STREAM arrived
+  bool answered = false;               // the final status is submitted
+  bool headers_sent = false;           // response HEADERS submitted with a data provider
+  bool data_deferred = false;          // the data provider is waiting for more replies
+  ReplyQueue out;                      // response bytes not yet taken by nghttp2
   std::optional<GrpcStatus> trailers;  // sent once `out` is taken
-  // Asynchronous streaming calls (GrpcMethod::open): the call's state until it ends, the
-  // bytes of `out` not taken as last counted, and whether one of its handlers runs (an
-  // end asked for meanwhile waits in `end` until it returns).
+  // Asynchronous streaming calls (GrpcMethod::open): the call's state until it ends (its
+  // `out` counted on the server), and whether one of its handlers runs (an end asked for
+  // meanwhile waits in `end` until it returns).
   bool async = false;
   std::shared_ptr<StreamCall> call;
-  std::size_t queued = 0;
-  Clock::time_point queue_moved;  // when `queued` last fell, or rose from 0
   bool in_handler = false;
   std::optional<GrpcStatus> end;
 };
@@ -198,9 +187,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OpenCall(Stream& s);
   void RunHandler(Stream& s, const std::function<GrpcStatus()>& handler);
   void EndCall(Stream& s);
-  void AccountQueued(Stream& s);
-  void ReleaseQueue(Stream& s);
-  void DropQueued(Stream& s);
   void Discard(Stream& s);
 
   // Request bytes held (max_connection_buffer_bytes, max_server_buffer_bytes).
@@ -335,7 +321,7 @@ void Connection::OnReply(int32_t stream_id, std::string message, GrpcStatus stat
   if (it == streams_.end() || it->second->answered) return;
   Stream& s = *it->second;
   if (status.ok()) {
-    AppendGrpcMessage(s.out, message);
+    s.out.Append(message);
     s.trailers = GrpcStatus{};
     s.answered = true;
     SubmitHeaders(s);
@@ -352,7 +338,7 @@ void Connection::OnSend(int32_t stream_id, std::string message) {
   if (s == nullptr || !s->async || s->answered || s->end) return;
   const std::size_t more = kGrpcPrefixBytes + message.size();
   std::string over;
-  if (s->queued + more > options_.max_stream_queued_bytes)
+  if (s->out.pending() + more > options_.max_stream_queued_bytes)
     over = std::to_string(options_.max_stream_queued_bytes) + " response bytes queued on this call";
   else if (shared_->queued.load(std::memory_order_relaxed) + more >
            options_.max_server_queued_bytes)
@@ -361,11 +347,10 @@ void Connection::OnSend(int32_t stream_id, std::string message) {
   if (!over.empty()) {
     // The client does not take what it is sent: what waits for it is dropped, and the
     // call ends (its status goes as soon as the client reads again).
-    DropQueued(*s);
+    s->out.DropUnsent();
     Answer(*s, {GrpcCode::kResourceExhausted, "more than " + over});
   } else {
-    AppendGrpcMessage(s->out, message);
-    AccountQueued(*s);
+    s->out.Append(message);
     SubmitHeaders(*s);
   }
   if (!dispatching_) ScheduleFlush();  // as OnReply
@@ -472,16 +457,9 @@ int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t, voi
 
 ssize_t Connection::ReadData(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
                              size_t length, uint32_t* flags, nghttp2_data_source* source,
-                             void* user) {
+                             void* /*user*/) {
   auto* s = static_cast<Stream*>(source->ptr);
-  const std::size_t n = std::min(length, s->out.size() - s->out_taken);
-  std::memcpy(buf, s->out.data() + s->out_taken, n);
-  s->out_taken += n;
-  if (s->out_taken == s->out.size()) {
-    EmptyOut(s->out);
-    s->out_taken = 0;
-  }
-  static_cast<Connection*>(user)->AccountQueued(*s);
+  const std::size_t n = s->out.Take(buf, length);
   if (!s->out.empty()) return static_cast<ssize_t>(n);
   if (s->trailers) {
     *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
@@ -570,7 +548,7 @@ void Connection::OnStreamMessage(Stream& s, std::string_view message) {
   } else {
     replies_.clear();
     GrpcStatus status = s.method->stream(message, replies_);
-    for (const auto& r : replies_) AppendGrpcMessage(s.out, r);
+    for (const auto& r : replies_) s.out.Append(r);
     if (!replies_.empty()) SubmitHeaders(s);
     if (!status.ok()) Answer(s, std::move(status));
   }
@@ -627,6 +605,7 @@ void Connection::OnEndOfRequest(Stream& s) {
 // at once: its client goes elsewhere.
 void Connection::OpenCall(Stream& s) {
   s.async = true;  // before open: a Send from inside it is queued
+  s.out.CountIn(&shared_->queued);
   RunHandler(s, [&] {
     s.call = s.method->open(StreamWriter(shared_from_this(), s.id));
     return s.call ? GrpcStatus{} : GrpcStatus{GrpcCode::kInternal, "no call state for " + s.path};
@@ -656,55 +635,12 @@ void Connection::EndCall(Stream& s) {
   call->OnClose();
 }
 
-// Counts the call's response bytes not taken by nghttp2 on the server.
-void Connection::AccountQueued(Stream& s) {
-  if (!s.async) return;
-  const std::size_t now = s.out.size() - s.out_taken;
-  if (now < s.queued || s.queued == 0) s.queue_moved = Clock::now();
-  if (now >= s.queued)
-    shared_->queued.fetch_add(now - s.queued, std::memory_order_relaxed);
-  else
-    shared_->queued.fetch_sub(s.queued - now, std::memory_order_relaxed);
-  s.queued = now;
-}
-
-// Drops the response bytes nghttp2 has not taken.
-// Drops what waits on the call but the rest of a message HTTP/2 has begun to send: a
-// message cut short would break the call's framing (the client would read the trailers'
-// DATA as the message's missing bytes). At most one message is kept.
-void Connection::DropQueued(Stream& s) {
-  std::size_t keep_to = 0;
-  for (std::size_t at = 0; at < s.out_taken;) {
-    // s.out holds whole framed messages from offset 0 (it is emptied only when all taken).
-    const std::optional<GrpcPrefix> prefix = ReadGrpcPrefix(std::string_view(s.out).substr(at));
-    if (!prefix) break;
-    const std::size_t next = at + kGrpcPrefixBytes + prefix->length;
-    if (next > s.out_taken) {
-      keep_to = next;
-      break;
-    }
-    at = next;
-  }
-  if (keep_to == 0) return ReleaseQueue(s);
-  s.out.resize(keep_to);
-  s.out.erase(0, s.out_taken);
-  s.out.shrink_to_fit();
-  s.out_taken = 0;
-  AccountQueued(s);
-}
-
-void Connection::ReleaseQueue(Stream& s) {
-  std::string().swap(s.out);
-  s.out_taken = 0;
-  AccountQueued(s);
-}
-
 // The stream is gone (closed, reset, or its connection closed): its buffers are freed and
 // its call ends.
 void Connection::Discard(Stream& s) {
   s.answered = true;  // a Finish from OnClose submits nothing
   Release(s);
-  ReleaseQueue(s);
+  s.out.Clear();
   EndCall(s);
 }
 
@@ -895,7 +831,8 @@ void Connection::ExpireSlowRequests(Clock::time_point now) {
 // once (a client that reads nothing at all is cut off by write_timeout).
 void Connection::ResetStalledReplies(Clock::time_point now) {
   for (auto& [id, s] : streams_) {
-    if (!s->async || s->queued == 0 || now - s->queue_moved <= options_.stalled_reply_timeout)
+    if (!s->async || s->out.pending() == 0 ||
+        now - s->out.moved() <= options_.stalled_reply_timeout)
       continue;
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
     Discard(*s);
@@ -1044,7 +981,7 @@ void Connection::EndOpenStream(Stream& s) {
   if (s.answered || s.method == nullptr) return;
   if (!s.async && (!s.method->stream || s.method->finish_on_half_close)) return;
   if (!s.method->drain_reply.empty() && s.messages > 0) {
-    AppendGrpcMessage(s.out, s.method->drain_reply);
+    s.out.Append(s.method->drain_reply);
     SubmitHeaders(s);
   }
   Answer(s, {GrpcCode::kUnavailable, "the server is shutting down"});
