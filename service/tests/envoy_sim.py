@@ -3,10 +3,10 @@
 over grpcio, with messages generated from service/proto (Envoy's own rlqs.proto and
 ratelimit_strategy.proto) by grpc_tools.
 
-Written from Envoy's source/extensions/filters/http/rate_limit_quota/ (global_client_impl.cc,
-filter.cc, quota_bucket_cache.h) at envoyproxy/envoy commit
-c33e7f824b9946853a80e839d6e80ef2a09f3bb4 (and the earlier 0b559611553841f503171457578e8fcea6a82b17
-for the older token bucket start). What it does as Envoy does:
+Written from Envoy's source/extensions/filters/http/rate_limit_quota/: global_client_impl.cc at
+envoyproxy/envoy commit c33e7f824b9946853a80e839d6e80ef2a09f3bb4 (and at the earlier
+0b559611553841f503171457578e8fcea6a82b17, whose new token buckets start full), filter.cc at
+00536345a1f49ef19c1869253c7ce4d24be5ab58. What it does as Envoy does:
 - the first request of a bucket creates it (counted by the no-assignment behaviour: allowed
   here) and sends at once a report of that one bucket, time_elapsed 0;
 - each periodic report holds every bucket it has (none: a report with the domain only),

@@ -8,7 +8,8 @@ optionally with a latency proxy between them. One case per run:
   wide       an Envoy holding 1,200 buckets: its periodic report gets an assignment for each;
   slow       grants below one request a second change (1 per 4 s to 1 per 67 s): the sum of
              the rates the Envoys enforce, with Envoy's comparison, stays at most the limit;
-  domain     a report without a domain after the stream's first is answered;
+  domain     a report without a domain after the stream's first is answered; an empty
+             report (an Envoy that holds no bucket) keeps its stream;
   absurd     10^9+1 and 10^13 requests in a second: answered by a share, no store error, no
              failure-policy answer;
   reset      a report in flight when its stream resets: the same Envoy's next stream gets
@@ -354,6 +355,13 @@ def case_domain(setup, args, c):
     c.expect(is_token_bucket(e.strategy(b)), "with a token bucket")
     c.expect(not e.closes, "the stream was not ended (closes: %s)" % e.closes)
     e.close()
+    # An Envoy that holds no bucket reports the domain alone, on a stream it opens for it.
+    empty = sim(setup, args)
+    c.expect(empty.report(), "an empty report is sent")
+    time.sleep(0.3)
+    c.expect(not empty.closes, "an empty report does not end the stream (closes: %s)"
+             % empty.closes)
+    empty.close()
 
 
 def case_absurd(setup, args, c):
