@@ -57,7 +57,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options,
   options.client.connect_in_background = true;
   auto client = sluice::Client::Create(options.client);
   if (!client.ok()) return client.status();
+  std::shared_ptr<sluice::Client> quota_client;
+  if (options.quota_deadline && !options.client.url.starts_with("memory:")) {
+    sluice::ClientOptions quota = options.client;
+    quota.deadline = *options.quota_deadline;
+    auto made = sluice::Client::Create(quota);
+    if (!made.ok()) return made.status();
+    quota_client = std::move(*made);
+  }
   std::unique_ptr<Engine> engine(new Engine(std::move(options), std::move(*client)));
+  engine->quota_client_ = std::move(quota_client);
   auto probe = engine->client_->MakeLimiter(
       "sluiced-readyz", {.limit = 1000000, .window = std::chrono::seconds(1)},
       {.on_failure = sluice::FailurePolicy::kOpen, .cache_denials = false});

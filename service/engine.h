@@ -103,6 +103,10 @@ struct StoreProbe {
 
 struct EngineOptions {
   sluice::ClientOptions client;
+  // Set: quota calls (RLQS) go to the store on a client of their own (its own connection,
+  // breaker and I/O thread), with this deadline instead of client.deadline: they are off
+  // the request path and may wait longer. Unset, or an embedded store: the engine's client.
+  std::optional<std::chrono::milliseconds> quota_deadline;
   int blocking_threads = 2;  // peeks (hits 0), readiness probes, metrics pages, admin calls
   std::string audit_log = "sluiced-audit.log";
 };
@@ -154,6 +158,8 @@ class Engine {
   bool draining() const { return draining_.load(std::memory_order_relaxed); }
 
   sluice::Client& client() { return *client_; }
+  // The quota calls' client (EngineOptions::quota_deadline), or the engine's.
+  sluice::Client& quota_client() { return quota_client_ ? *quota_client_ : *client_; }
   // The store's URL as it may be shown: its password masked (sluice::RedactUrl).
   std::string store_shown() const { return sluice::RedactUrl(options_.client.url); }
   // The fault domains whose breaker is open or half-open (`h.open_domain_names`) as they
@@ -219,6 +225,7 @@ class Engine {
 
   EngineOptions options_;
   std::shared_ptr<sluice::Client> client_;
+  std::shared_ptr<sluice::Client> quota_client_;  // null: client_
   Metrics metrics_;
   boost::asio::thread_pool pool_;
   mutable std::mutex mu_;

@@ -15,6 +15,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 
+#include "service/h2_budget.h"
+#include "service/h2_reply_queue.h"
 #include "service/listener.h"
 
 namespace sluiced {
@@ -36,8 +38,11 @@ struct H2GrpcServer::Shared {
   nghttp2_option* option = nullptr;
   // Request bytes held by every connection together (max_server_buffer_bytes).
   mutable std::atomic<std::size_t> held{0};
-  // Response bytes queued on asynchronous streaming calls (max_stream_queued_bytes).
+  // Response bytes queued on asynchronous streaming calls (max_stream_queued_bytes,
+  // max_server_queued_bytes).
   mutable std::atomic<std::size_t> queued{0};
+  // State charged by asynchronous streaming calls (max_server_state_bytes).
+  mutable ByteBudget state;
   ~Shared() {
     nghttp2_session_callbacks_del(callbacks);
     nghttp2_option_del(option);
@@ -70,15 +75,6 @@ bool IsStreaming(const GrpcMethod& m) {
   return m.stream || m.open;
 }
 
-// A call's response buffer once nghttp2 took all of it: a long-lived call keeps no large
-// buffer from a burst.
-void EmptyOut(std::string& out) {
-  if (out.capacity() > (64u << 10))
-    std::string().swap(out);
-  else
-    out.clear();
-}
-
 }  // namespace
 
 struct Stream {
@@ -96,20 +92,18 @@ struct Stream {
   std::string message;   // a unary call's request message
   std::size_t held = 0;  // what `in` and `message` hold allocated, as last counted
   bool have_message = false;
-  int messages = 0;            // request messages taken
-  bool request_ended = false;  // the client's END_STREAM arrived
-  bool answered = false;       // the final status is submitted
-  bool headers_sent = false;   // response HEADERS submitted with a data provider
-  bool data_deferred = false;  // the data provider is waiting for more replies
-  std::string out;             // response bytes not yet taken by nghttp2
-  std::size_t out_taken = 0;
+  int messages = 0;                    // request messages taken
+  bool request_ended = false;          // the client's END_STREAM arrived
+  bool answered = false;               // the final status is submitted
+  bool headers_sent = false;           // response HEADERS submitted with a data provider
+  bool data_deferred = false;          // the data provider is waiting for more replies
+  ReplyQueue out;                      // response bytes not yet taken by nghttp2
   std::optional<GrpcStatus> trailers;  // sent once `out` is taken
-  // Asynchronous streaming calls (GrpcMethod::open): the call's state until it ends, the
-  // bytes of `out` not taken as last counted, and whether one of its handlers runs (an
-  // end asked for meanwhile waits in `end` until it returns).
+  // Asynchronous streaming calls (GrpcMethod::open): the call's state until it ends (its
+  // `out` counted on the server), and whether one of its handlers runs (an end asked for
+  // meanwhile waits in `end` until it returns).
   bool async = false;
   std::shared_ptr<StreamCall> call;
-  std::size_t queued = 0;
   bool in_handler = false;
   std::optional<GrpcStatus> end;
 };
@@ -152,6 +146,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // over by StreamWriter).
   void OnSend(int32_t stream_id, std::string message);
   void OnFinish(int32_t stream_id, GrpcStatus status);
+  // From any thread: the calls' state (StreamWriter::Charge).
+  bool ChargeState(std::size_t n) { return TryChargeBoth(state_, shared_->state, n); }
+  void UnchargeState(std::size_t n) {
+    state_.Uncharge(n);
+    shared_->state.Uncharge(n);
+  }
+  std::string StateBudgetText() const { return BudgetText(state_, shared_->state); }
   // From H2GrpcServer::Stop once the server's threads are stopped (nothing runs on the
   // strand any more): closes the connection on the calling thread, ending its calls.
   void CloseStopped() { Close(); }
@@ -186,9 +187,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OpenCall(Stream& s);
   void RunHandler(Stream& s, const std::function<GrpcStatus()>& handler);
   void EndCall(Stream& s);
-  void AccountQueued(Stream& s);
-  void ReleaseQueue(Stream& s);
-  void DropQueued(Stream& s);
   void Discard(Stream& s);
 
   // Request bytes held (max_connection_buffer_bytes, max_server_buffer_bytes).
@@ -209,6 +207,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Tick();
   void OnTick();
   void ExpireSlowRequests(Clock::time_point now);
+  void ResetStalledReplies(Clock::time_point now);
 
   // Input and output.
   void MaybeRead();
@@ -243,6 +242,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Clock::time_point deadline_at_;
   Clock::time_point accepted_, last_input_, write_started_;
   std::size_t buffered_ = 0;   // request bytes held by the streams (Stream::held)
+  ByteBudget state_;           // the calls' state (max_connection_state_bytes)
   std::size_t in_flight_ = 0;  // unary calls with a handler, not answered
   bool deadline_armed_ = false;
   bool handshake_done_ = false;
@@ -262,12 +262,16 @@ Connection::Connection(Socket socket, std::shared_ptr<GrpcListener> listener)
       shared_(listener_->context),
       options_(shared_->options),
       tick_(strand_),
-      deadline_timer_(strand_) {}
+      deadline_timer_(strand_) {
+  state_.set_limit(options_.max_connection_state_bytes);
+}
 
 Connection::~Connection() {
   // The server's counts keep only live bytes; a call not ended by Close ends here (it
   // cannot hold a writer on this connection, or the connection would not be destroyed).
   for (auto& [id, s] : streams_) Discard(*s);
+  // What a call did not give back leaves the server's count with its connection.
+  shared_->state.Uncharge(state_.used());
   nghttp2_session_del(session_);
   listener_->Forget(this);
 }
@@ -317,7 +321,7 @@ void Connection::OnReply(int32_t stream_id, std::string message, GrpcStatus stat
   if (it == streams_.end() || it->second->answered) return;
   Stream& s = *it->second;
   if (status.ok()) {
-    AppendGrpcMessage(s.out, message);
+    s.out.Append(message);
     s.trailers = GrpcStatus{};
     s.answered = true;
     SubmitHeaders(s);
@@ -332,16 +336,21 @@ void Connection::OnReply(int32_t stream_id, std::string message, GrpcStatus stat
 void Connection::OnSend(int32_t stream_id, std::string message) {
   Stream* s = closed_ ? nullptr : Find(stream_id);
   if (s == nullptr || !s->async || s->answered || s->end) return;
-  if (s->queued + kGrpcPrefixBytes + message.size() > options_.max_stream_queued_bytes) {
+  const std::size_t more = kGrpcPrefixBytes + message.size();
+  std::string over;
+  if (s->out.pending() + more > options_.max_stream_queued_bytes)
+    over = std::to_string(options_.max_stream_queued_bytes) + " response bytes queued on this call";
+  else if (shared_->queued.load(std::memory_order_relaxed) + more >
+           options_.max_server_queued_bytes)
+    over =
+        std::to_string(options_.max_server_queued_bytes) + " response bytes queued on this server";
+  if (!over.empty()) {
     // The client does not take what it is sent: what waits for it is dropped, and the
     // call ends (its status goes as soon as the client reads again).
-    DropQueued(*s);
-    Answer(*s, {GrpcCode::kResourceExhausted, "more than " +
-                                                  std::to_string(options_.max_stream_queued_bytes) +
-                                                  " response bytes queued on this call"});
+    s->out.DropUnsent();
+    Answer(*s, {GrpcCode::kResourceExhausted, "more than " + over});
   } else {
-    AppendGrpcMessage(s->out, message);
-    AccountQueued(*s);
+    s->out.Append(message);
     SubmitHeaders(*s);
   }
   if (!dispatching_) ScheduleFlush();  // as OnReply
@@ -448,16 +457,9 @@ int Connection::OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t, voi
 
 ssize_t Connection::ReadData(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
                              size_t length, uint32_t* flags, nghttp2_data_source* source,
-                             void* user) {
+                             void* /*user*/) {
   auto* s = static_cast<Stream*>(source->ptr);
-  const std::size_t n = std::min(length, s->out.size() - s->out_taken);
-  std::memcpy(buf, s->out.data() + s->out_taken, n);
-  s->out_taken += n;
-  if (s->out_taken == s->out.size()) {
-    EmptyOut(s->out);
-    s->out_taken = 0;
-  }
-  static_cast<Connection*>(user)->AccountQueued(*s);
+  const std::size_t n = s->out.Take(buf, length);
   if (!s->out.empty()) return static_cast<ssize_t>(n);
   if (s->trailers) {
     *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
@@ -546,7 +548,7 @@ void Connection::OnStreamMessage(Stream& s, std::string_view message) {
   } else {
     replies_.clear();
     GrpcStatus status = s.method->stream(message, replies_);
-    for (const auto& r : replies_) AppendGrpcMessage(s.out, r);
+    for (const auto& r : replies_) s.out.Append(r);
     if (!replies_.empty()) SubmitHeaders(s);
     if (!status.ok()) Answer(s, std::move(status));
   }
@@ -603,6 +605,7 @@ void Connection::OnEndOfRequest(Stream& s) {
 // at once: its client goes elsewhere.
 void Connection::OpenCall(Stream& s) {
   s.async = true;  // before open: a Send from inside it is queued
+  s.out.CountIn(&shared_->queued);
   RunHandler(s, [&] {
     s.call = s.method->open(StreamWriter(shared_from_this(), s.id));
     return s.call ? GrpcStatus{} : GrpcStatus{GrpcCode::kInternal, "no call state for " + s.path};
@@ -632,54 +635,12 @@ void Connection::EndCall(Stream& s) {
   call->OnClose();
 }
 
-// Counts the call's response bytes not taken by nghttp2 on the server.
-void Connection::AccountQueued(Stream& s) {
-  if (!s.async) return;
-  const std::size_t now = s.out.size() - s.out_taken;
-  if (now >= s.queued)
-    shared_->queued.fetch_add(now - s.queued, std::memory_order_relaxed);
-  else
-    shared_->queued.fetch_sub(s.queued - now, std::memory_order_relaxed);
-  s.queued = now;
-}
-
-// Drops the response bytes nghttp2 has not taken.
-// Drops what waits on the call but the rest of a message HTTP/2 has begun to send: a
-// message cut short would break the call's framing (the client would read the trailers'
-// DATA as the message's missing bytes). At most one message is kept.
-void Connection::DropQueued(Stream& s) {
-  std::size_t keep_to = 0;
-  for (std::size_t at = 0; at < s.out_taken;) {
-    // s.out holds whole framed messages from offset 0 (it is emptied only when all taken).
-    const std::optional<GrpcPrefix> prefix = ReadGrpcPrefix(std::string_view(s.out).substr(at));
-    if (!prefix) break;
-    const std::size_t next = at + kGrpcPrefixBytes + prefix->length;
-    if (next > s.out_taken) {
-      keep_to = next;
-      break;
-    }
-    at = next;
-  }
-  if (keep_to == 0) return ReleaseQueue(s);
-  s.out.resize(keep_to);
-  s.out.erase(0, s.out_taken);
-  s.out.shrink_to_fit();
-  s.out_taken = 0;
-  AccountQueued(s);
-}
-
-void Connection::ReleaseQueue(Stream& s) {
-  std::string().swap(s.out);
-  s.out_taken = 0;
-  AccountQueued(s);
-}
-
 // The stream is gone (closed, reset, or its connection closed): its buffers are freed and
 // its call ends.
 void Connection::Discard(Stream& s) {
   s.answered = true;  // a Finish from OnClose submits nothing
   Release(s);
-  ReleaseQueue(s);
+  s.out.Clear();
   EndCall(s);
 }
 
@@ -838,6 +799,7 @@ void Connection::OnTick() {
   if (!handshake_done_ && now - accepted_ > options_.handshake_timeout) return Close();
   if (writing_ && now - write_started_ > options_.write_timeout) return Close();
   ExpireSlowRequests(now);
+  ResetStalledReplies(now);
   if (draining_ && !final_goaway_ && now - drain_started_ >= kDrainNoticeGrace) FinalGoaway();
   if (lingering_ && now > linger_until_) return Close();
   if (streams_.empty() && !going_away_ && now - last_input_ > options_.idle_timeout) {
@@ -860,6 +822,20 @@ void Connection::ExpireSlowRequests(Clock::time_point now) {
     Answer(*s, {GrpcCode::kDeadlineExceeded, "request not received within " +
                                                  std::to_string(options_.read_timeout.count()) +
                                                  " ms"});
+  }
+}
+
+// A call whose queued response has not moved for stalled_reply_timeout (a client that
+// does not read, or keeps its window closed) is reset (RST_STREAM is not flow-controlled:
+// it reaches a client that reads nothing else), its queue freed and its call ended at
+// once (a client that reads nothing at all is cut off by write_timeout).
+void Connection::ResetStalledReplies(Clock::time_point now) {
+  for (auto& [id, s] : streams_) {
+    if (!s->async || s->out.pending() == 0 ||
+        now - s->out.moved() <= options_.stalled_reply_timeout)
+      continue;
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
+    Discard(*s);
   }
 }
 
@@ -1005,7 +981,7 @@ void Connection::EndOpenStream(Stream& s) {
   if (s.answered || s.method == nullptr) return;
   if (!s.async && (!s.method->stream || s.method->finish_on_half_close)) return;
   if (!s.method->drain_reply.empty() && s.messages > 0) {
-    AppendGrpcMessage(s.out, s.method->drain_reply);
+    s.out.Append(s.method->drain_reply);
     SubmitHeaders(s);
   }
   Answer(s, {GrpcCode::kUnavailable, "the server is shutting down"});
@@ -1082,6 +1058,18 @@ void StreamWriter::Finish(GrpcStatus status) {
              });
 }
 
+bool StreamWriter::Charge(std::size_t bytes) {
+  return connection_->ChargeState(bytes);
+}
+
+void StreamWriter::Uncharge(std::size_t bytes) {
+  connection_->UnchargeState(bytes);
+}
+
+std::string StreamWriter::BudgetText() const {
+  return connection_->StateBudgetText();
+}
+
 namespace {
 
 // What the server's connections share: the options, the methods by path, the
@@ -1095,8 +1083,9 @@ std::shared_ptr<H2GrpcServer::Shared> NewShared(GrpcServerOptions options,
     shared->methods.emplace(std::move(path), std::move(m));
   }
   const auto& o = shared->options;
-  const auto shortest =
-      std::min({o.handshake_timeout, o.read_timeout, o.write_timeout, o.idle_timeout});
+  shared->state.set_limit(o.max_server_state_bytes);
+  const auto shortest = std::min({o.handshake_timeout, o.read_timeout, o.write_timeout,
+                                  o.idle_timeout, o.stalled_reply_timeout});
   shared->tick = std::clamp<Clock::duration>(shortest / 4, std::chrono::milliseconds(5),
                                              std::chrono::seconds(1));
   nghttp2_session_callbacks_new(&shared->callbacks);
@@ -1186,6 +1175,10 @@ std::size_t H2GrpcServer::buffered_bytes() const {
 
 std::size_t H2GrpcServer::queued_bytes() const {
   return listener_->context->queued.load(std::memory_order_relaxed);
+}
+
+std::size_t H2GrpcServer::state_bytes() const {
+  return listener_->context->state.used();
 }
 
 H2GrpcServer::~H2GrpcServer() {

@@ -8,10 +8,12 @@
 // for the store).
 //
 // Bounds: concurrent streams and header list size per connection (advertised in SETTINGS
-// and enforced), message size, bytes buffered and calls in flight per connection, and
-// timeouts for the connection preface, for each request (first header to end of
-// stream), for each write, and for idle connections. A client that breaks the protocol
-// has its connection closed; a handler never runs for it.
+// and enforced), message size, request bytes buffered (per connection and per server),
+// calls in flight per connection, response bytes queued (per call and per server), the
+// state calls keep (per connection and per server, service/h2_budget.h), and timeouts
+// for the connection preface, for each request (first header to end of stream), for
+// each write, for a call whose queued replies do not move, and for idle connections. A client that
+// breaks the protocol has its connection closed; a handler never runs for it.
 //
 // Thread-safety: Start/Stop from one thread. Handlers run on the server's threads, or on
 // a given executor's (GrpcServerOptions::executor), each connection on a strand (its
@@ -69,11 +71,22 @@ class StreamWriter {
   // Queues `message` (a serialized protobuf) on the call, after the ones sent before; from
   // any thread. Dropped once the call has ended. Bytes queued and not taken by HTTP/2
   // (its flow control, a client that does not read) beyond
-  // GrpcServerOptions::max_stream_queued_bytes end the call RESOURCE_EXHAUSTED.
+  // GrpcServerOptions::max_stream_queued_bytes, or the server's max_server_queued_bytes,
+  // end the call RESOURCE_EXHAUSTED; a queue that has not moved for stalled_reply_timeout
+  // resets it.
   void Send(std::string message);
   // Ends the call with `status` after the messages queued before; from any thread. Later
   // Sends and Finishes are dropped.
   void Finish(GrpcStatus status);
+  // The call's state (what it keeps between messages: its own bookkeeping, requests
+  // waiting for answers) charged to its connection's and the server's state budgets
+  // (GrpcServerOptions::max_connection_state_bytes, max_server_state_bytes): false, and
+  // nothing charged, when `bytes` more would go over either. The call gives back what it
+  // charged (Uncharge) when it no longer holds it, at the latest in OnClose.
+  bool Charge(std::size_t bytes);
+  void Uncharge(std::size_t bytes);
+  // The state budgets, for a refusal's message.
+  std::string BudgetText() const;
 
  private:
   std::shared_ptr<h2internal::Connection> connection_;
@@ -159,6 +172,17 @@ struct GrpcServerOptions {
   // the rest of a message HTTP/2 has begun to send: the framing must stay whole), so a
   // client that stops reading costs at most this. Default: 1 MiB.
   std::size_t max_stream_queued_bytes = 1 << 20;
+  // The same bytes over every call of the server together: a Send that would go over
+  // ends its call the same way. Default: 64 MiB.
+  std::size_t max_server_queued_bytes = 64 << 20;
+  // A call whose queued response bytes have not moved (none taken by HTTP/2) for this
+  // long is reset (RST_STREAM CANCEL: its status cannot pass a closed window) and its
+  // queue freed. Default: 30 s.
+  std::chrono::milliseconds stalled_reply_timeout{30000};
+  // The state asynchronous streaming calls keep (StreamWriter::Charge), per connection
+  // and over every connection of the server. Default: 16 MiB and 256 MiB.
+  std::size_t max_connection_state_bytes = 16 << 20;
+  std::size_t max_server_state_bytes = 256 << 20;
   // Unary calls handed to handlers and not answered yet, per connection; more are
   // answered RESOURCE_EXHAUSTED (bounds work queued by clients that reset streams).
   // Default: 1024.
@@ -196,6 +220,8 @@ class H2GrpcServer {
   // Response bytes queued on every asynchronous streaming call now, not yet taken by
   // HTTP/2 (see max_stream_queued_bytes).
   std::size_t queued_bytes() const;
+  // State bytes charged by every call now (see max_server_state_bytes).
+  std::size_t state_bytes() const;
   // Connections not closed yet (a drain is done when there are none).
   std::size_t open_connections() const;
   // Stops accepting and serving; unanswered calls are dropped (asynchronous streaming

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <mutex>
 #include <unordered_map>
@@ -40,11 +39,17 @@ std::chrono::seconds RlqsTtl(std::chrono::milliseconds report_interval) {
   return std::chrono::seconds(std::max<int64_t>(1, (ms + 999) / 1000));
 }
 
+std::chrono::milliseconds RlqsStoreDeadline(std::chrono::milliseconds report_interval,
+                                            std::chrono::milliseconds request_deadline) {
+  return std::max(request_deadline, report_interval / 5);
+}
+
 int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::milliseconds elapsed) {
   const double requests = static_cast<double>(allowed) + static_cast<double>(denied);
   const double ms = static_cast<double>(std::max<int64_t>(1000, elapsed.count()));
-  // Bounded far above any real demand, so that the store's sums stay exact in doubles.
-  return static_cast<int64_t>(std::min(requests * 1e6 / ms, 1e15));
+  // The stores' bound (far above any real demand): a larger demand is that much.
+  return static_cast<int64_t>(
+      std::min(requests * 1e6 / ms, static_cast<double>(kRlqsMaxRateMilli)));
 }
 
 void RlqsStrategy(int64_t grant_milli, int64_t rate_milli, int64_t burst,
@@ -76,6 +81,7 @@ void RlqsStrategy(int64_t grant_milli, int64_t rate_milli, int64_t burst,
   bucket->set_max_tokens(static_cast<uint32_t>(std::min(capacity, kMaxTokens)));
   bucket->mutable_tokens_per_fill()->set_value(static_cast<uint32_t>(tokens));
   bucket->mutable_fill_interval()->set_seconds(interval_s);
+  bucket->mutable_fill_interval()->set_nanos(static_cast<int32_t>(interval_s));
 }
 
 struct RlqsService::State {
@@ -86,7 +92,22 @@ struct RlqsService::State {
   // The store keeps a grant a second longer than the client enforces it: a client's
   // TTL starts when the answer reaches it, after the store recorded the grant.
   std::chrono::milliseconds hold() const { return ttl + std::chrono::seconds(1); }
-  std::optional<sluice::QuotaShares> shares;        // the store's
+  // The engine's quota client (Engine::quota_client), when it has one of its own (not
+  // owned here: the engine outlives the service).
+  sluice::Client* store_client = nullptr;
+  std::optional<sluice::QuotaShares> shares;         // the store's, on store_client
+  std::optional<sluice::QuotaShares> engine_shares;  // the same, on the engine's client
+  // Where a quota call goes: the quota calls' own client once it has connected (it
+  // connects in the background, as the engine's does: sluiced's start waits for neither),
+  // the engine's until then.
+  const sluice::QuotaShares& Store() const {
+    if (store_client && !store_ready.load(std::memory_order_relaxed)) {
+      if (!store_client->Health().connected) return *engine_shares;
+      store_ready.store(true, std::memory_order_relaxed);
+    }
+    return *shares;
+  }
+  mutable std::atomic<bool> store_ready{false};
   std::shared_ptr<sluice::Client> local_client;     // an embedded store's, for `local`
   std::optional<sluice::QuotaShares> local_shares;  // what this instance sees alone
 };
@@ -97,16 +118,20 @@ namespace {
 int64_t RateMilli(const Rule& rule) {
   const double ms = static_cast<double>(UnitWindow(rule.unit).count());
   const double milli = static_cast<double>(rule.requests_per_unit) * 1e6 / ms;
-  return std::max<int64_t>(1, static_cast<int64_t>(std::min(milli, 1e15)));
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(std::min(milli, static_cast<double>(kRlqsMaxRateMilli))));
 }
 
 // Why a report is refused (the stream ends INVALID_ARGUMENT), or empty.
+// The domain is named by a stream's first report; later ones may leave it out (the proto
+// says so), or repeat it.
 std::string Invalid(const rlqs::RateLimitQuotaUsageReports& report, const std::string& domain) {
-  if (report.domain().empty()) return "a report must name its domain";
-  if (!domain.empty() && report.domain() != domain)
+  if (report.domain().empty() && domain.empty())
+    return "a stream's first report must name its domain";
+  if (!domain.empty() && !report.domain().empty() && report.domain() != domain)
     return "a stream reports for one domain ('" + domain + "'), not '" + report.domain() + "'";
-  if (report.bucket_quota_usages_size() > static_cast<int>(kRlqsMaxUsagesPerReport))
-    return "at most " + std::to_string(kRlqsMaxUsagesPerReport) + " buckets per report";
+  if (report.bucket_quota_usages_size() > static_cast<int>(kRlqsMaxBucketsPerStream))
+    return "at most " + std::to_string(kRlqsMaxBucketsPerStream) + " buckets per report";
   for (const Usage& u : report.bucket_quota_usages()) {
     const auto& bucket = u.bucket_id().bucket();
     if (bucket.empty()) return "a bucket id needs at least one entry";
@@ -129,6 +154,26 @@ Entries SortedEntries(const Usage& usage) {
   Entries entries(usage.bucket_id().bucket().begin(), usage.bucket_id().bucket().end());
   std::sort(entries.begin(), entries.end());
   return entries;
+}
+
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
+                                                      : a + b;
+}
+
+// Adds `from`'s counts and elapsed time to `into` (the same bucket, reported twice).
+void MergeUsage(Usage& into, const Usage& from) {
+  into.set_num_requests_allowed(
+      SaturatingAdd(into.num_requests_allowed(), from.num_requests_allowed()));
+  into.set_num_requests_denied(
+      SaturatingAdd(into.num_requests_denied(), from.num_requests_denied()));
+  auto* t = into.mutable_time_elapsed();
+  int64_t nanos = int64_t{t->nanos()} + from.time_elapsed().nanos();
+  int64_t seconds = std::min<int64_t>(t->seconds(), 315'576'000'000) +
+                    std::min<int64_t>(from.time_elapsed().seconds(), 315'576'000'000);
+  seconds += nanos / 1'000'000'000;
+  t->set_seconds(std::min<int64_t>(seconds, 315'576'000'000));  // Duration's maximum
+  t->set_nanos(static_cast<int32_t>(nanos % 1'000'000'000));
 }
 
 void Assign(Action& action, std::chrono::seconds ttl) {
@@ -161,12 +206,16 @@ class RlqsStream : public StreamCall, public std::enable_shared_from_this<RlqsSt
     // shares even when it was granted nothing): given back when the bucket is forgotten or
     // the stream ends. Empty: never recorded.
     std::string share_id;
+    std::size_t charged = 0;  // its bytes in the state budgets
   };
-  // A report being answered: its response, one action per bucket, filled by the calls.
+  // A report being answered (or, merged from the reports received meanwhile, waiting): its
+  // response, one action per bucket, filled by the calls.
   struct Report {
     rlqs::RateLimitQuotaUsageReports request;
     rlqs::RateLimitQuotaResponse response;
     std::atomic<std::size_t> remaining{0};
+    std::size_t charged = 0;  // its bytes in the state budgets, until it is answered
+    std::unordered_map<std::string, int> index;  // a waiting one's buckets: id -> usage
   };
   // A bucket whose answer is the stores' share.
   struct ShareJob {
@@ -178,6 +227,7 @@ class RlqsStream : public StreamCall, public std::enable_shared_from_this<RlqsSt
     sluice::FailurePolicy policy;  // the rule's, or the client's default
   };
 
+  GrpcStatus Merge(rlqs::RateLimitQuotaUsageReports& request, std::size_t charged);
   void ProcessFront(std::unique_lock<std::mutex>& lock);
   std::optional<ShareJob> Plan(Report& report, int index, const Config& config);
   void RunShare(const std::shared_ptr<Report>& report, ShareJob job);
@@ -186,6 +236,7 @@ class RlqsStream : public StreamCall, public std::enable_shared_from_this<RlqsSt
                sluice::StatusOr<sluice::QuotaShareGrant> local);
   void Done(const std::shared_ptr<Report>& report);
   void Release(const std::string& share_id);
+  void Forget(const std::string& id);
 
   std::shared_ptr<RlqsService::State> state_;
   StreamWriter writer_;
@@ -193,27 +244,67 @@ class RlqsStream : public StreamCall, public std::enable_shared_from_this<RlqsSt
   std::mutex mu_;
   std::string domain_;  // from the first report
   std::unordered_map<std::string, Bucket> buckets_;
-  std::deque<std::shared_ptr<Report>> queue_;  // the front one is being answered
+  std::shared_ptr<Report> current_;  // being answered
+  std::shared_ptr<Report> waiting_;  // the reports received since, merged
+  // Store calls of this stream not answered yet. A stream that ends gives its shares back
+  // once they are all answered (`give_back`), so that no grant is recorded after its
+  // give-back and outlives the stream.
+  std::size_t in_flight_ = 0;
+  std::vector<std::string> give_back_;
+  std::size_t charged_ = 0;   // in the state budgets, given back when the stream ends
+  bool over_budget_ = false;  // a bucket could not be charged: the stream ends
   bool half_closed_ = false, closed_ = false;
 };
 
+// Bytes a report holds until it is answered: its request and its response (one action per
+// bucket, about as large).
+std::size_t ReportBytes(const rlqs::RateLimitQuotaUsageReports& request) {
+  return 2 * request.ByteSizeLong() + 64;
+}
+
 GrpcStatus RlqsStream::OnMessage(std::string_view message) {
-  auto report = std::make_shared<Report>();
-  if (!report->request.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+  rlqs::RateLimitQuotaUsageReports request;
+  if (!request.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
     state_->engine.metrics().BadRequest();
     return {GrpcCode::kInvalidArgument, "cannot parse RateLimitQuotaUsageReports"};
   }
   std::unique_lock lock(mu_);
-  if (std::string why = Invalid(report->request, domain_); !why.empty()) {
+  if (std::string why = Invalid(request, domain_); !why.empty()) {
     state_->engine.metrics().BadRequest();
     return {GrpcCode::kInvalidArgument, std::move(why)};
   }
-  domain_ = report->request.domain();
-  if (queue_.size() >= kRlqsMaxQueuedReports)
-    return {GrpcCode::kResourceExhausted,
-            "more than " + std::to_string(kRlqsMaxQueuedReports) + " reports wait for answers"};
-  queue_.push_back(std::move(report));
-  if (queue_.size() == 1) ProcessFront(lock);
+  if (domain_.empty()) domain_ = request.domain();
+  const std::size_t bytes = ReportBytes(request);
+  if (!writer_.Charge(bytes))
+    return {GrpcCode::kResourceExhausted, "over the RLQS state budget: " + writer_.BudgetText()};
+  charged_ += bytes;
+  if (current_ != nullptr) return Merge(request, bytes);
+  current_ = std::make_shared<Report>();
+  current_->request = std::move(request);
+  current_->charged = bytes;
+  ProcessFront(lock);
+  return {};
+}
+
+// Adds a report received while another is answered to the one waiting: per bucket, the
+// counts and the elapsed times added. With mu_ held.
+GrpcStatus RlqsStream::Merge(rlqs::RateLimitQuotaUsageReports& request, std::size_t charged) {
+  if (waiting_ == nullptr) waiting_ = std::make_shared<Report>();
+  Report& w = *waiting_;
+  w.charged += charged;
+  for (Usage& u : *request.mutable_bucket_quota_usages()) {
+    const std::string id = DescriptorId(SortedEntries(u));
+    if (auto it = w.index.find(id); it != w.index.end()) {
+      MergeUsage(*w.request.mutable_bucket_quota_usages(it->second), u);
+      continue;
+    }
+    if (w.index.size() >= kRlqsMaxBucketsPerStream)
+      return {GrpcCode::kResourceExhausted, "more than " +
+                                                std::to_string(kRlqsMaxBucketsPerStream) +
+                                                " buckets wait for answers on one stream"};
+    w.index.emplace(id, w.request.bucket_quota_usages_size());
+    *w.request.add_bucket_quota_usages() = std::move(u);
+  }
   return {};
 }
 
@@ -223,13 +314,14 @@ void RlqsStream::OnHalfClose(StreamWriter& writer) {
   {
     std::lock_guard lock(mu_);
     half_closed_ = true;
-    idle = queue_.empty();
+    idle = current_ == nullptr;
   }
   if (idle) writer.Finish({});
 }
 
 void RlqsStream::OnClose() {
   std::vector<std::string> granted;
+  std::size_t charged = 0;
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
@@ -237,14 +329,19 @@ void RlqsStream::OnClose() {
     for (auto& [id, b] : buckets_)
       if (!b.share_id.empty()) granted.push_back(b.share_id);
     buckets_.clear();
+    waiting_ = nullptr;
+    charged = std::exchange(charged_, 0);
+    // A stream this sluiced ends because it drains keeps its shares until they expire: its
+    // Envoy goes on enforcing the assignments until their TTL while it reconnects, so
+    // handing the shares to others at once would let the fleet enforce up to twice the
+    // rate through a rolling restart. Any other end gives them back (best effort: a
+    // store that does not answer lets them expire): at once, or after the last store
+    // call still in flight (whose grant would otherwise be recorded after the give-back).
+    if (state_->engine.draining()) granted.clear();
+    if (in_flight_ > 0) give_back_ = std::exchange(granted, {});
   }
+  writer_.Uncharge(charged);
   state_->engine.metrics().RlqsStreams(-1);
-  // A stream this sluiced ends because it drains keeps its shares until they expire: its
-  // Envoy goes on enforcing the assignments until their TTL while it reconnects, so
-  // handing the shares to others at once would let the fleet enforce up to twice the
-  // rate through a rolling restart. Any other end gives them back at once (best effort:
-  // a store that does not answer lets them expire).
-  if (state_->engine.draining()) return;
   for (const auto& id : granted) Release(id);
 }
 
@@ -252,15 +349,25 @@ void RlqsStream::Release(const std::string& share_id) {
   sluice::QuotaShareRequest request{
       .id = share_id, .client = client_, .rate_milli = 1, .hold = state_->hold(), .release = true};
   auto ignore = [](const sluice::StatusOr<sluice::QuotaShareGrant>&) {};
-  state_->shares->Assign(request, ignore);
+  state_->Store().Assign(request, ignore);
   state_->local_shares->Assign(request, ignore);
 }
 
-// Answers the report at the front of the queue: the buckets that need no store at once,
-// the others when the stores answer. Called with mu_ held; releases it while calls are
-// made (their answers take it).
+// Forgets bucket `id` (with mu_ held): its share given back, its bytes out of the budgets.
+void RlqsStream::Forget(const std::string& id) {
+  auto it = buckets_.find(id);
+  if (it == buckets_.end()) return;
+  if (!it->second.share_id.empty()) Release(it->second.share_id);
+  writer_.Uncharge(it->second.charged);
+  charged_ -= it->second.charged;
+  buckets_.erase(it);
+}
+
+// Answers the current report: the buckets that need no store at once, the others when the
+// stores answer. Called with mu_ held; releases it while calls are made (their answers
+// take it).
 void RlqsStream::ProcessFront(std::unique_lock<std::mutex>& lock) {
-  const std::shared_ptr<Report> report = queue_.front();
+  const std::shared_ptr<Report> report = current_;
   const std::shared_ptr<const Config> config = state_->engine.config();
   const int n = report->request.bucket_quota_usages_size();
   std::vector<ShareJob> jobs;
@@ -269,14 +376,18 @@ void RlqsStream::ProcessFront(std::unique_lock<std::mutex>& lock) {
     *action->mutable_bucket_id() = report->request.bucket_quota_usages(i).bucket_id();
     if (auto job = Plan(*report, i, *config)) jobs.push_back(std::move(*job));
   }
-  if (buckets_.size() > kRlqsMaxBucketsPerStream) {
+  std::string over;
+  if (buckets_.size() > kRlqsMaxBucketsPerStream)
+    over = "more than " + std::to_string(kRlqsMaxBucketsPerStream) + " buckets on one stream";
+  else if (over_budget_)
+    over = "over the RLQS state budget: " + writer_.BudgetText();
+  if (!over.empty()) {
     lock.unlock();
-    writer_.Finish(
-        {GrpcCode::kResourceExhausted,
-         "more than " + std::to_string(kRlqsMaxBucketsPerStream) + " buckets on one stream"});
+    writer_.Finish({GrpcCode::kResourceExhausted, std::move(over)});
     return;
   }
   report->remaining = jobs.size() + 1;  // + 1: this function's own, so none finishes early
+  in_flight_ += jobs.size();
   lock.unlock();
   for (auto& job : jobs) RunShare(report, std::move(job));
   Done(report);
@@ -297,7 +408,18 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
       domain ? domain_ : "_unknown", matched ? match.rule->DisplayName() : "_unmatched");
   counters->allowed.fetch_add(usage.num_requests_allowed(), std::memory_order_relaxed);
   counters->denied.fetch_add(usage.num_requests_denied(), std::memory_order_relaxed);
-  Bucket& bucket = buckets_[id];
+  auto [it, added] = buckets_.try_emplace(id);
+  Bucket& bucket = it->second;
+  if (added) {
+    // Its id here and (at most) in its share id.
+    bucket.charged = kRlqsBucketOverheadBytes + 2 * id.size() + 64;
+    if (writer_.Charge(bucket.charged)) {
+      charged_ += bucket.charged;
+    } else {
+      bucket.charged = 0;
+      over_budget_ = true;
+    }
+  }
   const bool subscription =
       usage.time_elapsed().seconds() == 0 && usage.time_elapsed().nanos() == 0;
   if (usage.num_requests_allowed() + usage.num_requests_denied() > 0 || subscription)
@@ -308,8 +430,7 @@ std::optional<RlqsStream::ShareJob> RlqsStream::Plan(Report& report, int index,
     counters->answers[source].fetch_add(1, std::memory_order_relaxed);
   };
   const auto forget = [&] {
-    if (!bucket.share_id.empty()) Release(bucket.share_id);
-    buckets_.erase(id);
+    Forget(id);
     action.mutable_abandon_action();
   };
   if (bucket.idle >= state_->options.idle_reports) {
@@ -363,7 +484,7 @@ void RlqsStream::RunShare(const std::shared_ptr<Report>& report, ShareJob job) {
   auto self = shared_from_this();
   state_->local_shares->Assign(
       local, [self, report, job = std::move(job)](sluice::StatusOr<sluice::QuotaShareGrant> l) {
-        self->state_->shares->Assign(
+        self->state_->Store().Assign(
             job.request, [self, report, job,
                           l = std::move(l)](sluice::StatusOr<sluice::QuotaShareGrant> s) mutable {
               self->OnShare(report, job, std::move(s), std::move(l));
@@ -380,7 +501,14 @@ void RlqsStream::OnShare(const std::shared_ptr<Report>& report, const ShareJob& 
   auto* strategy = action.mutable_quota_assignment_action()->mutable_rate_limit_strategy();
   Assign(action, state_->ttl);
   RlqsSource source = kRlqsStore;
-  if (store.ok()) {
+  if (!store.ok() && store.status().code() == sluice::StatusCode::kInvalidArgument) {
+    // An argument the stores refuse (none should reach them: demands and rates are clamped
+    // to their bounds) is not a store failure, and not answered by the failure policy:
+    // the limit's part for this instance, as the `local` policy would size it.
+    state_->engine.metrics().BadRequest();
+    source = kRlqsRule;
+    RlqsStrategy(job.local_rate_milli, job.request.rate_milli, burst, *strategy);
+  } else if (store.ok()) {
     RlqsStrategy(store->grant_milli, job.request.rate_milli, burst, *strategy);
     job.counters->clients.store(store->clients, std::memory_order_relaxed);
     job.counters->assigned_milli.store(store->assigned_milli, std::memory_order_relaxed);
@@ -398,6 +526,12 @@ void RlqsStream::OnShare(const std::shared_ptr<Report>& report, const ShareJob& 
     }
   }
   job.counters->answers[source].fetch_add(1, std::memory_order_relaxed);
+  std::vector<std::string> give_back;
+  {
+    std::lock_guard lock(mu_);
+    if (--in_flight_ == 0) give_back = std::exchange(give_back_, {});
+  }
+  for (const auto& id : give_back) Release(id);
   Done(report);
 }
 
@@ -406,9 +540,11 @@ void RlqsStream::Done(const std::shared_ptr<Report>& report) {
   if (report->remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   writer_.Send(report->response.SerializeAsString());
   std::unique_lock lock(mu_);
-  queue_.pop_front();
   if (closed_) return;
-  if (!queue_.empty()) return ProcessFront(lock);
+  writer_.Uncharge(report->charged);
+  charged_ -= report->charged;
+  current_ = std::exchange(waiting_, nullptr);
+  if (current_ != nullptr) return ProcessFront(lock);
   const bool finish = half_closed_;
   lock.unlock();
   if (finish) writer_.Finish({});
@@ -423,7 +559,14 @@ sluice::StatusOr<std::shared_ptr<RlqsService>> RlqsService::Create(Engine& engin
   if (options.idle_reports < 1)
     return sluice::InvalidArgumentError("RLQS idle reports must be at least 1");
   auto state = std::make_shared<State>(engine, options);
-  auto shares = engine.client().MakeQuotaShares("rlqs");
+  // The quota calls' own client (another connection to the same store, with their own
+  // deadline: the runner sets EngineOptions::quota_deadline to RlqsStoreDeadline).
+  if (&engine.quota_client() != &engine.client()) state->store_client = &engine.quota_client();
+  auto engine_shares = engine.client().MakeQuotaShares("rlqs");
+  if (!engine_shares.ok()) return engine_shares.status();
+  state->engine_shares = std::move(*engine_shares);
+  auto shares =
+      (state->store_client ? *state->store_client : engine.client()).MakeQuotaShares("rlqs");
   if (!shares.ok()) return shares.status();
   state->shares = std::move(*shares);
   sluice::ClientOptions local;

@@ -48,24 +48,50 @@ struct RlqsOptions {
   int idle_reports = 3;
 };
 
-// The bounds of one stream (a client that goes over them has its stream ended).
-inline constexpr std::size_t kRlqsMaxUsagesPerReport = 1000;
+// The deadline of a quota call (to Redis): a fifth of the report interval, never below
+// `request_deadline` (the request path's). A client keeps its assignment while it waits for
+// the next, so a quota call can wait far longer than a check; a Redis slower than the
+// check deadline (a wave of subscriptions, a busy or distant Redis) then still answers
+// shares instead of the failure policy.
+std::chrono::milliseconds RlqsStoreDeadline(std::chrono::milliseconds report_interval,
+                                            std::chrono::milliseconds request_deadline);
+
+// The bounds a client meets (docs/rlqs.md, Bounds). A report is one gRPC message, at most
+// GrpcServerOptions::max_message_bytes (1 MiB); its buckets are bounded by that alone,
+// and by the buckets a stream may hold.
 inline constexpr std::size_t kRlqsMaxBucketsPerStream = 10000;
-// Reports received while an earlier one waits for the store.
-inline constexpr std::size_t kRlqsMaxQueuedReports = 8;
+// Reports received while an earlier one waits for the store are merged into one (per bucket:
+// the counts and the elapsed times added), answered once the earlier one is: a burst of
+// first reports (Envoy sends one per new bucket, at once) queues nothing more than the
+// buckets themselves.
+// The state of a stream (its buckets' ids in the stores, the report being answered, the
+// merged one waiting, and its answer) is charged, in bytes, to its connection's and the
+// server's state budgets (GrpcServerOptions::max_connection_state_bytes and
+// max_server_state_bytes): a report that would go over ends its stream RESOURCE_EXHAUSTED.
+// Bytes charged per bucket a stream holds, over its ids' lengths (the map's node, its
+// strings' headers).
+inline constexpr std::size_t kRlqsBucketOverheadBytes = 160;
+// A report's demand is clamped to the largest the stores take (QuotaShareRequest's bound:
+// 10^9 requests a second); a limit's rate likewise.
+inline constexpr int64_t kRlqsMaxRateMilli = 1'000'000'000'000;
 
 // The assignment's time to live for `report_interval`: 2x, whole seconds, at least 1 s
 // (Envoy reads only a Duration's seconds; an unset or zero TTL expires at once).
 std::chrono::seconds RlqsTtl(std::chrono::milliseconds report_interval);
 
 // A client's demand in milli-requests per second: what it allowed and denied over
-// `elapsed`, taken as at least a second (Envoy's first report of a bucket says 0 s).
+// `elapsed`, taken as at least a second (Envoy's first report of a bucket says 0 s), at
+// most kRlqsMaxRateMilli.
 int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::milliseconds elapsed);
 
 // The token bucket for a grant of `grant_milli` of a limit of `rate_milli` with capacity
 // `burst` (both > 0): whole-second fill intervals (Envoy's filter reads only seconds),
 // never more than the grant per second; capacity the grant's part of `burst`, at least
 // two tokens. A grant of 0 is DENY_ALL.
+// Envoy replaces a running token bucket only when max_tokens, tokens_per_fill or the
+// NANOS of fill_interval changed (its seconds are not compared): the interval's nanos
+// repeat its seconds (1 to 1000 ns, well below a microsecond of rate for a client that
+// reads them), so two assignments that differ in their interval differ there too.
 void RlqsStrategy(int64_t grant_milli, int64_t rate_milli, int64_t burst,
                   envoy::type::v3::RateLimitStrategy& out);
 

@@ -97,6 +97,8 @@ sluice::StatusOr<std::unique_ptr<Engine>> StartEngine(const Settings& settings,
   options.client.url = s.redis;
   options.client.prefix = s.prefix;
   options.client.deadline = std::chrono::milliseconds(s.deadline_ms);
+  options.quota_deadline = RlqsStoreDeadline(std::chrono::milliseconds(s.rlqs_report_interval_ms),
+                                             options.client.deadline);
   options.client.io_threads = s.io_threads;
   options.client.on_failure = settings.default_policy;
   // What the library has to say about the store (a memory policy that can evict limits).
@@ -109,7 +111,10 @@ sluice::StatusOr<std::unique_ptr<Engine>> StartEngine(const Settings& settings,
   if (!engine.ok()) return engine;
   const auto wait_until =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(s.connect_wait_ms);
-  while (!(*engine)->client().Health().connected && std::chrono::steady_clock::now() < wait_until) {
+  const auto connected = [&engine] {
+    return (*engine)->client().Health().connected && (*engine)->quota_client().Health().connected;
+  };
+  while (!connected() && std::chrono::steady_clock::now() < wait_until) {
     if (signals.WaitForStop(std::chrono::milliseconds(5))) return std::unique_ptr<Engine>();
   }
   const sluice::StoreHealth health = (*engine)->client().Health();

@@ -695,5 +695,66 @@ TEST_F(H2Server, AsyncCallToAClientThatDoesNotReadIsBounded) {
   ExpectServing();
 }
 
+// Calls whose clients do not read, each under its own bound: what they queue together is
+// bounded for the server (max_server_queued_bytes); the Send that would go over ends its
+// call RESOURCE_EXHAUSTED, and the other call goes on.
+TEST_F(H2Server, QueuedResponseBytesAreBoundedPerServer) {
+  Start({.max_server_queued_bytes = 512 << 10, .write_timeout = 60s});
+  auto client = Connect();
+  auto [first_id, first] = OpenCall(*client);
+  auto [second_id, second] = OpenCall(*client);
+  client->set_reading(false);
+  const std::string chunk(64 << 10, 'q');
+  // The first call queues about half the server's bound (HTTP/2 takes the first window).
+  for (int i = 0; i < 200 && server_->queued_bytes() < (256u << 10); ++i) {
+    first->writer.Send(chunk);
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_GE(server_->queued_bytes(), 256u << 10);
+  // The second call goes over the server's bound long before its own (1 MiB).
+  for (int i = 0; i < 16 && second->closes == 0; ++i) {
+    second->writer.Send(chunk);
+    std::this_thread::sleep_for(2ms);
+  }
+  ExpectClosedOnce(*second);
+  EXPECT_EQ(first->closes, 0);
+  EXPECT_LE(server_->queued_bytes(), (512u << 10) + (64u << 10) + 5);
+  client->set_reading(true);
+  ASSERT_TRUE(client->PumpUntil([&, id = second_id] { return client->call(id)->closed; }, 20s));
+  EXPECT_EQ(client->call(second_id)->GrpcStatus(), 8);
+  EXPECT_EQ(client->call(second_id)->GrpcMessage(),
+            "more than 524288 response bytes queued on this server");
+  EXPECT_FALSE(client->call(first_id)->closed);
+  ExpectServing();
+}
+
+// A call whose queued replies do not move for stalled_reply_timeout is reset and its queue
+// freed, whatever the bounds; a call with nothing queued stays open however long it waits.
+TEST_F(H2Server, ACallWhoseRepliesDoNotMoveIsReset) {
+  Start({.stalled_reply_timeout = 500ms, .write_timeout = 60s});
+  auto quiet = Connect();
+  auto [quiet_id, quiet_call] = OpenCall(*quiet, GrpcFramed("hello"));  // echoed: nothing queued
+  auto client = Connect();
+  auto [id, call] = OpenCall(*client);
+  client->set_reading(false);
+  const std::string chunk(64 << 10, 'q');
+  for (int i = 0; i < 200 && server_->queued_bytes() == 0; ++i) {
+    call->writer.Send(chunk);
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_GT(server_->queued_bytes(), 0u);
+  const auto stalled = std::chrono::steady_clock::now();
+  ExpectClosedOnce(*call);
+  EXPECT_GE(std::chrono::steady_clock::now() - stalled, 400ms);
+  EXPECT_EQ(server_->queued_bytes(), 0u);
+  quiet->PumpUntil([] { return false; }, 1s);
+  EXPECT_EQ(quiet_call->closes, 0);
+  EXPECT_FALSE(quiet->call(quiet_id)->closed);
+  client->set_reading(true);
+  ASSERT_TRUE(client->PumpUntil([&, id = id] { return client->call(id)->closed; }, 10s));
+  EXPECT_EQ(client->call(id)->reset_code, 8u);  // CANCEL
+  ExpectServing();
+}
+
 }  // namespace
 }  // namespace sluiced
