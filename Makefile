@@ -8,7 +8,9 @@
 #   make package
 #               the Debian packages sluiced, sluice-tools and libsluice-dev, built by CPack
 #               from a clean build/package (release, tests off, prefix /usr), left in
-#               build/package/*.deb (docs/operating.md, Running as a system service)
+#               build/package/*.deb (docs/operating.md, Running as a system service); it
+#               installs the build dependencies only (scripts/setup.sh --build), not the
+#               test toolchain
 #   make test-sanitizers
 #               every test under AddressSanitizer+UBSan (build/asan), then under
 #               ThreadSanitizer (build/tsan): too long for `make test` (docs/development.md, Sanitizers)
@@ -27,10 +29,14 @@ TEST_JOBS ?= 4
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build run test test-asan test-sanitizers package bench clean
+.PHONY: setup setup-build build run test test-asan test-sanitizers package bench clean
 
 setup:
 	./scripts/setup.sh
+
+# What building and packaging need, without the test toolchain.
+setup-build:
+	./scripts/setup.sh --build
 
 build: setup
 	cmake --preset $(PRESET)
@@ -87,7 +93,7 @@ test-sanitizers: setup
 # The Debian packages, from a clean tree: RelWithDebInfo as the release preset (stripped
 # when packaged), no tests, no benchmarks, installed under /usr.
 PACKAGE_DIR = build/package
-package: setup
+package: setup-build
 	rm -rf $(PACKAGE_DIR)
 	cmake -S . -B $(PACKAGE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON \
 	  -DSLUICE_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREFIX=/usr
