@@ -63,8 +63,10 @@ std::string TempPath(const std::string& name) {
       .string();
 }
 
-// Runs `sluice <args…>` with SLUICE_REDIS_URL set to `env_url` (unset when empty).
-Result Sluice(const std::vector<std::string>& args, const std::string& env_url = "") {
+// Runs `sluice <args…>` with SLUICE_REDIS_URL set to `env_url` (unset when empty),
+// SLUICED_REDIS to `service_url` (likewise).
+Result Sluice(const std::vector<std::string>& args, const std::string& env_url = "",
+              const std::string& service_url = "") {
   const std::string out_path = TempPath("out"), err_path = TempPath("err");
   // Everything the child needs is built here: the child of a process with other
   // threads must not allocate before exec (testing/processes.h, Fork).
@@ -77,9 +79,11 @@ Result Sluice(const std::vector<std::string>& args, const std::string& env_url =
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     if (std::string_view(*e).starts_with("SLUICE_REDIS_URL=")) continue;
+    if (std::string_view(*e).starts_with("SLUICED_REDIS=")) continue;
     env.emplace_back(*e);
   }
   if (!env_url.empty()) env.push_back("SLUICE_REDIS_URL=" + env_url);
+  if (!service_url.empty()) env.push_back("SLUICED_REDIS=" + service_url);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -279,6 +283,18 @@ TEST(CliAudit, UrlFromEnvironmentAndExplicitTtl) {
   const long long ttl = server.Command({"TTL", key}).integer;
   EXPECT_GT(ttl, 1200);
   EXPECT_LE(ttl, 1234);
+
+  // sluiced's variable, SLUICED_REDIS, names it too; SLUICE_REDIS_URL comes first.
+  server.Command({"PERSIST", key});
+  const std::string nobody = "redis://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+  Result service = Sluice({"audit", "--prefix", prefix, "--json"}, "", server.url());
+  EXPECT_EQ(service.exit_code, 1) << service.err;
+  EXPECT_EQ(LeakedKeys(service.Json()), std::set<std::string>{key});
+  Result both = Sluice({"audit", "--prefix", prefix, "--json"}, server.url(), nobody);
+  EXPECT_EQ(both.exit_code, 1) << both.err;
+  Result wrong = Sluice({"audit", "--prefix", prefix, "--json"}, nobody, server.url());
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.out;
+  EXPECT_NE(wrong.err.find("(Redis URL from $SLUICE_REDIS_URL)"), std::string::npos) << wrong.err;
 }
 
 // A concurrency set (`:cc`, member `<acquired_at_ms>:<token>`, score = expiry ms).

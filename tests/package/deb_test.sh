@@ -156,6 +156,7 @@ echo "broken config: $out"
 
 . "$src/tests/package/deb_service.sh"
 run_service
+run_documented_command
 
 # --- A consumer built with pkg-config only, against the installed libsluice-dev.
 step "pkg-config consumer"
