@@ -51,14 +51,15 @@ run: setup
 test: build test-asan
 	ctest --preset $(PRESET) -j $(TEST_JOBS) --timeout 600
 
-# Under a sanitizer: every test but the style checks (they do not depend on the build),
+# Under a sanitizer: every test but the style checks and the setup check (they do not
+# depend on the build),
 # the package checks (one builds a consumer project, the other packages, installs and
 # purges the Debian packages), CompositeFigure (it measures speed, which means nothing
 # under a sanitizer) and E2e.ListenersBackOffWhenOutOfDescriptors...
 # (it runs sluiced out of file descriptors, and the sanitizers' runtime needs one: UBSan's
 # vptr check tests memory through a pipe and, failing to make one, reports a valid object
 # as invalid and stops the process). A finding fails the test that hit it.
-SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
+SANITIZED_TESTS = -E '^(Style|Setup|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
 
 # AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
 # built instrumented, its end-to-end tests included: they found a use-after-free at exit
@@ -84,7 +85,7 @@ test-sanitizers: setup
 	  cmake --preset $$p; \
 	  cmake --build --preset $$p -j $(JOBS); \
 	  if [ $$p = tsan ]; then \
-	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
+	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|Setup|PackageConfig|Package|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
 	  else \
 	    ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
 	  fi; \

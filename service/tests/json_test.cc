@@ -191,8 +191,9 @@ TEST(Json, HitsAsAStringOfDigitsIsTheNumberAndNothingElseIs) {
         std::string(R"({"domain":"d","hits":)") + hits + R"(,"descriptors":[]})";
     auto refused = ParseCheckRequest(body);
     EXPECT_FALSE(refused.ok()) << body;
-    if (!refused.ok())
+    if (!refused.ok()) {
       EXPECT_NE(refused.status().message().find("hits"), std::string::npos) << body;
+    }
   }
 }
 
