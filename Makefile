@@ -12,7 +12,9 @@
 #   make package
 #               the Debian packages sluiced, sluice-tools and libsluice-dev, built by CPack
 #               from a clean build/package (release, tests off, prefix /usr), left in
-#               build/package/*.deb (docs/operating.md, Running as a system service)
+#               build/package/*.deb (docs/operating.md, Running as a system service); it
+#               installs the build dependencies only (scripts/setup.sh --build), not the
+#               test toolchain
 #   make image  the sluiced container image, localhost/sluiced (docs/operating.md, Container
 #               image): a Debian 12 base by debootstrap (cached in build/image), the package
 #               of make package; needs podman (scripts/setup.sh --image installs it)
@@ -37,10 +39,14 @@ TEST_JOBS ?= 4
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: setup build run serve test test-asan test-sanitizers package image image-test bench clean
+.PHONY: setup setup-build build run serve test test-asan test-sanitizers package image image-test bench clean
 
 setup:
 	./scripts/setup.sh
+
+# What building and packaging need, without the test toolchain.
+setup-build:
+	./scripts/setup.sh --build
 
 build: setup
 	cmake --preset $(PRESET)
@@ -61,15 +67,16 @@ serve: setup
 test: build test-asan
 	ctest --preset $(PRESET) -j $(TEST_JOBS) --timeout 600
 
-# Under a sanitizer: every test but the style checks (they do not depend on the build),
-# the package and image checks (one builds a consumer project, one packages, installs and
-# purges the Debian packages, one runs the container image), the docs tests (they build the
-# docs' programs against the installed package, and run make serve's script), CompositeFigure (it measures
-# speed, which means nothing under a sanitizer) and E2e.ListenersBackOffWhenOutOfDescriptors...
-# (it runs sluiced out of file descriptors, and the sanitizers' runtime needs one: UBSan's
-# vptr check tests memory through a pipe and, failing to make one, reports a valid object
-# as invalid and stops the process). A finding fails the test that hit it.
-SANITIZED_TESTS = -E '^(Style|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
+# Under a sanitizer: every test but the style checks and the setup check (they do not
+# depend on the build), the package and image checks (one builds a consumer project, one
+# packages, installs and purges the Debian packages, one runs the container image), the docs
+# tests (they build the docs' programs against the installed package, and run make serve's
+# script), CompositeFigure (it measures speed, which means nothing under a sanitizer) and
+# E2e.ListenersBackOffWhenOutOfDescriptors... (it runs sluiced out of file descriptors, and
+# the sanitizers' runtime needs one: UBSan's vptr check tests memory through a pipe and,
+# failing to make one, reports a valid object as invalid and stops the process). A finding
+# fails the test that hit it.
+SANITIZED_TESTS = -E '^(Style|Setup|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors'
 
 # AddressSanitizer+UBSan over the unit, integration and service tests (sluiced itself
 # built instrumented, its end-to-end tests included: they found a use-after-free at exit
@@ -95,7 +102,7 @@ test-sanitizers: setup
 	  cmake --preset $$p; \
 	  cmake --build --preset $$p -j $(JOBS); \
 	  if [ $$p = tsan ]; then \
-	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
+	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|Setup|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
 	  else \
 	    ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
 	  fi; \
@@ -104,7 +111,7 @@ test-sanitizers: setup
 # The Debian packages, from a clean tree: RelWithDebInfo as the release preset (stripped
 # when packaged), no tests, no benchmarks, installed under /usr.
 PACKAGE_DIR = build/package
-package: setup
+package: setup-build
 	rm -rf $(PACKAGE_DIR)
 	cmake -S . -B $(PACKAGE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON \
 	  -DSLUICE_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREFIX=/usr

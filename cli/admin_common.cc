@@ -16,7 +16,9 @@ void AddAdminFlags(CLI::App* cmd, AdminFlags& flags) {
                   "(TLS: ?ca=FILE&cert=FILE&key=FILE&sni=NAME), "
                   "redis+cluster://[[user]:password@]host:port[,host:port...] (every primary "
                   "of a cluster), redis+sentinel://host:port[,host:port...]/master-name or "
-                  "unix:///path?db=N (default: $SLUICE_REDIS_URL, else redis://127.0.0.1:6379)");
+                  "unix:///path?db=N (default: $SLUICE_REDIS_URL, else $SLUICED_REDIS, else "
+                  "SLUICED_REDIS in /etc/default/sluiced if readable, else "
+                  "redis://127.0.0.1:6379)");
   cmd->add_option("--prefix", flags.prefix, "Key prefix (ClientOptions::prefix)")
       ->capture_default_str();
   cmd->add_flag("--json", flags.json, "Machine output: one JSON document on stdout");
@@ -40,7 +42,12 @@ std::unique_ptr<Admin> ConnectOrReport(const char* command, const AdminFlags& fl
   options.command_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.timeout_s * 1000));
   auto admin = Admin::Connect(std::move(options));
   if (!admin.ok()) {
-    (void)ReportError(command, admin.status());
+    Status status = admin.status();
+    // Which Redis, when the operator did not name it: the URL came from somewhere else.
+    if (flags.url == DefaultRedisUrl())
+      status =
+          Status(status.code(), status.message() + " (Redis URL " + DefaultRedisUrlNote() + ")");
+    (void)ReportError(command, status);
     return nullptr;
   }
   return std::move(*admin);

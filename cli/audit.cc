@@ -18,13 +18,15 @@
 
 #include "admin_common.h"
 #include "commands.h"
+#include "target.h"
 
 namespace sluice::cli {
 namespace {
 
 struct AuditOptions {
   AdminFlags admin;
-  std::string limiter;
+  std::string limiter;  // from the target flags
+  TargetFlags target;
   int list = 100;  // keys listed per group
   int largest = 10;
   bool quiet = false;
@@ -357,7 +359,7 @@ void AddAudit(CLI::App& app, int& exit_code) {
       "can evict), 2 usage or "
       "connection error, or foreign keys under the prefix.");
   AddAdminFlags(cmd, o->admin);
-  cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
+  AddTargetFlags(cmd, o->target, /*with_id=*/false);  // only this limiter's keys
   cmd->add_option("--list", o->list, "Keys listed per group")
       ->capture_default_str()
       ->check(CLI::Range(0, 1'000'000));
@@ -365,7 +367,17 @@ void AddAudit(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(0, 10'000));
   cmd->add_flag("--quiet", o->quiet, "No progress on stderr");
-  cmd->callback([o, &exit_code] { exit_code = RunAudit(*o); });
+  cmd->callback([o, &exit_code] {
+    if (AnyTarget(o->target)) {
+      auto target = ResolveTarget(o->target, Need::kLimiter);
+      if (!target.ok()) {
+        exit_code = ReportError("audit", target.status());
+        return;
+      }
+      o->limiter = target->limiter;
+    }
+    exit_code = RunAudit(*o);
+  });
 }
 
 }  // namespace sluice::cli

@@ -595,7 +595,7 @@ void AddBench(CLI::App& app, int& exit_code) {
       "bench", "Closed-loop load on one store: decisions/s and latency percentiles.");
   cmd->add_option("--redis", o->url,
                   "Store URL (redis://, rediss://, redis+sentinel://, redis+cluster://, unix://, "
-                  "memory://); env SLUICE_REDIS_URL")
+                  "memory://); env SLUICE_REDIS_URL, else SLUICED_REDIS")
       ->capture_default_str();
   cmd->add_option("--algorithm", o->algorithm,
                   "fixed_window, sliding_window, sliding_log, token_bucket, gcra, or concurrency "

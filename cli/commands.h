@@ -11,8 +11,17 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFindings = 1;
 inline constexpr int kExitError = 2;
 
-// URL from --redis, else $SLUICE_REDIS_URL, else redis://127.0.0.1:6379.
+// The packaged sluiced's settings (packaging/debian/default): its SLUICED_REDIS names the
+// Redis sluiced uses.
+inline constexpr const char* kServiceEnvironmentFile = "/etc/default/sluiced";
+
+// The Redis URL when --redis is not given: $SLUICE_REDIS_URL, else $SLUICED_REDIS (sluiced's
+// variable), else SLUICED_REDIS in /etc/default/sluiced when this user can read it (root,
+// on a host with the sluiced package), else redis://127.0.0.1:6379.
 std::string DefaultRedisUrl();
+// Where DefaultRedisUrl() took the URL from, for error messages ("from $SLUICED_REDIS",
+// "the default: /etc/default/sluiced … is not readable by this user; …").
+std::string DefaultRedisUrlNote();
 
 void AddBench(CLI::App& app, int& exit_code);
 void AddDemo(CLI::App& app, int& exit_code);

@@ -7,14 +7,14 @@
 
 #include "admin_common.h"
 #include "commands.h"
+#include "target.h"
 
 namespace sluice::cli {
 namespace {
 
 struct InspectOptions {
   AdminFlags admin;
-  std::string limiter;
-  std::string id;
+  TargetFlags target;
 };
 
 bool EndsWith(const std::string& s, std::string_view tail) {
@@ -22,10 +22,14 @@ bool EndsWith(const std::string& s, std::string_view tail) {
 }
 
 int RunInspect(const InspectOptions& o) {
+  auto target = ResolveTarget(o.target, Need::kLimiterAndId);
+  if (!target.ok()) return ReportError("inspect", target.status());
   auto admin = ConnectOrReport("inspect", o.admin);
   if (!admin) return kExitError;
-  auto state = admin->Inspect(o.limiter, o.id);
+  auto state = admin->Inspect(target->limiter, target->id);
   if (!state.ok()) return ReportError("inspect", state.status());
+  // No key: the JSON document (empty `keys`) or the header line, then why on stderr, exit 1.
+  const bool none = state->keys.empty();
   const int64_t now = state->now_ms;
 
   if (o.admin.json) {
@@ -59,15 +63,12 @@ int RunInspect(const InspectOptions& o) {
     }
     doc["keys"] = keys;
     PrintJson(doc);
-    return kExitOk;
+    return none ? ReportNoKeys("inspect", *admin, *target) : kExitOk;
   }
 
   std::printf("limiter %s, id \"%s\" (in keys: %s); Redis clock %s\n", state->limiter.c_str(),
               state->id.c_str(), state->encoded_id.c_str(), FormatUtcMs(now).c_str());
-  if (state->keys.empty()) {
-    std::printf("no state: the id was never seen or its state expired (its budget is full)\n");
-    return kExitOk;
-  }
+  if (none) return ReportNoKeys("inspect", *admin, *target);
   for (const KeyState& k : state->keys) {
     std::printf("\n%s  %s  (%s, ttl %s)\n",
                 k.name ? std::string(SuffixAlgorithm(k.name->suffix)).c_str() : "not sluice's",
@@ -110,11 +111,13 @@ void AddInspect(CLI::App& app, int& exit_code) {
       "inspect",
       "The state of one id: each algorithm's counters or tokens, TTL, live and stale leases "
       "with their expiry times. Read-only.\n"
-      "Exit codes: 0 shown (also when the id has no state), 2 usage or connection error.");
+      "Name the id by --limiter and --id, or as sluiced forms them: --domain D --entry "
+      "key=value [--entry ...] (docs/sluiced.md, Limiter names and ids).\n"
+      "Exit codes: 0 shown, 1 the id has no key (never seen, or its state expired: its budget "
+      "is full) or the limiter none at all under the prefix (stderr says which), 2 usage or "
+      "connection error.");
   AddAdminFlags(cmd, o->admin);
-  cmd->add_option("--limiter", o->limiter, "Limiter name")->required();
-  cmd->add_option("--id", o->id, "The id, as the application passes it (e.g. account:101)")
-      ->required();
+  AddTargetFlags(cmd, o->target, /*with_id=*/true);
   cmd->callback([o, &exit_code] { exit_code = RunInspect(*o); });
 }
 

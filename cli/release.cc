@@ -11,13 +11,15 @@
 #include "admin_common.h"
 #include "commands.h"
 #include "sluice/sluice.h"
+#include "target.h"
 
 namespace sluice::cli {
 namespace {
 
 struct ReleaseOptions {
   AdminFlags admin;
-  std::string limiter, id, actor, reason;
+  TargetFlags target;
+  std::string actor, reason;
   std::string audit_log;
   bool no_stream = false;
 };
@@ -28,17 +30,30 @@ std::string DefaultAuditLog() {
 }
 
 int RunRelease(const ReleaseOptions& o) {
+  auto target = ResolveTarget(o.target, Need::kLimiterAndId);
+  if (!target.ok()) return ReportError("release", target.status());
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.admin.timeout_s * 1000));
+  // An id with no key at all under the limiter (a wrong name, prefix or id) is an error,
+  // before anything is recorded; one with keys but no live lease is released (0) and
+  // recorded like any other.
+  auto admin = ConnectOrReport("release", o.admin);
+  if (!admin) return kExitError;
+  auto state = admin->Inspect(target->limiter, target->id);
+  if (!state.ok()) return ReportError("release", state.status());
+  if (state->keys.empty()) return ReportNoKeys("release", *admin, *target);
   auto client = Client::Create({.url = o.admin.url, .prefix = o.admin.prefix, .deadline = timeout});
   if (!client.ok()) return ReportError("release", client.status());
   // The limit plays no part in a release; the limiter only names the key.
-  auto limiter = (*client)->MakeConcurrencyLimiter(o.limiter, {.limit = 1});
+  auto limiter = (*client)->MakeConcurrencyLimiter(target->limiter, {.limit = 1});
   if (!limiter.ok()) return ReportError("release", limiter.status());
   AuditOptions audit{.log_path = o.audit_log, .stream = !o.no_stream};
-  auto result = ReleaseAll(*limiter, o.id, {.actor = o.actor, .reason = o.reason}, audit, timeout);
+  auto result =
+      ReleaseAll(*limiter, target->id, {.actor = o.actor, .reason = o.reason}, audit, timeout);
   if (!result.ok()) return ReportError("release", result.status());
   if (o.admin.json) {
     nlohmann::json doc;
+    doc["limiter"] = target->limiter;
+    doc["id"] = target->id;
     doc["released"] = result->released;
     doc["record"] = nlohmann::json::parse(result->record, nullptr, false);
     doc["audit_log"] = o.audit_log;
@@ -47,8 +62,8 @@ int RunRelease(const ReleaseOptions& o) {
     PrintJson(doc);
   } else {
     std::printf("released %lld lease(s) of id \"%s\" (limiter %s)\naudit record (%s%s): %s\n",
-                static_cast<long long>(result->released), o.id.c_str(), o.limiter.c_str(),
-                o.audit_log.c_str(),
+                static_cast<long long>(result->released), target->id.c_str(),
+                target->limiter.c_str(), o.audit_log.c_str(),
                 o.no_stream ? "" : (" and " + o.admin.prefix + ":audit").c_str(),
                 result->record.c_str());
     if (!result->stream_error.empty()) {
@@ -68,12 +83,14 @@ void AddRelease(CLI::App& app, int& exit_code) {
       "release",
       "Release every lease of one id (a stuck or leaked holder), as one audited action: the "
       "record (who, why, when, id, how many) goes to --audit-log and the <prefix>:audit stream.\n"
-      "Exit codes: 0 released (also when there was nothing to release), 2 usage or connection "
-      "error, missing actor or reason, or an audit log that cannot be written (then nothing is "
-      "released).");
+      "Name the id by --limiter and --id, or as sluiced forms them: --domain D --entry "
+      "key=value [--entry ...] (docs/sluiced.md, Limiter names and ids).\n"
+      "Exit codes: 0 released (also 0 leases, when the id has keys but no live lease), 1 the "
+      "id has no key at all under the limiter, or the limiter none under the prefix (nothing "
+      "released or recorded), 2 usage or connection error, missing actor or reason, or an "
+      "audit log that cannot be written (then nothing is released).");
   AddAdminFlags(cmd, o->admin);
-  cmd->add_option("--limiter", o->limiter, "Concurrency limiter name")->required();
-  cmd->add_option("--id", o->id, "The id whose leases are released")->required();
+  AddTargetFlags(cmd, o->target, /*with_id=*/true);
   cmd->add_option("--actor", o->actor, "Who does this (recorded)")->required();
   cmd->add_option("--reason", o->reason, "Why (recorded)")->required();
   cmd->add_option("--audit-log", o->audit_log,

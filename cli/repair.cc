@@ -37,6 +37,7 @@
 #include "admin_common.h"
 #include "commands.h"
 #include "sluice/limits.h"
+#include "target.h"
 
 namespace sluice::cli {
 namespace {
@@ -48,7 +49,8 @@ constexpr size_t kApplyEvery = 10'000;                   // keys per ExpireIfNon
 
 struct RepairOptions {
   AdminFlags admin;
-  std::string limiter;
+  std::string limiter;  // from the target flags
+  TargetFlags target;
   bool apply = false;
   bool dry_run = false;
   int64_t ttl_s = 0;  // 0: from the value
@@ -274,7 +276,7 @@ void AddRepair(CLI::App& app, int& exit_code) {
       "Exit codes: 0 nothing to do or done, 1 dry run found keys to repair, 2 usage or "
       "connection error, or foreign keys under the prefix (left untouched).");
   AddAdminFlags(cmd, o->admin);
-  cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
+  AddTargetFlags(cmd, o->target, /*with_id=*/false);  // only this limiter's keys
   auto* apply = cmd->add_flag("--apply", o->apply, "Set the expiries");
   cmd->add_flag("--dry-run", o->dry_run, "Only print what would be done (the default)")
       ->excludes(apply);
@@ -285,7 +287,17 @@ void AddRepair(CLI::App& app, int& exit_code) {
   cmd->add_option("--list", o->list, "Keys listed")
       ->capture_default_str()
       ->check(CLI::Range(0, 10'000'000));
-  cmd->callback([o, &exit_code] { exit_code = RunRepair(*o); });
+  cmd->callback([o, &exit_code] {
+    if (AnyTarget(o->target)) {
+      auto target = ResolveTarget(o->target, Need::kLimiter);
+      if (!target.ok()) {
+        exit_code = ReportError("repair", target.status());
+        return;
+      }
+      o->limiter = target->limiter;
+    }
+    exit_code = RunRepair(*o);
+  });
 }
 
 }  // namespace sluice::cli

@@ -23,13 +23,15 @@
 
 #include "admin_common.h"
 #include "commands.h"
+#include "target.h"
 
 namespace sluice::cli {
 namespace {
 
 struct TopOptions {
   AdminFlags admin;
-  std::string limiter;
+  std::string limiter;  // from the target flags
+  TargetFlags target;
   double interval_s = 1;
   int rows = 15;
   int64_t sample = 20'000;
@@ -299,7 +301,7 @@ void AddTop(CLI::App& app, int& exit_code) {
       "stopped). Quits on q or Ctrl-C.\n"
       "Exit codes: 0 quit, 2 usage or connection error.");
   AddAdminFlags(cmd, o->admin);
-  cmd->add_option("--limiter", o->limiter, "Only this limiter's keys");
+  AddTargetFlags(cmd, o->target, /*with_id=*/false);  // only this limiter's keys
   cmd->add_option("--interval", o->interval_s, "Seconds between refreshes")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
@@ -318,7 +320,17 @@ void AddTop(CLI::App& app, int& exit_code) {
                   "last, which holds what every refresh found)")
       ->check(CLI::Range(1, 1'000'000))
       ->excludes(once);
-  cmd->callback([o, &exit_code] { exit_code = RunTop(*o); });
+  cmd->callback([o, &exit_code] {
+    if (AnyTarget(o->target)) {
+      auto target = ResolveTarget(o->target, Need::kLimiter);
+      if (!target.ok()) {
+        exit_code = ReportError("top", target.status());
+        return;
+      }
+      o->limiter = target->limiter;
+    }
+    exit_code = RunTop(*o);
+  });
 }
 
 }  // namespace sluice::cli

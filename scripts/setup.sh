@@ -1,38 +1,50 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that building and testing sluice needs, and only
-# those that are missing. Safe to run again: a machine that has everything does nothing.
-#   scripts/setup.sh           the build and test packages (make test, make package)
-#   scripts/setup.sh --image   only the container image's (make image, make image-test)
+# Installs the Debian 12 packages sluice needs, and only those that are missing. Safe to
+# run again: a machine that has everything does nothing.
+#   setup.sh           building and testing (make setup, make test): the build and test sets
+#   setup.sh --build   building and packaging only (make package, make build-only
+#                      machines): the compilers and the libraries sluice, sluiced and
+#                      sluice link, none of the test toolchain
+#   setup.sh --image   only the container image's (make image, make image-test)
+#   setup.sh [--build|--image] --list   prints the packages of that set, one a line, installs nothing
 set -euo pipefail
 
-PACKAGES=(
-  build-essential cmake ninja-build pkg-config ccache git
-  redis-server redis-tools            # the store, redis-benchmark for the ceiling
+# What compiles and packages the library, sluiced and the CLI with the tests off
+# (-DSLUICE_BUILD_TESTS=OFF, as `make package` configures).
+BUILD_PACKAGES=(
+  build-essential cmake ninja-build pkg-config ccache
+  file                                # CPack's DEB generator tells binaries apart with it (dpkg-shlibdeps)
   libhiredis-dev                      # RESP formatting and parsing only
   libboost-dev                        # Asio (header-only in 1.74)
-  libssl-dev openssl                  # TLS to Redis (rediss://); openssl makes the tests' certificates
-  libgtest-dev libgmock-dev googletest
-  libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev
-  procps tmux                         # ps/pkill-free process checks, tmux for CLI tests
-  clang-format                        # the style check (tests/format_check.sh)
-  clang-14                            # the thread-safety analysis (tests/thread_safety_check.sh)
+  libssl-dev                          # TLS to Redis (rediss://)
+  libcli11-dev nlohmann-json3-dev     # the sluice CLI
   # sluiced (service/):
   libyaml-cpp-dev                     # the rate limit config (envoy-ratelimit's YAML)
   libspdlog-dev                       # sluiced's logs
   libnghttp2-dev                      # HTTP/2 of sluiced's gRPC server and of its lean test/bench client
   libprotobuf-dev                     # RLS v3, health and reflection messages
-  libgrpc++-dev                       # the tests' C++ gRPC client (wire-compatibility proof)
+  libgrpc++-dev                       # gRPC's CMake package, which service/ finds; the tests' C++ gRPC client
   protobuf-compiler protobuf-compiler-grpc  # protoc and grpc_cpp_plugin for service/proto
+)
+
+# What the tests, the benchmarks and the worked example add.
+TEST_PACKAGES=(
+  git
+  redis-server redis-tools            # the store, redis-benchmark for the ceiling
+  openssl                             # makes the tests' certificates
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+  procps tmux                         # ps/pkill-free process checks, tmux for CLI tests
+  clang-format                        # the style check (tests/format_check.sh)
+  clang-14                            # the thread-safety analysis (tests/thread_safety_check.sh)
   python3-grpcio python3-grpc-tools   # the Python RLS client of sluiced's tests
-  python3-yaml python3-jsonschema     # docs/openapi.yaml checked against the live sluiced
+  python3-yaml python3-jsonschema     # the docs test's YAML blocks; docs/openapi.yaml checked against the live sluiced
   nodejs golang-go                    # the Node and Go client examples, run by make test
   prometheus                          # promtool: tests check /metrics with it
   curl                                # make run's worked example
-  python3-yaml                        # the docs test parses the docs' YAML blocks (tests/docs_blocks.py)
   wrk                                 # bench/service.sh (HTTP; gRPC load is our own client)
   haproxy                             # the fleet test's load balancer (2.6; examples/haproxy.cfg)
-  # the Debian packages (make package) and their test (tests/package/deb_test.sh):
+  # the Debian packages' test (tests/package/deb_test.sh):
   lintian                             # checks each .deb
   systemd                             # systemd-analyze verify of sluiced.service
 )
@@ -47,14 +59,23 @@ IMAGE_PACKAGES=(
   docker-compose                      # validates examples/compose.yaml (config; no daemon needed)
 )
 
-case "${1:-}" in
-  "") ;;
+set_name="" list=""
+for arg in "$@"; do
+  case $arg in
+    --build | --image) set_name=$arg ;;
+    --list) list=yes ;;
+    *) echo "usage: setup.sh [--build | --image] [--list]" >&2; exit 2 ;;
+  esac
+done
+case $set_name in
+  --build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
   --image) PACKAGES=("${IMAGE_PACKAGES[@]}") ;;
-  *)
-    echo "usage: scripts/setup.sh [--image]" >&2
-    exit 2
-    ;;
+  *) PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
 esac
+if [ -n "$list" ]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -11,6 +11,8 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include "service/limiter_names.h"
+
 namespace sluiced {
 namespace {
 
@@ -111,43 +113,6 @@ void OnlyKeys(const std::string& file, const YAML::Node& map, std::string_view w
            "unknown key '" + k + "' in " + std::string(what) + " (expected one of: " + list + ")");
     }
   }
-}
-
-bool NameChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-}
-
-uint64_t Fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// A limiter name for the node at `pieces` (domain first): the pieces joined by '.', when
-// they hold only [A-Za-z0-9_-] and fit in 64 bytes; otherwise a readable head and a hash
-// of the whole path, so two paths never share a limiter.
-std::string LimiterName(const std::vector<std::string>& pieces) {
-  std::string joined;
-  bool clean = true;
-  std::string exact;
-  for (const auto& p : pieces) {
-    if (!joined.empty()) joined += '.';
-    for (char c : p) {
-      if (NameChar(c))
-        joined += c;
-      else {
-        joined += '_';
-        clean = false;
-      }
-    }
-    if (p.empty()) clean = false;
-    exact += p;
-    exact += '\0';
-  }
-  if (clean && joined.size() <= 64) return joined;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(Fnv1a(exact)));
-  return joined.substr(0, 47) + "." + hex;
 }
 
 // Reads the document's events (no node tree) and refuses, at their position, what
@@ -363,7 +328,7 @@ struct Parser {
         std::string value = Scalar(file, d["value"], "value");
         if (!value.empty()) {
           node.wildcard = value.find('*') != std::string::npos;
-          piece += "_" + value;
+          piece = NodePiece(node.key, value);
           node.value = std::move(value);
         }
       }

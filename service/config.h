@@ -49,7 +49,7 @@ struct Position {
 struct Rule {
   std::string domain;
   std::string name;          // rate_limit.name, or empty
-  std::string path;          // "domain/key_value/key" where it sits in the tree
+  std::string path;          // "domain/key_value/key" where it sits in the tree (messages)
   std::string limiter_name;  // the sluice limiter (stable across reloads at this path)
   Unit unit = Unit::kSecond;
   int64_t requests_per_unit = 0;  // 0: every request is over the limit
@@ -71,8 +71,9 @@ struct Rule {
 
   // The sluice limit this rule enforces (not meaningful for concurrency/unlimited/0).
   sluice::Limit ToLimit() const;
-  // The name shown in headers and metrics: `name` if set, else the path.
-  const std::string& DisplayName() const { return name.empty() ? path : name; }
+  // The name shown in answers, headers and metrics (the `limit` label): `name` if set, else
+  // the limiter name, as the admin API and the sluice CLI spell it ("example.client").
+  const std::string& DisplayName() const { return name.empty() ? limiter_name : name; }
 };
 
 struct DescriptorNode {

@@ -125,6 +125,7 @@ StatusOr<std::shared_ptr<const Engine::Generation>> Engine::Build(
     auto rule = std::make_shared<Rule>();
     rule->domain = domain.domain;
     rule->path = domain.domain + "/(limit override)";
+    rule->name = "(limit override)";  // shown instead of the limiter's hashed name
     char hex[17];
     uint64_t h = 1469598103934665603ull;
     for (unsigned char c : domain.domain) h = (h ^ c) * 1099511628211ull;

@@ -358,6 +358,9 @@ json DecisionJson(const DescriptorResult& s) {
     d["source"] = sluice::DecisionSourceName(dec.source);
     d["reason"] = sluice::RefusalReasonName(dec.reason);
     d["shadow_refused"] = dec.shadow_refused;
+    // Present when a failure policy answered: why the store did not.
+    if (dec.store_failure != sluice::StoreFailure::kNone)
+      d["store_failure"] = sluice::StoreFailureName(dec.store_failure);
   } else {
     d["allowed"] = s.code == Code::kOk;
   }
@@ -505,6 +508,10 @@ void AppendDecision(std::string& out, const DescriptorResult& s) {
     AppendBool(out, d.shadow_refused);
     out += ",\"source\":";
     AppendJsonString(out, sluice::DecisionSourceName(d.source));
+    if (d.store_failure != sluice::StoreFailure::kNone) {
+      out += ",\"store_failure\":";
+      AppendJsonString(out, sluice::StoreFailureName(d.store_failure));
+    }
   }
   out += '}';
 }

@@ -4,21 +4,6 @@
 
 namespace sluiced {
 
-std::string DescriptorId(const Entries& entries) {
-  std::string id;
-  for (const auto& [k, v] : entries) {
-    if (!id.empty()) id += ',';
-    for (const std::string* s : {&k, &v}) {
-      for (char c : *s) {
-        if (c == '\\' || c == ',' || c == '=') id += '\\';
-        id += c;
-      }
-      if (s == &k) id += '=';
-    }
-  }
-  return id;
-}
-
 bool WildcardMatch(std::string_view pattern, std::string_view value) {
   const std::size_t first = pattern.find('*');
   if (first == std::string_view::npos) return pattern == value;

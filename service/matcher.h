@@ -13,10 +13,9 @@
 #include <vector>
 
 #include "service/config.h"
+#include "service/limiter_names.h"
 
 namespace sluiced {
-
-using Entries = std::vector<std::pair<std::string, std::string>>;
 
 struct Match {
   std::shared_ptr<const Rule> rule;  // null: no limit applies
@@ -28,10 +27,6 @@ Match MatchDescriptor(const DomainConfig& domain, const Entries& entries);
 // Whether `value` matches `pattern`, in which each '*' stands for any run of bytes
 // (none included) and every other byte for itself.
 bool WildcardMatch(std::string_view pattern, std::string_view value);
-
-// The counter id for `entries`: `key=value` pairs joined by ',', with '\\', ',' and '='
-// escaped by a backslash so that two descriptors never share an id.
-std::string DescriptorId(const Entries& entries);
 
 // Drops (sets rule to null in) every match whose rule is named by another matched
 // rule's `replaces`.

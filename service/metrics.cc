@@ -1,6 +1,8 @@
 #include "service/metrics.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <tuple>
@@ -62,10 +64,16 @@ std::string Escape(const std::string& v) {
   return out;
 }
 
+// The shortest decimal that reads back as exactly `v` ("0.00025", not %.17g's
+// "0.00025000000000000001"): plain notation in the range a latency or a sum of seconds
+// takes, the shortest of plain and exponent outside it.
 std::string Number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  char buf[400];
+  const double magnitude = std::fabs(v);
+  const bool plain = v == 0 || (magnitude >= 1e-6 && magnitude < 1e15);
+  const auto end = plain ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed).ptr
+                         : std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
 }
 
 constexpr const char* kOutcomeNames[kOutcomes] = {"allowed", "over_limit", "unavailable",

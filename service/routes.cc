@@ -429,8 +429,14 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
   return [&engine, token = std::move(token)](HttpRequest&& request, Respond respond) {
     if (token.empty() || !BearerMatches(request, token)) {
       LogRefusedAdminCall(request);
-      HttpResponse r = MakeResponse(http::status::unauthorized,
-                                    ErrorJson("admin calls need Authorization: Bearer <token>"));
+      // Without a configured token no call can pass: say so, rather than let the caller
+      // hunt for a token that does not exist.
+      HttpResponse r = MakeResponse(
+          http::status::unauthorized,
+          ErrorJson(token.empty()
+                        ? "admin calls are refused: this server has no admin token configured "
+                          "(start it with --admin-token or SLUICED_ADMIN_TOKEN)"
+                        : "admin calls need Authorization: Bearer <token>"));
       r.set(http::field::www_authenticate, "Bearer");
       return respond(std::move(r));
     }

@@ -63,8 +63,10 @@ std::string TempPath(const std::string& name) {
       .string();
 }
 
-// Runs `sluice <args…>` with SLUICE_REDIS_URL set to `env_url` (unset when empty).
-Result Sluice(const std::vector<std::string>& args, const std::string& env_url = "") {
+// Runs `sluice <args…>` with SLUICE_REDIS_URL set to `env_url` (unset when empty),
+// SLUICED_REDIS to `service_url` (likewise).
+Result Sluice(const std::vector<std::string>& args, const std::string& env_url = "",
+              const std::string& service_url = "") {
   const std::string out_path = TempPath("out"), err_path = TempPath("err");
   // Everything the child needs is built here: the child of a process with other
   // threads must not allocate before exec (testing/processes.h, Fork).
@@ -77,9 +79,11 @@ Result Sluice(const std::vector<std::string>& args, const std::string& env_url =
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     if (std::string_view(*e).starts_with("SLUICE_REDIS_URL=")) continue;
+    if (std::string_view(*e).starts_with("SLUICED_REDIS=")) continue;
     env.emplace_back(*e);
   }
   if (!env_url.empty()) env.push_back("SLUICE_REDIS_URL=" + env_url);
+  if (!service_url.empty()) env.push_back("SLUICED_REDIS=" + service_url);
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -279,6 +283,18 @@ TEST(CliAudit, UrlFromEnvironmentAndExplicitTtl) {
   const long long ttl = server.Command({"TTL", key}).integer;
   EXPECT_GT(ttl, 1200);
   EXPECT_LE(ttl, 1234);
+
+  // sluiced's variable, SLUICED_REDIS, names it too; SLUICE_REDIS_URL comes first.
+  server.Command({"PERSIST", key});
+  const std::string nobody = "redis://127.0.0.1:" + std::to_string(testing::FreeLoopbackPort());
+  Result service = Sluice({"audit", "--prefix", prefix, "--json"}, "", server.url());
+  EXPECT_EQ(service.exit_code, 1) << service.err;
+  EXPECT_EQ(LeakedKeys(service.Json()), std::set<std::string>{key});
+  Result both = Sluice({"audit", "--prefix", prefix, "--json"}, server.url(), nobody);
+  EXPECT_EQ(both.exit_code, 1) << both.err;
+  Result wrong = Sluice({"audit", "--prefix", prefix, "--json"}, nobody, server.url());
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.out;
+  EXPECT_NE(wrong.err.find("(Redis URL from $SLUICE_REDIS_URL)"), std::string::npos) << wrong.err;
 }
 
 // A concurrency set (`:cc`, member `<acquired_at_ms>:<token>`, score = expiry ms).
@@ -415,11 +431,12 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
   EXPECT_EQ(by["gcra"]["refill"], 10);  // refill 0: the limit
   EXPECT_EQ(by["gcra"]["window_ms"], 600'000);
 
-  // An id with no state, and an id that needs escaping.
+  // An id with no state (exit 1, stderr says so), and an id that needs escaping.
   Result none = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
                         "multi", "--id", "nobody"});
-  EXPECT_EQ(none.exit_code, 0);
-  EXPECT_NE(none.out.find("no state"), std::string::npos) << none.out;
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("id \"nobody\" has no keys under limiter \"multi\""), std::string::npos)
+      << none.err;
   auto odd = client->MakeLimiter("multi", limits[0]);
   ASSERT_THAT(odd->Check("a {b}%"), IsOk());
   Result escaped = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
@@ -707,6 +724,84 @@ TEST(CliRelease, ReleasesEveryLeaseOfOneIdWithOneAuditRecord) {
   EXPECT_EQ(after.exit_code, 0) << after.out;
   EXPECT_EQ(after.Json()["foreign"], 0);
   EXPECT_EQ(after.Json()["by_algorithm"]["audit_log"], 1);
+  std::filesystem::remove(log);
+}
+
+// --domain/--entry name the limiter and id as sluiced does (docs/sluiced.md, Limiter
+// names and ids): the domain and each entry's key joined by '.', the entries as
+// key=value joined by ',' with '\\', ',' and '=' escaped. A limiter or id with no key at
+// all is an error (exit 1, stderr says which), and a release of it records nothing; an id
+// with keys but no live lease is released (0) and recorded.
+TEST(CliTarget, DomainAndEntriesNameSluicedsLimiterAndIdAndNoKeysIsAnError) {
+  RedisServer server;
+  const std::string prefix = "tgt";
+  auto client = Connect(server, prefix);
+  auto rate = client->MakeLimiter("shop.export.user", {.limit = 5, .window = 600s});
+  ASSERT_THAT(rate, IsOk());
+  ASSERT_TRUE(rate->Check("export=,user=u\\,42")->allowed);
+  auto streams = client->MakeConcurrencyLimiter("shop.streams", {.limit = 3});
+  ASSERT_THAT(streams, IsOk());
+  auto lease = streams->Acquire("streams=a");
+  ASSERT_TRUE(lease.ok() && lease->acquired);
+  const std::vector<std::string> at = {"--redis", server.url(), "--prefix", prefix};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.begin() + 1, at.begin(), at.end());
+    return Sluice(args);
+  };
+
+  Result found =
+      with({"inspect", "--domain", "shop", "--entry", "export=", "--entry", "user=u,42", "--json"});
+  ASSERT_EQ(found.exit_code, 0) << found.err;
+  EXPECT_EQ(found.Json()["limiter"], "shop.export.user");
+  EXPECT_EQ(found.Json()["id"], "export=,user=u\\,42");
+  EXPECT_EQ(found.Json()["keys"].size(), 1u);
+
+  Result no_id = with({"inspect", "--domain", "shop", "--entry", "export=", "--entry", "user=u43"});
+  EXPECT_EQ(no_id.exit_code, 1) << no_id.err;
+  EXPECT_NE(no_id.err.find("id \"export=,user=u43\" has no keys under limiter "
+                           "\"shop.export.user\""),
+            std::string::npos)
+      << no_id.err;
+  Result no_limiter =
+      with({"inspect", "--limiter", "shop.exprot.user", "--id", "export=,user=u42"});
+  EXPECT_EQ(no_limiter.exit_code, 1) << no_limiter.err;
+  EXPECT_NE(no_limiter.err.find("limiter \"shop.exprot.user\" has no keys at all"),
+            std::string::npos)
+      << no_limiter.err;
+
+  const std::string log = TempPath("target_audit.jsonl");
+  std::filesystem::remove(log);
+  const std::vector<std::string> who = {"--actor", "alice", "--reason", "test", "--audit-log", log};
+  auto release = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "release");
+    args.insert(args.end(), who.begin(), who.end());
+    return with(args);
+  };
+  Result typo = release({"--domain", "shop", "--entry", "stream=a"});
+  EXPECT_EQ(typo.exit_code, 1) << typo.out;
+  EXPECT_NE(typo.err.find("limiter \"shop.stream\" has no keys at all"), std::string::npos)
+      << typo.err;
+  EXPECT_FALSE(std::filesystem::exists(log)) << "nothing released, nothing recorded";
+  Result released = release({"--domain", "shop", "--entry", "streams=a", "--json"});
+  ASSERT_EQ(released.exit_code, 0) << released.err;
+  EXPECT_EQ(released.Json()["limiter"], "shop.streams");
+  EXPECT_EQ(released.Json()["released"], 1);
+  // An id with keys but no live lease (here a rate key of the same limiter and id) is
+  // released all the same: 0 leases, exit 0, recorded.
+  auto other = client->MakeLimiter("shop.streams", {.limit = 5, .window = 600s});
+  ASSERT_THAT(other, IsOk());
+  ASSERT_TRUE(other->Check("streams=b")->allowed);
+  Result nothing_live = release({"--domain", "shop", "--entry", "streams=b", "--json"});
+  EXPECT_EQ(nothing_live.exit_code, 0) << nothing_live.err;
+  EXPECT_EQ(nothing_live.Json()["released"], 0);
+  EXPECT_EQ(Lines(ReadFile(log)).size(), 2u) << "both releases recorded";
+
+  // Malformed targets are usage errors.
+  EXPECT_EQ(with({"inspect", "--entry", "a=b"}).exit_code, 2);
+  EXPECT_EQ(with({"inspect", "--domain", "shop"}).exit_code, 2);
+  EXPECT_EQ(with({"inspect", "--domain", "shop", "--entry", "user"}).exit_code, 2);
+  EXPECT_EQ(with({"inspect", "--domain", "shop", "--entry", "a=b", "--id", "a=b"}).exit_code, 2);
+  EXPECT_EQ(with({"inspect", "--limiter", "shop.user"}).exit_code, 2);
   std::filesystem::remove(log);
 }
 

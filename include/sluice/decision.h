@@ -41,6 +41,20 @@ enum class RefusalReason {
 
 std::string_view RefusalReasonName(RefusalReason reason);
 
+// Why the store did not decide, when a failure policy did (source kFailOpen, kFailClosed
+// or kLocalFallback): what a service tells its callers and an operator looks for first.
+enum class StoreFailure {
+  kNone,         // the store decided (or no store was asked: a cache, a local budget)
+  kDeadline,     // the call's deadline passed, before it was sent or with no answer yet
+  kError,        // the store failed the call: connection down or lost, an error reply
+  kBreakerOpen,  // the breaker is open after earlier failures: the store was not called
+  kEvicting,     // Redis may evict keys (its maxmemory-policy) and the limit refuses to count
+                 // there (LimiterOptions::refuse_evicting): the store was not called
+};
+
+// "none", "deadline", "store_error", "breaker_open", "evicting".
+std::string_view StoreFailureName(StoreFailure failure);
+
 struct Decision {
   bool allowed = false;
   // The limit in force for this decision.
@@ -54,6 +68,8 @@ struct Decision {
   std::chrono::milliseconds retry_after{0};
   DecisionSource source = DecisionSource::kStore;
   RefusalReason reason = RefusalReason::kNone;
+  // With a failure policy's source: why the store did not decide. kNone otherwise.
+  StoreFailure store_failure = StoreFailure::kNone;
   // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
   // `allowed` is true anyway and `reason` says why it would have been refused.
   bool shadow_refused = false;

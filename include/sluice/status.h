@@ -70,6 +70,12 @@ Status PermissionDeniedError(std::string message);
 Status NotFoundError(std::string message);
 Status InternalError(std::string message);
 
+namespace internal {
+// Writes "sluice: StatusOr value accessed on error: <status.ToString()>" to stderr and
+// aborts. Out of line so that the accessors' inlined fast path is one test and one branch.
+[[noreturn]] void DieOnValueOfError(const Status& status);
+}  // namespace internal
+
 // Holds either a value or a non-OK Status.
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -82,16 +88,30 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
-  // Precondition: ok().
-  const T& value() const& { return *value_; }
-  T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  const T& operator*() const& { return *value_; }
-  T& operator*() & { return *value_; }
-  const T* operator->() const { return &*value_; }
-  T* operator->() { return &*value_; }
+  // The value. On an error StatusOr, in every build (release included), each of these
+  // writes "sluice: StatusOr value accessed on error: <status>" to stderr and aborts the
+  // process: a program that forgot to check ok() stops at the line that forgot, with the
+  // reason, instead of running on with undefined behaviour. The check is one branch.
+  const T& value() const& { return *Checked(); }
+  T& value() & { return *Checked(); }
+  T&& value() && { return std::move(*Checked()); }
+  const T& operator*() const& { return *Checked(); }
+  T& operator*() & { return *Checked(); }
+  const T* operator->() const { return Checked(); }
+  T* operator->() { return Checked(); }
 
  private:
+  const T* Checked() const {
+    if (!value_.has_value()) [[unlikely]]
+      internal::DieOnValueOfError(status_);
+    return &*value_;
+  }
+  T* Checked() {
+    if (!value_.has_value()) [[unlikely]]
+      internal::DieOnValueOfError(status_);
+    return &*value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

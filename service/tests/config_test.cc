@@ -86,6 +86,10 @@ TEST(Config, AcceptsEnvoyRatelimitFormatUnchanged) {
   EXPECT_EQ(per_ip.DisplayName(), "per_ip");
   EXPECT_EQ(config.rules[3]->requests_per_unit, 0);
   EXPECT_EQ(config.rules[3]->path, "mongo_cps/to_number_4045551212/from_number");
+  // An unnamed rule is shown (answers, headers, metrics' `limit`) by its limiter name, the
+  // spelling of the admin API and the CLI.
+  EXPECT_EQ(config.rules[3]->limiter_name, "mongo_cps.to_number_4045551212.from_number");
+  EXPECT_EQ(config.rules[3]->DisplayName(), "mongo_cps.to_number_4045551212.from_number");
   EXPECT_TRUE(config.rules[4]->unlimited);
   EXPECT_EQ(config.rules[6]->replaces, std::vector<std::string>{"banned_limit"});
   EXPECT_EQ(config.rules[6]->unit, Unit::kYear);

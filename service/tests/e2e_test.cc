@@ -839,7 +839,10 @@ TEST_F(E2e, BearerSchemeIsCaseInsensitiveAndActorsWithNewlinesAreRefused) {
 
 TEST_F(E2e, AdminNeedsTheBearerToken) {
   Sluiced s(config_.path(), redis_.url(), Flags());
-  EXPECT_EQ(Call(s.admin_port(), "GET", "/admin/config").status, 401);
+  HttpReply missing = Call(s.admin_port(), "GET", "/admin/config");
+  EXPECT_EQ(missing.status, 401);
+  EXPECT_NE(missing.body.find("admin calls need Authorization: Bearer <token>"), std::string::npos)
+      << missing.body;
   EXPECT_EQ(
       Call(s.admin_port(), "GET", "/admin/config", "", "Authorization: Bearer wrong\r\n").status,
       401);

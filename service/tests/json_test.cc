@@ -174,6 +174,29 @@ TEST(Json, FastParserAgreesWithTheGeneralOneOrDeclines) {
   }
 }
 
+// "hits" (and a descriptor's) may be a JSON string of decimal digits, as proto3's JSON
+// writes 64-bit integers: "5" is 5. Only digits (no sign, space, exponent or fraction),
+// at most 19 of them, and the same bounds as a number.
+TEST(Json, HitsAsAStringOfDigitsIsTheNumberAndNothingElseIs) {
+  // What the server calls (the fast reader declines strings, the tree parser takes them).
+  auto parsed = ParseCheckRequest(
+      R"({"domain":"d","hits":"5","descriptors":[{"entries":[{"key":"k"}],"hits":"7"}]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->hits, 5u);
+  ASSERT_EQ(parsed->descriptors.size(), 1u);
+  EXPECT_EQ(parsed->descriptors[0].hits, 7u);
+  for (const char* hits : {R"("")", R"(" 5")", R"("+5")", R"("-5")", R"("5.0")", R"("5e0")",
+                           R"("0x5")", R"("4294967296")", R"("12345678901234567890")"}) {
+    const std::string body =
+        std::string(R"({"domain":"d","hits":)") + hits + R"(,"descriptors":[]})";
+    auto refused = ParseCheckRequest(body);
+    EXPECT_FALSE(refused.ok()) << body;
+    if (!refused.ok()) {
+      EXPECT_NE(refused.status().message().find("hits"), std::string::npos) << body;
+    }
+  }
+}
+
 // The response body is written without a JSON tree, byte for byte as the tree's dump.
 TEST(Json, FastFormatterMatchesTheTreeByteForByte) {
   auto rule = std::make_shared<Rule>();
@@ -201,6 +224,7 @@ TEST(Json, FastFormatterMatchesTheTreeByteForByte) {
     d.retry_after = std::chrono::milliseconds(variant);
     d.source = static_cast<sluice::DecisionSource>(variant);
     d.shadow_refused = variant == 3;
+    d.store_failure = static_cast<sluice::StoreFailure>(variant);  // kNone for variant 0
     if (variant != 2) a.decision = d;
     if (variant == 2) a.error = "store: \"down\"";
     DescriptorResult none;  // no rule matched

@@ -2,6 +2,7 @@
 // bound; the bound on the library's per-id lease gauges.
 #include "service/metrics.h"
 
+#include <chrono>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -33,6 +34,26 @@ TEST(Metrics, DescriptorSeriesAreBoundedAndTheRestCountedAsOther) {
                       "descriptor=\"user=0\",outcome=\"allowed\"} 1"),
             std::string::npos);
   EXPECT_EQ(text.find("descriptor=\"user=5\""), std::string::npos) << "no series of zeros";
+}
+
+// Bucket bounds and the sum are the shortest decimals that read back exactly: le="0.00025",
+// not printf's %.17g "0.00025000000000000001".
+TEST(Metrics, HistogramBoundsArePrintedShortestAndExact) {
+  Metrics m;
+  m.ObserveStoreLatency(std::chrono::microseconds(300));
+  m.ObserveStoreLatency(std::chrono::microseconds(1200));
+  const std::string text = m.Format();
+  for (const char* le : {"0.0001", "0.00025", "0.0005", "0.001", "0.002", "0.003", "0.005", "0.01",
+                         "0.025", "0.05", "0.1", "0.25", "+Inf"}) {
+    EXPECT_NE(text.find(std::string("sluiced_store_latency_seconds_bucket{le=\"") + le + "\"}"),
+              std::string::npos)
+        << le << "\n"
+        << text;
+  }
+  EXPECT_NE(text.find("sluiced_store_latency_seconds_bucket{le=\"0.0005\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("sluiced_store_latency_seconds_sum 0.0015\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0000000"), std::string::npos) << text;
 }
 
 // The library's lease gauges (three series per id): at most max_ids ids keep series of

@@ -126,6 +126,23 @@ TEST(Startup, ListenAddressesGivenByNameAreResolved) {
   EXPECT_TRUE(testing::Connection(s.grpc_port()).connected());
 }
 
+// Admin calls on a server started without an admin token are all refused (401), and the
+// answer says that no token is configured, not only that a token is missing.
+TEST(Startup, AdminCallsWithoutAConfiguredTokenSaySo) {
+  TempDir config;
+  config.Write("shop.yaml", ShopConfig());
+  Sluiced s(config.path(), "memory://", {});
+  ASSERT_TRUE(s.running()) << s.log();
+  for (const char* auth : {"", "Authorization: Bearer anything\r\n"}) {
+    HttpReply refused = Call(s.admin_port(), "GET", "/admin/config", "", auth);
+    EXPECT_EQ(refused.status, 401);
+    EXPECT_NE(refused.body.find("this server has no admin token configured (start it with "
+                                "--admin-token or SLUICED_ADMIN_TOKEN)"),
+              std::string::npos)
+        << refused.body;
+  }
+}
+
 // A store that never answers (nothing listens on its port): start-up waits for it, up to
 // --connect-wait-ms, and signals come in that wait.
 class StartupSignals : public ::testing::Test {

@@ -17,6 +17,17 @@ std::string_view DecisionSourceName(DecisionSource source) {
   return "unknown";
 }
 
+std::string_view StoreFailureName(StoreFailure failure) {
+  switch (failure) {
+    case StoreFailure::kNone: return "none";
+    case StoreFailure::kDeadline: return "deadline";
+    case StoreFailure::kError: return "store_error";
+    case StoreFailure::kBreakerOpen: return "breaker_open";
+    case StoreFailure::kEvicting: return "evicting";
+  }
+  return "unknown";
+}
+
 std::string_view RefusalReasonName(RefusalReason reason) {
   switch (reason) {
     case RefusalReason::kNone: return "none";

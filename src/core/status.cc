@@ -1,5 +1,8 @@
 #include "sluice/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace sluice {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -45,5 +48,18 @@ Status NotFoundError(std::string m) {
 Status InternalError(std::string m) {
   return {StatusCode::kInternal, std::move(m)};
 }
+
+namespace internal {
+
+void DieOnValueOfError(const Status& status) {
+  // stdio, not iostream: this may run before or after static initialisation, and it
+  // must not allocate more than the message needs.
+  const std::string text = status.ToString();
+  std::fprintf(stderr, "sluice: StatusOr value accessed on error: %s\n", text.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace sluice

@@ -87,6 +87,22 @@ TEST(StatusOr, BuiltFromAnOkStatusIsAnInternalErrorNotAnEmptyValue) {
 }
 #endif
 
+// In every build, release included: the value of an error StatusOr is never read.
+TEST(StatusOrDeathTest, ValueOfAnErrorAbortsWithTheStatus) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const char* expected =
+      "sluice: StatusOr value accessed on error: unavailable: redis 127.0.0.1:6379 refused";
+  StatusOr<std::string> error = UnavailableError("redis 127.0.0.1:6379 refused");
+  const StatusOr<std::string>& constant = error;
+  EXPECT_DEATH((void)*error, expected);
+  EXPECT_DEATH((void)*constant, expected);
+  EXPECT_DEATH((void)error->size(), expected);
+  EXPECT_DEATH((void)constant->size(), expected);
+  EXPECT_DEATH((void)error.value(), expected);
+  EXPECT_DEATH((void)constant.value(), expected);
+  EXPECT_DEATH((void)std::move(error).value(), expected);
+}
+
 TEST(StatusMatchers, MatchWhatTheySayAndExplainWhatTheyGot) {
   const Status down = UnavailableError("redis is down");
   const StatusOr<int> seven = 7;

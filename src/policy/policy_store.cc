@@ -14,6 +14,12 @@ bool IsStoreFailure(const Status& status) {
   return !status.ok() && status.code() != StatusCode::kInvalidArgument;
 }
 
+// Why the store did not decide a call that failed with `status` (a store failure).
+StoreFailure FailureOf(const Status& status) {
+  return status.code() == StatusCode::kDeadlineExceeded ? StoreFailure::kDeadline
+                                                        : StoreFailure::kError;
+}
+
 // Store failures that the breaker counts: not the caller's fault, and not a backlog in
 // this client while the store kept answering (core/client_side.h). A deadline missed
 // while the store sent nothing at all (stalled, paused, partitioned) counts.
@@ -92,7 +98,8 @@ CheckCall PolicyStore::LocalCall(const CheckCall& call) {
   return local;
 }
 
-StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call, const Breaker& breaker) {
+StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call, const Breaker& breaker,
+                                         StoreFailure why) {
   policy_decisions_.fetch_add(1, std::memory_order_relaxed);
   Decision d;
   d.limit = call.limit.limit;
@@ -104,7 +111,10 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call, const Breaker& b
       if (call.request_cost > 0) local.cost = call.request_cost;
       if (local.op == Op::kTake) local.op = Op::kConsume;
       StatusOr<Decision> decided = local_.CheckNow(local);
-      if (decided.ok()) decided->source = DecisionSource::kLocalFallback;
+      if (decided.ok()) {
+        decided->source = DecisionSource::kLocalFallback;
+        decided->store_failure = why;
+      }
       return decided;
     }
     case FailurePolicy::kClosed: {
@@ -115,6 +125,7 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call, const Breaker& b
       d.reset_after = d.retry_after;
       d.reason = RefusalReason::kStoreUnavailable;
       d.source = DecisionSource::kFailClosed;
+      d.store_failure = why;
       return d;
     }
     case FailurePolicy::kDefault:
@@ -123,6 +134,7 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call, const Breaker& b
   d.allowed = true;
   d.remaining = call.limit.limit;
   d.source = DecisionSource::kFailOpen;
+  d.store_failure = why;
   return d;
 }
 
@@ -161,13 +173,13 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   }
   DomainBreakers::Gate gate = GateOf(call.key);
   if (decision && call.refuse_evicting && Evicting()) {
-    done(Fallback(call, *gate.breaker));
+    done(Fallback(call, *gate.breaker, StoreFailure::kEvicting));
     return;
   }
   if (ExpiredBeforeSending(call)) {
     // Not sent, so not a store failure: the breaker hears nothing of it.
     if (decision) {
-      done(Fallback(call, *gate.breaker));
+      done(Fallback(call, *gate.breaker, StoreFailure::kDeadline));
     } else {
       done(ExpiredError());
     }
@@ -176,7 +188,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   const Breaker::Pass pass = gate->Allow();
   if (!pass) {
     if (decision) {
-      done(Fallback(call, *gate.breaker));
+      done(Fallback(call, *gate.breaker, StoreFailure::kBreakerOpen));
     } else {
       done(UnavailableError("the store is unavailable (circuit breaker open); retry in " +
                             std::to_string(gate->RetryIn().count()) + " ms"));
@@ -204,7 +216,7 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
       }
       done(std::move(result));
     } else if (IsStoreFailure(result.status())) {
-      done(Fallback(fallback, *gate.breaker));
+      done(Fallback(fallback, *gate.breaker, FailureOf(result.status())));
     } else {
       done(std::move(result));
     }
@@ -212,10 +224,10 @@ void PolicyStore::Check(CheckCall call, DecisionCallback done) {
 }
 
 StatusOr<CompositeOutcome> PolicyStore::FallbackMany(const std::vector<CheckCall>& calls,
-                                                     const Breaker& breaker) {
+                                                     const Breaker& breaker, StoreFailure why) {
   CompositeOutcome out;
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    StatusOr<Decision> d = Fallback(calls[i], breaker);
+    StatusOr<Decision> d = Fallback(calls[i], breaker, why);
     if (d.ok() && d->allowed) {
       out.decisions.push_back(*d);
       continue;
@@ -255,7 +267,7 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   DomainBreakers::Gate gate =
       call.calls.empty() ? GateOf(std::string_view()) : GateOf(call.calls.front().key);
   if (!call.calls.empty() && ExpiredBeforeSending(call.calls.front())) {
-    done(FallbackMany(call.calls, *gate.breaker));
+    done(FallbackMany(call.calls, *gate.breaker, StoreFailure::kDeadline));
     return;
   }
   const bool refused =
@@ -263,7 +275,8 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
                                 [](const CheckCall& c) { return c.refuse_evicting; });
   const Breaker::Pass pass = refused ? Breaker::Pass() : gate->Allow();
   if (!pass) {
-    done(FallbackMany(call.calls, *gate.breaker));
+    done(FallbackMany(call.calls, *gate.breaker,
+                      refused ? StoreFailure::kEvicting : StoreFailure::kBreakerOpen));
     return;
   }
   // The fallback and the denial cache need the calls after the store had them.
@@ -281,7 +294,7 @@ void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
           }
           done(std::move(result));
         } else if (IsStoreFailure(result.status())) {
-          done(FallbackMany(calls, *gate.breaker));
+          done(FallbackMany(calls, *gate.breaker, FailureOf(result.status())));
         } else {
           done(std::move(result));
         }

@@ -103,10 +103,11 @@ class PolicyStore final : public Store {
  private:
   // What the check answers instead of the store.
   // `breaker`: the one that gates the call (a refusal says when it probes again).
-  StatusOr<Decision> Fallback(const CheckCall& call, const Breaker& breaker);
+  // The policy's decision for `call`, which the store did not decide because of `why`.
+  StatusOr<Decision> Fallback(const CheckCall& call, const Breaker& breaker, StoreFailure why);
   LeaseResult LeaseFallback(const LeaseCall& call, const Breaker& breaker);
   StatusOr<CompositeOutcome> FallbackMany(const std::vector<CheckCall>& calls,
-                                          const Breaker& breaker);
+                                          const Breaker& breaker, StoreFailure why);
   // The breaker of `key`'s fault domain: domain 0's, with no lookup, for a store
   // without domains.
   DomainBreakers::Gate GateOf(std::string_view key) {

@@ -230,10 +230,43 @@ TEST_F(Policies, OpenAdmitsAndSpendsNothing) {
     ASSERT_TRUE(d.ok()) << d.status().ToString();
     EXPECT_TRUE(d->allowed);
     EXPECT_EQ(d->source, DecisionSource::kFailOpen);
+    EXPECT_EQ(d->store_failure, StoreFailure::kError);
   }
   auto d = limiter.Check("x");
   EXPECT_EQ(d->source, DecisionSource::kStore);
+  EXPECT_EQ(d->store_failure, StoreFailure::kNone);
   EXPECT_EQ(d->remaining, 1) << "a failed call spent budget";
+}
+
+// A policy's decision says why the store did not decide: its deadline passed, or it
+// failed the call (and, below, an open breaker or an evicting Redis kept it from being
+// called), whatever the policy.
+TEST_F(Policies, APolicysDecisionSaysWhetherTheDeadlinePassedOrTheStoreFailed) {
+  for (FailurePolicy policy :
+       {FailurePolicy::kOpen, FailurePolicy::kClosed, FailurePolicy::kLocal}) {
+    auto limiter = Make(std::string(FailurePolicyName(policy)), policy, 10, 1);
+    faults_->FailNext(1, DeadlineExceededError("injected: no answer within 5 ms"));
+    auto late = limiter.Check("x");
+    ASSERT_THAT(late, IsOk());
+    EXPECT_NE(late->source, DecisionSource::kStore);
+    EXPECT_EQ(late->store_failure, StoreFailure::kDeadline) << FailurePolicyName(policy);
+    faults_->FailNext(1, UnavailableError("injected: connection reset"));
+    auto failed = limiter.Check("x");
+    ASSERT_THAT(failed, IsOk());
+    EXPECT_EQ(failed->store_failure, StoreFailure::kError) << FailurePolicyName(policy);
+    // The composite path says the same.
+    faults_->FailNext(1, DeadlineExceededError("injected: no answer within 5 ms"));
+    const LimitCheck checks[] = {{&limiter, "y"}};
+    auto composite = CheckComposite(checks);
+    ASSERT_THAT(composite, IsOk());
+    EXPECT_EQ(composite->decision.store_failure, StoreFailure::kDeadline)
+        << FailurePolicyName(policy);
+  }
+  EXPECT_EQ(StoreFailureName(StoreFailure::kDeadline), "deadline");
+  EXPECT_EQ(StoreFailureName(StoreFailure::kError), "store_error");
+  EXPECT_EQ(StoreFailureName(StoreFailure::kBreakerOpen), "breaker_open");
+  EXPECT_EQ(StoreFailureName(StoreFailure::kEvicting), "evicting");
+  EXPECT_EQ(StoreFailureName(StoreFailure::kNone), "none");
 }
 
 TEST_F(Policies, ClosedRefusesWithItsOwnReason) {
@@ -366,6 +399,7 @@ TEST(PoliciesBreaker, OpenBreakerAnswersWithoutCallingTheStore) {
   for (int i = 0; i < 100; ++i) {
     auto d = limiter.Check("x");
     EXPECT_EQ(d->source, DecisionSource::kFailClosed);
+    EXPECT_EQ(d->store_failure, StoreFailure::kBreakerOpen);
     EXPECT_GT(d->retry_after, milliseconds(59'000));  // until the breaker probes again
   }
   EXPECT_EQ(faults->calls(), calls) << "an open breaker still called the store";

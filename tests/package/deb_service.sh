@@ -195,3 +195,62 @@ run_service() {
   kill "$REDIS_PID" && wait "$REDIS_PID" 2>/dev/null || true
   REDIS_PID=""
 }
+
+# The command docs/operating.md ("Running it without systemd") gives, run as written: the
+# first ```sh block after the line that names this file. Only /etc/default/sluiced is the
+# test's (its Redis, loopback listeners on ports the kernel picks, an admin token). The
+# sluice CLI, with no --redis and neither variable set, finds the same Redis through that
+# file (it is root who runs it here).
+run_documented_command() {
+  step "sluiced started by the command of docs/operating.md"
+  local block line pid_user
+  block=$(awk '/tests\/package\/deb_service.sh runs it/ {found = 1; next}
+               found && /^```sh$/ {inside = 1; next}
+               inside && /^```$/ {exit}
+               inside {print}' "$src/docs/operating.md")
+  [ -n "$block" ] || fail "docs/operating.md has no command block for running without systemd"
+  grep -qF -- "$(unit_value ExecStart)" <<<"$block" ||
+    fail "the documented command does not run the unit's ExecStart ($(unit_value ExecStart))"
+  start_redis
+  write_limits 1
+  cp /etc/default/sluiced "$work/default.orig"
+  sed -i -e "s|^SLUICED_REDIS=.*|SLUICED_REDIS=$REDIS_URL|" \
+    -e 's|^SLUICED_\(HTTP\|GRPC\|ADMIN\|METRICS\)_LISTEN=.*|SLUICED_\1_LISTEN=127.0.0.1:0|' \
+    /etc/default/sluiced
+  echo 'SLUICED_ADMIN_TOKEN=pkgtest-token' >>/etc/default/sluiced
+  # The block is one `sh -c '…'` that execs setpriv, which execs sluiced: $! is sluiced.
+  env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c "$block" >"$work/documented.log" 2>&1 &
+  SLUICED_PID=$!
+  for _ in $(seq 200); do
+    grep -q "serving http=" "$work/documented.log" && break
+    kill -0 "$SLUICED_PID" 2>/dev/null || { cat "$work/documented.log"; fail "sluiced exited"; }
+    sleep 0.05
+  done
+  line=$(grep "serving http=" "$work/documented.log") ||
+    { cat "$work/documented.log"; fail "sluiced did not serve"; }
+  HTTP=$(sed -E 's/.*http=([^ ]+).*/\1/' <<<"$line")
+  [ "$(readlink "/proc/$SLUICED_PID/exe")" = /usr/bin/sluiced ] ||
+    fail "pid $SLUICED_PID is $(readlink "/proc/$SLUICED_PID/exe"), not /usr/bin/sluiced"
+  pid_user=$(ps -o user= -p "$SLUICED_PID")
+  [ "$pid_user" = sluiced ] || fail "sluiced runs as $pid_user"
+  grep -q '^NoNewPrivs:[[:space:]]*1$' "/proc/$SLUICED_PID/status" || fail "sluiced may gain privileges"
+  grep -q '^CapBnd:[[:space:]]*0*$' "/proc/$SLUICED_PID/status" || fail "sluiced has capabilities"
+  [ "$(readlink "/proc/$SLUICED_PID/cwd")" = /var/lib/sluiced ] || fail "not in /var/lib/sluiced"
+  local got
+  got=$(checks c 2)
+  [ "$got" = "200 429" ] || fail "limit 1/min for client c: $got"
+  # The CLI's Redis when neither SLUICE_REDIS_URL nor SLUICED_REDIS is set: the file's.
+  local audit
+  audit=$(env -u SLUICE_REDIS_URL -u SLUICED_REDIS sluice audit --json) ||
+    [ $? -eq 1 ] || fail "sluice audit without --redis: $audit"
+  local keys
+  keys=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["sluice_keys"])' <<<"$audit") ||
+    fail "sluice audit without --redis: $audit"
+  [ "$keys" -ge 1 ] || fail "sluice audit without --redis did not reach the test's Redis: $audit"
+  echo "sluice audit without --redis or variables: $keys key(s) in the Redis of /etc/default/sluiced"
+  stop_sluiced
+  cp "$work/default.orig" /etc/default/sluiced
+  rm -f /etc/sluiced/pkgtest.yaml
+  kill "$REDIS_PID" && wait "$REDIS_PID" 2>/dev/null || true
+  REDIS_PID=""
+}

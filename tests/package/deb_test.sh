@@ -106,6 +106,10 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
 for p in "${PACKAGES[@]}"; do
   dpkg -L "$p" >>"$work/files"
   [ -f "/usr/share/doc/$p/copyright" ] || fail "$p has no /usr/share/doc/$p/copyright"
+  # Machine-readable (DEP-5), the licence by its SPDX name.
+  head -1 "/usr/share/doc/$p/copyright" | grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' ||
+    fail "$p's copyright file is not in the machine-readable format"
+  grep -qx 'License: Apache-2.0' "/usr/share/doc/$p/copyright" || fail "$p's copyright names no Apache-2.0"
   [ -f "/usr/share/doc/$p/changelog.Debian.gz" ] || fail "$p has no changelog.Debian.gz"
 done
 conffiles=$(dpkg-query -W -f='${Conffiles}\n' sluiced | awk 'NF {print $1}')
@@ -152,15 +156,16 @@ echo "broken config: $out"
 
 . "$src/tests/package/deb_service.sh"
 run_service
+run_documented_command
 
 # --- A consumer built with pkg-config only, against the installed libsluice-dev.
 step "pkg-config consumer"
 [ "$(pkg-config --modversion sluice)" = "$version" ] || fail "pkg-config --modversion sluice"
 [ "$(pkg-config --variable=prefix sluice)" = /usr ] || fail "sluice.pc's prefix is not /usr"
-flags=$(pkg-config --cflags --libs --static sluice)
-echo "pkg-config --cflags --libs --static sluice: $flags"
+flags=$(pkg-config --cflags --libs sluice)
+echo "pkg-config --cflags --libs sluice: $flags"
 # shellcheck disable=SC2086  # the flags are words
-g++ -std=c++20 -o "$work/consumer" "$src/tests/package/main.cc" $flags ||
+g++ -o "$work/consumer" "$src/tests/package/main.cc" $flags ||
   fail "the consumer does not build with sluice.pc's flags"
 "$work/consumer" || fail "the consumer failed"
 
