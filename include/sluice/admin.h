@@ -99,8 +99,8 @@ struct ResetResult {
 // audited action, recorded by one line of audit.log_path exactly as ReleaseAll records a
 // release: {"ts","op","action":"reset","actor","reason","limiter","algorithm","id","key",
 // "outcome",...}, written with "outcome":"pending" before the store is touched, then
-// completed in place: "done" with "remaining" (what the id has now); "unknown" or
-// "failed" with "error" as for ReleaseAll. On "done" only, the record also goes to the
+// completed in place: "done" (the key named was reset); "unknown" or "failed" with
+// "error" as for ReleaseAll. On "done" only, the record also goes to the
 // stream when asked. Errors as ReleaseAll's. The key reset is the one the limiter names
 // for `id` (its algorithm's, co-located or not as the limiter is): pass a limiter of the
 // algorithm and LimiterOptions::colocate the id's state was written with; its limit plays

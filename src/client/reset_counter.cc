@@ -44,8 +44,7 @@ std::string RecordHead(const ResetFields& f) {
   return head;
 }
 
-std::vector<std::pair<std::string, std::string>> StreamFields(const ResetFields& f,
-                                                              int64_t remaining) {
+std::vector<std::pair<std::string, std::string>> StreamFields(const ResetFields& f) {
   return {{"ts", f.ts},
           {"action", "reset"},
           {"actor", f.action.actor},
@@ -53,8 +52,7 @@ std::vector<std::pair<std::string, std::string>> StreamFields(const ResetFields&
           {"limiter", f.limiter},
           {"algorithm", std::string(f.algorithm)},
           {"id", f.encoded_id},
-          {"key", f.key},
-          {"remaining", std::to_string(remaining)}};
+          {"key", f.key}};
 }
 
 }  // namespace
@@ -86,15 +84,16 @@ StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
   }
   ResetResult result;
   result.after = *after;
-  const std::string done =
-      AuditTail("\"outcome\":\"done\",\"remaining\":" + std::to_string(after->remaining));
+  // What changed is the key's state, forgotten: the record names the key; what the id has
+  // now depends on the limit the caller passed, and is in the result, not the record.
+  const std::string done = AuditTail("\"outcome\":\"done\"");
   if (Status written = record.Finish(done); !written.ok()) {
     return InternalError("reset " + fields.key + " but " + written.message());
   }
   result.record = head + done;
   if (audit.stream) {
     result.stream_error = internal::AppendToAuditStream(
-        *limiter.core_, StreamFields(fields, after->remaining), audit, deadline);
+        *limiter.core_, StreamFields(fields), audit, deadline);
   }
   return result;
 }
