@@ -59,8 +59,9 @@ class CliReset : public ::testing::Test {
     EXPECT_EQ(server_.KeysWithoutTtl("rst:*"), std::vector<std::string>{});
   }
   std::vector<std::string> Args(const std::string& limiter, const std::string& id) {
-    return {"--redis", server_.url(), "--prefix", "rst", "--limiter", limiter, "--id", id,
-            "--actor", "support@example", "--reason", "locked out", "--audit-log", log_};
+    return {
+        "--redis", server_.url(),     "--prefix", "rst",        "--limiter",   limiter, "--id", id,
+        "--actor", "support@example", "--reason", "locked out", "--audit-log", log_};
   }
   RedisServer server_;
   std::string log_;

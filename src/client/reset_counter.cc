@@ -92,8 +92,8 @@ StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
   }
   result.record = head + done;
   if (audit.stream) {
-    result.stream_error = internal::AppendToAuditStream(
-        *limiter.core_, StreamFields(fields), audit, deadline);
+    result.stream_error =
+        internal::AppendToAuditStream(*limiter.core_, StreamFields(fields), audit, deadline);
   }
   return result;
 }
