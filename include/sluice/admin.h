@@ -1,7 +1,7 @@
 // sluice/admin.h — operators' access to the keys sluice keeps under a prefix: scan them
 // with their type and expiry, read and decode one id's state, give leaked keys (no
-// expiry) an expiry; and the audited actions (release an id's leases, reset its counter). The
-// `sluice` CLI's audit, repair, inspect and top are built on it.
+// expiry) an expiry; and the audited actions (release an id's leases, reset its counter).
+// The `sluice` CLI's audit, repair, inspect, top, release and reset are built on it.
 //
 //   auto admin = sluice::Admin::Connect({.url = "redis://127.0.0.1:6379", .prefix = "sluice"});
 //   if (!admin.ok()) { /* admin.status() names the problem */ }
@@ -105,8 +105,9 @@ struct ResetResult {
 // for `id` (its algorithm's, co-located or not as the limiter is): pass a limiter of the
 // algorithm and LimiterOptions::colocate the id's state was written with; its limit plays
 // no part. This process's denial cache and local budget of the id are dropped with it;
-// another process answers a refusal it cached until that refusal's retry_after (at most
-// the id's window), and spends a local budget slice it holds until the slice ends.
+// another process answers a refusal it cached until that refusal's retry_after (when the
+// request would have passed without the reset), and spends a local budget slice it holds
+// until the slice ends.
 // A concurrency limit has no counter to reset: release its leases (ReleaseAll).
 StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
                                    const AdminAction& action, const AuditOptions& audit,
