@@ -30,6 +30,7 @@ void AddRepair(CLI::App& app, int& exit_code);
 void AddInspect(CLI::App& app, int& exit_code);
 void AddTop(CLI::App& app, int& exit_code);
 void AddRelease(CLI::App& app, int& exit_code);
+void AddReset(CLI::App& app, int& exit_code);
 void AddSimulate(CLI::App& app, int& exit_code);
 
 }  // namespace sluice::cli

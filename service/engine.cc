@@ -386,6 +386,26 @@ StatusOr<sluice::IdState> Engine::Inspect(const Match& match) {
   return (*admin)->Inspect(match.rule->limiter_name, match.id);
 }
 
+StatusOr<sluice::ResetResult> Engine::ResetCounter(const Match& match,
+                                                   const sluice::AdminAction& action) {
+  if (match.rule->kind == RuleKind::kConcurrency) {
+    return sluice::InvalidArgumentError(
+        "'" + match.rule->DisplayName() +
+        "' is a concurrency limit: it counts live leases, not requests, so it has no counter "
+        "to reset; release the id's leases instead (POST /admin/leases/release)");
+  }
+  auto gen = current();
+  const auto built = gen->rules.find(match.rule.get());
+  if (built == gen->rules.end())
+    return sluice::NotFoundError("the configuration was reloaded meanwhile: try again");
+  if (!built->second.limiter) {
+    return sluice::InvalidArgumentError("'" + match.rule->DisplayName() +
+                                        "' keeps no counter (unlimited, or 0 requests per unit)");
+  }
+  return sluice::ResetCounter(*built->second.limiter, match.id, action,
+                              {.log_path = options_.audit_log});
+}
+
 void Engine::ProbeStore(std::function<void(StoreProbe)> done) {
   boost::asio::post(pool_, [this, done = std::move(done)]() {
     constexpr auto kDeadline = std::chrono::milliseconds(250);

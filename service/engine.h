@@ -145,6 +145,11 @@ class Engine {
   sluice::StatusOr<sluice::ReleaseAllResult> ReleaseAll(const Match& match,
                                                         const sluice::AdminAction& action);
   sluice::StatusOr<std::vector<sluice::LeaseInfo>> ListLeases(const Match& match);
+  // Resets the matched rate limit's counter of the id, audited (sluice::ResetCounter, into
+  // the audit log). InvalidArgument for a concurrency limit (it has leases, not a counter:
+  // release them) and for a rule that keeps no counter (unlimited, requests_per_unit 0).
+  sluice::StatusOr<sluice::ResetResult> ResetCounter(const Match& match,
+                                                     const sluice::AdminAction& action);
   sluice::StatusOr<sluice::IdState> Inspect(const Match& match);
 
   // Readiness: one check on the store (it writes the probe's counter, a tiny key that

@@ -343,9 +343,10 @@ HttpResponse AdminBreaker(Engine& engine) {
                       j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
-// The actor and reason of a release, or why they are refused (both needed; a control
-// character is refused before anything is logged: a newline would forge log lines).
-sluice::StatusOr<sluice::AdminAction> ReleaseAction(const std::string& body_text) {
+// The actor and reason of an audited action (release, reset), or why they are refused
+// (both needed; a control character is refused before anything is logged: a newline
+// would forge log lines).
+sluice::StatusOr<sluice::AdminAction> AuditedAction(const std::string& body_text) {
   sluice::AdminAction action;
   json body = json::parse(body_text, nullptr, false);
   if (body.is_object() && body.contains("actor") && body["actor"].is_string())
@@ -354,7 +355,7 @@ sluice::StatusOr<sluice::AdminAction> ReleaseAction(const std::string& body_text
     action.reason = body["reason"];
   if (action.actor.empty() || action.reason.empty())
     return sluice::InvalidArgumentError(
-        "release needs an actor and a reason (they go to the audit log)");
+        "this admin call needs an actor and a reason (they go to the audit log)");
   auto has_control = [](const std::string& v) {
     return std::any_of(v.begin(), v.end(),
                        [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
@@ -376,6 +377,25 @@ void AdminRelease(Engine& engine, const Match& match, const sluice::AdminAction&
   spdlog::info("admin release_all limiter={} id={} actor={} reason={} released={}",
                match.rule->limiter_name, match.id, action.actor, action.reason, r->released);
   json j = {{"released", r->released}, {"record", json::parse(r->record, nullptr, false)}};
+  respond(MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
+}
+
+// POST /admin/reset (blocking: on the engine's pool).
+void AdminReset(Engine& engine, const Match& match, const sluice::AdminAction& action,
+                const Respond& respond) {
+  auto r = engine.ResetCounter(match, action);
+  if (!r.ok()) {
+    spdlog::warn("admin reset limiter={} id={} actor={} failed: {}", match.rule->limiter_name,
+                 match.id, action.actor, r.status().ToString());
+    return Error(respond, StatusFor(r.status()), r.status().message());
+  }
+  spdlog::info("admin reset limiter={} id={} actor={} reason={} remaining={}",
+               match.rule->limiter_name, match.id, action.actor, action.reason, r->after.remaining);
+  json j = {{"reset", true},
+            {"limiter", match.rule->limiter_name},
+            {"id", match.id},
+            {"remaining", r->after.remaining},
+            {"record", json::parse(r->record, nullptr, false)}};
   respond(MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace)));
 }
 
@@ -444,16 +464,17 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
     const auto method = request.method();
     if (path == "/admin/config" && method == http::verb::get) return respond(AdminConfig(engine));
     if (path == "/admin/breaker" && method == http::verb::get) return respond(AdminBreaker(engine));
-    const bool release = path == "/admin/leases/release";
-    if ((release || path == "/admin/leases/list" || path == "/admin/inspect") &&
+    // The audited actions need an actor and a reason besides the descriptor.
+    const bool audited = path == "/admin/leases/release" || path == "/admin/reset";
+    if ((audited || path == "/admin/leases/list" || path == "/admin/inspect") &&
         method == http::verb::post) {
       auto parsed = ParseDescriptorRequest(request.body());
       if (!parsed.ok()) return Error(respond, http::status::bad_request, parsed.status().message());
       auto match = engine.Resolve(parsed->first, parsed->second);
       if (!match.ok()) return Error(respond, http::status::not_found, match.status().message());
       sluice::AdminAction action;
-      if (release) {
-        auto given = ReleaseAction(request.body());
+      if (audited) {
+        auto given = AuditedAction(request.body());
         if (!given.ok()) return Error(respond, http::status::bad_request, given.status().message());
         action = *std::move(given);
       }
@@ -461,6 +482,7 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
       return boost::asio::post(engine.blocking_pool(), [&engine, path, match = std::move(*match),
                                                         action, respond = std::move(respond)]() {
         if (path == "/admin/leases/release") return AdminRelease(engine, match, action, respond);
+        if (path == "/admin/reset") return AdminReset(engine, match, action, respond);
         if (path == "/admin/leases/list") return AdminListLeases(engine, match, respond);
         AdminInspect(engine, match, respond);
       });

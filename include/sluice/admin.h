@@ -1,6 +1,7 @@
 // sluice/admin.h — operators' access to the keys sluice keeps under a prefix: scan them
 // with their type and expiry, read and decode one id's state, give leaked keys (no
-// expiry) an expiry. The `sluice` CLI's audit, repair, inspect and top are built on it.
+// expiry) an expiry; and the audited actions (release an id's leases, reset its counter).
+// The `sluice` CLI's audit, repair, inspect, top, release and reset are built on it.
 //
 //   auto admin = sluice::Admin::Connect({.url = "redis://127.0.0.1:6379", .prefix = "sluice"});
 //   if (!admin.ok()) { /* admin.status() names the problem */ }
@@ -27,10 +28,13 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/decision.h"
 #include "sluice/lease.h"
 #include "sluice/status.h"
 
 namespace sluice {
+
+class Limiter;  // sluice/client.h
 
 // An operator's action, for the audit record: both fields required, UTF-8 text without
 // control characters.
@@ -81,6 +85,33 @@ struct ReleaseAllResult {
 StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::string_view id,
                                       const AdminAction& action, const AuditOptions& audit,
                                       std::chrono::milliseconds deadline = std::chrono::seconds(2));
+
+struct ResetResult {
+  Decision after;      // the store's answer to the reset: the id's state is full again
+  std::string record;  // the audit record written (one JSON line, no newline)
+  // AuditOptions::stream: why the stream did not get the record (empty when it did, or
+  // when not asked). The file has it either way.
+  std::string stream_error;
+};
+
+// Operators: resets `limiter`'s counter of `id` (Limiter::Reset: the id's state under
+// the limiter's algorithm is forgotten, so its whole limit is available again) as one
+// audited action, recorded by one line of audit.log_path exactly as ReleaseAll records a
+// release: {"ts","op","action":"reset","actor","reason","limiter","algorithm","id","key",
+// "outcome",...}, written with "outcome":"pending" before the store is touched, then
+// completed in place: "done" (the key named was reset); "unknown" or "failed" with
+// "error" as for ReleaseAll. On "done" only, the record also goes to the
+// stream when asked. Errors as ReleaseAll's. The key reset is the one the limiter names
+// for `id` (its algorithm's, co-located or not as the limiter is): pass a limiter of the
+// algorithm and LimiterOptions::colocate the id's state was written with; its limit plays
+// no part. This process's denial cache and local budget of the id are dropped with it;
+// another process answers a refusal it cached until that refusal's retry_after (when the
+// request would have passed without the reset), and spends a local budget slice it holds
+// until the slice ends.
+// A concurrency limit has no counter to reset: release its leases (ReleaseAll).
+StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
+                                   const AdminAction& action, const AuditOptions& audit,
+                                   std::chrono::milliseconds deadline = std::chrono::seconds(2));
 
 struct AdminOptions {
   // Where the state lives: a redis://, rediss://, redis+sentinel://, unix:// or

@@ -67,6 +67,9 @@ enum class Op : int;  // algo/algorithm.h: consume, peek, refund, reset
 }  // namespace internal
 
 class ConcurrencyLimiter;  // sluice/lease.h
+struct AdminAction;        // sluice/admin.h
+struct AuditOptions;       // sluice/admin.h
+struct ResetResult;        // sluice/admin.h
 struct ConcurrencyOptions;
 class QuotaShares;  // sluice/quota.h
 
@@ -401,6 +404,9 @@ class Limiter {
   friend void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
                                   CompositeDecisionCallback done);
   friend class internal::CompositeRun;
+  friend StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
+                                            const AdminAction& action, const AuditOptions& audit,
+                                            std::chrono::milliseconds deadline);
   Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, Limit limit,
           LimiterOptions options);
 

@@ -282,6 +282,18 @@ def with_redis(c):
     c.call("admin release without a token", "post", "/admin/leases/release", release, 401)
     c.call("admin release of an unknown domain", "post", "/admin/leases/release",
            dict(release, domain="elsewhere"), 404, token=ADMIN_TOKEN)
+    reset = dict(descriptor_request("closed", "a"), actor="openapi-test", reason="locked out")
+    _, _, b = c.call("admin reset", "post", "/admin/reset", reset, 200, token=ADMIN_TOKEN)
+    assert b["remaining"] == 2 and b["record"]["outcome"] == "done", b
+    c.call("check after the admin reset", "post", "/v1/check", descriptor("closed", "a"), 200)
+    c.call("admin reset without a reason", "post", "/admin/reset", descriptor_request("closed", "a"),
+           400, token=ADMIN_TOKEN)
+    c.call("admin reset without a token", "post", "/admin/reset", reset, 401)
+    c.call("admin reset of a concurrency limit", "post", "/admin/reset", release, 400,
+           token=ADMIN_TOKEN)
+    c.call("admin reset matching no limit", "post", "/admin/reset",
+           dict(descriptor_request("none"), actor="openapi-test", reason="x"), 404,
+           token=ADMIN_TOKEN)
 
     # Metrics (this sluiced runs with --metrics-token).
     _, _, page = c.call("metrics", "get", "/metrics", expect=200, token=METRICS_TOKEN)
@@ -316,6 +328,8 @@ def without_redis(c, s):
     release = dict(lease_body("l3"), actor="openapi-test", reason="Redis stopped")
     c.call("admin release, Redis stopped", "post", "/admin/leases/release", release, 503,
            token=ADMIN_TOKEN)
+    reset = dict(descriptor_request("closed", "a"), actor="openapi-test", reason="Redis stopped")
+    c.call("admin reset, Redis stopped", "post", "/admin/reset", reset, 503, token=ADMIN_TOKEN)
     _, _, b = c.call("admin breaker, Redis stopped", "get", "/admin/breaker", expect=200,
                      token=ADMIN_TOKEN)
     assert b["connected"] is False, b
