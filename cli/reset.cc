@@ -15,13 +15,16 @@
 #include "admin_common.h"
 #include "commands.h"
 #include "sluice/sluice.h"
+#include "target.h"
 
 namespace sluice::cli {
 namespace {
 
 struct ResetOptions {
   AdminFlags admin;
-  std::string limiter, id, actor, reason;
+  TargetFlags target;
+  std::string limiter, id;  // resolved from `target`
+  std::string actor, reason;
   std::string algorithm;  // empty: every algorithm whose state the id has
   std::string colocate;   // LimiterOptions::colocate's separator; empty: not co-located
   std::string audit_log;
@@ -37,8 +40,10 @@ constexpr const char* kConcurrency =
     "a concurrency limit has leases, not a counter: release them with `sluice release`";
 
 // The algorithms to reset: --algorithm, or those whose keys the id has (read by Inspect).
-// An empty list with OK: the id has no state under the limiter (nothing to reset).
-StatusOr<std::vector<Algorithm>> AlgorithmsToReset(const ResetOptions& o) {
+// An empty list with OK: the id has no key under the limiter; `no_keys_exit` is then
+// ReportNoKeys's exit code (it said why on stderr: a wrong limiter name, or an id never
+// seen or whose state expired), as release and inspect answer it.
+StatusOr<std::vector<Algorithm>> AlgorithmsToReset(const ResetOptions& o, int& no_keys_exit) {
   if (!o.algorithm.empty()) {
     if (o.algorithm == "concurrency") return InvalidArgumentError(kConcurrency);
     auto a = ParseAlgorithm(o.algorithm);
@@ -52,6 +57,10 @@ StatusOr<std::vector<Algorithm>> AlgorithmsToReset(const ResetOptions& o) {
   if (!admin.ok()) return admin.status();
   auto state = (*admin)->Inspect(o.limiter, o.id);
   if (!state.ok()) return state.status();
+  if (state->keys.empty()) {
+    no_keys_exit = ReportNoKeys("reset", **admin, Target{o.limiter, o.id});
+    return std::vector<Algorithm>{};
+  }
   std::set<std::string> names;
   bool leases = false;
   for (const KeyState& k : state->keys) {
@@ -76,12 +85,18 @@ StatusOr<std::vector<Algorithm>> AlgorithmsToReset(const ResetOptions& o) {
   return algorithms;
 }
 
-int RunReset(const ResetOptions& o) {
+int RunReset(ResetOptions o) {
   if (o.colocate.size() > 1) {
     return ReportError("reset", InvalidArgumentError("--colocate takes one character"));
   }
-  auto algorithms = AlgorithmsToReset(o);
+  auto target = ResolveTarget(o.target, Need::kLimiterAndId);
+  if (!target.ok()) return ReportError("reset", target.status());
+  o.limiter = target->limiter;
+  o.id = target->id;
+  int no_keys_exit = kExitOk;
+  auto algorithms = AlgorithmsToReset(o, no_keys_exit);
   if (!algorithms.ok()) return ReportError("reset", algorithms.status());
+  if (no_keys_exit != kExitOk) return no_keys_exit;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.admin.timeout_s * 1000));
   auto client = Client::Create({.url = o.admin.url, .prefix = o.admin.prefix, .deadline = timeout});
   if (!client.ok()) return ReportError("reset", client.status());
@@ -120,9 +135,6 @@ int RunReset(const ResetOptions& o) {
                {"resets", records},
                {"audit_log", o.audit_log},
                {"stream", !o.no_stream}});
-  } else if (algorithms->empty()) {
-    std::printf("id \"%s\" has no state under limiter %s: nothing to reset (nothing recorded)\n",
-                o.id.c_str(), o.limiter.c_str());
   }
   return kExitOk;
 }
@@ -138,12 +150,12 @@ void AddReset(CLI::App& app, int& exit_code) {
       "action: the record (who, why, when, which key) goes to --audit-log and the "
       "<prefix>:audit stream. Without --algorithm, every algorithm's state the id has under "
       "the limiter is reset (one record each).\n"
-      "Exit codes: 0 reset (also when there was nothing to reset), 2 usage or connection "
-      "error, missing actor or reason, a concurrency limit, or an audit log that cannot be "
-      "written (then nothing is reset).");
+      "Exit codes: 0 reset, 1 nothing to reset (without --algorithm: the id has no key "
+      "under the limiter, or the limiter none at all; stderr says which, nothing is "
+      "recorded), 2 usage or connection error, missing actor or reason, a concurrency "
+      "limit, or an audit log that cannot be written (then nothing is reset).");
   AddAdminFlags(cmd, o->admin);
-  cmd->add_option("--limiter", o->limiter, "Limiter name")->required();
-  cmd->add_option("--id", o->id, "The id whose counter is reset")->required();
+  AddTargetFlags(cmd, o->target, /*with_id=*/true);
   cmd->add_option("--actor", o->actor, "Who does this (recorded)")->required();
   cmd->add_option("--reason", o->reason, "Why (recorded)")->required();
   cmd->add_option("--algorithm", o->algorithm,

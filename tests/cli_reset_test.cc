@@ -105,10 +105,14 @@ TEST_F(CliReset, ALockedOutIdOfEachAlgorithmIsAdmittedAgainWithOneRecordEach) {
   }
   EXPECT_EQ(server_.Command({"XLEN", "rst:audit"}).integer, static_cast<long long>(records));
 
-  // An id without state: nothing to reset, nothing recorded.
+  // An id without state: nothing to reset, nothing recorded, exit 1 saying why (as release
+  // and inspect); a limiter with no key at all is told apart (a wrong name).
   testing::CommandRun none = Reset(Args("login_gcra", "nobody"));
-  EXPECT_EQ(none.exit_code, 0) << none.output;
-  EXPECT_NE(none.output.find("nothing to reset"), std::string::npos) << none.output;
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+  EXPECT_NE(none.output.find("has no keys under limiter"), std::string::npos) << none.output;
+  testing::CommandRun typo = Reset(Args("login_gcr", "acme"));
+  EXPECT_EQ(typo.exit_code, 1) << typo.output;
+  EXPECT_NE(typo.output.find("has no keys at all"), std::string::npos) << typo.output;
   EXPECT_EQ(Records(log_).size(), records);
 }
 
