@@ -35,6 +35,7 @@ int64_t LiveGrants(const testing::RedisServer& server, const std::string& key, i
   int64_t sum = 0;
   const testing::RedisValue v = server.Command({"HGETALL", key});
   for (size_t i = 0; i + 1 < v.elements.size(); i += 2) {
+    if (v.elements[i].str.empty()) continue;  // the kept sums
     long long expires = 0, demand = 0, grant = 0;
     EXPECT_EQ(
         std::sscanf(v.elements[i + 1].str.c_str(), "%lld %lld %lld", &expires, &demand, &grant), 3);
