@@ -380,7 +380,12 @@ void RlqsStream::OnShare(const std::shared_ptr<Report>& report, const ShareJob& 
   auto* strategy = action.mutable_quota_assignment_action()->mutable_rate_limit_strategy();
   Assign(action, state_->ttl);
   RlqsSource source = kRlqsStore;
-  if (store.ok()) {
+  if (store.ok() && store->full && local.ok()) {
+    // The bucket's budget holds no more clients (docs/rlqs.md): this instance's share of
+    // R / servers, as the local policy gives, rather than nothing on a limit with room.
+    source = kRlqsPolicyLocal;
+    RlqsStrategy(local->grant_milli, job.request.rate_milli, burst, *strategy);
+  } else if (store.ok()) {
     RlqsStrategy(store->grant_milli, job.request.rate_milli, burst, *strategy);
     job.counters->clients.store(store->clients, std::memory_order_relaxed);
     job.counters->assigned_milli.store(store->assigned_milli, std::memory_order_relaxed);
