@@ -18,10 +18,12 @@
 //   clients subscribe within one second and then report the mean demand. Grants are held
 //   2 intervals + 1 s (sluiced's TTL + 1 s). Prints one JSON line: calls, failed calls
 //   (what sluiced would answer with the failure policy), refused (full), the highest sum of
-//   recorded grants any reply reported, the highest sum of the grants the clients held
-//   (sampled each second), the settled sum (mean of the samples from 30 s to the wave,
-//   percent of the rate), the wave's calls and failures, how many of the wave were granted
-//   a share at their first call, the longest time a wave client waited for a share, call
+//   recorded grants any reply reported, calls granted 0 (in the first interval, the second,
+//   then until the wave, then from it), the highest sum of the grants the clients
+//   held (sampled each second), the settled sum (mean of the samples from 30 s to the wave, percent
+//   of the rate), the wave's calls and failures, how many of the wave were granted a share at their
+//   first call, the longest time a wave client waited for a share, the wave's first grants (least,
+//   median), the longest time a wave client waited for half its settled share (S * d / D), call
 //   latency percentiles, and EVALSHA's usec_per_call over the run.
 #include <hiredis/hiredis.h>
 
@@ -148,7 +150,9 @@ struct Sim {
   bool wave = false;
   bool subscribed = false;
   int64_t joined_ms = 0;
-  int64_t first_share_ms = -1;  // when it first held a grant above 0
+  int64_t first_share_ms = -1;     // when it first held a grant above 0
+  int64_t first_grant_milli = -1;  // its first call's grant
+  int64_t half_share_ms = -1;      // when it first held half its share of the settled split
   int64_t grant_milli = 0;
   int64_t held_until_ms = 0;  // the call's start + hold
 };
@@ -172,6 +176,10 @@ int Fleet(int port, int clients, int seconds, int64_t rate, int wave, int interv
   const int64_t rate_milli = rate * 1000;
   const int64_t hold_ms = 2 * interval_ms + 1000;
   const int64_t wave_at_ms = 40'000;
+  // Half a wave client's share once settled: S * d / D, S the rate less the reserve.
+  const double settled_share =
+      static_cast<double>(rate_milli - rate_milli / 64) * (2.0 * rate_milli / clients) /
+      (2.0 * rate_milli + static_cast<double>(wave) * (2.0 * rate_milli / clients));
   std::vector<Sim> sims(static_cast<size_t>(clients + wave));
   // Skewed demands, 1 to 10 parts, summing to twice the rate.
   int64_t parts = 0;
@@ -189,6 +197,8 @@ int Fleet(int port, int clients, int seconds, int64_t rate, int wave, int interv
   for (int i = 0; i < wave; ++i) due.push({wave_at_ms + int64_t{i} * 1000 / wave, clients + i});
 
   std::mutex mu;
+  // Calls granted 0: in the first interval, the second, then until the wave, from it.
+  int64_t zero[4] = {0, 0, 0, 0};
   int64_t calls = 0, failed = 0, refused = 0, most_recorded = 0, wave_calls = 0, wave_failed = 0,
           wave_first_share = 0;
   std::vector<int64_t> latency_us;
@@ -220,31 +230,39 @@ int Fleet(int port, int clients, int seconds, int64_t rate, int wave, int interv
       const int64_t sent = now_ms();
       const auto sent_at = Clock::now();
       in_flight.fetch_add(1);
-      shares[static_cast<size_t>(i % instances)].Assign(
-          r, [&, i, first, sent, sent_at](sluice::StatusOr<sluice::QuotaShareGrant> g) {
-            const auto us =
-                std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent_at)
-                    .count();
-            std::lock_guard lock(mu);
-            Sim& sim = sims[static_cast<size_t>(i)];
-            ++calls;
-            if (sim.wave) ++wave_calls;
-            latency_us.push_back(us);
-            if (!g.ok()) {
-              ++failed;
-              if (sim.wave) ++wave_failed;
-            } else {
-              if (g->full) ++refused;
-              most_recorded = std::max(most_recorded, g->assigned_milli);
-              sim.grant_milli = g->grant_milli;
-              sim.held_until_ms = sent + hold_ms;
-              if (g->grant_milli > 0 && sim.first_share_ms < 0) {
-                sim.first_share_ms = sent;
-                if (sim.wave && first) ++wave_first_share;
-              }
-            }
-            in_flight.fetch_sub(1);
-          });
+      shares[static_cast<size_t>(i % instances)].Assign(r, [&, i, first, sent,
+                                                            sent_at](sluice::StatusOr<
+                                                                     sluice::QuotaShareGrant>
+                                                                         g) {
+        const auto us =
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - sent_at).count();
+        std::lock_guard lock(mu);
+        Sim& sim = sims[static_cast<size_t>(i)];
+        ++calls;
+        if (sim.wave) ++wave_calls;
+        latency_us.push_back(us);
+        if (!g.ok()) {
+          ++failed;
+          if (sim.wave) ++wave_failed;
+        } else {
+          if (g->full) ++refused;
+          if (g->grant_milli == 0) {
+            ++zero[sent < interval_ms ? 0 : sent < 2 * interval_ms ? 1 : sent < wave_at_ms ? 2 : 3];
+          }
+          most_recorded = std::max(most_recorded, g->assigned_milli);
+          sim.grant_milli = g->grant_milli;
+          if (first) sim.first_grant_milli = g->grant_milli;
+          if (sim.half_share_ms < 0 && static_cast<double>(g->grant_milli) >= settled_share / 2) {
+            sim.half_share_ms = sent;
+          }
+          sim.held_until_ms = sent + hold_ms;
+          if (g->grant_milli > 0 && sim.first_share_ms < 0) {
+            sim.first_share_ms = sent;
+            if (sim.wave && first) ++wave_first_share;
+          }
+        }
+        in_flight.fetch_sub(1);
+      });
       due.push({when + interval_ms, i});
     }
     if (t >= next_sample) {
@@ -261,9 +279,16 @@ int Fleet(int port, int clients, int seconds, int64_t rate, int wave, int interv
   while (in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const double usec = EvalshaUsecPerCall(admin);
   std::lock_guard lock(mu);
-  int64_t wave_wait = 0, wave_without = 0;
+  int64_t wave_wait = 0, wave_without = 0, wave_half_wait = 0, wave_without_half = 0;
+  std::vector<int64_t> wave_first;
   for (const Sim& s : sims) {
     if (!s.wave) continue;
+    wave_first.push_back(s.first_grant_milli);
+    if (s.half_share_ms < 0) {
+      ++wave_without_half;
+    } else {
+      wave_half_wait = std::max(wave_half_wait, s.half_share_ms - s.joined_ms);
+    }
     if (s.first_share_ms < 0) {
       ++wave_without;
     } else {
@@ -274,6 +299,7 @@ int Fleet(int port, int clients, int seconds, int64_t rate, int wave, int interv
   for (int64_t v : settled) settled_mean += static_cast<double>(v);
   if (!settled.empty()) settled_mean /= static_cast<double>(settled.size());
   std::sort(latency_us.begin(), latency_us.end());
+  std::sort(wave_first.begin(), wave_first.end());
   auto pct = [&](double p) {
     return latency_us.empty()
                ? 0
@@ -283,20 +309,28 @@ int Fleet(int port, int clients, int seconds, int64_t rate, int wave, int interv
   };
   std::printf(
       "{\"clients\":%d,\"instances\":%d,\"rate\":%lld,\"calls\":%lld,\"failed\":%lld,"
-      "\"refused\":%lld,\"most_recorded_pct\":%.2f,\"most_held_pct\":%.2f,"
+      "\"refused\":%lld,\"granted_0\":[%lld,%lld,%lld,%lld],\"most_recorded_pct\":%.2f,\"most_held_"
+      "pct\":%.2f,"
       "\"settled_pct\":%.2f,\"wave\":%d,\"wave_calls\":%lld,\"wave_failed\":%lld,"
       "\"wave_share_at_first_call\":%lld,\"wave_without_share\":%lld,"
-      "\"wave_longest_wait_ms\":%lld,\"p50_us\":%lld,\"p99_us\":%lld,\"max_us\":%lld,"
+      "\"wave_longest_wait_ms\":%lld,\"wave_first_grant_milli_min\":%lld,"
+      "\"wave_first_grant_milli_p50\":%lld,\"wave_half_share_longest_wait_ms\":%lld,"
+      "\"wave_without_half_share\":%lld,\"p50_us\":%lld,\"p99_us\":%lld,\"max_us\":%lld,"
       "\"usec_per_call\":%.2f}\n",
       clients, instances, static_cast<long long>(rate), static_cast<long long>(calls),
       static_cast<long long>(failed), static_cast<long long>(refused),
+      static_cast<long long>(zero[0]), static_cast<long long>(zero[1]),
+      static_cast<long long>(zero[2]), static_cast<long long>(zero[3]),
       100.0 * static_cast<double>(most_recorded) / static_cast<double>(rate_milli),
       100.0 * static_cast<double>(most_held) / static_cast<double>(rate_milli),
       100.0 * settled_mean / static_cast<double>(rate_milli), wave,
       static_cast<long long>(wave_calls), static_cast<long long>(wave_failed),
       static_cast<long long>(wave_first_share), static_cast<long long>(wave_without),
-      static_cast<long long>(wave_wait), static_cast<long long>(pct(0.5)),
-      static_cast<long long>(pct(0.99)),
+      static_cast<long long>(wave_wait),
+      static_cast<long long>(wave_first.empty() ? -1 : wave_first.front()),
+      static_cast<long long>(wave_first.empty() ? -1 : wave_first[wave_first.size() / 2]),
+      static_cast<long long>(wave_half_wait), static_cast<long long>(wave_without_half),
+      static_cast<long long>(pct(0.5)), static_cast<long long>(pct(0.99)),
       static_cast<long long>(latency_us.empty() ? 0 : latency_us.back()), usec);
   redisFree(admin);
   return 0;

@@ -20,7 +20,9 @@
 //   grant = floor(min(want, room)), never below 0, where room is
 //           rate - the other clients' grants for a client that holds nothing (new, or
 //           granted 0 last time): it may take the reserve;
-//           S - the other clients' grants for the others;
+//           S - the other clients' grants for the others, but at least half of what the
+//           client held while the rate allows (a holder squeezed back to S after
+//           newcomers took the reserve gives back at most half a renewal, never all);
 // and records it. So at every instant the recorded grants of a bucket sum to at most its
 // rate: a client that wants more than is left gets what is left, and gets its full share
 // once the others' grants are renewed (each renewal moves toward the proportional split

@@ -93,8 +93,12 @@ QuotaShareReply QuotaShareStep(QuotaShareState& state, const QuotaShareArgs& arg
   if (total < share) {
     want = std::min(want, static_cast<double>(args.headroom_percent) * d / 100.0);
   }
-  // A client that holds nothing may take the reserve; the others stop short of it.
-  const int64_t room = (old.grant_milli == 0 ? args.rate_milli : share) - grants_others;
+  // A client that holds nothing may take the reserve; the others stop short of it, but
+  // keep at least half of what they held while the room allows.
+  int64_t room = args.rate_milli - grants_others;
+  if (old.grant_milli > 0) {
+    room = std::max(share - grants_others, std::min(room, old.grant_milli / 2));
+  }
   const auto grant =
       static_cast<int64_t>(std::floor(std::min(want, std::max(0.0, static_cast<double>(room)))));
   if (known) {

@@ -29,13 +29,15 @@
 --   a new client that does not fit the budget: grant 0, not recorded, and the reply says
 --     so (full = 1).
 --   D = D_o + d; want = D > 0 ? S * d / D : 0; if D < S: want = min(want, headroom * d / 100)
---   room = R - G_o for a client that holds nothing (new, or its recorded grant is 0),
---          S - G_o for the others;
+--   room = R - G_o for a client that holds nothing (new, or its recorded grant is 0);
+--          for the others max(S - G_o, min(R - G_o, floor(g / 2))), g its recorded grant:
+--          S - G_o, but a client squeezed back to S (newcomers took the reserve) keeps
+--          at least half of what it held, so no holder drops to 0 at once;
 --   grant = floor(min(want, max(0, room))); recorded as (now + hold, d, grant).
 -- So at every instant the recorded grants of a bucket sum to at most R (for one R: a
 -- lowered R caps the grants made from then on; the earlier ones end within their hold),
 -- and a newcomer finds the reserve free unless other newcomers took it since the holders'
--- last renewals (they renew to S at most).
+-- last renewals (each gives back what is above S, at most half its grant a renewal).
 -- Numbers go to Redis as string.format('%d') text: Lua's own conversion keeps 14 digits.
 -- Exactness: at most 32 MiB / 162 clients of at most 10^10 demand: D < 2^53; G <= 10^12.
 -- So every sum is an exact integer in a double, in any order of updates.
@@ -208,8 +210,8 @@ else
     if total < share then
       want = math.min(want, headroom * d / 100)
     end
-    local room = share - g_o
-    if og == 0 then room = rate - g_o end
+    local room = rate - g_o
+    if og > 0 then room = math.max(share - g_o, math.min(room, math.floor(og / 2))) end
     local grant = math.floor(math.min(want, math.max(0, room)))
     local expires = now + hold
     redis.call('HSET', hkey, client, string.format('%d %d %d', expires, d, grant))

@@ -70,6 +70,31 @@ TEST(QuotaShares, ANewcomerBesideALoneHeavyClientGetsAShareAtItsFirstCall) {
   }
 }
 
+// Newcomers that took the reserve push the sum above S; each holder's renewal gives the
+// excess back, but a holder keeps at least half of its grant a renewal: it never drops to
+// 0 (DENY_ALL for an interval) because a newcomer came.
+TEST(QuotaShares, AHolderSqueezedBackToTheReserveKeepsHalfItsGrant) {
+  QuotaShareState s;
+  const int64_t rate = 64'000;  // the reserve: 1'000; S = 63'000
+  // 100 holders of 1'000 each: after three rounds, S / 100 each.
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 100; ++i) QuotaShareStep(s, Ask("h" + std::to_string(i), 1000, rate), kT0);
+  }
+  for (const auto& [client, c] : s.clients) ASSERT_EQ(c.grant_milli, 630) << client;
+  // The newcomer wants 1'235 and takes the whole reserve.
+  EXPECT_EQ(Show(QuotaShareStep(s, Ask("new", 2000, rate), kT0 + 1)),
+            Show({1'000, 102'000, 101, 64'000}));
+  // h0 wants 617, S - the others' grants is -370: it keeps half its 630.
+  EXPECT_EQ(Show(QuotaShareStep(s, Ask("h0", 1000, rate), kT0 + 2)),
+            Show({315, 102'000, 101, 63'685}));
+  // h1: S - the others' grants is 630 - 685 < 315: half again; h2: 630 - 370 = 260 < 315.
+  EXPECT_EQ(QuotaShareStep(s, Ask("h1", 1000, rate), kT0 + 3).grant_milli, 315);
+  EXPECT_EQ(QuotaShareStep(s, Ask("h2", 1000, rate), kT0 + 4).grant_milli, 315);
+  // Back at S: the next holder gets S - the others' grants (its want, 617, is more).
+  EXPECT_EQ(Show(QuotaShareStep(s, Ask("h3", 1000, rate), kT0 + 5)),
+            Show({575, 102'000, 101, 63'000}));
+}
+
 TEST(QuotaShares, HeadroomCapsAClientWhileTheTotalDemandIsBelowTheRate) {
   QuotaShareState s;
   EXPECT_EQ(QuotaShareStep(s, Ask("a", 10, 1000), kT0).grant_milli, 20);
