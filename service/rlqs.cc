@@ -508,6 +508,11 @@ void RlqsStream::OnShare(const std::shared_ptr<Report>& report, const ShareJob& 
     state_->engine.metrics().BadRequest();
     source = kRlqsRule;
     RlqsStrategy(job.local_rate_milli, job.request.rate_milli, burst, *strategy);
+  } else if (store.ok() && store->full && local.ok()) {
+    // The bucket's budget holds no more clients (docs/rlqs.md): this instance's share of
+    // R / servers, as the local policy gives, rather than nothing on a limit with room.
+    source = kRlqsPolicyLocal;
+    RlqsStrategy(local->grant_milli, job.request.rate_milli, burst, *strategy);
   } else if (store.ok()) {
     RlqsStrategy(store->grant_milli, job.request.rate_milli, burst, *strategy);
     job.counters->clients.store(store->clients, std::memory_order_relaxed);

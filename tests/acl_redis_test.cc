@@ -132,9 +132,10 @@ TEST_F(AclTest, TheLimiterWorksUnderItsRules) {
   EXPECT_THAT(shares->AssignSync({.id = "b", .client = "c", .release = true}), IsOk());
 }
 
-// A user without the hash commands (set up by the docs before quota shares): an
-// assignment is refused with the ACL's error and leaves the bucket as it was, never taking
-// the refusal for a value of another type and deleting the others' grants.
+// A user without a hash command the script reads with (+hget: set up by the docs before
+// quota shares kept their sums in the bucket): an assignment is refused with the ACL's
+// error and leaves the bucket as it was, never taking the refusal for a value of another
+// type and deleting the others' grants.
 TEST_F(AclTest, AQuotaAssignmentRefusedByTheAclLeavesTheBucketAsItWas) {
   auto client = Client::Create({.url = Url("sluice-app"), .deadline = milliseconds(2000)});
   ASSERT_THAT(client, IsOk());
@@ -142,7 +143,7 @@ TEST_F(AclTest, AQuotaAssignmentRefusedByTheAclLeavesTheBucketAsItWas) {
   QuotaShareRequest r{
       .id = "b", .client = "a", .demand_milli = 10, .rate_milli = 100, .hold = seconds(10)};
   ASSERT_THAT(shares.AssignSync(r), IsOk());
-  server_.Command({"ACL", "SETUSER", "sluice-app", "-hgetall"});
+  server_.Command({"ACL", "SETUSER", "sluice-app", "-hget"});
   r.client = "b";
   EXPECT_THAT(shares.AssignSync(r), StatusIs(StatusCode::kPermissionDenied, HasSubstr("NOPERM")));
   const std::string key = *shares.KeyFor("b");
@@ -218,7 +219,8 @@ TEST_F(AclTest, AuditAndInspectWorkUnderTheReadOnlyRules) {
     auto limiter = (*client)->MakeLimiter("seen", {.limit = 5, .window = seconds(60)});
     ASSERT_THAT(limiter, IsOk());
     EXPECT_TRUE(limiter->Check("u")->allowed);
-    // A quota shares bucket is sluice's too (a hash under `:qs`), not a foreign key.
+    // A quota shares bucket is sluice's too (a hash under `:qs` and its expiry index under
+    // `:qx`), not a foreign key.
     auto shares = (*client)->MakeQuotaShares("rlqs");
     ASSERT_THAT(shares, IsOk());
     EXPECT_THAT(
@@ -239,7 +241,7 @@ TEST_F(AclTest, AuditAndInspectWorkUnderTheReadOnlyRules) {
                                return true;
                              }),
               IsOk());
-  EXPECT_EQ(keys, 2);
+  EXPECT_EQ(keys, 3);
   auto state = (*admin)->Inspect("seen", "u");
   ASSERT_THAT(state, IsOk());
   // The CLI end to end: audit finds nothing to report (exit 0).

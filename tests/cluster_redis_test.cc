@@ -223,7 +223,11 @@ TEST_F(ClusterRedis, QuotaBucketsAreRoutedToThePrimaryOfTheirSlot) {
       EXPECT_LE(grant->assigned_milli, 4000);
     }
     const std::string key = *shares.KeyFor(id);
-    EXPECT_EQ(cluster_->CommandForKey(key, {"HLEN", key}).integer, 2) << key;
+    EXPECT_EQ(cluster_->CommandForKey(key, {"HLEN", key}).integer, 3) << key;  // 2 + the sums
+    // The expiry index beside it, in the same slot.
+    const std::string index = key.substr(0, key.size() - 2) + "qx";
+    EXPECT_EQ(cluster_->KeySlot(index), cluster_->KeySlot(key));
+    EXPECT_EQ(cluster_->CommandForKey(index, {"ZCARD", index}).integer, 2) << index;
     ++per_primary[cluster_->PrimaryPortOf(cluster_->KeySlot(key))];
   }
   EXPECT_EQ(per_primary.size(), 3u);

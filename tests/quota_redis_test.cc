@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,7 @@ int64_t LiveGrants(const testing::RedisServer& server, const std::string& key, i
   int64_t sum = 0;
   const testing::RedisValue v = server.Command({"HGETALL", key});
   for (size_t i = 0; i + 1 < v.elements.size(); i += 2) {
+    if (v.elements[i].str.empty()) continue;  // the kept sums
     long long expires = 0, demand = 0, grant = 0;
     EXPECT_EQ(
         std::sscanf(v.elements[i + 1].str.c_str(), "%lld %lld %lld", &expires, &demand, &grant), 3);
@@ -98,6 +101,53 @@ TEST(QuotaRedis, OnRedisOwnClockToo) {
   const long long pttl = server.Command({"PTTL", *shares.KeyFor("b")}).integer;
   EXPECT_LE(pttl, 3000);
   EXPECT_GT(pttl, 2000);
+}
+
+// The commands a call runs inside Redis, from INFO commandstats since the last
+// CONFIG RESETSTAT: name -> calls (the script calls themselves and the test's own left out).
+std::map<std::string, int64_t> CommandsRun(const testing::RedisServer& server) {
+  std::map<std::string, int64_t> out;
+  std::istringstream info(server.Command({"INFO", "commandstats"}).str);
+  for (std::string line; std::getline(info, line);) {
+    const auto colon = line.find(':');
+    if (line.rfind("cmdstat_", 0) != 0 || colon == std::string::npos) continue;
+    const std::string name = line.substr(8, colon - 8);
+    if (name == "evalsha" || name == "eval" || name == "config" || name == "info") continue;
+    out[name] = std::stoll(line.substr(line.find("calls=") + 6));
+  }
+  return out;
+}
+
+// A call's work in Redis does not grow with the bucket's clients: a renewal runs the same
+// commands at 10 clients as at 2,000, and never reads the whole bucket (HGETALL).
+TEST(QuotaRedis, ACallsWorkInRedisDoesNotGrowWithTheBucketsClients) {
+  testing::RedisServer server;
+  auto client = Connect(server);
+  ASSERT_NE(client, nullptr);
+  auto shares = *client->MakeQuotaShares("rlqs");
+  std::map<int, std::map<std::string, int64_t>> per_size;
+  for (const int clients : {10, 2000}) {
+    QuotaShareRequest r{.id = "size" + std::to_string(clients),
+                        .demand_milli = 1000,
+                        .rate_milli = 1'000'000,
+                        .hold = seconds(60)};
+    for (int i = 0; i < clients; ++i) {
+      r.client = "envoy-" + std::to_string(i);
+      ASSERT_TRUE(shares.AssignSync(r).ok());
+    }
+    server.Command({"CONFIG", "RESETSTAT"});
+    for (int i = 0; i < 20; ++i) {
+      r.client = "envoy-" + std::to_string(i * 7 % clients);
+      r.demand_milli = 1000 + i;
+      auto g = shares.AssignSync(r);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      EXPECT_EQ(g->clients, clients);
+    }
+    per_size[clients] = CommandsRun(server);
+    EXPECT_EQ(per_size[clients].count("hgetall"), 0u) << "clients " << clients;
+  }
+  EXPECT_EQ(per_size[10], per_size[2000]);
+  EXPECT_GT(per_size[10]["hset"], 0);
 }
 
 TEST(QuotaRedis, TheScriptIsSentAgainAfterAScriptFlush) {

@@ -8,21 +8,35 @@
 //   // grant->grant_milli: what this client may use now, in milli-requests per second.
 //
 // Each bucket (`id`) is one hash in the store, one field per client holding its demand,
-// its grant and when the grant ends (the store's clock: now + hold). Every call, atomically
-// (one script): drops the clients whose hold ran out, then gives the caller
-//   D = the live clients' demand, this one's included;
-//   want = rate * demand / D (0 when D is 0), and when D < rate at most
+// its grant and when the grant ends (the store's clock: now + hold), the sums over them,
+// and an index of the expiries (a sorted set in the same slot). A call costs the store the
+// same whatever the bucket's clients. Every call, atomically (one script): folds out at
+// most 8 clients whose hold ran out (earliest first; until then a client counts as
+// recorded, its grant against the rate), then gives the caller, with the reserve
+// V = floor(rate / 64) and S = rate - V,
+//   D = the recorded clients' demand, this one's included;
+//   want = S * demand / D (0 when D is 0), and when D < S at most
 //          headroom_percent * demand / 100 (room to grow, not the whole idle rate);
-//   grant = floor(min(want, rate - the other live clients' grants)), never below 0;
-// and records it. So at every instant the live grants of a bucket sum to at most its rate:
-// a client that wants more than is left gets what is left, and gets its full share once
-// the others' grants are renewed (each renewal moves toward the proportional split).
-// With a rate lowered between calls, the grants made before keep their size until they
-// are renewed or their hold ends: the sum is then at most the highest rate any live grant
-// was made with.
-// A new client of a bucket that already has 1024 live clients gets 0 and is not recorded.
-// `release` gives the caller's grant back at once (a stream that ends). The bucket's key
-// expires with its latest grant: a bucket whose clients all stop calling leaves nothing.
+//   grant = floor(min(want, room)), never below 0, where room is
+//           rate - the other clients' grants for a client that holds nothing (new, or
+//           granted 0 last time): it may take the reserve;
+//           S - the other clients' grants for the others, but at least half of what the
+//           client held while the rate allows (a holder squeezed back to S after
+//           newcomers took the reserve gives back at most half a renewal, never all);
+// and records it. So at every instant the recorded grants of a bucket sum to at most its
+// rate: a client that wants more than is left gets what is left, and gets its full share
+// once the others' grants are renewed (each renewal moves toward the proportional split
+// of S). The reserve is what a newcomer finds free when the holders want the whole rate:
+// a lone client wanting everything is granted S, and the next one's first call is granted
+// from V. With a rate lowered between calls, the grants made before keep their size until
+// they are renewed or their hold ends: the sum is then at most the highest rate any live
+// grant was made with.
+// A bucket's clients count 160 + 2 * (client bytes) each against a budget of 32 MiB (at
+// least 200,000 clients): a new client that does not fit gets 0, is not recorded, and the
+// grant says `full`.
+// A demand above 10^10 milli (10^7 requests per second) is recorded as 10^10.
+// `release` gives the caller's grant back at once (a stream that ends). The bucket's keys
+// expire with its latest grant: a bucket whose clients all stop calling leaves nothing.
 // Rates are in milli-requests per second: 1 to 10^12 (10^9 requests per second).
 //
 // Thread-safety: QuotaShares is thread-safe and cheap to copy, like Limiter.
@@ -58,12 +72,13 @@ struct QuotaShareRequest {
 };
 
 // The bucket after the call. A released client, or a new one refused because the bucket
-// has 1024 live clients, is not among its live clients.
+// is full, is not among its clients.
 struct QuotaShareGrant {
   int64_t grant_milli = 0;         // what the client may use now
-  int64_t total_demand_milli = 0;  // the live clients' demand, this one's included
-  int64_t clients = 0;             // live clients of the bucket after this call
-  int64_t assigned_milli = 0;      // the sum of the live grants after this call (<= rate_milli)
+  int64_t total_demand_milli = 0;  // the recorded clients' demand, this one's included
+  int64_t clients = 0;             // recorded clients of the bucket after this call
+  int64_t assigned_milli = 0;      // the sum of their grants after this call (<= rate_milli)
+  bool full = false;  // a new client refused: the bucket's budget holds no more clients
 };
 
 class QuotaShares {

@@ -742,9 +742,9 @@ StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
       if (s.members == 0) continue;
       if (suffix == "sl") {
         internal::DescribeSlidingLog(r[3], r[4], s);
-      } else {
+      } else if (suffix == "cc") {
         internal::DescribeLeases(r[3], r[4], *now, s);
-      }
+      }  // a quota shares bucket's expiry index (`qx`): its members only
     }
   }
   // Sets with more leases than were read, every one read stale: how many of the rest

@@ -37,6 +37,7 @@ KeyType ExpectedKeyType(std::string_view suffix) {
   }
   if (suffix == "sl" || suffix == "cc") return KeyType::kZset;
   if (suffix == internal::kQuotaSuffix) return KeyType::kHash;
+  if (suffix == internal::kQuotaIndexSuffix) return KeyType::kZset;
   if (suffix == "audit") return KeyType::kStream;
   return KeyType::kNone;
 }
@@ -48,7 +49,9 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
   if (suffix == "tb") return "token_bucket";
   if (suffix == "gcra") return "gcra";
   if (suffix == "cc") return "concurrency";
-  if (suffix == internal::kQuotaSuffix) return "quota_shares";
+  if (suffix == internal::kQuotaSuffix || suffix == internal::kQuotaIndexSuffix) {
+    return "quota_shares";
+  }
   if (suffix == "audit") return "audit_log";
   return "";
 }
@@ -128,7 +131,10 @@ std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view ke
   name.encoded_id = std::string(rest.substr(0, close));
   const std::string_view suffix = rest.substr(close + 2);
   // A quota shares bucket (sluice/quota.h) is sluice's too: never co-located.
-  if (!KnownSuffix(suffix) && suffix != internal::kQuotaSuffix) return std::nullopt;
+  if (!KnownSuffix(suffix) && suffix != internal::kQuotaSuffix &&
+      suffix != internal::kQuotaIndexSuffix) {
+    return std::nullopt;
+  }
   name.suffix = std::string(suffix);
   if (!internal::DecodeId(name.encoded_id, name.id)) return std::nullopt;
   return name;

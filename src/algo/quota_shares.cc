@@ -5,12 +5,6 @@
 
 namespace sluice::internal {
 
-int64_t QuotaShareState::MaxExpiry() const {
-  int64_t latest = 0;
-  for (const auto& [client, entry] : clients) latest = std::max(latest, entry.expires_ms);
-  return latest;
-}
-
 namespace {
 
 Status OutOfRange(const char* what, int64_t value, int64_t low, int64_t high) {
@@ -35,6 +29,9 @@ Status ValidateQuotaShareArgs(const QuotaShareArgs& args) {
   if (args.hold_ms < 1 || args.hold_ms > kMaxQuotaHoldMs) {
     return OutOfRange("hold (ms)", args.hold_ms, 1, kMaxQuotaHoldMs);
   }
+  if (args.budget_bytes < 1 || args.budget_bytes > kMaxQuotaBucketBytes) {
+    return OutOfRange("budget (bytes)", args.budget_bytes, 1, kMaxQuotaBucketBytes);
+  }
   if (args.headroom_percent < kMinQuotaHeadroomPercent ||
       args.headroom_percent > kMaxQuotaHeadroomPercent) {
     return OutOfRange("headroom_percent", args.headroom_percent, kMinQuotaHeadroomPercent,
@@ -43,35 +40,78 @@ Status ValidateQuotaShareArgs(const QuotaShareArgs& args) {
   return Status::Ok();
 }
 
+namespace {
+
+// Folds out at most `limit` clients whose hold ran out, earliest first (the script's
+// ZRANGEBYSCORE order), taking them off the sums.
+void Fold(QuotaShareState& state, int64_t now_ms, int limit) {
+  for (int i = 0; i < limit && !state.by_expiry.empty(); ++i) {
+    auto first = state.by_expiry.begin();
+    if (first->first > now_ms) return;
+    auto it = state.clients.find(first->second);
+    state.demand_milli -= it->second.demand_milli;
+    state.grant_milli -= it->second.grant_milli;
+    state.bytes -= QuotaClientCost(it->first);
+    state.clients.erase(it);
+    state.by_expiry.erase(first);
+  }
+}
+
+}  // namespace
+
 QuotaShareReply QuotaShareStep(QuotaShareState& state, const QuotaShareArgs& args, int64_t now_ms) {
-  std::erase_if(state.clients, [now_ms](const auto& c) { return c.second.expires_ms <= now_ms; });
-  // The others' sums: exact integers (see the header), as the script's doubles are.
-  int64_t demand_others = 0, grants_others = 0;
-  for (const auto& [client, entry] : state.clients) {
-    if (client == args.client) continue;
-    demand_others += entry.demand_milli;
-    grants_others += entry.grant_milli;
-  }
-  const auto live = static_cast<int64_t>(state.clients.size());
-  const bool known = state.clients.count(args.client) > 0;
-  const int64_t others = live - (known ? 1 : 0);
+  Fold(state, now_ms, kQuotaFold);
+  auto mine = state.clients.find(args.client);
+  const bool known = mine != state.clients.end();
+  const QuotaClient old = known ? mine->second : QuotaClient{};
+  auto forget = [&] {
+    state.by_expiry.erase({old.expires_ms, args.client});
+    state.clients.erase(mine);
+  };
   if (args.release) {
-    state.clients.erase(args.client);
-    return {0, demand_others, others, grants_others};
+    if (known) {
+      forget();
+      state.demand_milli -= old.demand_milli;
+      state.grant_milli -= old.grant_milli;
+      state.bytes -= QuotaClientCost(args.client);
+    }
+    return {0, state.demand_milli, static_cast<int64_t>(state.clients.size()), state.grant_milli};
   }
-  if (!known && live >= kMaxQuotaClients) return {0, demand_others, live, grants_others};
+  const int64_t cost = QuotaClientCost(args.client);
+  if (!known && state.bytes + cost > args.budget_bytes) {
+    return {0, state.demand_milli, static_cast<int64_t>(state.clients.size()), state.grant_milli,
+            true};
+  }
   // The rule, in the script's order of double operations.
-  const int64_t total = demand_others + args.demand_milli;
-  const auto rate = static_cast<double>(args.rate_milli);
-  const auto demand = static_cast<double>(args.demand_milli);
-  double want = total > 0 ? rate * demand / static_cast<double>(total) : 0.0;
-  if (total < args.rate_milli) {
-    want = std::min(want, static_cast<double>(args.headroom_percent) * demand / 100.0);
+  const int64_t demand = std::min(args.demand_milli, kMaxQuotaRecordedDemandMilli);
+  const int64_t share = args.rate_milli - args.rate_milli / kQuotaReservePart;
+  const int64_t demand_others = state.demand_milli - old.demand_milli;
+  const int64_t grants_others = state.grant_milli - old.grant_milli;
+  const int64_t total = demand_others + demand;
+  const auto d = static_cast<double>(demand);
+  double want = total > 0 ? static_cast<double>(share) * d / static_cast<double>(total) : 0.0;
+  if (total < share) {
+    want = std::min(want, static_cast<double>(args.headroom_percent) * d / 100.0);
   }
-  const double room = std::max(0.0, static_cast<double>(args.rate_milli - grants_others));
-  const auto grant = static_cast<int64_t>(std::floor(std::min(want, room)));
-  state.clients[args.client] = {now_ms + args.hold_ms, args.demand_milli, grant};
-  return {grant, total, others + 1, grants_others + grant};
+  // A client that holds nothing may take the reserve; the others stop short of it, but
+  // keep at least half of what they held while the room allows.
+  int64_t room = args.rate_milli - grants_others;
+  if (old.grant_milli > 0) {
+    room = std::max(share - grants_others, std::min(room, old.grant_milli / 2));
+  }
+  const auto grant =
+      static_cast<int64_t>(std::floor(std::min(want, std::max(0.0, static_cast<double>(room)))));
+  if (known) {
+    forget();
+  } else {
+    state.bytes += cost;
+  }
+  const int64_t expires = now_ms + args.hold_ms;
+  state.clients[args.client] = {expires, demand, grant};
+  state.by_expiry.insert({expires, args.client});
+  state.demand_milli = total;
+  state.grant_milli = grants_others + grant;
+  return {grant, total, static_cast<int64_t>(state.clients.size()), state.grant_milli};
 }
 
 }  // namespace sluice::internal

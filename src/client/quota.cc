@@ -34,6 +34,7 @@ void QuotaShares::Assign(const QuotaShareRequest& request,
         StatusOr<std::string> key = KeyFor(request.id);
         if (!key.ok()) return then(key.status());
         call.key = *std::move(key);
+        call.index_key = internal::MakeQuotaIndexKey(key_head_, request.id);
         call.args = {.client = request.client,
                      .demand_milli = request.demand_milli,
                      .rate_milli = request.rate_milli,
@@ -52,7 +53,8 @@ void QuotaShares::Assign(const QuotaShareRequest& request,
                                    then(QuotaShareGrant{.grant_milli = r->grant_milli,
                                                         .total_demand_milli = r->total_demand_milli,
                                                         .clients = r->clients,
-                                                        .assigned_milli = r->assigned_milli});
+                                                        .assigned_milli = r->assigned_milli,
+                                                        .full = r->full});
                                  });
       });
 }

@@ -80,24 +80,28 @@ TEST(QuotaSharesClient, GrantsFollowTheRuleAndSumToAtMostTheRate) {
   auto clock = std::make_shared<testing::FakeClock>();
   auto client = *Client::Create({.url = "memory://", .model_clock = clock});
   auto shares = *client->MakeQuotaShares("api");
+  // Alone: the rate less the reserve (100'000 / 64), kept for newcomers.
   auto a = shares.AssignSync(Ask("a", 60'000));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(a->grant_milli, 100'000);
+  EXPECT_EQ(a->grant_milli, 98'438);
+  // B is new: granted from the reserve.
   auto b = *shares.AssignSync(Ask("b", 40'000));
-  EXPECT_EQ(b.grant_milli, 0);
+  EXPECT_EQ(b.grant_milli, 1'562);
   EXPECT_EQ(b.total_demand_milli, 100'000);
   EXPECT_EQ(b.clients, 2);
   EXPECT_EQ(b.assigned_milli, 100'000);
-  EXPECT_EQ(shares.AssignSync(Ask("a", 60'000))->grant_milli, 60'000);
-  EXPECT_EQ(shares.AssignSync(Ask("b", 40'000))->grant_milli, 40'000);
+  EXPECT_FALSE(b.full);
+  // Renewed: 60% and 40% of 98'438.
+  EXPECT_EQ(shares.AssignSync(Ask("a", 60'000))->grant_milli, 59'062);
+  EXPECT_EQ(shares.AssignSync(Ask("b", 40'000))->grant_milli, 39'375);
   // Other buckets are apart.
   QuotaShareRequest other = Ask("a", 5);
   other.id = "other";
   EXPECT_EQ(shares.AssignSync(other)->clients, 1);
-  // A's hold ends: B gets the whole rate.
+  // A's hold ends: B gets the whole rate less the reserve.
   clock->Advance(seconds(10));
   auto alone = *shares.AssignSync(Ask("b", 400'000));
-  EXPECT_EQ(alone.grant_milli, 100'000);
+  EXPECT_EQ(alone.grant_milli, 98'438);
   EXPECT_EQ(alone.clients, 1);
   // B gives its grant back.
   auto released = *shares.AssignSync({.id = "bucket", .client = "b", .release = true});

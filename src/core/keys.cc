@@ -164,4 +164,8 @@ std::string MakeQuotaKey(std::string_view key_head, std::string_view id) {
   return MakeSuffixedKey(key_head, id, kQuotaSuffix);
 }
 
+std::string MakeQuotaIndexKey(std::string_view key_head, std::string_view id) {
+  return MakeSuffixedKey(key_head, id, kQuotaIndexSuffix);
+}
+
 }  // namespace sluice::internal

@@ -65,6 +65,9 @@ inline constexpr std::string_view kLeaseSuffix = "cc";
 // Not among kKeySuffixes (an id's keys, which Inspect reads): it is no limiter's state. The
 // admin API takes it for sluice's (ParseKeyName: a hash), so audit and repair count it.
 inline constexpr std::string_view kQuotaSuffix = "qs";
+// The suffix of a QuotaShares bucket's expiry index: a sorted set beside the hash, in the
+// same slot (the same hash tag); the admin API takes it for sluice's (a sorted set).
+inline constexpr std::string_view kQuotaIndexSuffix = "qx";
 
 // The suffix fixed_window wrote before its v2 format ("<count>:<window end ms>", the
 // window end in the value): no release writes it any more; the admin API still reads
@@ -80,6 +83,9 @@ std::string MakeLeaseKey(std::string_view key_head, std::string_view id);
 
 // KeyHead + EncodeId(id) + "}:" + kQuotaSuffix.
 std::string MakeQuotaKey(std::string_view key_head, std::string_view id);
+
+// KeyHead + EncodeId(id) + "}:" + kQuotaIndexSuffix.
+std::string MakeQuotaIndexKey(std::string_view key_head, std::string_view id);
 
 // KeyHead + EncodeId(id) + "}:" + AlgorithmSuffix(algorithm).
 std::string MakeKey(std::string_view key_head, std::string_view id, Algorithm algorithm);

@@ -322,12 +322,14 @@ void RedisStore::AppendToStream(std::string key,
 }
 
 void RedisStore::AssignQuota(QuotaCall call, QuotaCallback done) {
-  // src/algo/quota_shares.lua: KEYS[1], then op, now, client, demand, rate, hold, headroom.
+  // src/algo/quota_shares.lua: KEYS[1..2], then op, now, client, demand, rate, hold,
+  // headroom, budget.
   const QuotaShareArgs& a = call.args;
   std::string tail;
-  tail.reserve(96 + call.key.size() + a.client.size());
-  AppendBulk(tail, "1");
+  tail.reserve(128 + 2 * call.key.size() + a.client.size());
+  AppendBulk(tail, "2");
   AppendBulk(tail, call.key);
+  AppendBulk(tail, call.index_key);
   AppendBulk(tail, a.release ? "1" : "0");
   if (call.now_ms) {
     AppendBulk(tail, *call.now_ms);
@@ -339,24 +341,26 @@ void RedisStore::AssignQuota(QuotaCall call, QuotaCallback done) {
   AppendBulk(tail, a.rate_milli);
   AppendBulk(tail, a.hold_ms);
   AppendBulk(tail, a.headroom_percent);
-  connection_->Eval(kQuotaSharesScript, std::move(tail), 9, call.deadline,
+  AppendBulk(tail, a.budget_bytes);
+  connection_->Eval(kQuotaSharesScript, std::move(tail), 11, call.deadline,
                     [done = std::move(done)](const Status& status, const redisReply* reply) {
                       if (!status.ok()) {
                         done(status);
                         return;
                       }
-                      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+                      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 5) {
                         done(InternalError("the quota script returned an unexpected reply"));
                         return;
                       }
-                      for (size_t i = 0; i < 4; ++i) {
+                      for (size_t i = 0; i < 5; ++i) {
                         if (!IsInteger(reply->element[i])) {
                           done(InternalError("the quota script returned a non-integer field"));
                           return;
                         }
                       }
                       done(QuotaShareReply{reply->element[0]->integer, reply->element[1]->integer,
-                                           reply->element[2]->integer, reply->element[3]->integer});
+                                           reply->element[2]->integer, reply->element[3]->integer,
+                                           reply->element[4]->integer != 0});
                     });
 }
 

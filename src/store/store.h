@@ -91,7 +91,8 @@ using LeaseCallback = std::function<void(StatusOr<LeaseResult>)>;
 
 // One QuotaShares call (sluice/quota.h): the bucket's key and the script's arguments.
 struct QuotaCall {
-  std::string key;
+  std::string key;        // the bucket's hash (MakeQuotaKey)
+  std::string index_key;  // its expiry index (MakeQuotaIndexKey): the same slot
   QuotaShareArgs args;
   std::optional<int64_t> now_ms;  // as CheckCall::now_ms
   Deadline deadline;
