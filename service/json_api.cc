@@ -358,6 +358,7 @@ json DecisionJson(const DescriptorResult& s) {
     d["source"] = sluice::DecisionSourceName(dec.source);
     d["reason"] = sluice::RefusalReasonName(dec.reason);
     d["shadow_refused"] = dec.shadow_refused;
+    if (s.debit) d["debt"] = dec.debt;
   } else {
     d["allowed"] = s.code == Code::kOk;
   }
@@ -469,6 +470,10 @@ void AppendDecision(std::string& out, const DescriptorResult& s) {
   out += ",\"code\":\"";
   out += CodeName(s.code);
   out += '"';
+  if (s.debit && s.decision) {
+    out += ",\"debt\":";
+    AppendInt(out, s.decision->debt);
+  }
   if (!s.error.empty()) {
     out += ",\"error\":";
     AppendJsonString(out, s.error);

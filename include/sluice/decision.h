@@ -54,6 +54,10 @@ struct Decision {
   std::chrono::milliseconds retry_after{0};
   DecisionSource source = DecisionSource::kStore;
   RefusalReason reason = RefusalReason::kNone;
+  // Limiter::Debit only: how far below zero the id's budget is after the charge (0 when
+  // the charge fitted). Bounded: never more than the limit (one window's worth below
+  // zero), so a huge debit cannot lock an id out for ever (docs/algorithms.md, "Debt").
+  int64_t debt = 0;
   // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
   // `allowed` is true anyway and `reason` says why it would have been refused.
   bool shadow_refused = false;

@@ -131,6 +131,11 @@ Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOption
                                 " must be between 1 and " + std::to_string(kMaxLimit) + ", got " +
                                 std::to_string(options.cost));
   }
+  if (op == internal::Op::kDebit && !internal::DebitSupported(limit.algorithm)) {
+    return InvalidArgumentError(
+        "debit is not available for the " + std::string(AlgorithmName(limit.algorithm)) +
+        " algorithm (fixed_window, sliding_window and sliding_log take it)");
+  }
   const auto deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return InvalidArgumentError("deadline must be > 0 ms");
   call.op = op;
@@ -227,6 +232,22 @@ StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
     return d;
   }
   return ExecuteSync(internal::Op::kRefund, id, with);
+}
+
+StatusOr<Decision> Limiter::Debit(std::string_view id, int64_t cost,
+                                  const CheckOptions& options) const {
+  CheckOptions with = options;
+  with.cost = cost;
+  return ExecuteSync(internal::Op::kDebit, id, with);
+}
+
+void Limiter::DebitAsync(std::string_view id, int64_t cost, const CheckOptions& options,
+                         DecisionCallback done) const {
+  CheckOptions with = options;
+  with.cost = cost;
+  internal::CallNeverInline<StatusOr<Decision>>(core_, std::move(done), [&](DecisionCallback then) {
+    Execute(internal::Op::kDebit, id, with, std::move(then));
+  });
 }
 
 StatusOr<Decision> Limiter::Reset(std::string_view id, const CheckOptions& options) const {
