@@ -316,10 +316,8 @@ struct Parser {
         Fail(file, co, "colocate applies to rate limits, not to algorithm: concurrency");
     }
     if (const YAML::Node de = descriptor["debit_entry"]) {
-      if (rule.kind != RuleKind::kFixedWindow && rule.kind != RuleKind::kSlidingWindow &&
-          rule.kind != RuleKind::kSlidingLog)
-        Fail(file, de,
-             "debit_entry applies to algorithm fixed_window, sliding_window or sliding_log only");
+      if (rule.kind == RuleKind::kConcurrency)
+        Fail(file, de, "debit_entry applies to rate limits, not to algorithm: concurrency");
       if (rule.unlimited) Fail(file, de, "debit_entry has nothing to charge on an unlimited rule");
       rule.debit_entry = Scalar(file, de, "debit_entry");
       if (rule.debit_entry.empty()) Fail(file, de, "debit_entry must not be empty");

@@ -257,13 +257,11 @@ std::vector<Engine::Item> Engine::Plan(const Generation& gen, const DomainConfig
     status.limit = rule.requests_per_unit;
     status.unit = rule.unit;
     status.debit = debits[i];
-    if (debits[i] && (rule.kind == RuleKind::kConcurrency || rule.kind == RuleKind::kTokenBucket ||
-                      rule.kind == RuleKind::kGcra)) {
+    if (debits[i] && rule.kind == RuleKind::kConcurrency) {
       status.bad_request = true;
       status.code = Code::kUnavailable;
-      status.error = "limit '" + rule.DisplayName() + "' (algorithm " +
-                     std::string(RuleKindName(rule.kind)) +
-                     ") takes no debits: fixed_window, sliding_window and sliding_log do";
+      status.error = "limit '" + rule.DisplayName() +
+                     "' is a concurrency limit, which takes no debits (a rate limit does)";
       continue;
     }
     if (rule.unlimited || rule.kind == RuleKind::kConcurrency) continue;

@@ -67,7 +67,7 @@ struct DescriptorResult {
   // Charged as a debit (CheckRequest::debit, or a rule's debit_entry): `decision` answers
   // for the id's next request, its `debt` how far below zero the charge left it.
   bool debit = false;
-  // The debit could not be taken (an algorithm without debits): InvalidArgument's words.
+  // The debit could not be taken (a concurrency limit): `error` says why.
   bool bad_request = false;
 };
 

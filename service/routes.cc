@@ -72,8 +72,8 @@ void HandleCheck(Engine& engine, const HttpRequest& request, Respond respond, bo
 
 // POST /v1/debit: /v1/check's body, every descriptor charged whether it fits or not. The
 // work is done, so nothing is refused: 200 with each limit's state after the charge (and
-// Retry-After when the id's next request would be refused), 400 for a limit that takes
-// no debits, 503 when the store could not take the charge.
+// Retry-After when the id's next request would be refused), 400 for a concurrency limit
+// (it takes no debits), 503 when the store could not take the charge.
 void HandleDebit(Engine& engine, const HttpRequest& request, Respond respond) {
   auto parsed = ParseCheckRequest(request.body());
   if (!parsed.ok()) {

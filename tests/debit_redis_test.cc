@@ -1,8 +1,9 @@
 // Debits on a real redis-server through the public API, on Redis's own clock (the path
 // production takes): a charge that does not fit leaves the id in a debt of at most one
-// window's worth, with the key's expiry written in the same script; checks are refused
-// until the algorithm's own recovery (the fixed window's end; the sliding window and log
-// as they slide) and pass after it; a reset clears the debt. The step-by-step decisions
+// window's or bucket's worth, with the key's expiry written in the same script; checks
+// are refused until the algorithm's own recovery (the fixed window's end; the sliding
+// window and log as they slide; the buckets' refill) and pass after it; a reset clears
+// the debt. The step-by-step decisions
 // (every boundary) are held to the twins by tests/differential*_test.cc.
 #include <gtest/gtest.h>
 
@@ -25,7 +26,7 @@ class DebitRedis : public testing::RedisAlgorithmTest {
  protected:
   DebitRedis() : RedisAlgorithmTest("debittest", testing::ScriptOptions()) {}
 
-  // A limiter of `algorithm`, 10 per `window`.
+  // A limiter of `algorithm`, 10 per `window` (buckets: 10 tokens, 10 back per window).
   Limiter Make(Algorithm algorithm, milliseconds window) {
     client_ = Connect();
     auto limiter = client_->MakeLimiter(std::string(AlgorithmName(algorithm)),
@@ -79,11 +80,11 @@ TEST_F(DebitRedis, SlidingLogRefusesUntilTheEntriesLeave) {
 }
 
 // A debit far larger than the limit counts at most twice the limit (a debt of one
-// window's worth), whatever the algorithm, so it cannot lock the id out for longer than
-// the algorithm's recovery from one window's debt; a reset clears it at once.
+// window's or one bucket's worth), whatever the algorithm, so it cannot lock the id out
+// for longer than the algorithm's recovery from that debt; a reset clears it at once.
 TEST_F(DebitRedis, AHugeDebitIsBoundedAndAResetClearsIt) {
-  for (Algorithm algorithm :
-       {Algorithm::kFixedWindow, Algorithm::kSlidingWindow, Algorithm::kSlidingLog}) {
+  for (Algorithm algorithm : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow,
+                              Algorithm::kSlidingLog, Algorithm::kTokenBucket, Algorithm::kGcra}) {
     SCOPED_TRACE(AlgorithmName(algorithm));
     Limiter limiter = Make(algorithm, milliseconds(60'000));
     StatusOr<Decision> debit = limiter.Debit("huge", kMaxLimit);
@@ -96,8 +97,11 @@ TEST_F(DebitRedis, AHugeDebitIsBoundedAndAResetClearsIt) {
     ASSERT_THAT(peek, IsOk());
     EXPECT_FALSE(peek->allowed);
     // Locked out at most as long as a debt of one window's worth takes to recover: the
-    // window's end (fixed), or when the doubled count has slid (at most two windows).
+    // window's end (fixed), when the doubled count has slid (at most two windows), or
+    // when the refill has brought back the debt and one token (buckets: 11 of 10 per
+    // minute).
     EXPECT_LE(peek->retry_after, milliseconds(120'000));
+    EXPECT_GT(peek->retry_after, milliseconds(0));
     if (algorithm == Algorithm::kFixedWindow) {
       EXPECT_EQ(Get(*limiter.KeyFor("huge")), "20") << "the stored count stops at twice the limit";
     }
@@ -131,13 +135,12 @@ TEST_F(DebitRedis, AsyncFormAnswersOnce) {
   EXPECT_EQ(d->debt, 10);
 }
 
-// The buckets take no debits (yet): said at once, without a store call.
-TEST_F(DebitRedis, BucketsRefuseADebitAsInvalid) {
-  for (Algorithm algorithm : {Algorithm::kTokenBucket, Algorithm::kGcra}) {
-    Limiter limiter = Make(algorithm, milliseconds(1000));
-    const StatusOr<Decision> d = limiter.Debit("b", 3);
-    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << d.status().ToString();
-  }
+TEST_F(DebitRedis, TokenBucketRefusesUntilTheRefillCoversTheDebt) {
+  ExpectDebtRecovers(Algorithm::kTokenBucket);
+}
+
+TEST_F(DebitRedis, GcraRefusesUntilTheRefillCoversTheDebt) {
+  ExpectDebtRecovers(Algorithm::kGcra);
 }
 
 }  // namespace

@@ -148,8 +148,8 @@ descriptors:
   EXPECT_FALSE(r[0]->colocate);
 }
 
-// debit_entry: the key of the entry that marks a request as a debit of the limit; only
-// for the algorithms that take debits.
+// debit_entry: the key of the entry that marks a request as a debit of the limit; for
+// rate limits, not for concurrency limits.
 TEST(Config, DebitEntry) {
   auto c = Build(R"(domain: ai
 descriptors:
@@ -157,16 +157,19 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10000}
     debit_entry: stream_done
   - key: user
-    algorithm: sliding_log
+    algorithm: gcra
+    debit_entry: done
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: team
     rate_limit: {unit: minute, requests_per_unit: 10}
 )");
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ((*c)->rules[0]->debit_entry, "stream_done");
-  EXPECT_EQ((*c)->rules[1]->debit_entry, "");
-  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    algorithm: gcra\n    "
-                    "debit_entry: done\n    rate_limit: {unit: second, requests_per_unit: 3}\n"),
-            "bad.yaml:5:18: debit_entry applies to algorithm fixed_window, sliding_window or "
-            "sliding_log only");
+  EXPECT_EQ((*c)->rules[1]->debit_entry, "done");
+  EXPECT_EQ((*c)->rules[2]->debit_entry, "");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    algorithm: concurrency\n    "
+                    "debit_entry: done\n    rate_limit: {requests_per_unit: 3}\n"),
+            "bad.yaml:5:18: debit_entry applies to rate limits, not to algorithm: concurrency");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    debit_entry: \"\"\n    "
                     "rate_limit: {unit: second, requests_per_unit: 3}\n"),
             "bad.yaml:4:18: debit_entry must not be empty");

@@ -23,15 +23,16 @@ using testing::Sluiced;
 using testing::TempDir;
 
 // Tokens per second per account (a second: the test sees the window end), debits of
-// stream-done requests marked by a `stream_done` entry; and a bucket, which takes none.
+// stream-done requests marked by a `stream_done` entry; and a concurrency limit, which
+// takes none.
 constexpr char kConfig[] = R"(domain: ai
 descriptors:
   - key: account
     rate_limit: {unit: second, requests_per_unit: 10}
     debit_entry: stream_done
-  - key: bucket
-    algorithm: token_bucket
-    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: streams
+    algorithm: concurrency
+    rate_limit: {requests_per_unit: 2}
 )";
 
 std::string Body(const std::string& key, const std::string& value, int hits) {
@@ -90,12 +91,12 @@ TEST_F(Debit, HttpDebitGoesIntoABoundedDebtUntilTheWindowEnds) {
   ASSERT_EQ(fits.status, 200);
   EXPECT_EQ(json::parse(fits.body)["descriptors"][0]["debt"], 0);
   EXPECT_EQ(json::parse(fits.body)["descriptors"][0]["remaining"], 6);
-  // A bucket takes no debits; only POST is served.
-  HttpReply bucket = Call(s.http_port(), "POST", "/v1/debit", Body("bucket", "b", 3));
-  EXPECT_EQ(bucket.status, 400);
-  EXPECT_NE(json::parse(bucket.body)["error"].get<std::string>().find("takes no debits"),
+  // A concurrency limit takes no debits; only POST is served.
+  HttpReply streams = Call(s.http_port(), "POST", "/v1/debit", Body("streams", "s", 3));
+  EXPECT_EQ(streams.status, 400);
+  EXPECT_NE(json::parse(streams.body)["error"].get<std::string>().find("takes no debits"),
             std::string::npos)
-      << bucket.body;
+      << streams.body;
   EXPECT_EQ(Call(s.http_port(), "GET", "/v1/debit").status, 405);
 }
 

@@ -223,7 +223,11 @@ def with_redis(c):
     _, h, b = c.call("debit over the limit", "post", "/v1/debit",
                      dict(descriptor("closed", "d"), hits=5), 200)
     assert b["descriptors"][0]["debt"] == 2 and not b["allowed"] and "retry-after" in h, b
-    c.call("debit of a token bucket", "post", "/v1/debit", descriptor("bucket"), 400)
+    _, _, b = c.call("debit of a token bucket", "post", "/v1/debit",
+                     dict(descriptor("bucket"), hits=9), 200)
+    assert b["descriptors"][0]["debt"] == 4, b  # at most the burst: one bucket below zero
+    c.call("debit of a concurrency limit", "post", "/v1/debit",
+           {"domain": "api", "descriptors": [{"entries": lease_body("d")["entries"]}]}, 400)
 
     envoy = {"domain": "api", "descriptors": [{"entries": [
         {"key": "route", "value": "closed"}, {"key": "account", "value": "j"}]}]}

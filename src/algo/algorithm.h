@@ -6,7 +6,7 @@
 //            than one key derives them from KEYS[1] + a suffix (same hash tag, same slot)
 //   ARGV[1]  op: "0" consume, "1" peek, "2" refund, "3" reset, "4" sync (fixed_window
 //            only), "5" take, "6" give back (sliding_window only), "7" debit
-//            (fixed_window, sliding_window, sliding_log; Op below)
+//            (Op below)
 //   ARGV[2]  model clock ms, or "" to read Redis TIME (the default; models are tests);
 //            the batch driver (src/algo/batch.lua) passes a Lua number there instead:
 //            Redis TIME it read once for the batch (no model-clock grace)
@@ -54,17 +54,12 @@ enum class Op : int {
   // below 0; nothing when that window is neither (sliding_window.lua's header).
   kGiveBack = 6,
   // Work already done: charge `cost` whether it fits or not, into a debt of at most
-  // `limit` (the budget never goes below -limit: what would go further is dropped), and
+  // `limit` (the budget never goes below -limit, a bucket never misses more than twice
+  // its capacity: what would go further is dropped), and
   // reply as a peek of one unit after the charge. The id is then refused until its
   // algorithm's own recovery covers the debt (docs/algorithms.md, "Debt").
   kDebit = 7,
 };
-
-// Whether `algorithm`'s script and twin take Op::kDebit.
-inline bool DebitSupported(Algorithm algorithm) {
-  return algorithm == Algorithm::kFixedWindow || algorithm == Algorithm::kSlidingWindow ||
-         algorithm == Algorithm::kSlidingLog;
-}
 
 struct AlgoArgs {
   Op op = Op::kConsume;

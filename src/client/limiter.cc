@@ -131,11 +131,6 @@ Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOption
                                 " must be between 1 and " + std::to_string(kMaxLimit) + ", got " +
                                 std::to_string(options.cost));
   }
-  if (op == internal::Op::kDebit && !internal::DebitSupported(limit.algorithm)) {
-    return InvalidArgumentError(
-        "debit is not available for the " + std::string(AlgorithmName(limit.algorithm)) +
-        " algorithm (fixed_window, sliding_window and sliding_log take it)");
-  }
   const auto deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return InvalidArgumentError("deadline must be > 0 ms");
   call.op = op;
@@ -238,13 +233,22 @@ StatusOr<Decision> Limiter::Debit(std::string_view id, int64_t cost,
                                   const CheckOptions& options) const {
   CheckOptions with = options;
   with.cost = cost;
+  DropSliceForDebit(id);
   return ExecuteSync(internal::Op::kDebit, id, with);
+}
+
+void Limiter::DropSliceForDebit(std::string_view id) const {
+  // A slice this process holds would go on admitting an id the debit may put in debt:
+  // dropped, its units left counted in the store (stricter), so the next check asks the
+  // store. (A periodic sync's local counts are the id's spending: kept, and pushed.)
+  if (budgets_ && !id.empty()) budgets_->Drop(id, BudgetNowMs());
 }
 
 void Limiter::DebitAsync(std::string_view id, int64_t cost, const CheckOptions& options,
                          DecisionCallback done) const {
   CheckOptions with = options;
   with.cost = cost;
+  DropSliceForDebit(id);
   internal::CallNeverInline<StatusOr<Decision>>(core_, std::move(done), [&](DecisionCallback then) {
     Execute(internal::Op::kDebit, id, with, std::move(then));
   });
