@@ -371,6 +371,12 @@ void Engine::Check(CheckRequest request, CheckDone done) {
   bool zero_refusal = false;
   std::vector<Item> items = Plan(*gen, *domain, request, pending->result, zero_refusal);
   if (zero_refusal || items.empty()) return Finish(pending);
+  // A debit a limit cannot take is refused whole: none of the request's limits is charged.
+  const auto& statuses = pending->result.statuses;
+  if (std::any_of(statuses.begin(), statuses.end(),
+                  [](const DescriptorResult& s) { return s.bad_request; })) {
+    return Finish(pending);
+  }
   const bool same_cost = std::all_of(items.begin(), items.end(), [&](const Item& it) {
     return it.cost == items.front().cost && !it.limit && !it.debit;
   });

@@ -97,6 +97,13 @@ TEST_F(Debit, HttpDebitGoesIntoABoundedDebtUntilTheWindowEnds) {
   EXPECT_NE(json::parse(streams.body)["error"].get<std::string>().find("takes no debits"),
             std::string::npos)
       << streams.body;
+  // ... refused whole: the other descriptor of the request is not charged either.
+  StartClearOfTheSecondsEnd();
+  json both = json::parse(Body("account", "whole", 5));
+  both["descriptors"].push_back(json::parse(Body("streams", "s", 0))["descriptors"][0]);
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/debit", both.dump()).status, 400);
+  HttpReply untouched = Call(s.http_port(), "POST", "/v1/check", Body("account", "whole", 0));
+  EXPECT_EQ(json::parse(untouched.body)["descriptors"][0]["remaining"], 9) << untouched.body;
   EXPECT_EQ(Call(s.http_port(), "GET", "/v1/debit").status, 405);
 }
 
