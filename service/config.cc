@@ -251,7 +251,7 @@ struct Parser {
   }
 
   // sluice's extensions beside rate_limit (burst, lease_ttl, failure_mode, local_servers,
-  // colocate) and envoy-ratelimit's shadow_mode and detailed_metric.
+  // colocate, debit_entry) and envoy-ratelimit's shadow_mode and detailed_metric.
   void ParseExtensions(const YAML::Node& descriptor, Rule& rule) {
     if (const YAML::Node burst = descriptor["burst"]) {
       if (rule.kind != RuleKind::kTokenBucket && rule.kind != RuleKind::kGcra)
@@ -279,6 +279,13 @@ struct Parser {
       rule.colocate = Bool(file, co, "colocate");
       if (rule.colocate && rule.kind == RuleKind::kConcurrency)
         Fail(file, co, "colocate applies to rate limits, not to algorithm: concurrency");
+    }
+    if (const YAML::Node de = descriptor["debit_entry"]) {
+      if (rule.kind == RuleKind::kConcurrency)
+        Fail(file, de, "debit_entry applies to rate limits, not to algorithm: concurrency");
+      if (rule.unlimited) Fail(file, de, "debit_entry has nothing to charge on an unlimited rule");
+      rule.debit_entry = Scalar(file, de, "debit_entry");
+      if (rule.debit_entry.empty()) Fail(file, de, "debit_entry must not be empty");
     }
     if (descriptor["shadow_mode"])
       rule.shadow_mode = Bool(file, descriptor["shadow_mode"], "shadow_mode");
@@ -317,7 +324,8 @@ struct Parser {
       }
       OnlyKeys(file, d, "descriptor",
                {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
-                "algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate"});
+                "algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate",
+                "debit_entry"});
       if (!d["key"]) Fail(file, d, "descriptor needs a key");
       DescriptorNode node;
       node.key = Scalar(file, d["key"], "key");
@@ -340,8 +348,8 @@ struct Parser {
       if (d["rate_limit"]) {
         node.rule = ParseRule(d, d["rate_limit"], child_pieces, child_path);
       } else {
-        for (const char* ext :
-             {"algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate"}) {
+        for (const char* ext : {"algorithm", "burst", "lease_ttl", "failure_mode", "local_servers",
+                                "colocate", "debit_entry"}) {
           if (d[ext])
             Fail(file, d[ext], std::string(ext) + " needs a rate_limit on the same descriptor");
         }

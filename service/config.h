@@ -67,6 +67,12 @@ struct Rule {
   // limits of one request whose descriptors start with the same entry are checked in
   // one script on a cluster (one slot). Rate limits only.
   bool colocate = false;
+  // `debit_entry: <key>` (rate limits, not concurrency): a request
+  // descriptor of this rule's entries followed by one more entry with this key (any
+  // value), which no rule matches as it is, is charged to this rule's counter as a debit
+  // of its hits (sluice::Limiter::Debit): Envoy's `apply_on_stream_done` request, made
+  // recognisable by an action that appends that entry. Empty: none.
+  std::string debit_entry;
   Position position;
 
   // The sluice limit this rule enforces (not meaningful for concurrency/unlimited/0).

@@ -232,7 +232,21 @@ std::vector<Engine::Item> Engine::Plan(const Generation& gen, const DomainConfig
                                        bool& zero_refusal) {
   std::vector<Match> matches;
   matches.reserve(request.descriptors.size());
-  for (const auto& d : request.descriptors) matches.push_back(MatchDescriptor(domain, d.entries));
+  std::vector<bool> debits(request.descriptors.size(), request.debit);
+  for (std::size_t i = 0; i < request.descriptors.size(); ++i) {
+    const Entries& entries = request.descriptors[i].entries;
+    matches.push_back(MatchDescriptor(domain, entries));
+    if (!matches.back().rule && entries.size() >= 2) {
+      // A rule's debit_entry: its own entries and one more with that key, which no rule
+      // matches as it is (Envoy's stream-done request): a debit of that rule's counter.
+      Match head = MatchDescriptor(domain, Entries(entries.begin(), entries.end() - 1));
+      if (head.rule && !head.rule->debit_entry.empty() &&
+          head.rule->debit_entry == entries.back().first) {
+        matches.back() = std::move(head);
+        debits[i] = true;
+      }
+    }
+  }
   ApplyReplaces(matches);
   std::vector<Item> items;
   const uint64_t request_hits = request.hits == 0 ? 1 : request.hits;
@@ -252,6 +266,14 @@ std::vector<Engine::Item> Engine::Plan(const Generation& gen, const DomainConfig
     status.id = std::move(matches[i].id);
     status.limit = rule.requests_per_unit;
     status.unit = rule.unit;
+    status.debit = debits[i];
+    if (debits[i] && rule.kind == RuleKind::kConcurrency) {
+      status.bad_request = true;
+      status.code = Code::kUnavailable;
+      status.error = "limit '" + rule.DisplayName() +
+                     "' is a concurrency limit, which takes no debits (a rate limit does)";
+      continue;
+    }
     if (rule.unlimited || rule.kind == RuleKind::kConcurrency) continue;
     const uint64_t hits = desc.hits.value_or(request_hits);
     const int64_t cost = static_cast<int64_t>(std::min<uint64_t>(hits, sluice::kMaxLimit));
@@ -274,7 +296,7 @@ std::vector<Engine::Item> Engine::Plan(const Generation& gen, const DomainConfig
       Record(*found, status, {});
       continue;
     }
-    items.push_back({i, found, cost, limit});
+    items.push_back({i, found, cost, limit, debits[i]});
   }
   return items;
 }
@@ -332,7 +354,9 @@ void Engine::CheckEach(const std::shared_ptr<Pending>& pending, const std::vecto
     };
     sluice::CheckOptions options{.cost = std::max<int64_t>(item.cost, 1), .limit = item.limit};
     const std::string& id = pending->result.statuses[item.index].id;
-    if (item.cost == 0) {
+    if (item.debit && item.cost > 0) {
+      item.built->limiter->DebitAsync(id, item.cost, options, complete);
+    } else if (item.cost == 0) {
       // hits_addend 0: report without spending (Peek has no asynchronous form).
       boost::asio::post(pool_, [item, options, complete, id]() {
         complete(item.built->limiter->Peek(id, options));
@@ -357,8 +381,14 @@ void Engine::Check(CheckRequest request, CheckDone done) {
   bool zero_refusal = false;
   std::vector<Item> items = Plan(*gen, *domain, request, pending->result, zero_refusal);
   if (zero_refusal || items.empty()) return Finish(pending);
+  // A debit a limit cannot take is refused whole: none of the request's limits is charged.
+  const auto& statuses = pending->result.statuses;
+  if (std::any_of(statuses.begin(), statuses.end(),
+                  [](const DescriptorResult& s) { return s.bad_request; })) {
+    return Finish(pending);
+  }
   const bool same_cost = std::all_of(items.begin(), items.end(), [&](const Item& it) {
-    return it.cost == items.front().cost && !it.limit;
+    return it.cost == items.front().cost && !it.limit && !it.debit;
   });
   if (items.size() > 1 && same_cost && items.front().cost > 0) {
     return CheckTogether(pending, std::move(items));

@@ -45,6 +45,9 @@ struct CheckRequest {
   std::string domain;
   std::vector<RequestDescriptor> descriptors;
   uint64_t hits = 1;  // 0 means 1 (Envoy's hits_addend)
+  // POST /v1/debit: every descriptor is charged as a debit of its hits (work already
+  // done), never refused for it. Otherwise only descriptors a rule's debit_entry names.
+  bool debit = false;
 };
 
 enum class Code { kOk, kOverLimit, kUnavailable };
@@ -61,6 +64,11 @@ struct DescriptorResult {
   // (the others were not spent, and those after it not read).
   std::optional<sluice::Decision> decision;
   std::string error;  // a store error the policy could not answer
+  // Charged as a debit (CheckRequest::debit, or a rule's debit_entry): `decision` answers
+  // for the id's next request, its `debt` how far below zero the charge left it.
+  bool debit = false;
+  // The debit could not be taken (a concurrency limit): `error` says why.
+  bool bad_request = false;
 };
 
 struct CheckResult {
@@ -201,6 +209,7 @@ class Engine {
     const BuiltRule* built;
     int64_t cost;
     std::optional<sluice::Limit> limit;  // a RateLimitOverride
+    bool debit = false;                  // charged whether it fits or not
   };
 
   Engine(EngineOptions options, std::shared_ptr<sluice::Client> client);

@@ -361,6 +361,7 @@ json DecisionJson(const DescriptorResult& s) {
     // Present when a failure policy answered: why the store did not.
     if (dec.store_failure != sluice::StoreFailure::kNone)
       d["store_failure"] = sluice::StoreFailureName(dec.store_failure);
+    if (s.debit) d["debt"] = dec.debt;
   } else {
     d["allowed"] = s.code == Code::kOk;
   }
@@ -472,6 +473,10 @@ void AppendDecision(std::string& out, const DescriptorResult& s) {
   out += ",\"code\":\"";
   out += CodeName(s.code);
   out += '"';
+  if (s.debit && s.decision) {
+    out += ",\"debt\":";
+    AppendInt(out, s.decision->debt);
+  }
   if (!s.error.empty()) {
     out += ",\"error\":";
     AppendJsonString(out, s.error);

@@ -70,6 +70,33 @@ void HandleCheck(Engine& engine, const HttpRequest& request, Respond respond, bo
       });
 }
 
+// POST /v1/debit: /v1/check's body, every descriptor charged whether it fits or not. The
+// work is done, so nothing is refused: 200 with each limit's state after the charge (and
+// Retry-After when the id's next request would be refused), 400 for a concurrency limit
+// (it takes no debits), 503 when the store could not take the charge.
+void HandleDebit(Engine& engine, const HttpRequest& request, Respond respond) {
+  auto parsed = ParseCheckRequest(request.body());
+  if (!parsed.ok()) {
+    engine.metrics().BadRequest();
+    return Error(respond, http::status::bad_request, parsed.status().message());
+  }
+  parsed->debit = true;
+  const std::string domain = parsed->domain;
+  engine.Check(std::move(*parsed), [respond = std::move(respond), domain](CheckResult result) {
+    if (result.unknown_domain) {
+      return Error(respond, http::status::bad_request, "unknown domain '" + domain + "'");
+    }
+    for (const DescriptorResult& s : result.statuses) {
+      if (s.bad_request) return Error(respond, http::status::bad_request, s.error);
+    }
+    const http::status status =
+        result.overall == Code::kUnavailable ? http::status::service_unavailable : http::status::ok;
+    HttpResponse response = MakeResponse(status, FormatCheckResponse(result));
+    for (auto& [k, v] : RateLimitHeaders(result)) response.set(k, v);
+    respond(std::move(response));
+  });
+}
+
 void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) {
   auto parsed = ParseDescriptorRequest(request.body());
   if (!parsed.ok()) {
@@ -186,6 +213,11 @@ HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
       if (method != http::verb::post)
         return Error(respond, http::status::method_not_allowed, "use POST");
       return HandleCheck(engine, request, std::move(respond), path == "/json");
+    }
+    if (path == "/v1/debit") {
+      if (method != http::verb::post)
+        return Error(respond, http::status::method_not_allowed, "use POST");
+      return HandleDebit(engine, request, std::move(respond));
     }
     if (path == "/v1/leases") {
       if (method != http::verb::post)

@@ -120,6 +120,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   bool aligned = config.aligned;
   int allowed = 0, refused = 0, boundary_steps = 0, changes = 0, foreign = 0, ttl_checks = 0;
   int decoded_checks = 0;
+  int debts = 0;  // debits that left their id in debt
   // Windows a varying trace moves between: much shorter and much longer than the base
   // (up to a day), so a stored end, TAT or count from the older one would show.
   const std::vector<int64_t> windows = {config.window_ms,
@@ -195,6 +196,8 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     ASSERT_EQ(r.reset_after, m.reset_after) << where;
     ASSERT_EQ(r.retry_after, m.retry_after) << where;
     ASSERT_EQ(r.reason, m.reason) << where;
+    ASSERT_EQ(r.debt, m.debt) << where;
+    if (r.debt > 0) ++debts;
     if (p.op < 80) (r.allowed ? allowed : refused)++;
     if (!check_state) return;
     // The state the script left, read back by the algorithm's decoder, says what the
@@ -314,10 +317,19 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
                           .refill = refill,
                           .aligned = aligned};
     const int64_t op = pick(100);
-    const char* op_name = op < 80 ? "check" : op < 90 ? "peek" : op < 97 ? "refund" : "reset";
+    const bool debit = config.debits && op >= 70 && op < 80;
+    const char* op_name = debit     ? "debit"
+                          : op < 80 ? "check"
+                          : op < 90 ? "peek"
+                          : op < 97 ? "refund"
+                                    : "reset";
     StatusOr<Decision> m = InternalError("unset");
     internal::Op store_op = internal::Op::kConsume;
-    if (op < 80) {
+    if (debit) {
+      options.cost = pick(10) == 0 ? 1 + pick(100 * limit) : 1 + pick(3 * limit);
+      store_op = internal::Op::kDebit;
+      m = on_memory.Debit(id, options.cost, options);
+    } else if (op < 80) {
       m = on_memory.Check(id, options);
     } else if (op < 90) {
       store_op = internal::Op::kPeek;
@@ -334,7 +346,9 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     ASSERT_TRUE(m.ok()) << "step " << step << ": " << m.status().ToString();
     if (!store) {
       StatusOr<Decision> r = InternalError("unset");
-      if (op < 80) {
+      if (debit) {
+        r = on_redis->Debit(id, options.cost, options);
+      } else if (op < 80) {
         r = on_redis->Check(id, options);
       } else if (op < 90) {
         r = on_redis->Peek(id, options);
@@ -394,6 +408,10 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     EXPECT_GT(foreign, config.steps / 200);
     EXPECT_GT(ttl_checks, config.batch_max > 0 ? batches / 2 : config.steps / 4);
   }
+  if (config.debits) {
+    std::cout << "  debits_in_debt=" << debts << "\n";
+    EXPECT_GT(debts, config.steps / 100);
+  }
   if (config.batch_max > 0) {
     EXPECT_GE(decoded_checks, batches);  // each batch's last step at least
   } else {
@@ -436,6 +454,26 @@ void RunBatchedTraces(const RedisServer& server, Algorithm algorithm, bool vary_
                                 .vary_parameters = true,
                                 .vary_window = vary_window,
                                 .batch_max = 20});
+}
+
+void RunDebitTraces(const RedisServer& server, Algorithm algorithm, bool vary_window) {
+  RunDifferentialTrace(
+      server,
+      {.algorithm = algorithm, .seed = 51, .window_ms = 1'000, .steps = 3000, .debits = true});
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 52,
+                                .window_ms = 10'000,
+                                .steps = 3000,
+                                .vary_parameters = true,
+                                .vary_window = vary_window,
+                                .debits = true});
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 53,
+                                .window_ms = 1'000,
+                                .aligned = true,
+                                .steps = 3000,
+                                .batch_max = 20,
+                                .debits = true});
 }
 
 std::string Printable(const std::string& s) {

@@ -2,7 +2,8 @@
 // clock through the Lua script on a real redis-server and through the in-memory twin,
 // requiring identical decisions. Steps land exactly on reset/retry boundaries and 1 ms
 // before them; limits change mid-trace (limits are arguments); costs include ones
-// larger than the limit; peeks, refunds and resets are mixed in. With vary_parameters,
+// larger than the limit; peeks, refunds and resets are mixed in (and debits, when the
+// trace asks for them). With vary_parameters,
 // every parameter of the Limit changes between calls (window longer and shorter, refill
 // 0 and explicit, aligned on and off) and values of every other Redis type appear at the
 // ids' keys; after every step the key's TTL must cover the time until its state is full
@@ -44,6 +45,9 @@ struct TraceConfig {
   // max_batch), straight on the Redis store with the model time of each step; decisions
   // are compared after each batch and the state checks run for each id's last step in it.
   int batch_max = 0;
+  // Debits (Limiter::Debit) take a tenth of the steps, of costs up to three times the
+  // limit and sometimes far beyond it (the debt bound), so checks meet ids in debt.
+  bool debits = false;
 };
 
 // Runs the trace; fails the current test at the first differing decision (printing the
@@ -59,5 +63,9 @@ void RunParameterChangeTraces(const RedisServer& server, Algorithm algorithm,
 // The same traces run through batches of random sizes (TraceConfig::batch_max), with and
 // without parameter changes.
 void RunBatchedTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
+
+// Traces with debits (TraceConfig::debits): one plain, one with every parameter
+// changing, one batched (a debit in a batch script call is decided as alone).
+void RunDebitTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
 
 }  // namespace sluice::testing

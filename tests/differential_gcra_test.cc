@@ -186,5 +186,13 @@ TEST(GcraDifferential, ParametersChangeBetweenCalls) {
   testing::RunParameterChangeTraces(server, Algorithm::kGcra);
 }
 
+// Debits mixed into the trace: buckets go into debt (up to twice the capacity missing)
+// and the checks that follow are refused until the refill covers it, identically in
+// script and twin.
+TEST(GcraDifferential, DebitsIntoDebt) {
+  testing::RedisServer server;
+  testing::RunDebitTraces(server, Algorithm::kGcra);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -49,5 +49,12 @@ TEST(SlidingLogDifferential, ParametersChangeBetweenCalls) {
   testing::RunParameterChangeTraces(server, Algorithm::kSlidingLog, /*vary_window=*/false);
 }
 
+// Debits mixed into the trace: ids go into debt (up to the bound) and the checks that
+// follow are refused until the window's own recovery, identically in script and twin.
+TEST(SlidingLogDifferential, DebitsIntoDebt) {
+  testing::RedisServer server;
+  testing::RunDebitTraces(server, Algorithm::kSlidingLog, /*vary_window=*/false);
+}
+
 }  // namespace
 }  // namespace sluice

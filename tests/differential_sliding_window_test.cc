@@ -138,5 +138,12 @@ TEST(SlidingWindowDifferential, ParametersChangeBetweenCalls) {
   testing::RunParameterChangeTraces(server, Algorithm::kSlidingWindow);
 }
 
+// Debits mixed into the trace: ids go into debt (up to the bound) and the checks that
+// follow are refused until the window's own recovery, identically in script and twin.
+TEST(SlidingWindowDifferential, DebitsIntoDebt) {
+  testing::RedisServer server;
+  testing::RunDebitTraces(server, Algorithm::kSlidingWindow);
+}
+
 }  // namespace
 }  // namespace sluice

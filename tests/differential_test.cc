@@ -25,5 +25,12 @@ TEST(FixedWindowDifferential, ParametersChangeBetweenCalls) {
   testing::RunParameterChangeTraces(server, Algorithm::kFixedWindow);
 }
 
+// Debits mixed into the trace: ids go into debt (up to the bound) and the checks that
+// follow are refused until the window's own recovery, identically in script and twin.
+TEST(FixedWindowDifferential, DebitsIntoDebt) {
+  testing::RedisServer server;
+  testing::RunDebitTraces(server, Algorithm::kFixedWindow);
+}
+
 }  // namespace
 }  // namespace sluice

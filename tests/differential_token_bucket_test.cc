@@ -192,5 +192,13 @@ TEST(TokenBucketDifferential, ParametersChangeBetweenCalls) {
   testing::RunParameterChangeTraces(server, Algorithm::kTokenBucket);
 }
 
+// Debits mixed into the trace: buckets go into debt (up to twice the capacity missing)
+// and the checks that follow are refused until the refill covers it, identically in
+// script and twin.
+TEST(TokenBucketDifferential, DebitsIntoDebt) {
+  testing::RedisServer server;
+  testing::RunDebitTraces(server, Algorithm::kTokenBucket);
+}
+
 }  // namespace
 }  // namespace sluice

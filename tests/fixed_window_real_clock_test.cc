@@ -8,7 +8,8 @@
 // within the milliseconds the calls took, and after every call the stored count equals
 // the twin's and the key's expiry is the twin's window end. The windows are minutes to
 // hours long and a trace starts only where no window boundary can fall inside it, so
-// timing never flips a decision. Then short windows on the real clock (windows that
+// timing never flips a decision. Debits (charged whether they fit, into a debt of at
+// most the limit) are among the calls. Then short windows on the real clock (windows that
 // really end), lost expiries, foreign values, shortened windows, and refusals that must
 // leave the count alone.
 #include "sluice/boost_first.h"  // before any Boost header
@@ -172,7 +173,7 @@ void RunRealClockTrace(const RedisServer& server, const TraceConfig& config) {
   int64_t limit = 5, window_ms = kWindows[0];
   bool aligned = pick(2) == 0;
   int64_t tolerance = 2;  // the longest a call or batch took, + 1 ms
-  int counts[7] = {};
+  int counts[8] = {};
   int allowed = 0, refused = 0, moved = 0, foreign = 0, batches = 0;
   for (int step = 0; step < config.steps;) {
     if (pick(20) == 0) limit = 1 + pick(12);
@@ -204,8 +205,10 @@ void RunRealClockTrace(const RedisServer& server, const TraceConfig& config) {
               : r < 78 ? Op::kPeek
               : r < 86 ? Op::kRefund
               : r < 90 ? Op::kReset
-                       : Op::kSync;
+              : r < 96 ? Op::kSync
+                       : Op::kDebit;
       int64_t cost = pick(10) == 0 ? limit + 1 + pick(3) : 1 + (pick(4) == 0 ? pick(4) : 0);
+      if (op == Op::kDebit) cost = 1 + pick(3 * limit);  // often past the debt bound
       CheckCall call = Call(op, key, l, cost);
       if (op == Op::kRefund) call.cost = 1 + pick(3);
       if (op == Op::kReset) call.cost = 1;
@@ -260,6 +263,7 @@ void RunRealClockTrace(const RedisServer& server, const TraceConfig& config) {
       ASSERT_EQ(got.reason, want.reason) << where;
       ASSERT_EQ(got.remaining, want.remaining) << where;
       ASSERT_EQ(got.limit, want.limit) << where;
+      ASSERT_EQ(got.debt, want.debt) << where;
       ASSERT_LE(std::abs(got.reset_after.count() - want.reset_after.count()), tolerance) << where;
       ASSERT_LE(std::abs(got.retry_after.count() - want.retry_after.count()), tolerance) << where;
       ++counts[static_cast<int>(c.op)];
@@ -283,14 +287,15 @@ void RunRealClockTrace(const RedisServer& server, const TraceConfig& config) {
   const int64_t took = WallMs() - started;
   std::cout << "  consumes=" << counts[0] << " (allowed=" << allowed << " refused=" << refused
             << ") peeks=" << counts[1] << " refunds=" << counts[2] << " resets=" << counts[3]
-            << " syncs=" << counts[4] << " moved_ends=" << moved << " foreign=" << foreign
-            << " script_calls_or_batches=" << batches << " tolerance_ms=" << tolerance
-            << " took_ms=" << took << "\n";
+            << " syncs=" << counts[4] << " debits=" << counts[7] << " moved_ends=" << moved
+            << " foreign=" << foreign << " script_calls_or_batches=" << batches
+            << " tolerance_ms=" << tolerance << " took_ms=" << took << "\n";
   ASSERT_LT(took, kTraceMaxMs) << "the trace ran longer than its timing-safe span";
   EXPECT_GT(allowed, config.steps / 10);
   EXPECT_GT(refused, config.steps / 20);
   EXPECT_GT(moved, 3) << "too few shortened windows to say anything";
   EXPECT_GT(counts[4], config.steps / 30);
+  EXPECT_GT(counts[7], config.steps / 50);
   if (config.batch_max > 0) {
     const internal::Connection::Stats stats = store.stats();
     EXPECT_GT(stats.batched_calls, static_cast<uint64_t>(config.steps) / 2)

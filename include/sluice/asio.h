@@ -62,6 +62,29 @@ auto AsyncCheck(const Limiter& limiter, std::string_view id, const CheckOptions&
       token, limiter, std::string(id), options);
 }
 
+// Limiter::Debit as an Asio operation: void(StatusOr<Decision>), the same guarantees as
+// AsyncCheck, the errors of Limiter::Debit.
+//
+//   auto d = co_await sluice::AsyncDebit(tokens, "account:7", 3000, {},
+//   boost::asio::use_awaitable);
+template <typename CompletionToken>
+auto AsyncDebit(const Limiter& limiter, std::string_view id, int64_t cost,
+                const CheckOptions& options, CompletionToken&& token) {
+  return boost::asio::async_initiate<CompletionToken, void(StatusOr<Decision>)>(
+      [](auto handler, Limiter on, std::string for_id, int64_t units, CheckOptions with) {
+        using Handler = decltype(handler);
+        auto shared = std::make_shared<Handler>(std::move(handler));
+        auto work = boost::asio::make_work_guard(boost::asio::get_associated_executor(*shared));
+        on.DebitAsync(for_id, units, with, [shared, work](StatusOr<Decision> result) mutable {
+          boost::asio::post(work.get_executor(), [shared, result = std::move(result)]() mutable {
+            (*shared)(std::move(result));
+          });
+          work.reset();
+        });
+      },
+      token, limiter, std::string(id), cost, options);
+}
+
 // The acquire of a concurrency lease as an Asio operation: completion signature
 // void(StatusOr<Acquisition>), same guarantees as AsyncCheck.
 //

@@ -371,6 +371,25 @@ class Limiter {
   StatusOr<Decision> Refund(std::string_view id, int64_t amount,
                             const CheckOptions& options = {}) const;
 
+  // Charges `cost` units of work already done (the tokens of a stream that has ended)
+  // whether they fit or not: what does not fit becomes a debt of at most the limit (the
+  // budget never goes below -limit; units past that are dropped, so a huge debit cannot
+  // lock an id out for ever). The id's checks are then refused until its algorithm's own
+  // recovery covers the debt: a fixed window at its end, a sliding window or log as it
+  // slides, a bucket as its refill covers the debt (docs/algorithms.md, "Debt"). A Reset
+  // clears it. The Decision answers for the id's next request of one unit: `allowed`
+  // when it would pass now, `remaining` what is left (0 in debt), `debt` how far below
+  // zero, `retry_after` until one unit passes, `reset_after` until the state is full.
+  // Every algorithm takes it. Same errors and deadline as Refund (a
+  // debit is no decision: a store that cannot answer returns its error, no failure
+  // policy charges it, and it is never taken from a local budget or a periodic sync; a
+  // local budget slice this process holds for the id is dropped, its units left counted).
+  StatusOr<Decision> Debit(std::string_view id, int64_t cost,
+                           const CheckOptions& options = {}) const;
+  // As Debit, without blocking, with the guarantees of CheckAsync.
+  void DebitAsync(std::string_view id, int64_t cost, const CheckOptions& options,
+                  DecisionCallback done) const;
+
   // Forgets `id`: its state is full again. Same errors and deadline as Check.
   StatusOr<Decision> Reset(std::string_view id, const CheckOptions& options = {}) const;
 
@@ -397,6 +416,8 @@ class Limiter {
   // `window_end_ms` (store clock), asynchronously.
   void GiveBackLeftover(std::string_view id, int64_t units, int64_t window_end_ms) const;
   int64_t BudgetNowMs() const;
+  // Before a debit: drops the id's local budget slice (options_.local_budget).
+  void DropSliceForDebit(std::string_view id) const;
   // A consume of a hot id under periodic sync (options_.sync).
   void ExecuteSynced(internal::CheckCall call, std::string id, DecisionCallback done) const;
 

@@ -70,6 +70,10 @@ struct Decision {
   RefusalReason reason = RefusalReason::kNone;
   // With a failure policy's source: why the store did not decide. kNone otherwise.
   StoreFailure store_failure = StoreFailure::kNone;
+  // Limiter::Debit only: how far below zero the id's budget is after the charge (0 when
+  // the charge fitted). Bounded: never more than the limit (one window's worth below
+  // zero), so a huge debit cannot lock an id out for ever (docs/algorithms.md, "Debt").
+  int64_t debt = 0;
   // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
   // `allowed` is true anyway and `reason` says why it would have been refused.
   bool shadow_refused = false;

@@ -152,6 +152,35 @@ descriptors:
   EXPECT_FALSE(r[0]->colocate);
 }
 
+// debit_entry: the key of the entry that marks a request as a debit of the limit; for
+// rate limits, not for concurrency limits.
+TEST(Config, DebitEntry) {
+  auto c = Build(R"(domain: ai
+descriptors:
+  - key: account
+    rate_limit: {unit: minute, requests_per_unit: 10000}
+    debit_entry: stream_done
+  - key: user
+    algorithm: gcra
+    debit_entry: done
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 10}
+)");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ((*c)->rules[0]->debit_entry, "stream_done");
+  EXPECT_EQ((*c)->rules[1]->debit_entry, "done");
+  EXPECT_EQ((*c)->rules[2]->debit_entry, "");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    algorithm: concurrency\n    "
+                    "debit_entry: done\n    rate_limit: {requests_per_unit: 3}\n"),
+            "bad.yaml:5:18: debit_entry applies to rate limits, not to algorithm: concurrency");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    debit_entry: \"\"\n    "
+                    "rate_limit: {unit: second, requests_per_unit: 3}\n"),
+            "bad.yaml:4:18: debit_entry must not be empty");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    debit_entry: done\n"),
+            "bad.yaml:4:18: debit_entry needs a rate_limit on the same descriptor");
+}
+
 TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n "
                     "     requests_per_unit: 1\n"),
@@ -164,7 +193,7 @@ TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
             "bad.yaml:4:5: unknown key 'rate_limt' in descriptor (expected one of: key, value, "
             "rate_limit, "
             "descriptors, shadow_mode, detailed_metric, algorithm, burst, lease_ttl, failure_mode, "
-            "local_servers, colocate)");
+            "local_servers, colocate, debit_entry)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - value: x\n"),
             "bad.yaml:3:5: descriptor needs a key");
   EXPECT_EQ(ErrorOf("descriptors: []\n"), "bad.yaml:1:1: missing domain");

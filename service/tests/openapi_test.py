@@ -218,6 +218,17 @@ def with_redis(c):
            dict(descriptor("closed", "a"), domain="elsewhere"), 400)
     c.call("check body over 64 KiB", "post", "/v1/check", raw=b" " * (65 * 1024), expect=413)
 
+    # Debits: charged whether they fit or not, into a debt of at most the limit (2 here).
+    clear_of_minute_boundary()
+    _, h, b = c.call("debit over the limit", "post", "/v1/debit",
+                     dict(descriptor("closed", "d"), hits=5), 200)
+    assert b["descriptors"][0]["debt"] == 2 and not b["allowed"] and "retry-after" in h, b
+    _, _, b = c.call("debit of a token bucket", "post", "/v1/debit",
+                     dict(descriptor("bucket"), hits=9), 200)
+    assert b["descriptors"][0]["debt"] == 4, b  # at most the burst: one bucket below zero
+    c.call("debit of a concurrency limit", "post", "/v1/debit",
+           {"domain": "api", "descriptors": [{"entries": lease_body("d")["entries"]}]}, 400)
+
     envoy = {"domain": "api", "descriptors": [{"entries": [
         {"key": "route", "value": "closed"}, {"key": "account", "value": "j"}]}]}
     for i in range(2):
@@ -315,6 +326,9 @@ def without_redis(c, s):
     _, _, b = c.call("readyz, Redis stopped", "get", "/readyz", expect=200)
     assert b["status"] == "degraded" and b["answering"] == "failure policies", b
     c.call("readyz strict, Redis stopped", "get", "/readyz", expect=503, query="?strict=1")
+    _, _, b = c.call("debit, Redis stopped", "post", "/v1/debit", descriptor("closed", "e"),
+                     503)
+    assert "error" in b["descriptors"][0], b
     c.call("acquire, closed, Redis stopped", "post", "/v1/leases", lease_body("l4"), 503)
     c.call("heartbeat, Redis stopped", "post", "/v1/leases/%s/heartbeat" % grant["lease"],
            expect=503)

@@ -91,8 +91,11 @@ void DescribeTokenBucket(std::string_view v, int64_t now, KeyState& s) {
     return;
   }
   const int64_t full_at = state->at_ms + state->full_in_ms;
+  // A negative fraction marks a deficit of more than the capacity: a debit's debt.
+  const bool debt = state->fraction < 0;
   Add(s, "missing_tokens", state->tokens);
-  Add(s, "missing_fraction_per_window", state->fraction);
+  Add(s, "missing_fraction_per_window", debt ? -1 - state->fraction : state->fraction);
+  Add(s, "in_debt", debt ? 1 : 0);
   Add(s, "written_at_ms", state->at_ms);
   Add(s, "full_at_ms", full_at);
   Add(s, "full_in_ms", std::max<int64_t>(0, full_at - now));
@@ -109,9 +112,14 @@ void DescribeGcra(std::string_view v, int64_t now, KeyState& s) {
         "fraction) or a decimal TAT";
     return;
   }
-  const int64_t full_at = state->tat_ms + (state->tat_fraction > 0 ? 1 : 0);
+  // A negative fraction (32-byte form) marks a TAT missing more than the capacity: a
+  // debit's debt.
+  const bool debt = v.size() == 32 && state->tat_fraction < 0;
+  const int64_t fraction = debt ? -1 - state->tat_fraction : state->tat_fraction;
+  const int64_t full_at = state->tat_ms + (fraction > 0 ? 1 : 0);
   Add(s, "tat_ms", state->tat_ms);
-  Add(s, "tat_fraction", state->tat_fraction);
+  Add(s, "tat_fraction", fraction);
+  if (v.size() == 32) Add(s, "in_debt", debt ? 1 : 0);
   if (v.size() == 32) {
     Add(s, "refill", state->rate);
     Add(s, "window_ms", state->window_ms);

@@ -5,7 +5,8 @@
 //   KEYS[1]  the id's key: `<prefix>:{<limiter>:<id>}`; an algorithm that needs more
 //            than one key derives them from KEYS[1] + a suffix (same hash tag, same slot)
 //   ARGV[1]  op: "0" consume, "1" peek, "2" refund, "3" reset, "4" sync (fixed_window
-//            only), "5" take, "6" give back (sliding_window only; Op below)
+//            only), "5" take, "6" give back (sliding_window only), "7" debit
+//            (Op below)
 //   ARGV[2]  model clock ms, or "" to read Redis TIME (the default; models are tests);
 //            the batch driver (src/algo/batch.lua) passes a Lua number there instead:
 //            Redis TIME it read once for the batch (no model-clock grace)
@@ -20,7 +21,10 @@
 //            code 1: admitted (consume), would be admitted (peek), done (refund, reset);
 //            code 0: refused, over the limit; code 2: refused, cost > limit (never passes);
 //            sync, and take when admitted: {1, remaining, reset_after_ms, window end ms}
-//            (the Decision carries the end in retry_after)
+//            (the Decision carries the end in retry_after);
+//            debit: {code, remaining, reset_after_ms, retry_after_ms} of a peek of one
+//            unit after the charge, remaining negative when the id is in debt
+//            (>= -limit: the debt bound)
 // Each twin is a function with the same inputs and outputs on an explicit state, and the
 // differential tests hold script and twin to identical replies.
 #pragma once
@@ -49,6 +53,12 @@ enum class Op : int {
   // `refill` (ms on the store's clock) alone, the current or the previous one, never
   // below 0; nothing when that window is neither (sliding_window.lua's header).
   kGiveBack = 6,
+  // Work already done: charge `cost` whether it fits or not, into a debt of at most
+  // `limit` (the budget never goes below -limit, a bucket never misses more than twice
+  // its capacity: what would go further is dropped), and
+  // reply as a peek of one unit after the charge. The id is then refused until its
+  // algorithm's own recovery covers the debt (docs/algorithms.md, "Debt").
+  kDebit = 7,
 };
 
 struct AlgoArgs {

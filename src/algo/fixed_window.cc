@@ -36,6 +36,18 @@ AlgoReply FixedWindowStep(std::optional<FixedWindowState>& state, const AlgoArgs
     expires_at_ms = state->ends_ms;
     return {1, std::max<int64_t>(0, a.limit - state->count), state->ends_ms - now, state->ends_ms};
   }
+  if (a.op == Op::kDebit) {
+    // Charged whether it fits or not, the count never above twice the limit.
+    if (!live) state = FixedWindowState{0, latest};
+    if (state->ends_ms > latest) state->ends_ms = latest;
+    const int64_t add = std::min(a.cost, 2 * a.limit - state->count);
+    if (add > 0) state->count += add;
+    expires_at_ms = state->ends_ms;
+    const int64_t ttl = state->ends_ms - now;
+    const int64_t left = std::max(a.limit - state->count, -a.limit);
+    if (left > 0) return {1, left, ttl, 0};
+    return {0, left, ttl, ttl};
+  }
   if (!live) {
     if (a.cost > a.limit && a.op != Op::kRefund) return {2, a.limit, 0, 0};
     if (a.op != Op::kConsume) return {1, a.limit, 0, 0};

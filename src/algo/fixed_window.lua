@@ -29,6 +29,11 @@
 -- would (now + window, or the aligned end when aligned), so a shortened window applies
 -- at once. A call that finds a later end moves the expiry there, even when it refuses
 -- or peeks (the count carries over; nothing is counted or given back).
+-- Op "7" (debit, work already done): `cost` is added whether it fits or not, the count
+-- never above twice the limit (a debt of at most one window's worth: what would go
+-- further is dropped), in the live window or in one opened now; the reply is a peek of
+-- one unit after it (remaining down to -limit; refused until the window ends). The
+-- window's end stays the key's expiry, as for any write.
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
 -- argument with a costly '%.17g'); the hot path passes ARGV[3], the cost as sent.
 -- Under a model clock (tests only) the value keeps its window end ("count:end": Redis's
@@ -106,6 +111,25 @@ elseif now + 0 ~= now then
     end
     redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', string.format('%d', ends - now + grace))
     return {1, math.max(0, limit - count), ends - now, ends}
+  end
+
+  if op == '7' then
+    if not live then
+      count, ends = 0, latest
+    elseif ends > latest then
+      ends = latest
+    end
+    local add = math.min(cost, limit + limit - count)
+    if add > 0 then
+      count = count + add
+    end
+    local ttl = ends - now
+    redis.call('SET', key, string.format('%d:%d', count, ends), 'PX', string.format('%d', ttl + grace))
+    local left = math.max(limit - count, -limit)
+    if left > 0 then
+      return {1, left, ttl, 0}
+    end
+    return {0, left, ttl, ttl}
   end
 
   if not live then
@@ -296,6 +320,31 @@ if op == '4' then
     redis.call('INCRBY', key, string.format('%d', add))
   end
   return {1, math.max(0, limit - count), ends - now, ends}
+end
+
+if op == '7' then
+  -- A debit: charged whether it fits or not, up to `limit` below zero (the count never
+  -- passes twice the limit); what would go further is dropped.
+  local add
+  if not count then
+    count, ends = 0, latest
+    add = math.min(cost, limit + limit)
+    redis.call('SET', key, string.format('%d', add), 'PXAT', string.format('%d', latest))
+  else
+    add = math.min(cost, limit + limit - count)
+    if add > 0 then
+      redis.call('INCRBY', key, string.format('%d', add))
+    end
+  end
+  if add > 0 then
+    count = count + add
+  end
+  local ttl = ends - now
+  local left = math.max(limit - count, -limit)
+  if left > 0 then
+    return {1, left, ttl, 0}
+  end
+  return {0, left, ttl, ttl}
 end
 
 if not count then

@@ -738,5 +738,47 @@ TEST(FixedWindowDecision, RetryAfterSecondsRoundsUp) {
   }
 }
 
+// A debit is charged whether it fits or not, into a debt of at most one window's worth
+// (the count never passes twice the limit), and the id is refused until the window ends.
+TEST(FixedWindowDebit, GoesIntoDebtAndRecoversAtTheWindowsEnd) {
+  State state;
+  EXPECT_EQ(Call(state, Consume(10, 1000, 3), kT0).reply, (AlgoReply{1, 7, 1000, 0}));
+  // 15 more than 7 left: 8 below zero, refused until the window ends, 500 ms on.
+  Step debit = Call(state, Args(Op::kDebit, 10, 1000, 15), kT0 + 500);
+  EXPECT_EQ(debit.reply, (AlgoReply{0, -8, 500, 500}));
+  const Decision d = MakeDecision(debit.reply, 10, Op::kDebit);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, 0);
+  EXPECT_EQ(d.debt, 8);
+  EXPECT_EQ(d.retry_after, milliseconds(500));
+  EXPECT_EQ(Call(state, Consume(10, 1000), kT0 + 999).reply, (AlgoReply{0, -8, 1, 1}));
+  // The window's end forgives the debt: the next window starts full.
+  EXPECT_EQ(Call(state, Consume(10, 1000), kT0 + 1000).reply, (AlgoReply{1, 9, 1000, 0}));
+}
+
+TEST(FixedWindowDebit, DebtIsBoundedByOneWindowsWorth) {
+  State state;
+  // A huge debit opens a window counting twice the limit: 10 below zero, never more.
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 1'000'000), kT0).reply,
+            (AlgoReply{0, -10, 1000, 1000}));
+  EXPECT_EQ(state->count, 20);
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 7), kT0 + 1).reply,
+            (AlgoReply{0, -10, 999, 999}));
+  EXPECT_EQ(state->count, 20);
+  EXPECT_EQ(MakeDecision(AlgoReply{0, -10, 999, 999}, 10, Op::kDebit).debt, 10);
+}
+
+TEST(FixedWindowDebit, ThatFitsIsAnAdmissionAndResetClearsADebt) {
+  State state;
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 4), kT0).reply, (AlgoReply{1, 6, 1000, 0}));
+  // Exactly to zero: no debt, but no unit left either: refused until the end.
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 6), kT0 + 1).reply, (AlgoReply{0, 0, 999, 999}));
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 6), kT0 + 2).reply,
+            (AlgoReply{0, -6, 998, 998}));
+  EXPECT_EQ(Call(state, Reset(10, 1000), kT0 + 3).reply, (AlgoReply{1, 10, 0, 0}));
+  EXPECT_FALSE(state.has_value());
+  EXPECT_EQ(Call(state, Consume(10, 1000), kT0 + 4).reply, (AlgoReply{1, 9, 1000, 0}));
+}
+
 }  // namespace
 }  // namespace sluice::internal

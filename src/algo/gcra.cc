@@ -1,5 +1,7 @@
 #include "algo/gcra.h"
 
+#include <algorithm>
+
 #include "core/numbers.h"
 
 #include "algo/token_bucket.h"
@@ -19,15 +21,20 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
   // The deficit: xm ms + xf/vr ms until the bucket is full, as written under refill vr
   // and window vw.
   bool live = false;
+  bool debt = false;  // the stored TAT may miss more than the capacity: a debit's debt
   int64_t xm = 0, xf = 0, stored_ttl = 0;
   int64_t vr = rate, vw = window;
   const bool had_state = state.has_value();
   if (state) {
     const int64_t m = state->tat_ms;
-    const int64_t f = state->tat_fraction;
+    int64_t f = state->tat_fraction;
     if (state->rate != 0 || state->window_ms != 0) {
       vr = state->rate;
       vw = state->window_ms;
+      if (f < 0) {  // the mark of a debt (32-byte values only)
+        debt = true;
+        f = -1 - f;
+      }
     }
     if (f >= 0 && vr >= 1 && vr <= kMaxLimit && vw >= 1 && vw <= kMaxWindow.count() &&
         (now < m || (now == m && f > 0)) && m - now <= h) {
@@ -38,17 +45,19 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
     }
   }
 
-  // TAT = now + m ms + f/rate ms.
-  auto write = [&](int64_t m, int64_t f) {
-    state = GcraState{now + m, f, rate, window};
+  // TAT = now + m ms + f/rate ms; `over`: more than the capacity missing (a debt), stored
+  // with the fraction as -1 - f.
+  auto write = [&](int64_t m, int64_t f, bool over = false) {
+    state = GcraState{now + m, over ? -1 - f : f, rate, window};
     const int64_t ttl = f > 0 ? m + 1 : m;
     expires_at_ms = now + ttl;
     return ttl;
   };
   bool moved = false;  // set below: the stored TAT is converted or cut
+  int64_t used = 0;    // whole tokens missing, set below
   auto keep = [&] {
     if (moved) {
-      write(xm, xf);
+      write(xm, xf, used > cap);
     } else {
       expires_at_ms = now + stored_ttl;
     }
@@ -59,6 +68,12 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
     return {1, cap, 0, 0};
   }
 
+  if (!live && a.op == Op::kDebit) {
+    xm = xf = stored_ttl = 0;  // a full bucket's debit (written below)
+    vr = rate;
+    vw = window;
+    live = true;
+  }
   if (!live) {
     if (had_state && (a.op != Op::kConsume || cost > cap)) state.reset();
     if (cost > cap && a.op != Op::kRefund) return {2, cap, 0, 0};
@@ -69,7 +84,6 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
 
   // Whole tokens missing, ceil(deficit * vr / vw) — or, past 2^52, just a number larger
   // than any limit or cost.
-  int64_t used = 0;
   {
     const QuotRem qr = MulDivMod(xm, vr, vw);
     if (qr.quot > h) {
@@ -81,17 +95,48 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
       if (u * vw < r) ++used;
     }
   }
-  // Written under other parameters, or missing more than a whole bucket: the deficit
-  // becomes `used` whole tokens (at most the capacity) at the refill in force.
-  moved = vr != rate || vw != window || used > cap;
+  // Written under other parameters, or missing more than a whole bucket (two with a
+  // debit's debt): the deficit becomes `used` whole tokens (at most that) at the refill
+  // in force.
+  const int64_t most = debt ? 2 * cap : cap;
+  moved = vr != rate || vw != window || used > most;
   if (moved) {
-    if (used > cap) used = cap;
+    if (used > most) used = most;
     const QuotRem n = MulDivMod(used, window, rate);
     xm = n.quot;
     xf = n.rem;
   }
   int64_t remaining = cap - used;
-  const int64_t reset = xf > 0 ? xm + 1 : xm;
+  int64_t reset = xf > 0 ? xm + 1 : xm;
+
+  if (a.op == Op::kDebit) {
+    // Charged whether the tokens are there or not, never more than twice the capacity
+    // missing; then answered as a peek of one token.
+    const int64_t add = std::min(cost, 2 * cap - used);
+    if (add > 0) {
+      const QuotRem n = MulDivMod(add, window, rate);
+      xm += n.quot;
+      xf += n.rem;
+      if (xf >= rate) {
+        xf -= rate;
+        ++xm;
+      }
+      used += add;
+      reset = write(xm, xf, used > cap);
+    } else {
+      keep();
+    }
+    if (used < cap) return {1, cap - used, reset, 0};
+    // Refused: retry when the deficit has shrunk to what leaves one token.
+    const QuotRem t = MulDivMod(cap - 1, window, rate);
+    int64_t dm = xm - t.quot, df = xf - t.rem;
+    if (df < 0) {
+      df += rate;
+      --dm;
+    }
+    if (df > 0) ++dm;
+    return {0, cap - used, reset, dm};
+  }
 
   if (a.op == Op::kRefund) {
     if (cost >= used) {
@@ -104,7 +149,7 @@ AlgoReply GcraStep(std::optional<GcraState>& state, const AlgoArgs& a, int64_t n
       yf += rate;
       --ym;
     }
-    const int64_t ttl = write(ym, yf);
+    const int64_t ttl = write(ym, yf, used - cost > cap);
     if (used - cost < cap) remaining = cap - (used - cost);
     return {1, remaining, ttl, 0};
   }

@@ -17,6 +17,13 @@
 -- not write, or a bucket found full is deleted by the call that reads it. Refused
 -- requests change nothing. Under a model clock (tests only) expiries get 60 s of grace,
 -- as in fixed_window.lua; the stored TAT keeps decisions exact.
+-- Op "7" (debit, work already done): `cost` tokens are taken whether they are there or
+-- not, never more than twice the capacity missing (a debt of at most one bucket: what
+-- would go further is dropped); the reply is a peek of one token after it (remaining
+-- down to -capacity), so retry_after is when the refill has covered the debt and one
+-- token. A TAT missing more than the capacity is stored with its fraction as -1 - f (the
+-- mark of a debt), so that the cut below keeps it; any other deficit is cut to the
+-- capacity.
 --
 -- Limits are arguments, and tokens are what a plan change keeps: a TAT written under
 -- another refill or window is first turned into the whole tokens it was missing then
@@ -39,11 +46,15 @@
 -- arguments (cmake/SluiceLua.cmake makes it once per script call).
 
 -- Stores the TAT now + m + f/rate ms (under this refill and window); returns the ms until
--- it.
-local function store(key, now, grace, rate, window, m, f)
+-- it. `debt`: the bucket misses more than its capacity (a debit's debt), marked by storing
+-- the fraction as -1 - f.
+local function store(key, now, grace, rate, window, m, f, debt)
   local ttl = m
   if f > 0 then
     ttl = m + 1
+  end
+  if debt then
+    f = -1 - f
   end
   put(key, struct.pack('>dddd', now + m, f, rate, window), now, ttl, grace)
   return ttl
@@ -68,6 +79,7 @@ if v and v.err then
   v = false
 end
 local live = false
+local debt = false -- the stored TAT may miss more than the capacity: a debit's debt
 local xm, xf, stored_ttl
 local vr, vw = rate, window
 if v then
@@ -75,6 +87,9 @@ if v then
   if not m then
     if #v == 32 then
       m, f, vr, vw = struct.unpack('>dddd', v)
+      if f < 0 then
+        debt, f = true, -1 - f
+      end
     elseif #v == 16 then
       m, f = struct.unpack('>dd', v)
     end
@@ -101,6 +116,10 @@ if op == '3' then
   return {1, cap, 0, 0}
 end
 
+if not live and op == '7' then
+  xm, xf, stored_ttl, vr, vw, live = 0, 0, 0, rate, window, true -- a full bucket's debit
+end
+
 if not live then
   if v and (op ~= '0' or cost > cap) then
     call('DEL', key)
@@ -118,7 +137,7 @@ if not live then
   else
     nm, nf = wide(cost, window, rate)
   end
-  return {1, cap - cost, store(key, now, grace, rate, window, nm, nf), 0}
+  return {1, cap - cost, store(key, now, grace, rate, window, nm, nf, false), 0}
 end
 
 -- Whole tokens missing, ceil(deficit * vr / vw) — or, past 2^52 (a TAT written under a
@@ -143,12 +162,17 @@ do
     end
   end
 end
--- Written under other parameters, or missing more than a whole bucket: the deficit
--- becomes `used` whole tokens (at most the capacity) at the refill in force.
-local moved = vr ~= rate or vw ~= window or used > cap
+-- Written under other parameters, or missing more than a whole bucket (two with a
+-- debit's debt): the deficit becomes `used` whole tokens (at most that) at the refill in
+-- force.
+local most = cap
+if debt then
+  most = cap + cap
+end
+local moved = vr ~= rate or vw ~= window or used > most
 if moved then
-  if used > cap then
-    used = cap
+  if used > most then
+    used = most
   end
   local p = used * window
   if p < H then
@@ -162,6 +186,56 @@ local remaining = cap - used
 local reset = xm
 if xf > 0 then
   reset = xm + 1
+end
+
+if op == '7' then
+  -- A debit: charged whether the tokens are there or not, never more than twice the
+  -- capacity missing (what would go further is dropped); then answered as a peek of one
+  -- token.
+  local add = cap + cap - used
+  if cost < add then
+    add = cost
+  end
+  if add > 0 then
+    local p, nm, nf = add * window
+    if p < H then
+      nf = p % rate
+      nm = (p - nf) / rate
+    else
+      nm, nf = wide(add, window, rate)
+    end
+    xm, xf = xm + nm, xf + nf
+    if xf >= rate then
+      xf = xf - rate
+      xm = xm + 1
+    end
+    used = used + add
+    reset = store(key, now, grace, rate, window, xm, xf, used > cap)
+  elseif moved then
+    store(key, now, grace, rate, window, xm, xf, used > cap)
+  else
+    call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
+  end
+  if used < cap then
+    return {1, cap - used, reset, 0}
+  end
+  -- Refused: retry when the deficit has shrunk to what leaves one token.
+  local p, tm, tf = (cap - 1) * window
+  if p < H then
+    tf = p % rate
+    tm = (p - tf) / rate
+  else
+    tm, tf = wide(cap - 1, window, rate)
+  end
+  local dm, df = xm - tm, xf - tf
+  if df < 0 then
+    df = df + rate
+    dm = dm - 1
+  end
+  if df > 0 then
+    dm = dm + 1
+  end
+  return {0, cap - used, reset, dm}
 end
 
 if op == '2' then
@@ -184,7 +258,7 @@ if op == '2' then
   if used - cost < cap then
     remaining = cap - (used - cost)
   end
-  return {1, remaining, store(key, now, grace, rate, window, ym, yf), 0}
+  return {1, remaining, store(key, now, grace, rate, window, ym, yf, used - cost > cap), 0}
 end
 
 local reply
@@ -204,7 +278,7 @@ elseif cost <= remaining then
       sf = sf - rate
       sm = sm + 1
     end
-    return {1, remaining - cost, store(key, now, grace, rate, window, sm, sf), 0}
+    return {1, remaining - cost, store(key, now, grace, rate, window, sm, sf, false), 0}
   end
   reply = {1, remaining, reset, 0}
 else
@@ -228,7 +302,7 @@ else
 end
 -- Nothing else written: keep the stored TAT's expiry, or store the converted one.
 if moved then
-  store(key, now, grace, rate, window, xm, xf)
+  store(key, now, grace, rate, window, xm, xf, used > cap)
 else
   call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
 end

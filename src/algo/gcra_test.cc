@@ -388,5 +388,35 @@ TEST(GcraStep, GivesTheTokenBucketsRepliesUnderAnyFixedRefill) {
   }
 }
 
+// A debit moves the TAT whether the tokens are there or not, never more than twice the
+// capacity ahead (a debt of at most one bucket); the refill pays the debt off first.
+TEST(GcraDebit, RefillCoversTheDebtThenATokenPasses) {
+  State state;
+  // A burst of 10, 10 per second: one every 100 ms.
+  EXPECT_EQ(Call(state, Consume(10, 1000, 0, 4), kT0).reply, (AlgoReply{1, 6, 400, 0}));
+  const Step debit = Call(state, Args(Op::kDebit, 10, 1000, 0, 20), kT0);
+  EXPECT_EQ(debit.reply, (AlgoReply{0, -10, 2000, 1100})) << Show(debit.reply);
+  EXPECT_EQ(state->tat_ms, kT0 + 2000);
+  EXPECT_LT(state->tat_fraction, 0) << "a TAT past the capacity is stored marked as a debt";
+  EXPECT_EQ(Call(state, Consume(10, 1000, 0), kT0 + 1099).reply, (AlgoReply{0, 0, 901, 1}));
+  EXPECT_EQ(Call(state, Consume(10, 1000, 0), kT0 + 1100).reply, (AlgoReply{1, 0, 1000, 0}));
+  EXPECT_EQ(state->tat_fraction, 0);
+}
+
+TEST(GcraDebit, DebtIsBoundedAndALoweredBurstKeepsAtMostOneBucketOfIt) {
+  State state;
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 0, 1'000'000), kT0).reply,
+            (AlgoReply{0, -10, 2000, 1100}));
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 0, 5), kT0).reply,
+            (AlgoReply{0, -10, 2000, 1100}));
+  EXPECT_EQ(state->tat_ms, kT0 + 2000);
+  // The burst lowered to 5 (the refill kept at 10 per second): 10 missing at most (the
+  // reply's remaining is the script's, unclamped: 5 below zero).
+  EXPECT_EQ(Call(state, Peek(5, 1000, 10), kT0).reply, (AlgoReply{0, -5, 1000, 600}));
+  EXPECT_EQ(state->tat_ms, kT0 + 1000);
+  EXPECT_EQ(Call(state, Args(Op::kReset, 5, 1000, 10), kT0 + 1).reply, (AlgoReply{1, 5, 0, 0}));
+  EXPECT_FALSE(state.has_value());
+}
+
 }  // namespace
 }  // namespace sluice::internal

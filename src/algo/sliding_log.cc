@@ -6,6 +6,30 @@
 
 namespace sluice::internal {
 
+namespace {
+
+// Logs `cost` units admitted now at the end of the (pruned) log; returns the entry's time.
+int64_t Append(std::optional<SlidingLogState>& state, int64_t cost, int64_t now) {
+  int64_t at = now;
+  int64_t start = 0;
+  if (state) {
+    std::deque<SlidingLogEntry>& log = state->entries;
+    at = std::max(now, log.back().at_ms);  // a clock that steps back cannot reorder the log
+    start = log.back().end();
+    if (start + cost > kSlidingLogRebaseAbove) {
+      const int64_t base = log.front().start;
+      for (SlidingLogEntry& e : log) e.start -= base;
+      start -= base;
+    }
+  } else {
+    state.emplace();
+  }
+  state->entries.push_back({at, start, cost});
+  return at;
+}
+
+}  // namespace
+
 AlgoReply SlidingLogStep(std::optional<SlidingLogState>& state, const AlgoArgs& a, int64_t now,
                          int64_t& expires_at_ms) {
   if (a.op == Op::kReset) {
@@ -41,6 +65,16 @@ AlgoReply SlidingLogStep(std::optional<SlidingLogState>& state, const AlgoArgs& 
 
   const int64_t used = live ? state->entries.back().end() - state->entries.front().start : 0;
   const int64_t reset_at = live ? state->entries.back().at_ms + window : 0;
+  if (a.op == Op::kDebit) {
+    // Logged as an admission whether it fits or not, `used` never above twice the limit;
+    // then answered as a peek of one unit.
+    const int64_t add = std::min(a.cost, 2 * a.limit - used);
+    if (add > 0) Append(state, add, now);
+    AlgoArgs peek = a;
+    peek.op = Op::kPeek;
+    peek.cost = 1;
+    return SlidingLogStep(state, peek, now, expires_at_ms);
+  }
   if (a.cost > a.limit) {
     if (!live) return {2, a.limit, 0, 0};
     expires_at_ms = reset_at;
@@ -53,21 +87,7 @@ AlgoReply SlidingLogStep(std::optional<SlidingLogState>& state, const AlgoArgs& 
       expires_at_ms = reset_at;
       return {1, a.limit - used, reset_at - now, 0};
     }
-    int64_t at = now;
-    int64_t start = 0;
-    if (live) {
-      std::deque<SlidingLogEntry>& log = state->entries;
-      at = std::max(now, log.back().at_ms);  // a clock that steps back cannot reorder the log
-      start = log.back().end();
-      if (start + a.cost > kSlidingLogRebaseAbove) {
-        const int64_t base = log.front().start;
-        for (SlidingLogEntry& e : log) e.start -= base;
-        start -= base;
-      }
-    } else {
-      state.emplace();
-    }
-    state->entries.push_back({at, start, a.cost});
+    const int64_t at = Append(state, a.cost, now);
     expires_at_ms = at + window;
     return {1, a.limit - used - a.cost, at + window - now, 0};
   }

@@ -15,6 +15,10 @@
 -- Returns  {code, remaining, reset_after_ms, retry_after_ms}; reset_after is when the
 --          newest entry leaves the window (the log is empty again), retry_after the moment
 --          enough of the oldest entries have left for this request to fit.
+-- Op "7" (debit, work already done): `cost` is logged as an admission whether it fits
+-- or not, `used` never above twice the limit (a debt of at most one window's worth: what
+-- would go further is dropped); the reply is a peek of one unit after it (remaining down
+-- to -limit), so retry_after is when enough entries have left the window for one unit.
 -- TTL rule: the key expires when its newest entry leaves the window. A call that adds an
 -- entry or refunds sets that expiry (PEXPIRE) in the same script; a call that reads a
 -- live log without writing it (refused, peek) checks it (PTTL) and sets it only when it
@@ -90,8 +94,16 @@ if live then
   used = last_end - first_start
 end
 
+-- A debit: charged whether it fits or not, `used` never above twice the limit (what
+-- would go further is dropped: `cost` <= 0 adds no entry); written as an admission, then
+-- answered as a peek of one unit.
+local debit = op == '7'
+if debit and cost > limit + limit - used then
+  cost = limit + limit - used
+end
+
 -- Admit.
-if op == '0' and used + cost <= limit then
+if (op == '0' and used + cost <= limit) or (debit and cost > 0) then
   local at, start = now, 0
   if live then
     start = last_end
@@ -116,6 +128,7 @@ if op == '0' and used + cost <= limit then
         redis.call('ZADD', key, all[j + 1], m)
       end
       start = start - first_start
+      first_start = 0
     end
   end
   local digits = string.format('%d', start)
@@ -133,7 +146,16 @@ if op == '0' and used + cost <= limit then
     redis.call('ZADD', key, ARGV[2], member)
     redis.call('PEXPIRE', key, string.format('%d', window + grace))
   end
-  return {1, limit - used - cost, at + window - now, 0}
+  if not debit then
+    return {1, limit - used - cost, at + window - now, 0}
+  end
+  if not live then
+    live, first_at, first_start, first_member = true, at, start, member
+  end
+  last_at, last_end, used = at, start + cost, used + cost
+end
+if debit then
+  op, cost = '1', 1
 end
 
 if not live then

@@ -292,5 +292,32 @@ TEST(SlidingLogStep, StartsAreRenumberedBeforeTheyGrowPastTheRebaseBound) {
   EXPECT_EQ(log.Peek(now - 1, 1), Refused(0, 2, 1));
 }
 
+// A debit is logged as an admission whether it fits or not, `used` never above twice the
+// limit; checks pass again once enough of the log has left the window.
+TEST(SlidingLogDebit, RecoversAsEntriesLeaveTheWindow) {
+  Log log(10, 1000);
+  EXPECT_EQ(log.Consume(kT0, 4), (AlgoReply{1, 6, 1000, 0}));
+  // 20 more: 16 logged (20 used, 10 below zero), 4 dropped. One unit fits once 11 units
+  // have left: the debit's own entry, 1000 ms on.
+  EXPECT_EQ(log.Call(Op::kDebit, 20, kT0 + 100), (AlgoReply{0, -10, 1000, 1000}));
+  EXPECT_EQ(log.Costs(), (std::vector<int64_t>{4, 16}));
+  // The first entry leaving is not enough: 16 used.
+  EXPECT_EQ(log.Consume(kT0 + 1000).code, 0);
+  EXPECT_EQ(log.Consume(kT0 + 1099).code, 0);
+  EXPECT_EQ(log.Consume(kT0 + 1100), (AlgoReply{1, 9, 1000, 0}));
+}
+
+TEST(SlidingLogDebit, DebtIsBoundedAndResetClearsIt) {
+  Log log(10, 1000);
+  EXPECT_EQ(log.Call(Op::kDebit, 1'000'000, kT0), (AlgoReply{0, -10, 1000, 1000}));
+  EXPECT_EQ(log.Costs(), (std::vector<int64_t>{20}));
+  // At the bound a debit logs nothing more.
+  EXPECT_EQ(log.Call(Op::kDebit, 5, kT0 + 1), (AlgoReply{0, -10, 999, 999}));
+  EXPECT_EQ(log.Costs(), (std::vector<int64_t>{20}));
+  EXPECT_EQ(log.Reset(kT0 + 2), (AlgoReply{1, 10, 0, 0}));
+  EXPECT_FALSE(log.state().has_value());
+  EXPECT_EQ(log.Consume(kT0 + 3), (AlgoReply{1, 9, 1000, 0}));
+}
+
 }  // namespace
 }  // namespace sluice::internal

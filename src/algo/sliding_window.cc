@@ -90,6 +90,9 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
     }
     if (!ok || now >= zero) state.reset();
   }
+  if (!state && a.op == Op::kDebit) {
+    state = SlidingWindowState{now - FloorMod(now, w), 0, 0, w};  // written below
+  }
   if (!state) {
     if (a.cost > a.limit && a.op != Op::kRefund && a.op != Op::kGiveBack) {
       return {2, a.limit, 0, 0};
@@ -115,6 +118,19 @@ AlgoReply SlidingWindowStep(std::optional<SlidingWindowState>& state, const Algo
   int64_t used = c;
   if (p > 0) used += MulDiv(p, w - e, w).q;
 
+  if (a.op == Op::kDebit) {
+    // Charged whether it fits or not, `used` never above twice the limit; then answered
+    // as a peek of one unit.
+    const int64_t add = std::min(a.cost, 2 * a.limit - used);
+    if (add > 0) {
+      c += add;
+      used += add;
+      zero = ZeroAt(s, c, p, w);
+      state = SlidingWindowState{s, c, p, w};
+    }
+    a.op = Op::kPeek;
+    a.cost = 1;
+  }
   if (a.op == Op::kRefund || a.op == Op::kGiveBack) {
     if (a.op == Op::kGiveBack) {
       // Only from the named window's own count (`refill`: its end), never below 0.

@@ -16,6 +16,11 @@
 -- the current one's when it is still current, the previous one's when it has just
 -- ended — never below 0, and from nothing when that window is neither (a give-back that
 -- arrives late never lowers another window's count); never refused; replies as refund.
+-- Op "7" (debit, work already done): `cost` is added to the current count whether it
+-- fits or not, the estimate never above twice the limit (a debt of at most one window's
+-- worth: what would go further is dropped); the reply is a peek of one unit after it
+-- (remaining down to -limit), so retry_after is when the window has slid far enough for
+-- one unit, solved as for a refusal.
 --
 -- Estimate at time t, e = t - start (0 <= e < window):
 --   used = floor(previous * (window - e) / window) + current
@@ -170,6 +175,10 @@ if v then
   end
 end
 
+if not s and op == '7' then
+  s, c, p = now - now % w, 0, 0 -- a debit opens state (written below)
+  moved = true
+end
 if not s then
   if cost > limit and op ~= '2' and op ~= '6' then
     return {2, limit, 0, 0}
@@ -197,6 +206,22 @@ end
 local used = c
 if p > 0 then
   used = used + muldiv(p, w - e, w)
+end
+
+if op == '7' then
+  -- A debit: charged whether it fits or not, `used` never above twice the limit (what
+  -- would go further is dropped); then answered as a peek of one unit.
+  local add = limit + limit - used
+  if cost < add then
+    add = cost
+  end
+  if add > 0 then
+    c = c + add
+    used = used + add
+    zero = zero_at(s, c, p, w)
+    moved = true
+  end
+  op, cost = '1', 1
 end
 
 if op == '2' or op == '6' then

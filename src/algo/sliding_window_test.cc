@@ -412,5 +412,29 @@ TEST(SlidingWindowStep, HugeLimitsAndWindowsStayExact) {
   EXPECT_EQ(id.Peek(w + w / 3, kMaxLimit, 1, w).remaining, kMaxLimit - (kMaxLimit * 2) / 3);
 }
 
+// A debit is added to the current count whether it fits or not, the estimate never above
+// twice the limit, and checks pass again once the window has slid far enough.
+TEST(SlidingWindowDebit, RecoversAsTheWindowSlides) {
+  Id id;
+  // 30 into an empty id: 20 counted (10 below zero), the rest dropped.
+  EXPECT_EQ(id.Call(Op::kDebit, 30, 10, kW, kT0), (AlgoReply{0, -10, 1951, 1501}));
+  ExpectState(id.state, kT0, 20, 0);
+  // 500 ms into the next window the 20 weigh floor(20 * 500 / 1000) = 10: still full.
+  EXPECT_EQ(id.Consume(kT0 + 1500, 10).code, 0);
+  // 1 ms later they weigh 9: one unit passes.
+  EXPECT_EQ(id.Consume(kT0 + 1501, 10), (AlgoReply{1, 0, 500, 0}));
+  // A further debit stops at the bound whatever its size.
+  EXPECT_EQ(id.Call(Op::kDebit, 1'000'000, 10, kW, kT0 + 1502).remaining, -10);
+}
+
+TEST(SlidingWindowDebit, ThatFitsLeavesRoomAndResetClearsADebt) {
+  Id id;
+  EXPECT_EQ(id.Call(Op::kDebit, 4, 10, kW, kT0), (AlgoReply{1, 6, 1751, 0}));
+  EXPECT_EQ(id.Call(Op::kDebit, 100, 10, kW, kT0 + 1).remaining, -10);
+  EXPECT_EQ(id.Call(Op::kReset, 1, 10, kW, kT0 + 2), (AlgoReply{1, 10, 0, 0}));
+  EXPECT_FALSE(id.state.has_value());
+  EXPECT_EQ(id.Consume(kT0 + 3, 10).code, 1);
+}
+
 }  // namespace
 }  // namespace sluice::internal

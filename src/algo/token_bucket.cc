@@ -2,6 +2,7 @@
 
 #include "core/numbers.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace sluice::internal {
@@ -49,14 +50,19 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
 
   // The deficit now: xt tokens + xc/window token.
   bool live = false;
+  bool debt = false;  // the stored deficit may be more than the capacity: a debit's debt
   int64_t xt = 0, xc = 0, stored_ttl = 0;
   const bool had_state = state.has_value();
   if (state) {
     stored_ttl = state->at_ms + state->full_in_ms - now;
-    if (stored_ttl > 0 && stored_ttl <= kBucketHorizonMs && state->tokens >= 0 &&
-        state->fraction >= 0) {
+    int64_t fraction = state->fraction;
+    if (fraction < 0) {
+      debt = true;
+      fraction = -1 - fraction;
+    }
+    if (stored_ttl > 0 && stored_ttl <= kBucketHorizonMs && state->tokens >= 0) {
       xt = state->tokens;
-      xc = state->fraction;
+      xc = fraction;
       if (xc >= window) xc = window - 1;  // written under another window
       int64_t e = now - state->at_ms;
       if (e < 0) {
@@ -80,8 +86,10 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
     }
   }
 
+  // A deficit of more than the capacity (a debt) is stored with its fraction as -1 - it.
   auto write = [&](int64_t tokens, int64_t fraction, int64_t ttl) {
-    state = TokenBucketState{tokens, fraction, now, ttl};
+    const bool over = tokens > cap || (tokens == cap && fraction > 0);
+    state = TokenBucketState{tokens, over ? -1 - fraction : fraction, now, ttl};
     expires_at_ms = now + ttl;
   };
   bool cut = false;  // set below: the stored deficit is more than a whole bucket
@@ -99,6 +107,10 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
     return {1, cap, 0, 0};
   }
 
+  if (!live && a.op == Op::kDebit) {
+    xt = xc = stored_ttl = 0;  // a debit of a full bucket (written below)
+    live = true;
+  }
   if (!live) {
     if (had_state && (a.op != Op::kConsume || cost > cap)) state.reset();
     if (cost > cap && a.op != Op::kRefund) return {2, cap, 0, 0};
@@ -119,14 +131,32 @@ AlgoReply TokenBucketStep(std::optional<TokenBucketState>& state, const AlgoArgs
   // A bucket never misses more than its capacity: a deficit left by a larger capacity or
   // a slower refill (a plan change) is cut to an empty bucket under the limit in force,
   // and written back whatever the call decides.
-  cut = xt > cap || (xt == cap && xc > 0);
+  // A debit's debt may leave up to two.
+  const int64_t most = debt ? 2 * cap : cap;
+  cut = xt > most || (xt == most && xc > 0);
   if (cut) {
-    xt = cap;
+    xt = most;
     xc = 0;
-    reset = RefillMs(cap, 0, window, rate);
+    reset = RefillMs(most, 0, window, rate);
   }
   int64_t used = xc > 0 ? xt + 1 : xt;
   int64_t remaining = used < cap ? cap - used : 0;
+
+  if (a.op == Op::kDebit) {
+    // Charged whether the tokens are there or not, the deficit never above twice the
+    // capacity; then answered as a peek of one token.
+    const int64_t add = std::min(cost, 2 * cap - used);
+    if (add > 0) {
+      xt += add;
+      used += add;
+      reset = RefillMs(xt, xc, window, rate);
+      write(xt, xc, reset);
+    } else {
+      keep();
+    }
+    if (used < cap) return {1, cap - used, reset, 0};
+    return {0, cap - used, reset, RefillMs(xt + 1 - cap, xc, window, rate)};
+  }
 
   if (a.op == Op::kRefund) {
     if (cost > xt || (cost == xt && xc == 0)) {

@@ -15,6 +15,14 @@
 -- it. Refused requests change nothing. Under a model clock (tests only) expiries get 60 s
 -- of grace, as in fixed_window.lua; the stored full time keeps decisions exact.
 --
+-- Op "7" (debit, work already done): `cost` tokens are taken whether they are there or
+-- not, the deficit never above twice the capacity (a debt of at most one bucket: what
+-- would go further is dropped); the reply is a peek of one token after it (remaining
+-- down to -capacity), so retry_after is when the refill has covered the debt and one
+-- token. A deficit of more than the capacity is stored with its fraction as -1 - fraction
+-- (the mark of a debt), so that the cut below keeps it; any other deficit is cut to the
+-- capacity.
+--
 -- Limits are arguments. A raised limit adds its tokens at once. A changed refill applies
 -- to the tokens still missing since the state was written, but the bucket is full no
 -- later than the stored full time, the key's expiry. A bucket never misses more than
@@ -55,8 +63,14 @@ local function refill_ms(k, c, window, rate)
 end
 
 -- Stores a deficit of k tokens + c/window token at `now`, full in `ttl` ms; returns ttl.
-local function store(key, now, grace, k, c, ttl)
-  put(key, struct.pack('>dddd', k, c, now, ttl), now, ttl, grace)
+-- A deficit of more than the capacity `cap` (a debt) is marked by storing the fraction as
+-- -1 - c.
+local function store(key, now, grace, k, c, ttl, cap)
+  local f = c
+  if k > cap or (k == cap and c > 0) then
+    f = -1 - c
+  end
+  put(key, struct.pack('>dddd', k, f, now, ttl), now, ttl, grace)
   return ttl
 end
 
@@ -78,10 +92,14 @@ if v and v.err then
   v = false
 end
 local live = false
+local debt = false -- the stored deficit may be more than the capacity: a debit's debt
 local xt, xc, stored_ttl
 if v and #v == 32 then
   local at, full_in
   xt, xc, at, full_in = struct.unpack('>dddd', v)
+  if xc < 0 then
+    debt, xc = true, -1 - xc
+  end
   stored_ttl = at + full_in - now
   if stored_ttl > 0 and stored_ttl <= H and xt >= 0 and xc >= 0 then
     if xc >= window then
@@ -122,6 +140,10 @@ if op == '3' then
   return {1, cap, 0, 0}
 end
 
+if not live and op == '7' then
+  xt, xc, stored_ttl, live = 0, 0, 0, true -- a debit of a full bucket (written below)
+end
+
 if not live then
   if v and (op ~= '0' or cost > cap) then
     call('DEL', key)
@@ -132,7 +154,7 @@ if not live then
   if op ~= '0' then
     return {1, cap, 0, 0}
   end
-  return {1, cap - cost, store(key, now, grace, cost, 0, refill_ms(cost, 0, window, rate)), 0}
+  return {1, cap - cost, store(key, now, grace, cost, 0, refill_ms(cost, 0, window, rate), cap), 0}
 end
 
 local reset = refill_ms(xt, xc, window, rate)
@@ -147,11 +169,16 @@ if reset > stored_ttl then
   end
   reset = stored_ttl
 end
--- Never more missing than a whole bucket: a cut deficit is written back by every path.
-local cut = xt > cap or (xt == cap and xc > 0)
+-- Never more missing than a whole bucket (two with a debit's debt): a cut deficit is
+-- written back by every path.
+local most = cap
+if debt then
+  most = cap + cap
+end
+local cut = xt > most or (xt == most and xc > 0)
 if cut then
-  xt, xc = cap, 0
-  reset = refill_ms(cap, 0, window, rate)
+  xt, xc = most, 0
+  reset = refill_ms(most, 0, window, rate)
 end
 local used = xt
 if xc > 0 then
@@ -160,6 +187,28 @@ end
 local remaining = 0
 if used < cap then
   remaining = cap - used
+end
+
+if op == '7' then
+  -- A debit: charged whether it fits or not, the deficit never above twice the capacity
+  -- (what would go further is dropped); then answered as a peek of one token.
+  local add = cap + cap - used
+  if cost < add then
+    add = cost
+  end
+  if add > 0 then
+    xt = xt + add
+    used = used + add
+    reset = store(key, now, grace, xt, xc, refill_ms(xt, xc, window, rate), cap)
+  elseif cut then
+    store(key, now, grace, xt, xc, reset, cap)
+  else
+    call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
+  end
+  if used < cap then
+    return {1, cap - used, reset, 0}
+  end
+  return {0, cap - used, reset, refill_ms(xt + 1 - cap, xc, window, rate)}
 end
 
 if op == '2' then
@@ -172,7 +221,7 @@ if op == '2' then
   if used < cap then
     remaining = cap - used
   end
-  return {1, remaining, store(key, now, grace, xt, xc, refill_ms(xt, xc, window, rate)), 0}
+  return {1, remaining, store(key, now, grace, xt, xc, refill_ms(xt, xc, window, rate), cap), 0}
 end
 
 local reply
@@ -181,7 +230,7 @@ if cost > cap then
 elseif cost <= remaining then
   if op == '0' then
     xt = xt + cost
-    return {1, remaining - cost, store(key, now, grace, xt, xc, refill_ms(xt, xc, window, rate)), 0}
+    return {1, remaining - cost, store(key, now, grace, xt, xc, refill_ms(xt, xc, window, rate), cap), 0}
   end
   reply = {1, remaining, reset, 0}
 else
@@ -190,7 +239,7 @@ else
 end
 -- Nothing else written: keep the stored state's expiry, or store the cut state.
 if cut then
-  store(key, now, grace, xt, xc, reset)
+  store(key, now, grace, xt, xc, reset, cap)
 else
   call('PEXPIRE', key, string.format('%d', stored_ttl + grace), 'NX')
 end

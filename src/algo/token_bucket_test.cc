@@ -376,5 +376,38 @@ TEST(BucketArithmetic, MulDivModIsExactAndSaturates) {
   EXPECT_EQ(MulDivMod(kMaxLimit, kMaxLimit, 1).quot, std::numeric_limits<int64_t>::max());
 }
 
+// A debit takes its tokens whether they are there or not, the deficit never above twice
+// the capacity (a debt of at most one bucket), and the refill pays the debt off first.
+TEST(TokenBucketDebit, RefillCoversTheDebtThenATokenPasses) {
+  State state;
+  // 10 tokens, 10 per second: one every 100 ms.
+  EXPECT_EQ(Call(state, Consume(10, 1000, 0, 4), kT0).reply, (AlgoReply{1, 6, 400, 0}));
+  // 20 more: 16 taken (20 missing, 10 below zero), 4 dropped. Full in 2 s; one token
+  // passes once 11 have come back.
+  const Step debit = Call(state, Args(Op::kDebit, 10, 1000, 0, 20), kT0);
+  EXPECT_EQ(debit.reply, (AlgoReply{0, -10, 2000, 1100})) << Show(debit.reply);
+  EXPECT_EQ(MakeDecision(debit.reply, 10, Op::kDebit).debt, 10);
+  EXPECT_EQ(state->tokens, 20);
+  EXPECT_LT(state->fraction, 0) << "a deficit past the capacity is stored marked as a debt";
+  EXPECT_EQ(Call(state, Consume(10, 1000, 0), kT0 + 1099).reply, (AlgoReply{0, 0, 901, 1}));
+  EXPECT_EQ(Call(state, Consume(10, 1000, 0), kT0 + 1100).reply, (AlgoReply{1, 0, 1000, 0}));
+  EXPECT_GE(state->fraction, 0) << "within the capacity again: no mark";
+}
+
+TEST(TokenBucketDebit, DebtIsBoundedAndALoweredCapacityKeepsAtMostOneBucketOfIt) {
+  State state;
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 0, 1'000'000), kT0).reply,
+            (AlgoReply{0, -10, 2000, 1100}));
+  EXPECT_EQ(Call(state, Args(Op::kDebit, 10, 1000, 0, 5), kT0).reply,
+            (AlgoReply{0, -10, 2000, 1100}));
+  EXPECT_EQ(state->tokens, 20);
+  // The capacity lowered to 5 (the refill kept at 10 per second): 10 missing at most, one
+  // bucket below zero; one token passes once 6 are back.
+  EXPECT_EQ(Call(state, Peek(5, 1000, 10), kT0).reply, (AlgoReply{0, 0, 1000, 600}));
+  EXPECT_EQ(state->tokens, 10);
+  EXPECT_EQ(Call(state, Args(Op::kReset, 5, 1000, 10), kT0 + 1).reply, (AlgoReply{1, 5, 0, 0}));
+  EXPECT_FALSE(state.has_value());
+}
+
 }  // namespace
 }  // namespace sluice::internal

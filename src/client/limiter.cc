@@ -229,6 +229,31 @@ StatusOr<Decision> Limiter::Refund(std::string_view id, int64_t amount,
   return ExecuteSync(internal::Op::kRefund, id, with);
 }
 
+StatusOr<Decision> Limiter::Debit(std::string_view id, int64_t cost,
+                                  const CheckOptions& options) const {
+  CheckOptions with = options;
+  with.cost = cost;
+  DropSliceForDebit(id);
+  return ExecuteSync(internal::Op::kDebit, id, with);
+}
+
+void Limiter::DropSliceForDebit(std::string_view id) const {
+  // A slice this process holds would go on admitting an id the debit may put in debt:
+  // dropped, its units left counted in the store (stricter), so the next check asks the
+  // store. (A periodic sync's local counts are the id's spending: kept, and pushed.)
+  if (budgets_ && !id.empty()) budgets_->Drop(id, BudgetNowMs());
+}
+
+void Limiter::DebitAsync(std::string_view id, int64_t cost, const CheckOptions& options,
+                         DecisionCallback done) const {
+  CheckOptions with = options;
+  with.cost = cost;
+  DropSliceForDebit(id);
+  internal::CallNeverInline<StatusOr<Decision>>(core_, std::move(done), [&](DecisionCallback then) {
+    Execute(internal::Op::kDebit, id, with, std::move(then));
+  });
+}
+
 StatusOr<Decision> Limiter::Reset(std::string_view id, const CheckOptions& options) const {
   CheckOptions with = options;
   with.cost = 1;
