@@ -45,7 +45,7 @@ std::chrono::milliseconds RlqsStoreDeadline(std::chrono::milliseconds report_int
 }
 
 int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::milliseconds elapsed) {
-  const double requests = static_cast<double>(allowed) + static_cast<double>(denied);
+  const double requests = std::max(1.0, static_cast<double>(allowed) + static_cast<double>(denied));
   const double ms = static_cast<double>(std::max<int64_t>(1000, elapsed.count()));
   // The stores' bound (far above any real demand): a larger demand is that much.
   return static_cast<int64_t>(

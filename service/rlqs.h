@@ -81,6 +81,9 @@ std::chrono::seconds RlqsTtl(std::chrono::milliseconds report_interval);
 
 // A client's demand in milli-requests per second: what it allowed and denied over
 // `elapsed`, taken as at least a second (Envoy's first report of a bucket says 0 s), at
+// least one request a second (what a subscription counts as: a bucket reported without
+// requests keeps a small share, so that its next request is not refused by a DENY_ALL
+// while the limit has room; it is abandoned after --rlqs-idle-reports such reports), at
 // most kRlqsMaxRateMilli.
 int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::milliseconds elapsed);
 

@@ -284,14 +284,20 @@ TEST_F(Rlqs, BlanketAnswersAndMatching) {
 }
 
 // A bucket reported without requests --rlqs-idle-reports times in a row is abandoned,
-// and its share is given back.
+// and its share is given back. Until then it keeps a token bucket (its demand counts as a
+// subscription's, one request a second), never a DENY_ALL that would refuse its next
+// request while the limit has room.
 TEST_F(Rlqs, IdleBucketsAreAbandoned) {
   auto a = NewClient();
   auto b = NewClient();
   a->One(kHot, 300, 0, 1);
   b->One(kHot, 1, 0, 0);
-  EXPECT_FALSE(a->One(kHot, 0, 0, 1).has_abandon_action());
-  EXPECT_FALSE(a->One(kHot, 0, 0, 1).has_abandon_action());
+  for (int idle = 1; idle < 3; ++idle) {
+    const auto action = a->One(kHot, 0, 0, 1);
+    EXPECT_FALSE(action.has_abandon_action());
+    EXPECT_GE(RatePerSecond(action), 1)
+        << "idle report " << idle << ": a token bucket, not " << action.DebugString();
+  }
   EXPECT_TRUE(a->One(kHot, 0, 0, 1).has_abandon_action());
   EXPECT_EQ(RatePerSecond(b->One(kHot, 300, 0, 1)), 98);  // all but the reserve
   // The next request of an abandoned bucket subscribes it again.
