@@ -30,6 +30,7 @@ import json
 import os
 import queue
 import random
+import re
 import shutil
 import signal
 import socket
@@ -366,7 +367,7 @@ class Haproxy:
         text = open(template).read()
         # docs/operating.md shows this very file.
         docs = os.path.join(os.path.dirname(os.path.dirname(template)), "docs", "operating.md")
-        if "```\n" + text + "```\n" not in open(docs).read():
+        if not re.search("```[a-z]*\n" + re.escape(text) + "```\n", open(docs).read()):
             raise RuntimeError("docs/operating.md does not show %s as it is" % template)
         swaps = {"bind :8080": "bind 127.0.0.1:%d" % self.http,
                  "bind :8081 ": "bind 127.0.0.1:%d " % self.grpc,
@@ -759,7 +760,9 @@ def monitor(store, stop):
             for key in scan_keys(c, "*:qs"):
                 fields = c.call("HGETALL", key) or []
                 grants = 0.0
-                for value in fields[1::2]:
+                for field, value in zip(fields[0::2], fields[1::2]):
+                    if field == b"":  # the bucket's running sums, not a client
+                        continue
                     expires, _, grant = value.decode().split()
                     if int(expires) > now:
                         grants += int(grant) / 1000.0
