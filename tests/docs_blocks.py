@@ -273,16 +273,6 @@ def programs_of(blocks, errors):
     return progs
 
 
-def cxx_standard_fallback(prefix):
-    """True when the installed sluice::sluice does not carry cxx_std_20 itself."""
-    for dirpath, _, files in os.walk(prefix):
-        for f in files:
-            if f.startswith("sluiceTargets") and f.endswith(".cmake"):
-                if "cxx_std_20" in open(os.path.join(dirpath, f)).read():
-                    return False
-    return True
-
-
 def build_programs(progs, cmake_blocks, build, work, failures):
     """Installs BUILD into work/prefix and builds every program in one project. Returns the
     names of the programs built."""
@@ -293,12 +283,9 @@ def build_programs(progs, cmake_blocks, build, work, failures):
         raise SystemExit("cmake --install failed:\n" + r.stdout + r.stderr)
     proj = os.path.join(work, "project")
     os.makedirs(proj, exist_ok=True)
+    # No CMAKE_CXX_STANDARD: the installed sluice::sluice carries its C++20 requirement
+    # (g++ 12 defaults to C++17), as a user's project that sets none relies on.
     lines = ["cmake_minimum_required(VERSION 3.22)", "project(sluice_docs CXX)"]
-    if cxx_standard_fallback(prefix):
-        # The installed target should carry its C++20 requirement; until it does, say so.
-        print("note: the installed sluice::sluice carries no cxx_std_20: the generated project "
-              "sets CMAKE_CXX_STANDARD 20")
-        lines.append("set(CMAKE_CXX_STANDARD 20)")
     lines.append("add_library(docs_support OBJECT support.cc)")
     open(os.path.join(proj, "support.cc"), "w").write(SUPPORT)
     first = True
