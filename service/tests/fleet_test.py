@@ -658,7 +658,7 @@ class Assignments:
         with self.lock:
             total = sum(r for r, until in self.in_force.values() if until > now)
             self.max_sum = max(self.max_sum, total)
-            if total <= QUOTA_RATE:
+            if total <= QUOTA_RATE + 1e-9:  # a float sum of shares that are exactly R
                 self.over_since = None
             elif self.over_since is None:
                 self.over_since = now
@@ -759,15 +759,16 @@ def monitor(store, stop):
                     F.fail("live leases in Redis above the cap", "%d in %s" % (live, key.decode()))
             for key in scan_keys(c, "*:qs"):
                 fields = c.call("HGETALL", key) or []
-                grants = 0.0
+                grants_milli = 0  # summed in integers: 33333 + 66667 is 100.000, exactly
                 for field, value in zip(fields[0::2], fields[1::2]):
                     if field == b"":  # the bucket's running sums, not a client
                         continue
                     expires, _, grant = value.decode().split()
                     if int(expires) > now:
-                        grants += int(grant) / 1000.0
+                        grants_milli += int(grant)
+                grants = grants_milli / 1000.0
                 max_grants = max(max_grants, grants)
-                if grants > QUOTA_RATE:
+                if grants_milli > QUOTA_RATE * 1000:
                     F.fail("live grants in Redis above the rate",
                            "%.3f/s in %s" % (grants, key.decode()))
         F.count("samples of Redis")
