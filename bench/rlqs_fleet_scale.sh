@@ -127,17 +127,20 @@ one_run() {
     --bucket rule=hot --skew "$SKEW" --start-spread-s "$START_SPREAD" --limit "$LIMIT" \
     --demand "0:$((2 * LIMIT))" --interval-ms 5000 --seconds "$SECONDS_PER_RUN" \
     --streams-per-connection "$STREAMS_PER_CONNECTION" --tick-ms "$TICK_MS" \
-    --wave "$WAVE" --wave-at "$WAVE_AT" --settle-s "$SETTLE" >"$out/fleet.out" 2>"$out/fleet.err" &
+    --wave "$WAVE" --wave-at "$WAVE_AT" --settle-s "$SETTLE" --csv >"$out/fleet.out" 2>"$out/fleet.err" &
   fleet_pid=$!
+  local started
+  started=$(date +%s.%N)
   PIDS+=("$fleet_pid")
   # Each second while the fleet runs: the live grants, and the driver's CPU so far.
   : >"$out/live"
   local fleet_ticks=0 driver
   driver=$(pgrep -P "$fleet_pid" -x sluiced_rlqs_fl || true)  # timeout's child
   while kill -0 "$fleet_pid" 2>/dev/null; do
-    # one line: live n D G n bytes
-    redis-cli -p "$redis_port" --raw EVAL "$(cat "$WORK/live.lua")" 0 2>/dev/null |
-      paste -sd' ' >>"$out/live" || true
+    # one line: seconds since the start, live n D G n bytes
+    { awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f ", b - a}'
+      redis-cli -p "$redis_port" --raw EVAL "$(cat "$WORK/live.lua")" 0 2>/dev/null |
+        paste -sd' '; } >>"$out/live" || true
     [ -n "$driver" ] || driver=$(pgrep -P "$fleet_pid" -x sluiced_rlqs_fl || true)
     if [ -n "$driver" ] && [ -e "/proc/$driver/stat" ]; then fleet_ticks=$(cpu_ticks "$driver"); fi
     sleep 1
@@ -156,15 +159,29 @@ one_run() {
          END {split("store policy_open policy_closed policy_local rule unmatched idle", k, " ")
               for (i = 1; i <= 7; ++i) printf "%s=%d ", k[i], n[k[i]]; print ""}' >"$out/answers"
   stop_all
-  local live_max sums_max
-  live_max=$(awk -v r="$LIMIT" 'NF >= 2 && $1 > m {m = $1} END {printf "%.2f", m / 10 / r}' "$out/live")
-  sums_max=$(awk -v r="$LIMIT" 'NF >= 5 && $4 > m {m = $4} END {printf "%.2f", m / 10 / r}' "$out/live")
+  local live_max sums_max live_settled
+  live_max=$(awk -v r="$LIMIT" 'NF >= 3 && $2 > m {m = $2} END {printf "%.2f", m / 10 / r}' "$out/live")
+  sums_max=$(awk -v r="$LIMIT" 'NF >= 6 && $5 > m {m = $5} END {printf "%.2f", m / 10 / r}' "$out/live")
+  # held once settled: the mean of the live grants' samples from SETTLE s to the wave
+  live_settled=$(awk -v r="$LIMIT" -v from="$SETTLE" -v to="$WAVE_AT" \
+    'NF >= 3 && $1 >= from && $1 < to {s += $2; n++} END {if (n) printf "%.2f", s / n / 10 / r; else print "-"}' "$out/live")
+  # admitted per second once settled, from the CSV: from SETTLE s to the wave, and from
+  # 15 s after the wave to the end (the last, partial second left out)
+  local admitted
+  admitted=$(awk -F, -v from="$SETTLE" -v wave="$WAVE_AT" -v end="$SECONDS_PER_RUN" \
+    '/^[0-9]/ && NF == 11 { s = $1 + 0
+       if (s >= from && s < wave) { a += $4; na++ }
+       if (s >= wave + 15 && s < end - 1) { b += $4; nb++ } }
+     END { printf "admitted_before_wave_per_s=%.1f admitted_after_wave_per_s=%.1f", na ? a / na : 0, nb ? b / nb : 0 }' \
+    "$out/fleet.out")
   local fl
   fl=$(grep '^fleet ' "$out/fleet.out" || echo "fleet FAILED: $(tail -3 "$out/fleet.err")")
   echo "run $1: $fl"
   grep '^fleet_' "$out/fleet.out" | sed "s/^/run $1: /" || true
   echo "run $1: answers $(cat "$out/answers")"
-  echo "run $1: live_grants_max_pct=$live_max recorded_grants_max_pct=$sums_max samples=$(wc -l <"$out/live")"
+  echo "run $1: $admitted"
+  echo "run $1: live_grants_max_pct=$live_max recorded_grants_max_pct=$sums_max" \
+    "live_grants_settled_pct=$live_settled samples=$(wc -l <"$out/live")"
   # shellcheck disable=SC2086 # cpu_line: four tick counts
   set -- $cpu_line
   awk -v a="$1" -v b="$2" -v c="$3" -v r="$4" -v f="$fleet_ticks" -v hz="$HZ" -v s="$SECONDS_PER_RUN" \
@@ -195,6 +212,10 @@ echo "  wave's first assignments: token bucket $(med first_token_bucket fleet_wa
   "rates $(med first_rate_min fleet_wave) to $(med first_rate_max fleet_wave)/s," \
   "the latest $(med first_after_max_s fleet_wave) s after its subscription"
 echo "  live grants at most $(med live_grants_max_pct) % of the limit (recorded sums $(med recorded_grants_max_pct) %)"
-echo "  admitted per second: settled $(med steady_admitted_per_s), at most $(med max_admitted_per_s) (limit $LIMIT)"
+echo "  live grants held once settled (${SETTLE} s to the wave): $(med live_grants_settled_pct) % of the limit"
+echo "  admitted per second: settled $(med steady_admitted_per_s) (from ${SETTLE} s on)," \
+  "$(med admitted_before_wave_per_s) before the wave, $(med admitted_after_wave_per_s) from 15 s after it;" \
+  "at most $(med max_admitted_per_s) in one second (limit $LIMIT; bound R + 3 (B + 2n):" \
+  "$((LIMIT + 3 * (BURST + 2 * (CLIENTS + WAVE)))))"
 echo "  CPU % of one core: sluiced $(med sluiced1) / $(med sluiced2) / $(med sluiced3), redis $(med redis)," \
   "driver $(med driver)"
