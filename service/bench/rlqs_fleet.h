@@ -3,8 +3,8 @@
 // requests open loop at its own demand schedule and decides each one locally as Envoy's
 // rate_limit_quota filter does (no-assignment behaviour, blanket rules, token buckets with their
 // TTL, abandon, reports every interval). The same demand can instead go through RLS (one
-// ShouldRateLimit per request), for comparison. Used by rlqs_fleet_test.cc and by bench/rlqs.sh
-// (through sluiced_rlqs_fleet).
+// ShouldRateLimit per request), for comparison. Used by rlqs_fleet_test.cc and, through
+// sluiced_rlqs_fleet, by bench/rlqs.sh and bench/rlqs_fleet_scale.sh.
 #pragma once
 
 #include <chrono>
