@@ -59,13 +59,26 @@ void RlqsStrategy(int64_t grant_milli, int64_t rate_milli, int64_t burst,
     return;
   }
   constexpr int64_t kMaxTokens = std::numeric_limits<uint32_t>::max();
-  int64_t tokens = 1, interval_s = 1;
-  if (grant_milli >= 1000) {
-    tokens = std::min(grant_milli / 1000, kMaxTokens);
+  // floor(grant * k) tokens every k seconds, k the interval of at most kRlqsMaxFillSeconds
+  // whose rate comes closest to the grant from below (the shortest of equals): never
+  // faster than the grant, and short of it by less than 1 / kRlqsMaxFillSeconds a second.
+  // Envoy refills continuously at tokens_per_fill / fill_interval, so a long interval only
+  // makes the rate finer. Whole tokens per second lost up to a third of a fleet's limit
+  // where the grants were near one request a second (10,000 clients of 10,000/s enforced
+  // 6,545/s of the 9,826/s granted).
+  int64_t tokens = 0, interval_s = 1;
+  if (grant_milli >= 1000 * kMaxTokens) {
+    tokens = kMaxTokens;
   } else {
-    // Below one request a second: one token every ceil(1000 / grant) seconds, which is
-    // never faster than the grant.
-    interval_s = (1000 + grant_milli - 1) / grant_milli;
+    for (int64_t k = 1; k <= kRlqsMaxFillSeconds; ++k) {
+      const int64_t t = grant_milli * k / 1000;
+      if (t * interval_s > tokens * k) tokens = t, interval_s = k;  // t / k > tokens / interval
+    }
+    if (tokens == 0) {  // below one request a longest interval: one token every ceil(1 / g)
+      interval_s = (1000 + grant_milli - 1) / grant_milli;
+      tokens = 1;
+    }
+    tokens = std::min(tokens, kMaxTokens);
   }
   const double share = static_cast<double>(burst) * static_cast<double>(grant_milli) /
                        static_cast<double>(rate_milli);

@@ -87,10 +87,14 @@ std::chrono::seconds RlqsTtl(std::chrono::milliseconds report_interval);
 // most kRlqsMaxRateMilli.
 int64_t RlqsDemandMilli(uint64_t allowed, uint64_t denied, std::chrono::milliseconds elapsed);
 
+// The longest fill interval a grant of at least one request a minute is given: its rate is
+// then within 1/60 of a request a second of the grant.
+inline constexpr int64_t kRlqsMaxFillSeconds = 60;
+
 // The token bucket for a grant of `grant_milli` of a limit of `rate_milli` with capacity
-// `burst` (both > 0): whole-second fill intervals (Envoy's filter reads only seconds),
-// never more than the grant per second; capacity the grant's part of `burst`, at least
-// two tokens. A grant of 0 is DENY_ALL.
+// `burst` (both > 0): floor(grant * k) tokens per k whole seconds (Envoy's filter reads only
+// seconds), k up to kRlqsMaxFillSeconds chosen to come closest to the grant, never above
+// it; capacity the grant's part of `burst`, at least two tokens. A grant of 0 is DENY_ALL.
 // Envoy replaces a running token bucket only when max_tokens, tokens_per_fill or the
 // NANOS of fill_interval changed (its seconds are not compared): the interval's nanos
 // repeat its seconds (1 to 1000 ns, well below a microsecond of rate for a client that

@@ -1,8 +1,8 @@
 // service/bench/rlqs_fleet.cc — the simulated Envoys of rlqs_fleet.h.
 //
 // One driver thread plays every client's timeline in order (requests at their scheduled
-// times, report ticks, the responses that arrived, the per-second snapshots), every
-// millisecond up to the present; gRPC's threads only queue what arrives, stamped with its
+// times, report ticks, the responses that arrived, the per-second snapshots), every tick
+// (FleetOptions::tick) up to the present; gRPC's threads only queue what arrives, stamped with its
 // arrival time. So a client's state has one owner and each decision is taken at the
 // request's scheduled time with the assignment in force then.
 #include "service/bench/rlqs_fleet.h"
@@ -244,6 +244,13 @@ class QuotaStream : public grpc::ClientBidiReactor<Reports, Response> {
   bool held_ = true, ended_ = false, closing_ = false;
 };
 
+// The HTTP/2 connections of a run, by target and slot (client index / streams per
+// connection). Only the driver thread uses it; it outlives every client and stream, so a
+// channel's last reference goes on that thread (see QuotaStream::OnDone).
+struct Channels {
+  std::map<std::pair<std::string, std::size_t>, std::shared_ptr<grpc::Channel>> open;
+};
+
 // What every client of a run shares.
 struct Fleet {
   const FleetOptions* options;
@@ -251,9 +258,10 @@ struct Fleet {
   Nanos end;
   std::size_t seconds;  // per-second slots: ceil(options.seconds)
   std::shared_ptr<LiveStreams> live = std::make_shared<LiveStreams>();
+  std::shared_ptr<Channels> channels = std::make_shared<Channels>();
 };
 
-// A channel of this client's own to `target` (a fleet of Envoys holds one connection each).
+// A channel of its own to `target`: a connection no other channel shares.
 std::shared_ptr<grpc::Channel> OwnChannel(const std::string& target) {
   static std::atomic<int> next_id{0};
   grpc::ChannelArguments args;
@@ -270,10 +278,11 @@ bool SameBucket(const rlqs::BucketId& id, const BucketId& mine) {
   return true;
 }
 
+// Whether Envoy takes an assignment as unchanged (its protoTokenBucketsEq): max_tokens,
+// tokens_per_fill and only the nanos of fill_interval, not its seconds.
 bool SameTokenBucket(const envoy::type::v3::TokenBucket& a, const envoy::type::v3::TokenBucket& b) {
   return a.max_tokens() == b.max_tokens() &&
          a.tokens_per_fill().value() == b.tokens_per_fill().value() &&
-         a.fill_interval().seconds() == b.fill_interval().seconds() &&
          a.fill_interval().nanos() == b.fill_interval().nanos();
 }
 
@@ -357,6 +366,7 @@ class RlqsClient {
       allow = fleet_.options->no_assignment == NoAssignment::kAllowAll;
       active_ = true;
       last_report_ = t;
+      if (subscribed_at_ < 0) subscribed_at_ = t;
       (allow ? allowed_ : denied_) = 1;
       if (next_report_ == kNever) {  // the first bucket starts the stream and the timer
         next_report_ = t + fleet_.options->report_interval.count() * 1'000'000;
@@ -425,7 +435,13 @@ class RlqsClient {
     const std::string& target =
         targets[(static_cast<std::size_t>(index_) + result_.streams) % targets.size()];
     auto& stub = stubs_[target];
-    if (!stub) stub = rlqs::RateLimitQuotaService::NewStub(OwnChannel(target));
+    if (!stub) {
+      const auto per =
+          static_cast<std::size_t>(std::max(1, fleet_.options->streams_per_connection));
+      auto& channel = fleet_.channels->open[{target, static_cast<std::size_t>(index_) / per}];
+      if (!channel) channel = OwnChannel(target);
+      stub = rlqs::RateLimitQuotaService::NewStub(channel);
+    }
     streams_.push_back(QuotaStream::Open(stub.get(), inbox_, fleet_.live, fleet_.start));
     stream_ = streams_.back().get();
     ++result_.streams;
@@ -456,6 +472,12 @@ class RlqsClient {
       AssignTokenBucket(strategy.token_bucket(), t);
     } else {
       return;  // requests_per_time_unit or nothing: Envoy does not apply it
+    }
+    if (kind_ != AssignmentKind::kTokenBucket) ++result_.blanket_assignments;
+    if (result_.first_kind == AssignmentKind::kNone) {
+      result_.first_kind = kind_;
+      result_.first_rate = kind_ == AssignmentKind::kTokenBucket ? bucket_.rate : 0;
+      result_.first_after_s = static_cast<double>(t - subscribed_at_) / 1e9;
     }
     expires_ = t + assignment.assignment_time_to_live().seconds() * kSecond;
     ++At(t).assignments;
@@ -501,6 +523,7 @@ class RlqsClient {
   bool active_ = false;
   uint64_t allowed_ = 0, denied_ = 0;
   Nanos last_report_ = 0;
+  Nanos subscribed_at_ = -1;  // its first request
   // Its assignment.
   AssignmentKind kind_ = AssignmentKind::kNone;
   Nanos expires_ = kNever;
@@ -517,7 +540,7 @@ FleetResult RunRlqs(const Fleet& fleet) {
   std::this_thread::sleep_until(fleet.start);
   for (Nanos now = Since(fleet.start); now < fleet.end; now = Since(fleet.start)) {
     for (auto& c : clients) c->Advance(now);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(o.tick);
   }
   for (auto& c : clients) c->Advance(fleet.end);
   // Half-close every stream; cancel what is still open after 2 s. The streams' callbacks
@@ -623,6 +646,7 @@ void Sum(const FleetOptions& o, FleetResult& r) {
     r.streams += c.streams;
     r.stream_ends += c.stream_ends;
     r.errors += c.errors;
+    r.blanket_assignments += c.blanket_assignments;
     r.max_lag_s = std::max(r.max_lag_s, c.max_lag_s);
   }
   for (const FleetSecond& f : r.fleet) {

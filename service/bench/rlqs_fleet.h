@@ -1,9 +1,10 @@
 // A simulated fleet of Envoys speaking RLQS (StreamRateLimitQuotas) to sluiced: each client
-// holds one grpc++ bidi stream, generates requests open loop at its own demand schedule and
-// decides each one locally as Envoy's rate_limit_quota filter does (no-assignment
-// behaviour, blanket rules, token buckets with their TTL, abandon, reports every interval).
-// The same demand can instead go through RLS (one ShouldRateLimit per request), for
-// comparison. Used by rlqs_fleet_test.cc and by bench/rlqs.sh (through sluiced_rlqs_fleet).
+// holds one grpc++ bidi stream (on a connection of its own, or shared by a few clients), generates
+// requests open loop at its own demand schedule and decides each one locally as Envoy's
+// rate_limit_quota filter does (no-assignment behaviour, blanket rules, token buckets with their
+// TTL, abandon, reports every interval). The same demand can instead go through RLS (one
+// ShouldRateLimit per request), for comparison. Used by rlqs_fleet_test.cc and, through
+// sluiced_rlqs_fleet, by bench/rlqs.sh and bench/rlqs_fleet_scale.sh.
 #pragma once
 
 #include <chrono>
@@ -46,6 +47,9 @@ struct FleetOptions {
   // stream ends, to the next one in turn.
   std::vector<std::string> targets;
   std::vector<FleetClient> clients;
+  // Clients sharing one HTTP/2 connection per target: client i's streams go on connection
+  // i / streams_per_connection (sluiced allows 100 concurrent streams per connection).
+  int streams_per_connection = 1;
   double seconds = 10;  // the run ends this long after `start`
   // How often each client reports (Envoy's reporting_interval is 5 s).
   std::chrono::milliseconds report_interval{5000};
@@ -55,6 +59,10 @@ struct FleetOptions {
   // The fleet's time 0 (default: when RunFleet is called): a caller that acts on the run
   // while it goes (stopping Redis at second 16) shares the timeline.
   std::optional<std::chrono::steady_clock::time_point> start;
+  // How often the driver plays every client's timeline up to the present: a request is
+  // decided at its scheduled time whatever the tick, but an assignment is applied up to a
+  // tick late.
+  std::chrono::milliseconds tick{1};
 };
 
 enum class AssignmentKind : uint8_t { kNone, kAllowAll, kDenyAll, kTokenBucket };
@@ -79,6 +87,12 @@ struct ClientResult {
   uint64_t stream_ends = 0;   // RLQS: streams that ended before the run did
   uint64_t errors = 0;        // RLS: calls that failed (counted as admitted, as Envoy's default)
   double max_lag_s = 0;       // RLS: the latest a call was sent after its scheduled time
+  // RLQS: the first assignment the client applied (kNone: it never got one), its rate
+  // (token bucket), and how long after the client's first request (its subscription) it
+  // came, in seconds.
+  AssignmentKind first_kind = AssignmentKind::kNone;
+  double first_rate = 0, first_after_s = -1;
+  uint64_t blanket_assignments = 0;  // RLQS: ALLOW_ALL or DENY_ALL assignments applied
 };
 
 // The fleet's sums over its clients, per second.
@@ -95,6 +109,7 @@ struct FleetResult {
   std::vector<FleetSecond> fleet;
   uint64_t requests = 0, admitted = 0, denied = 0;
   uint64_t reports_sent = 0, responses = 0, streams = 0, stream_ends = 0, errors = 0;
+  uint64_t blanket_assignments = 0;
   double max_lag_s = 0;
 };
 

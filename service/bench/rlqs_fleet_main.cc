@@ -23,7 +23,9 @@ struct Args {
   std::vector<std::string> targets;
   std::string mode = "rlqs", domain = "fleet", no_assignment = "allow", demand = "0:2000";
   std::vector<std::string> bucket = {"rule=hot"};
-  int clients = 8, interval_ms = 5000, rls_threads = 4;
+  int clients = 8, interval_ms = 5000, rls_threads = 4, streams_per_connection = 1, tick_ms = 1;
+  int wave = 0;          // new clients subscribing within one second from wave_at_s on
+  double wave_at_s = 0;  // each with the fleet's mean demand per client then
   double skew = 0, reverse_skew_at = -1, start_spread_s = 0, seconds = 30, limit = 0;
   double settle_s = -1;  // default: 2 intervals + 1 s
   bool csv = false, clients_csv = false, chart = false;
@@ -74,6 +76,8 @@ FleetOptions Options(const Args& a) {
                                               : sluiced::bench::NoAssignment::kAllowAll;
   o.mode = a.mode == "rls" ? sluiced::bench::FleetMode::kRls : sluiced::bench::FleetMode::kRlqs;
   o.rls_threads = a.rls_threads;
+  o.streams_per_connection = a.streams_per_connection;
+  o.tick = std::chrono::milliseconds(a.tick_ms);
   sluiced::bench::BucketId bucket;
   for (const auto& entry : a.bucket) {
     const std::size_t eq = entry.find('=');
@@ -85,6 +89,13 @@ FleetOptions Options(const Args& a) {
   for (int i = 0; i < a.clients; ++i) {
     o.clients.push_back(
         {.domain = a.domain, .bucket = bucket, .demand = ClientDemand(a, total, shares, i)});
+  }
+  // The wave: client j's first request at wave_at + j / wave (all within one second).
+  const double mean = sluiced::bench::DemandAt(total, a.wave_at_s) / a.clients;
+  for (int j = 0; j < a.wave; ++j) {
+    o.clients.push_back({.domain = a.domain,
+                         .bucket = bucket,
+                         .demand = {{a.wave_at_s + static_cast<double>(j) / a.wave, mean}}});
   }
   return o;
 }
@@ -143,11 +154,42 @@ std::vector<bool> SteadySeconds(const Args& a, const FleetResult& r) {
   return steady;
 }
 
+// The first assignments of clients [from, to): how many were token buckets (and their rates'
+// range), blanket rules, or never came; the latest came this long after the subscription.
+std::string FirstAssignments(const FleetResult& r, std::size_t from, std::size_t to) {
+  int token = 0, blanket = 0, none = 0;
+  double min_rate = 0, max_rate = 0, max_after = 0;
+  for (std::size_t i = from; i < to && i < r.clients.size(); ++i) {
+    const auto& c = r.clients[i];
+    if (c.first_kind == AssignmentKind::kNone) {
+      ++none;
+      continue;
+    }
+    max_after = std::max(max_after, c.first_after_s);
+    if (c.first_kind != AssignmentKind::kTokenBucket) {
+      ++blanket;
+      continue;
+    }
+    min_rate = token ? std::min(min_rate, c.first_rate) : c.first_rate;
+    max_rate = token ? std::max(max_rate, c.first_rate) : c.first_rate;
+    ++token;
+  }
+  char out[256];
+  std::snprintf(out, sizeof out,
+                "first_token_bucket=%d first_blanket=%d first_none=%d first_rate_min=%.3f "
+                "first_rate_max=%.3f first_after_max_s=%.3f",
+                token, blanket, none, min_rate, max_rate, max_after);
+  return out;
+}
+
 void PrintSummary(const Args& a, const FleetResult& r) {
   const std::vector<bool> steady = SteadySeconds(a, r);
-  double steady_admitted = 0, steady_max = 0;
+  double steady_admitted = 0, steady_max = 0, max_admitted = 0;
   int steady_n = 0;
   for (std::size_t s = 0; s < r.fleet.size(); ++s) {
+    if (s + 1 < r.fleet.size()) {  // the last second may be partial
+      max_admitted = std::max(max_admitted, static_cast<double>(r.fleet[s].admitted));
+    }
     if (!steady[s]) continue;
     const auto admitted = static_cast<double>(r.fleet[s].admitted);
     steady_admitted += admitted;
@@ -158,7 +200,8 @@ void PrintSummary(const Args& a, const FleetResult& r) {
       "fleet mode=%s clients=%d seconds=%.1f interval_ms=%d requests=%llu admitted=%llu "
       "denied=%llu admitted_per_s=%.1f steady_seconds=%d steady_admitted_per_s=%.1f "
       "steady_max_admitted_per_s=%.0f limit=%.1f reports=%llu responses=%llu streams=%llu "
-      "stream_ends=%llu errors=%llu max_lag_s=%.3f\n",
+      "stream_ends=%llu errors=%llu max_lag_s=%.3f max_admitted_per_s=%.0f "
+      "blanket_assignments=%llu\n",
       a.mode.c_str(), a.clients, a.seconds, a.interval_ms,
       static_cast<unsigned long long>(r.requests), static_cast<unsigned long long>(r.admitted),
       static_cast<unsigned long long>(r.denied),
@@ -166,7 +209,15 @@ void PrintSummary(const Args& a, const FleetResult& r) {
       steady_n ? steady_admitted / steady_n : 0.0, steady_max, a.limit,
       static_cast<unsigned long long>(r.reports_sent), static_cast<unsigned long long>(r.responses),
       static_cast<unsigned long long>(r.streams), static_cast<unsigned long long>(r.stream_ends),
-      static_cast<unsigned long long>(r.errors), r.max_lag_s);
+      static_cast<unsigned long long>(r.errors), r.max_lag_s, max_admitted,
+      static_cast<unsigned long long>(r.blanket_assignments));
+  if (a.mode != "rlqs") return;
+  const auto n = static_cast<std::size_t>(a.clients);
+  std::printf("fleet_first clients=%d %s\n", a.clients, FirstAssignments(r, 0, n).c_str());
+  if (a.wave > 0) {
+    std::printf("fleet_wave clients=%d at_s=%.1f %s\n", a.wave, a.wave_at_s,
+                FirstAssignments(r, n, r.clients.size()).c_str());
+  }
 }
 
 // One row per second: '#' up to the admitted rate, '|' at the limit, '.' at the demand.
@@ -214,6 +265,14 @@ int main(int argc, char** argv) {
   app.add_option("--no-assignment", a.no_assignment, "allow or deny")
       ->check(CLI::IsMember({"allow", "deny"}));
   app.add_option("--rls-threads", a.rls_threads)->check(CLI::Range(1, 256));
+  app.add_option("--streams-per-connection", a.streams_per_connection,
+                 "RLQS: clients whose streams share one HTTP/2 connection (sluiced: at most 100)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--tick-ms", a.tick_ms, "how often the driver catches up (assignments late by it)")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--wave", a.wave, "new clients subscribing within one second from --wave-at")
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--wave-at", a.wave_at_s, "the wave's start, seconds");
   app.add_option("--limit", a.limit, "the bucket's rate, requests/s (summary and chart)");
   app.add_option("--settle-s", a.settle_s, "seconds after a change left out of the steady rate");
   app.add_flag("--csv", a.csv, "per-second CSV of the fleet");

@@ -146,10 +146,10 @@ def main():
     assert sub.quota_assignment_action.assignment_time_to_live.seconds == 2, sub
     assert sub.quota_assignment_action.rate_limit_strategy.HasField("token_bucket"), sub
     # A report of 300/s: the whole limit (100/s) but the reserve kept for newcomers (100/64),
-    # capacity floor(20 * 98.4 / 100).
+    # capacity floor(20 * 98.4 / 100); 98.438/s as 1,575 tokens per 16 s (98.4375/s).
     full = a.exchange([hot], 100, 200, 1).bucket_action[0]
     tb = full.quota_assignment_action.rate_limit_strategy.token_bucket
-    assert (tb.tokens_per_fill.value, tb.fill_interval.seconds, tb.max_tokens) == (98, 1, 19), full
+    assert (tb.tokens_per_fill.value, tb.fill_interval.seconds, tb.max_tokens) == (1575, 16, 19), full
     # A second client: the sum of grants never exceeds the limit.
     b = Stream(channel)
     gb = rate(b.exchange([hot], 100, 0, 1).bucket_action[0])
@@ -159,10 +159,10 @@ def main():
     got = 0
     for _ in range(60):  # the reset reaches sluiced at its pace: up to 3 s
         got = rate(b.exchange([hot], 300, 0, 1).bucket_action[0])
-        if got == 98:
+        if got == 1575 / 16:  # all but the reserve: 98.438/s, as 1,575 tokens per 16 s
             break
         time.sleep(0.05)
-    assert got == 98, got
+    assert got == 1575 / 16, got
     # Blanket answers: unknown domain (allow_all by default), 0 per unit (deny).
     c = Stream(channel)
     unknown = c.exchange([hot], 1, 0, 0, domain="nowhere").bucket_action[0]

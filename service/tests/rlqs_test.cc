@@ -10,6 +10,7 @@
 
 #include "envoy/service/rate_limit_quota/v3/rlqs.grpc.pb.h"
 #include "service/bench/h2_client.h"
+#include "service/rlqs.h"
 #include "service/tests/sluiced_process.h"
 #include "testing/redis_server.h"
 
@@ -127,6 +128,10 @@ class Client {
       stream_;
 };
 
+// The whole limit of 100/s but the reserve (98.438/s) as Envoy enforces it: 1,575 tokens
+// per 16 s.
+constexpr double kAllButTheReserve = 1575.0 / 16;
+
 // Tokens per second of a token-bucket action (0 when it is not one).
 double RatePerSecond(const Action& a) {
   const auto& s = a.quota_assignment_action().rate_limit_strategy();
@@ -159,6 +164,29 @@ class Rlqs : public ::testing::Test {
   std::unique_ptr<Sluiced> sluiced_;
 };
 
+// The rate Envoy enforces for a grant (tokens_per_fill over the interval's whole seconds)
+// is never above it and, from one request a minute on, short of it by less than 1/60 of a
+// request a second, whatever the grant (whole tokens a second lost up to a third of a
+// fleet's limit where grants were near one a second); the interval's nanos repeat its
+// seconds (Envoy compares only the nanos).
+TEST(RlqsStrategy, EnforcedRateWithinASixtiethOfTheGrant) {
+  for (int64_t grant = 1; grant <= 100'000'000; grant += 1 + grant / 97) {
+    etype_strategy s;
+    RlqsStrategy(grant, 1'000'000'000, 1000, s);
+    ASSERT_TRUE(s.has_token_bucket()) << grant;
+    const auto& tb = s.token_bucket();
+    ASSERT_GT(tb.fill_interval().seconds(), 0) << grant;
+    EXPECT_EQ(tb.fill_interval().nanos(), tb.fill_interval().seconds()) << grant;
+    const double milli =
+        1000.0 * tb.tokens_per_fill().value() / static_cast<double>(tb.fill_interval().seconds());
+    EXPECT_LE(milli, static_cast<double>(grant)) << grant << " " << tb.DebugString();
+    if (grant >= 1000 / 60 + 1) {
+      EXPECT_LT(static_cast<double>(grant) - milli, 1000.0 / 60)
+          << grant << " " << tb.DebugString();
+    }
+  }
+}
+
 // A subscription (time_elapsed 0) gets a token bucket at once, with a TTL of twice the
 // report interval; a report of more demand than the limit gets all of it but the
 // reserve kept for newcomers (R / 64: 98.4 of 100), and the capacity is the burst's share.
@@ -173,8 +201,10 @@ TEST_F(Rlqs, SubscriptionAndReportGetTokenBuckets) {
   EXPECT_EQ(RatePerSecond(sub), 2);
   const Action full = c->One(kHot, 50, 150, 1);
   const auto& tb = full.quota_assignment_action().rate_limit_strategy().token_bucket();
-  EXPECT_EQ(tb.tokens_per_fill().value(), 98u) << full.DebugString();
-  EXPECT_EQ(tb.fill_interval().seconds(), 1);
+  // 98.438/s granted: 1,575 tokens per 16 s (98.4375/s), the closest from below of any
+  // interval up to 60 s.
+  EXPECT_EQ(tb.tokens_per_fill().value(), 1575u) << full.DebugString();
+  EXPECT_EQ(tb.fill_interval().seconds(), 16);
   EXPECT_EQ(tb.max_tokens(), 19u);  // floor(20 * 98.4 / 100)
   EXPECT_EQ(full.quota_assignment_action().assignment_time_to_live().seconds(), 2);
 }
@@ -211,11 +241,11 @@ TEST_F(Rlqs, AResetStreamGivesItsShareBack) {
   EXPECT_FALSE(a->AwaitEnd().ok());
   double gb = 0;
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
-  while (gb < 98 && std::chrono::steady_clock::now() < until) {
+  while (gb < kAllButTheReserve && std::chrono::steady_clock::now() < until) {
     gb = RatePerSecond(b->One(kHot, 500, 500, 1));
-    if (gb < 98) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (gb < kAllButTheReserve) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_EQ(gb, 98) << "the reset stream's share was not given back";
+  EXPECT_EQ(gb, kAllButTheReserve) << "the reset stream's share was not given back";
 }
 
 // A lone client using the whole limit leaves the store's reserve (R / 64) free: a new
@@ -299,7 +329,7 @@ TEST_F(Rlqs, IdleBucketsAreAbandoned) {
         << "idle report " << idle << ": a token bucket, not " << action.DebugString();
   }
   EXPECT_TRUE(a->One(kHot, 0, 0, 1).has_abandon_action());
-  EXPECT_EQ(RatePerSecond(b->One(kHot, 300, 0, 1)), 98);  // all but the reserve
+  EXPECT_EQ(RatePerSecond(b->One(kHot, 300, 0, 1)), kAllButTheReserve);
   // The next request of an abandoned bucket subscribes it again.
   EXPECT_TRUE(a->One(kHot, 1, 0, 0).quota_assignment_action().has_rate_limit_strategy());
 }
@@ -363,7 +393,7 @@ TEST_F(Rlqs, RedisDownAnswersByPolicyAndComesBack) {
     hot = RatePerSecond(c->One(kHot, 300, 0, 1));
     if (hot == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_EQ(hot, 98) << "the store's shares did not come back";
+  EXPECT_EQ(hot, kAllButTheReserve) << "the store's shares did not come back";
 }
 
 // Per-limit series only: no bucket value becomes a label; the keys all expire.
