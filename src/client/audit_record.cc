@@ -101,6 +101,45 @@ std::string OperationId() {
   return out;
 }
 
+std::string AuditRecordHead(const AuditFields& f) {
+  std::string head;
+  head += "{\"ts\":";
+  AppendJsonString(head, f.ts);
+  head += ",\"op\":\"" + OperationId() + "\"";
+  head += ",\"action\":";
+  AppendJsonString(head, f.name);
+  head += ",\"actor\":";
+  AppendJsonString(head, f.action.actor);
+  head += ",\"reason\":";
+  AppendJsonString(head, f.action.reason);
+  head += ",\"limiter\":";
+  AppendJsonString(head, f.limiter);
+  if (!f.algorithm.empty()) {
+    head += ",\"algorithm\":";
+    AppendJsonString(head, f.algorithm);
+  }
+  head += ",\"id\":";
+  AppendJsonString(head, f.encoded_id);
+  head += ",\"key\":";
+  AppendJsonString(head, f.key);
+  head += ",";
+  return head;
+}
+
+std::vector<std::pair<std::string, std::string>> AuditStreamFields(
+    const AuditFields& f, std::vector<std::pair<std::string, std::string>> extra) {
+  std::vector<std::pair<std::string, std::string>> fields = {{"ts", f.ts},
+                                                             {"action", std::string(f.name)},
+                                                             {"actor", f.action.actor},
+                                                             {"reason", f.action.reason},
+                                                             {"limiter", f.limiter}};
+  if (!f.algorithm.empty()) fields.emplace_back("algorithm", std::string(f.algorithm));
+  fields.emplace_back("id", f.encoded_id);
+  fields.emplace_back("key", f.key);
+  for (auto& e : extra) fields.push_back(std::move(e));
+  return fields;
+}
+
 Status CheckAuditedAction(std::string_view what, std::string_view id, const AdminAction& action,
                           const AuditOptions& audit, std::chrono::milliseconds deadline) {
   const std::string w(what);

@@ -49,6 +49,25 @@ std::string AuditTail(const std::string& fields);
 // 64 random bits in hex: ties the record to its action when a log is read later.
 std::string OperationId();
 
+// What a record says of an action besides its outcome; the stream gets the same fields.
+struct AuditFields {
+  std::string_view name;  // the record's "action": "release_all", "reset"
+  const AdminAction& action;
+  const std::string& limiter;
+  std::string_view algorithm;  // recorded after the limiter; empty: not recorded
+  std::string ts;
+  std::string encoded_id;  // as encoded in keys: printable ASCII, reversible (%XX)
+  std::string key;
+};
+
+// The record, written before the store is touched: everything but the outcome, which
+// goes into a fixed-width tail of spaces (JSON allows them between tokens).
+std::string AuditRecordHead(const AuditFields& f);
+
+// What the audit stream gets of a done action: the record's fields, then `extra`.
+std::vector<std::pair<std::string, std::string>> AuditStreamFields(
+    const AuditFields& f, std::vector<std::pair<std::string, std::string>> extra = {});
+
 // The checks every audited action makes of its arguments before the log is opened or the
 // store touched: InvalidArgument naming what is wrong. `what` names the action in the
 // messages ("an admin release").

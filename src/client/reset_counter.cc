@@ -8,54 +8,7 @@
 #include "core/keys.h"
 
 namespace sluice {
-namespace {
-
-using internal::AppendJsonString;
 using internal::AuditTail;
-
-// What a record says of the reset besides its outcome; the stream gets the same fields.
-struct ResetFields {
-  const AdminAction& action;
-  const std::string& limiter;
-  std::string_view algorithm;
-  std::string ts;
-  std::string encoded_id;  // as encoded in keys: printable ASCII, reversible (%XX)
-  std::string key;
-};
-
-std::string RecordHead(const ResetFields& f) {
-  std::string head;
-  head += "{\"ts\":";
-  AppendJsonString(head, f.ts);
-  head += ",\"op\":\"" + internal::OperationId() + "\"";
-  head += ",\"action\":\"reset\",\"actor\":";
-  AppendJsonString(head, f.action.actor);
-  head += ",\"reason\":";
-  AppendJsonString(head, f.action.reason);
-  head += ",\"limiter\":";
-  AppendJsonString(head, f.limiter);
-  head += ",\"algorithm\":";
-  AppendJsonString(head, f.algorithm);
-  head += ",\"id\":";
-  AppendJsonString(head, f.encoded_id);
-  head += ",\"key\":";
-  AppendJsonString(head, f.key);
-  head += ",";
-  return head;
-}
-
-std::vector<std::pair<std::string, std::string>> StreamFields(const ResetFields& f) {
-  return {{"ts", f.ts},
-          {"action", "reset"},
-          {"actor", f.action.actor},
-          {"reason", f.action.reason},
-          {"limiter", f.limiter},
-          {"algorithm", std::string(f.algorithm)},
-          {"id", f.encoded_id},
-          {"key", f.key}};
-}
-
-}  // namespace
 
 StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
                                    const AdminAction& action, const AuditOptions& audit,
@@ -67,13 +20,14 @@ StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
   if (!key.ok()) return key.status();
   internal::AuditRecord record(audit.log_path);
   if (Status s = record.Open(); !s.ok()) return s;
-  const ResetFields fields{action,
-                           limiter.name(),
-                           AlgorithmName(limiter.limit().algorithm),
-                           internal::IsoTime(std::chrono::system_clock::now()),
-                           internal::EncodeId(id),
-                           *key};
-  const std::string head = RecordHead(fields);
+  const internal::AuditFields fields{"reset",
+                                     action,
+                                     limiter.name(),
+                                     AlgorithmName(limiter.limit().algorithm),
+                                     internal::IsoTime(std::chrono::system_clock::now()),
+                                     internal::EncodeId(id),
+                                     *key};
+  const std::string head = internal::AuditRecordHead(fields);
   if (Status s = record.Append(head); !s.ok()) return s;
 
   // A reset is not a decision: a store that cannot take it returns the error (never a
@@ -92,8 +46,8 @@ StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
   }
   result.record = head + done;
   if (audit.stream) {
-    result.stream_error =
-        internal::AppendToAuditStream(*limiter.core_, StreamFields(fields), audit, deadline);
+    result.stream_error = internal::AppendToAuditStream(
+        *limiter.core_, internal::AuditStreamFields(fields), audit, deadline);
   }
   return result;
 }
