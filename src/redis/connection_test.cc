@@ -277,9 +277,9 @@ std::shared_ptr<internal::Connection> StartBatchingConnection(boost::asio::io_co
 std::future<std::string> Consume(internal::Connection& conn, const std::string& key,
                                  std::string_view cost, uint32_t batch_tag = 0) {
   std::string args;
-  for (std::string_view a :
-       {std::string_view("0"), std::string_view(""), cost, std::string_view("10"),
-        std::string_view("60000"), std::string_view("0"), std::string_view("0")}) {
+  for (std::string_view a : {std::string_view("0"), std::string_view(""), cost,
+                             std::string_view("10"), std::string_view("60000"),
+                             std::string_view("0"), std::string_view("0"), std::string_view("0")}) {
     internal::AppendBulk(args, a);
   }
   auto promise = std::make_shared<std::promise<std::string>>();
@@ -287,7 +287,7 @@ std::future<std::string> Consume(internal::Connection& conn, const std::string& 
              .function = 0,
              .key = key,
              .args = std::move(args),
-             .arg_items = 7,
+             .arg_items = 8,
              .batch_tag = batch_tag},
             steady_clock::now() + seconds(10), [promise](const Status& s, const redisReply* r) {
               if (!s.ok()) {
