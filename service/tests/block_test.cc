@@ -64,7 +64,8 @@ TEST(BlockDuration, ARefusalAnswers429WithTheBlocksRetryAfterUntilAnAdminReset) 
   HttpReply inspect = Call(s.admin_port(), "POST", "/admin/inspect", which, kAuth);
   ASSERT_EQ(inspect.status, 200) << inspect.body;
   bool shown = false;
-  for (const json& k : json::parse(inspect.body)["keys"]) {
+  const json inspected = json::parse(inspect.body);
+  for (const json& k : inspected["keys"]) {
     if (!k["fields"].contains("blocked_until_ms")) continue;
     shown = true;
     EXPECT_NE(k["key"].get<std::string>().find("tb.blk"), std::string::npos) << k;
