@@ -377,7 +377,7 @@ TEST_P(ConnectionBatchTags, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
     }
   }
   EXPECT_EQ(numkeys, tag == internal::Connection::kAnySlot ? "0 7" : "7 s:{x}:fw");
-  EXPECT_EQ(items, "[0][0][][1][10][60000][0][0][0/][0/][0/3][bad][0/][0/3][3][0/]");
+  EXPECT_EQ(items, "[0][0][][1][10][60000][0][0][0][0/][0/][0/3][bad][0/][0/3][3][0/]");
   conn->Shutdown();
 }
 
@@ -542,7 +542,7 @@ TEST(Connection, ABatchWhoseItemsCannotBeParsedFailsFromThereOn) {
   RedisServer server;
   const std::string source(internal::AllScripts()[internal::kBatchScript].source);
   const auto reused_nothing = server.Command({"EVAL", source, "2", "m:{a}:fw", "m:{b}:fw", "0", "0",
-                                              "", "1", "10", "60000", "0", "0", "3/"});
+                                              "", "1", "10", "60000", "0", "0", "0", "3/"});
   ASSERT_EQ(reused_nothing.type, internal::Reply::Type::kArray);
   ASSERT_EQ(reused_nothing.elements.size(), 5u);  // a's 4 items, then b's error
   EXPECT_EQ(reused_nothing.elements[0].integer, 1);
@@ -552,7 +552,7 @@ TEST(Connection, ABatchWhoseItemsCannotBeParsedFailsFromThereOn) {
       << reused_nothing.elements[4].str;
   const auto the_clock =
       server.Command({"EVAL", source, "3", "m:{a}:fw", "m:{b}:fw", "m:{c}:fw", "0", "0", "", "1",
-                      "10", "60000", "0", "0", "0/2", "5", "0/"});
+                      "10", "60000", "0", "0", "0", "0/2", "5", "0/"});
   ASSERT_EQ(the_clock.elements.size(), 6u);     // a's 4 items, then b's and c's errors
   EXPECT_EQ(the_clock.elements[1].integer, 8);  // a's second unit of 10
   for (size_t i : {4u, 5u}) {
