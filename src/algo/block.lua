@@ -84,8 +84,8 @@ local function block_holds(key, now, grace)
 end
 
 -- Runs `decide` (an algorithm's per-call function) under the block of ARGV[8]. Its reply
--- comes back as it returned it: a table (alone, in the composite) or four values (the
--- batch's form, cmake/SluiceLua.cmake).
+-- comes back as it returned it: a table, or in the batch, where the build turns a reply
+-- written as a literal into its four values (cmake/SluiceLua.cmake), often four values.
 local function block_gate(KEYS, ARGV, decide)
   local op = ARGV[1]
   if op == '3' then
