@@ -69,8 +69,8 @@ TEST(BlockDuration, ARefusalAnswers429WithTheBlocksRetryAfterUntilAnAdminReset) 
     if (!k["fields"].contains("blocked_until_ms")) continue;
     shown = true;
     EXPECT_NE(k["key"].get<std::string>().find("tb.blk"), std::string::npos) << k;
-    EXPECT_GT(k["fields"]["blocked_for_ms"].get<int64_t>(), 0) << k;
-    EXPECT_LE(k["fields"]["blocked_for_ms"].get<int64_t>(), 30000) << k;
+    EXPECT_GT(k["fields"]["block_ends_in_ms"].get<int64_t>(), 0) << k;
+    EXPECT_LE(k["fields"]["block_ends_in_ms"].get<int64_t>(), 30000) << k;
     EXPECT_GT(k["ttl_ms"].get<int64_t>(), 0) << k;
   }
   EXPECT_TRUE(shown) << inspect.body;

@@ -164,7 +164,7 @@ void DescribeBlock(std::string_view v, int64_t now, KeyState& s) {
     return;
   }
   Add(s, "blocked_until_ms", *ends);
-  Add(s, "blocked_for_ms", std::max<int64_t>(0, *ends - now));
+  Add(s, "block_ends_in_ms", std::max<int64_t>(0, *ends - now));
   s.ends_at_ms = *ends;
 }
 
