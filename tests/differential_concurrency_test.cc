@@ -81,7 +81,7 @@ std::string Show(const std::map<std::string, int64_t>& members) {
 std::string Show(const std::map<std::string, internal::LeaseTicket>& tickets) {
   std::string s = "{";
   for (const auto& [token, t] : tickets) {
-    s += Printable(token) + "@" + std::to_string(t.taken_at_ms) + "-" +
+    s += Printable(token) + "@" + std::to_string(t.arrival) + "-" +
          std::to_string(t.expires_at_ms) + " ";
   }
   return s + "}";
@@ -416,7 +416,7 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
     }
     std::map<std::string, int64_t> want_order, want_expiry;
     for (const auto& [t, ticket] : id.twin.tickets) {
-      want_order[t] = ticket.taken_at_ms;
+      want_order[t] = ticket.arrival;
       want_expiry[t] = ticket.expires_at_ms;
     }
     if (!tickets_before.empty() || !id.twin.tickets.empty()) {

@@ -37,8 +37,8 @@ std::optional<int64_t> TicketRank(const LeaseSetState& state, const std::string&
   if (it == state.tickets.end()) return std::nullopt;
   int64_t ahead = 0;
   for (const auto& [other, ticket] : state.tickets) {
-    if (ticket.taken_at_ms < it->second.taken_at_ms ||
-        (ticket.taken_at_ms == it->second.taken_at_ms && other < token)) {
+    if (ticket.arrival < it->second.arrival ||
+        (ticket.arrival == it->second.arrival && other < token)) {
       ++ahead;
     }
   }
@@ -82,7 +82,9 @@ LeaseReply Wait(LeaseSetState& state, const LeaseArgs& args, int64_t now_ms) {
       reply.count = waiting;
       return reply;
     }
-    state.tickets[args.token].taken_at_ms = now_ms;
+    int64_t last = 0;
+    for (const auto& [other, ticket] : state.tickets) last = std::max(last, ticket.arrival);
+    state.tickets[args.token].arrival = std::max(now_ms * 1024, last + 1);
     rank = waiting;
   }
   state.tickets[args.token].expires_at_ms = now_ms + args.ticket_ttl_ms;

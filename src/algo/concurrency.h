@@ -59,7 +59,9 @@ std::string LeaseMember(int64_t now_ms, const std::string& token);
 
 // A waiter's place in an id's queue.
 struct LeaseTicket {
-  int64_t taken_at_ms = 0;    // its arrival: the queue's order (then the token)
+  // Its arrival, the queue's order: the store ms it was taken times 1024, or one more
+  // than the latest arrival in the queue when that is higher (strict arrival order).
+  int64_t arrival = 0;
   int64_t expires_at_ms = 0;  // believable while now < expiry; moved at each re-check
   bool operator==(const LeaseTicket&) const = default;
 };

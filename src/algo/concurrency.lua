@@ -18,8 +18,10 @@
 -- ARGV[7]  wait: the most tickets per id (>= 1)     batch: the batch function takes 5 args)
 -- Waiting acquires (ops 6 and 7): two sorted sets beside the lease set, in its slot
 -- (KEYS[1] .. 'w' and KEYS[1] .. 'x'), one member per waiter's ticket (its token):
---   <set>w  score = the store-clock ms the ticket was taken: the queue, in arrival order
---           (tickets taken in one ms are ordered by token);
+--   <set>w  score = the ticket's arrival: the store-clock ms it was taken times 1024, or
+--           one more than the latest arrival when that is higher (tickets taken in one
+--           ms keep the order in which the script ran; 2^53 holds ms * 1024 for
+--           another 200,000 years);
 --   <set>x  score = the ms the ticket stops being believable (a waiter refreshes it at
 --           every re-check; a dead waiter's ticket is dropped past it by the next call
 --           that reads the queue).
@@ -259,7 +261,9 @@ if op == '6' then
     if waiting >= tonumber(ARGV[7]) then
       return {3, waiting, now, earliest(key)}
     end
-    redis.call('ZADD', key .. 'w', string.format('%d', now), token)
+    local last = redis.call('ZRANGE', key .. 'w', -1, -1, 'WITHSCORES')[2]
+    local arrival = math.max(now * 1024, (tonumber(last) or 0) + 1)
+    redis.call('ZADD', key .. 'w', string.format('%d', arrival), token)
     rank = waiting
   end
   local ticket_ttl = tonumber(ARGV[6])
