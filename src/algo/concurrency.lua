@@ -9,7 +9,8 @@
 --          Op 5 only: KEYS[1] is the audit stream instead.
 -- ARGV[1]  op: "0" acquire, "1" heartbeat, "3" release all, "4" list, "5" audit append,
 --          "6" wait (take a ticket, or a lease when the ticket's turn came), "7" leave the queue
---          (release of one lease is a plain ZREM: nothing to check, one command)
+--          (release of one lease is a plain ZREM: nothing to check, one command; the
+--          client then SPUBLISHes on the channel KEYS[1] when it removed a lease)
 -- ARGV[2]  model clock ms, or "" to read Redis TIME (models are tests)
 -- ARGV[3]  acquire: the token; heartbeat: the member
 -- ARGV[4]  acquire: limit (>= 1)
@@ -57,8 +58,9 @@
 -- last moved to: a shorter ttl applies from the lease's next heartbeat past that expiry
 -- and to new leases (cutting a live lease short could give its slot to another holder
 -- while the first still believes it holds it).
--- Cost: an acquire on an id with no set makes 4 redis.calls (TIME, ZCARD, ZADD, PEXPIRE),
--- on an id with leases 5 (+ ZREMRANGEBYSCORE); a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE).
+-- Cost: an acquire on an id with no set makes 5 redis.calls (TIME, ZCARD, the queue's
+-- ZCARD, ZADD, PEXPIRE), on an id with leases 6 (+ ZREMRANGEBYSCORE); one refused at the
+-- limit reads no queue; a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE).
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
 -- argument with a costly '%.17g').
 -- The two helpers above `--[[ per call ]]` take what they use as arguments: in the batch
