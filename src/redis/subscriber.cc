@@ -51,7 +51,10 @@ Subscriber::~Subscriber() {
 
 void Subscriber::Shutdown() {
   if (stopped_.exchange(true)) return;
-  timer_.cancel();
+  {
+    MutexLock lock(timer_mu_);
+    timer_.cancel();
+  }
   if (connection_) connection_->Shutdown();
 }
 
@@ -90,6 +93,8 @@ void Subscriber::CheckReconnect() {
     sessions_seen_.store(sessions);
     for (const std::string& channel : wakeups_->Channels()) Send("SSUBSCRIBE", channel);
   }
+  MutexLock lock(timer_mu_);
+  if (stopped_.load()) return;  // Shutdown cancelled the timer: arm it no more
   timer_.expires_after(kResubscribeCheck);
   timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
     if (ec) return;

@@ -26,6 +26,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "core/mutex.h"
 #include "redis/connection.h"
 #include "redis/endpoint.h"
 #include "store/wakeups.h"
@@ -61,7 +62,8 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
 
   std::shared_ptr<Connection> connection_;
   std::shared_ptr<Wakeups> wakeups_;
-  boost::asio::steady_timer timer_;
+  Mutex timer_mu_;  // Shutdown (any thread) and the check's re-arming (an I/O thread)
+  boost::asio::steady_timer timer_ SLUICE_GUARDED_BY(timer_mu_);
   std::atomic<uint64_t> sessions_seen_{0};
   std::atomic<bool> stopped_{false};
 };
