@@ -39,6 +39,9 @@ KeyType ExpectedKeyType(std::string_view suffix) {
   if (suffix == "sl" || suffix == "cc") return KeyType::kZset;
   if (suffix == internal::kQuotaSuffix) return KeyType::kHash;
   if (suffix == internal::kQuotaIndexSuffix) return KeyType::kZset;
+  if (suffix == internal::kLeaseQueueSuffix || suffix == internal::kLeaseTicketSuffix) {
+    return KeyType::kZset;
+  }
   if (suffix == "audit") return KeyType::kStream;
   return KeyType::kNone;
 }
@@ -51,7 +54,10 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
   if (suffix == "sl") return "sliding_log";
   if (suffix == "tb") return "token_bucket";
   if (suffix == "gcra") return "gcra";
-  if (suffix == "cc") return "concurrency";
+  if (suffix == "cc" || suffix == internal::kLeaseQueueSuffix ||
+      suffix == internal::kLeaseTicketSuffix) {
+    return "concurrency";
+  }
   if (suffix == internal::kQuotaSuffix || suffix == internal::kQuotaIndexSuffix) {
     return "quota_shares";
   }
@@ -63,7 +69,8 @@ namespace {
 
 bool KnownSuffix(std::string_view suffix) {
   return std::find(std::begin(internal::kKeySuffixes), std::end(internal::kKeySuffixes), suffix) !=
-         std::end(internal::kKeySuffixes);
+             std::end(internal::kKeySuffixes) ||
+         suffix == internal::kLeaseQueueSuffix || suffix == internal::kLeaseTicketSuffix;
 }
 
 // `<encoded tag>}:<limiter>:<encoded id>:<suffix>`, the rest of a co-located key after
