@@ -48,6 +48,11 @@ struct TraceConfig {
   // Debits (Limiter::Debit) take a tenth of the steps, of costs up to three times the
   // limit and sometimes far beyond it (the debt bound), so checks meet ids in debt.
   bool debits = false;
+  // Reserves (Limiter::Reserve) and settles (Limiter::Settle) take a tenth of the steps
+  // (not batched: each is one call through the Client): settles of earlier reservations
+  // picked at random, held, settled already or expired, with actual costs below and
+  // above the estimate, and refs with a forged token.
+  bool reservations = false;
 };
 
 // Runs the trace; fails the current test at the first differing decision (printing the
@@ -67,5 +72,9 @@ void RunBatchedTraces(const RedisServer& server, Algorithm algorithm, bool vary_
 // Traces with debits (TraceConfig::debits): one plain, one with every parameter
 // changing, one batched (a debit in a batch script call is decided as alone).
 void RunDebitTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
+
+// Traces with reservations (TraceConfig::reservations) and debits: one plain, one with
+// every parameter changing.
+void RunReservationTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
 
 }  // namespace sluice::testing

@@ -55,6 +55,18 @@ enum class StoreFailure {
 // "none", "deadline", "store_error", "breaker_open", "evicting".
 std::string_view StoreFailureName(StoreFailure failure);
 
+// What a settle did (Limiter::Settle).
+enum class SettleOutcome {
+  kNone,            // not a settle
+  kSettled,         // settled by this call: the difference refunded or debited
+  kAlreadySettled,  // an earlier settle did it; nothing changed (settled_cost: its actual)
+  kNotHeld,         // no reservation is held: it expired with the estimate's window (or
+                    // the bucket's recovery), or never was; nothing refunded or charged
+};
+
+// "none", "settled", "already_settled", "not_held".
+std::string_view SettleOutcomeName(SettleOutcome outcome);
+
 struct Decision {
   bool allowed = false;
   // The limit in force for this decision.
@@ -74,6 +86,10 @@ struct Decision {
   // the charge fitted). Bounded: never more than the limit (one window's worth below
   // zero), so a huge debit cannot lock an id out for ever (docs/algorithms.md, "Debt").
   int64_t debt = 0;
+  // Limiter::Settle only: what the settle did, and the actual cost the reservation was
+  // settled with (by this call, or by the earlier one when kAlreadySettled).
+  SettleOutcome settle = SettleOutcome::kNone;
+  int64_t settled_cost = 0;
   // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
   // `allowed` is true anyway and `reason` says why it would have been refused.
   bool shadow_refused = false;

@@ -49,6 +49,7 @@
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
 #include "algo/quota_shares.h"
+#include "algo/reservation.h"
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
@@ -101,8 +102,9 @@ class MemoryStore final : public Store {
 
  private:
   // Keys carry their algorithm's suffix, so one key only ever holds one kind of state.
-  using AnyState = std::variant<FixedWindowState, SlidingWindowState, SlidingLogState,
-                                TokenBucketState, GcraState, LeaseSetState, QuotaShareState>;
+  using AnyState =
+      std::variant<FixedWindowState, SlidingWindowState, SlidingLogState, TokenBucketState,
+                   GcraState, LeaseSetState, QuotaShareState, ReservationState>;
   // Lives in its shard's map node (never moved: node addresses survive rehashing), and
   // in one list of the shard's expiry index while `slot` is set.
   struct Entry {
@@ -148,6 +150,10 @@ class MemoryStore final : public Store {
   // Runs `algorithm`'s twin on the key's state; the caller holds the shard's lock.
   static AlgoReply StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
                               Algorithm algorithm, int64_t now) SLUICE_REQUIRES(shard.mu);
+  // A reserve or settle (src/algo/reservation.h) under the counter's shard lock; the
+  // reservation's entry lives in the counter's shard (it is only ever reached through it).
+  static ReservationReply ReserveLocked(Shard& shard, const CheckCall& call, int64_t now)
+      SLUICE_REQUIRES(shard.mu);
   // Runs one twin on the key's state under the shard's lock.
   template <typename State, typename Step>
   static AlgoReply Apply(Shard& shard, const std::string& key, const AlgoArgs& args, int64_t now_ms,

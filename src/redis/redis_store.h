@@ -63,6 +63,8 @@ class RedisStore final : public Store {
   Connection& connection() { return *connection_; }
 
  private:
+  // A reserve or settle (Op::kReserve, kSettle): src/algo/reservation.lua, sent alone.
+  void Reservation(CheckCall call, DecisionCallback done);
   RedisStore(std::shared_ptr<Connection> connection, Mode mode)
       : connection_(std::move(connection)), mode_(mode) {}
   // The batch tag of a call on `key` (its slot in cluster mode).
