@@ -97,6 +97,70 @@ void HandleDebit(Engine& engine, const HttpRequest& request, Respond respond) {
   });
 }
 
+// POST /v1/reservations: /v1/check's body, each descriptor's hits its estimate, held all
+// or nothing. 200 with the handle (and /v1/check's answer), 429 over a limit (nothing
+// held), 400 for a concurrency limit or a limit override, 503 when the store could not
+// hold it (no failure policy grants a reservation).
+void HandleReserve(Engine& engine, const HttpRequest& request, Respond respond) {
+  auto parsed = ParseCheckRequest(request.body());
+  if (!parsed.ok()) {
+    engine.metrics().BadRequest();
+    return Error(respond, http::status::bad_request, parsed.status().message());
+  }
+  const std::string domain = parsed->domain;
+  engine.Reserve(std::move(*parsed), [respond = std::move(respond), domain](CheckResult result,
+                                                                            std::string handle) {
+    if (result.unknown_domain) {
+      return Error(respond, http::status::bad_request, "unknown domain '" + domain + "'");
+    }
+    for (const DescriptorResult& s : result.statuses) {
+      if (s.bad_request) return Error(respond, http::status::bad_request, s.error);
+    }
+    http::status status = http::status::ok;
+    if (result.overall == Code::kOverLimit) status = http::status::too_many_requests;
+    if (result.overall == Code::kUnavailable) status = http::status::service_unavailable;
+    json body = json::parse(FormatCheckResponse(result));
+    // No handle when no limit applies: nothing is held, nothing to settle.
+    if (!handle.empty()) body["handle"] = handle;
+    HttpResponse response = MakeResponse(status, body.dump());
+    for (auto& [k, v] : RateLimitHeaders(result)) response.set(k, v);
+    if (!handle.empty()) response.set(http::field::location, "/v1/reservations/" + handle);
+    respond(std::move(response));
+  });
+}
+
+// POST /v1/reservations/{handle}/settle, body {"hits": actual} (>= 0): 200 settled now, 409
+// settled before (nothing changed), 410 no longer held (expired with the estimate's
+// window: nothing refunded or charged), each with every limit's state after it; 404 for a
+// handle that names nothing; 503 when the store could not take it (retry: once only).
+void HandleSettle(Engine& engine, const std::string& handle, const HttpRequest& request,
+                  Respond respond) {
+  const json body = json::parse(request.body(), nullptr, false);
+  if (!body.is_object() || !body.contains("hits") || !body["hits"].is_number_unsigned()) {
+    engine.metrics().BadRequest();
+    return Error(respond, http::status::bad_request,
+                 "a settle takes {\"hits\": <the actual cost, an integer >= 0>}");
+  }
+  engine.Settle(handle, body["hits"].get<uint64_t>(),
+                [respond = std::move(respond)](sluice::StatusOr<SettleResult> settled) {
+                  if (!settled.ok()) {
+                    return Error(respond, StatusFor(settled.status()), settled.status().message());
+                  }
+                  http::status status = http::status::ok;
+                  if (settled->outcome == sluice::SettleOutcome::kAlreadySettled) {
+                    status = http::status::conflict;
+                  } else if (settled->outcome == sluice::SettleOutcome::kNotHeld) {
+                    status = http::status::gone;
+                  }
+                  json j = json::parse(FormatCheckResponse(settled->check));
+                  j["outcome"] = sluice::SettleOutcomeName(settled->outcome);
+                  j["settled_hits"] = settled->settled_hits;
+                  HttpResponse response = MakeResponse(status, j.dump());
+                  for (auto& [k, v] : RateLimitHeaders(settled->check)) response.set(k, v);
+                  respond(std::move(response));
+                });
+}
+
 void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) {
   auto parsed = ParseDescriptorRequest(request.body());
   if (!parsed.ok()) {
@@ -218,6 +282,24 @@ HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
       if (method != http::verb::post)
         return Error(respond, http::status::method_not_allowed, "use POST");
       return HandleDebit(engine, request, std::move(respond));
+    }
+    if (path == "/v1/reservations") {
+      if (method != http::verb::post)
+        return Error(respond, http::status::method_not_allowed, "use POST");
+      return HandleReserve(engine, request, std::move(respond));
+    }
+    constexpr std::string_view kReservations = "/v1/reservations/";
+    constexpr std::string_view kSettle = "/settle";
+    if (path.starts_with(kReservations)) {
+      std::string_view rest = path.substr(kReservations.size());
+      if (!rest.ends_with(kSettle) || rest.size() == kSettle.size() ||
+          rest.substr(0, rest.size() - kSettle.size()).find('/') != std::string_view::npos) {
+        return Error(respond, http::status::not_found, "no such path");
+      }
+      if (method != http::verb::post)
+        return Error(respond, http::status::method_not_allowed, "use POST");
+      return HandleSettle(engine, std::string(rest.substr(0, rest.size() - kSettle.size())),
+                          request, std::move(respond));
     }
     if (path == "/v1/leases") {
       if (method != http::verb::post)
