@@ -161,6 +161,61 @@ void HandleSettle(Engine& engine, const std::string& handle, const HttpRequest& 
                 });
 }
 
+// /v1/reservations/{handle}/settle (POST); any other path under /v1/reservations/ is 404.
+void RouteSettle(Engine& engine, std::string_view path, const HttpRequest& request,
+                 Respond respond) {
+  constexpr std::string_view kReservations = "/v1/reservations/";
+  constexpr std::string_view kSettle = "/settle";
+  std::string_view rest = path.substr(kReservations.size());
+  if (!rest.ends_with(kSettle) || rest.size() == kSettle.size() ||
+      rest.substr(0, rest.size() - kSettle.size()).find('/') != std::string_view::npos) {
+    return Error(respond, http::status::not_found, "no such path");
+  }
+  if (request.method() != http::verb::post) {
+    return Error(respond, http::status::method_not_allowed, "use POST");
+  }
+  HandleSettle(engine, std::string(rest.substr(0, rest.size() - kSettle.size())), request,
+               std::move(respond));
+}
+
+// /v1/leases/{handle}/heartbeat (POST) and /v1/leases/{handle} (DELETE).
+void RouteLease(Engine& engine, std::string_view path, const HttpRequest& request,
+                Respond respond) {
+  constexpr std::string_view kLeases = "/v1/leases/";
+  std::string_view rest = path.substr(kLeases.size());
+  const bool heartbeat = rest.size() > 10 && rest.substr(rest.size() - 10) == "/heartbeat";
+  if (heartbeat) rest.remove_suffix(10);
+  if (rest.empty() || rest.find('/') != std::string_view::npos)
+    return Error(respond, http::status::not_found, "no such path");
+  const std::string handle(rest);
+  if (heartbeat && request.method() == http::verb::post) {
+    return engine.Heartbeat(
+        handle, [respond = std::move(respond)](sluice::StatusOr<std::chrono::milliseconds> left) {
+          if (!left.ok()) return Error(respond, StatusFor(left.status()), left.status().message());
+          respond(MakeResponse(http::status::ok,
+                               json{{"held", true}, {"expires_in_ms", left->count()}}.dump()));
+        });
+  }
+  if (!heartbeat && request.method() == http::verb::delete_) {
+    return engine.Release(handle, [respond = std::move(respond)](sluice::Status s) {
+      if (s.code() == sluice::StatusCode::kUnavailable ||
+          s.code() == sluice::StatusCode::kDeadlineExceeded) {
+        // Taken, not done: the engine sends it again until it lands or lease_ttl passes.
+        return respond(MakeResponse(
+            http::status::accepted,
+            json{{"released", false},
+                 {"detail",
+                  "Redis could not take the release now; it is sent again until it lands "
+                  "or the lease's lease_ttl passes"}}
+                .dump()));
+      }
+      if (!s.ok()) return Error(respond, StatusFor(s), s.message());
+      respond(MakeResponse(http::status::no_content, ""));
+    });
+  }
+  return Error(respond, http::status::method_not_allowed, "use POST .../heartbeat or DELETE");
+}
+
 void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) {
   auto parsed = ParseDescriptorRequest(request.body());
   if (!parsed.ok()) {
@@ -288,59 +343,16 @@ HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
         return Error(respond, http::status::method_not_allowed, "use POST");
       return HandleReserve(engine, request, std::move(respond));
     }
-    constexpr std::string_view kReservations = "/v1/reservations/";
-    constexpr std::string_view kSettle = "/settle";
-    if (path.starts_with(kReservations)) {
-      std::string_view rest = path.substr(kReservations.size());
-      if (!rest.ends_with(kSettle) || rest.size() == kSettle.size() ||
-          rest.substr(0, rest.size() - kSettle.size()).find('/') != std::string_view::npos) {
-        return Error(respond, http::status::not_found, "no such path");
-      }
-      if (method != http::verb::post)
-        return Error(respond, http::status::method_not_allowed, "use POST");
-      return HandleSettle(engine, std::string(rest.substr(0, rest.size() - kSettle.size())),
-                          request, std::move(respond));
+    if (path.starts_with("/v1/reservations/")) {
+      return RouteSettle(engine, path, request, std::move(respond));
     }
     if (path == "/v1/leases") {
       if (method != http::verb::post)
         return Error(respond, http::status::method_not_allowed, "use POST");
       return HandleAcquire(engine, request, std::move(respond));
     }
-    constexpr std::string_view kLeases = "/v1/leases/";
-    if (path.substr(0, kLeases.size()) == kLeases) {
-      std::string_view rest = path.substr(kLeases.size());
-      const bool heartbeat = rest.size() > 10 && rest.substr(rest.size() - 10) == "/heartbeat";
-      if (heartbeat) rest.remove_suffix(10);
-      if (rest.empty() || rest.find('/') != std::string_view::npos)
-        return Error(respond, http::status::not_found, "no such path");
-      const std::string handle(rest);
-      if (heartbeat && method == http::verb::post) {
-        return engine.Heartbeat(handle, [respond = std::move(respond)](
-                                            sluice::StatusOr<std::chrono::milliseconds> left) {
-          if (!left.ok()) return Error(respond, StatusFor(left.status()), left.status().message());
-          respond(MakeResponse(http::status::ok,
-                               json{{"held", true}, {"expires_in_ms", left->count()}}.dump()));
-        });
-      }
-      if (!heartbeat && method == http::verb::delete_) {
-        return engine.Release(handle, [respond = std::move(respond)](sluice::Status s) {
-          if (s.code() == sluice::StatusCode::kUnavailable ||
-              s.code() == sluice::StatusCode::kDeadlineExceeded) {
-            // Taken, not done: the engine sends it again until it lands or lease_ttl passes.
-            return respond(MakeResponse(
-                http::status::accepted,
-                json{{"released", false},
-                     {"detail",
-                      "Redis could not take the release now; it is sent again until it lands "
-                      "or the lease's lease_ttl passes"}}
-                    .dump()));
-          }
-          if (!s.ok()) return Error(respond, StatusFor(s), s.message());
-          respond(MakeResponse(http::status::no_content, ""));
-        });
-      }
-      return Error(respond, http::status::method_not_allowed, "use POST .../heartbeat or DELETE");
-    }
+    if (path.starts_with("/v1/leases/"))
+      return RouteLease(engine, path, request, std::move(respond));
     // Metrics name descriptor values (lease ids, detailed_metric): never on this listener.
     if (path == "/metrics")
       return Error(respond, http::status::not_found,
