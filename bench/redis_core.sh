@@ -71,17 +71,17 @@ declare -A rate cpu client p50 p99 per floor_us floor_rps
 # and prints the Redis CPU µs per command; `resp <n> <args…>` writes n commands, "%d" in
 # an argument replaced by the command's number (0 … n-1), "%k" by that number mod 10000.
 resp() {
-  local n=$1; shift
-  awk -v n="$n" -v args="$*" 'BEGIN {
-    c = split(args, a, " ")
-    for (i = 0; i < n; i++) {
-      printf "*%d\r\n", c
-      for (j = 1; j <= c; j++) {
-        v = a[j]; gsub(/%d/, i, v); gsub(/%k/, i % 10000, v); gsub(/%e/, "", v)
-        printf "$%d\r\n%s\r\n", length(v), v
-      }
-    }
-  }'
+  python3 - "$@" <<'PY'
+import sys
+n, args = int(sys.argv[1]), sys.argv[2:]
+out = []
+for i in range(n):
+    out.append("*%d\r\n" % len(args))
+    for a in args:
+        v = a.replace("%d", str(i)).replace("%k", str(i % 10000)).replace("%e", "")
+        out.append("$%d\r\n%s\r\n" % (len(v), v))
+sys.stdout.write("".join(out))
+PY
 }
 pipe_cpu() {
   local n c0 c1
@@ -102,7 +102,9 @@ metered_run() {
     i=$(case $a in fixed_window) echo 0;; sliding_window) echo 1;; sliding_log) echo 2;;
         token_bucket) echo 3;; gcra) echo 4;; esac)
     # "" (Redis TIME) cannot be a word of resp's argument list: %e stands for it.
-    local limit=(1000000000 60000 0 0)
+    # A budget no call exhausts; buckets refill 1 token a minute, so a reservation (held
+    # until its bucket would be full again) is still held when its settle comes.
+    local limit=(1000000000 60000 1 0)
     resp "$n" EVALSHA "$sha" 1 "m:{$a:%k}:x" 0 %e 1 "${limit[@]}" > "$f"
     cpu[metered/$a/check]+=" $(pipe_cpu "$f")"
     resp "$n" EVALSHA "$sha" 1 "m:{$a:%k}:x" 7 %e 1 "${limit[@]}" > "$f"
