@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "redis/crc16.h"
 #include "sluice/sluice.h"
 #include "testing/redis_fixture.h"
 #include "testing/status_matchers.h"
@@ -182,6 +183,28 @@ TEST_F(ReservationRedis, AForgedOrGarbledRefSettlesNothing) {
   ASSERT_THAT(s, IsOk());
   EXPECT_EQ(s->settle, SettleOutcome::kSettled);
   EXPECT_EQ(Remaining(limiter, "victim"), 10);
+}
+
+// The reservation's key lies in its counter's hash slot (one script touches both on a Redis
+// Cluster), plain and co-located alike; a co-located limiter reserves and settles too.
+TEST_F(ReservationRedis, TheReservationKeyIsInItsCountersSlot) {
+  client_ = Connect();
+  auto colocated =
+      client_->MakeLimiter("tenant_users", {.limit = 10, .window = milliseconds(60'000)},
+                           {.colocate = LimiterOptions::Colocate{.separator = '/'}});
+  ASSERT_THAT(colocated, IsOk());
+  const Limiter plain = Make(Algorithm::kGcra);
+  for (const Limiter* limiter : {&plain, static_cast<const Limiter*>(&*colocated)}) {
+    StatusOr<Reservation> r = limiter->Reserve("acme/dana", 4);
+    ASSERT_THAT(r, IsOk());
+    ASSERT_TRUE(r->decision.allowed);
+    const std::string key = ReservationKey(*limiter, *r);
+    EXPECT_GT(Pttl(key), 0) << key;
+    EXPECT_EQ(internal::KeySlot(key), internal::KeySlot(*limiter->KeyFor("acme/dana"))) << key;
+    const StatusOr<Decision> s = limiter->Settle(r->ref, 4);
+    ASSERT_THAT(s, IsOk());
+    EXPECT_EQ(s->settle, SettleOutcome::kSettled);
+  }
 }
 
 // The ref is all a settle needs: another client (another process) settles it.
