@@ -14,6 +14,12 @@
 #             with a note when node, npm or the registry is not there
 #   unbatched fixed_window and lease cycles again with --max-batch 1 (every
 #             call its own EVALSHA, as before batching; UNBATCHED=0 skips them)
+#   metered   per algorithm, the Redis CPU of a check, a debit, a reserve and a settle
+#             (src/algo/reservation.lua) of the same limit, each call its own EVALSHA of
+#             the embedded script, sent by redis-cli --pipe (METERED=0 skips them): checks
+#             and debits of 1 over 10k ids, reserves of 5 (each its own reservation key),
+#             then a settle of 3 for each reservation (the refund path); the ratio of each to
+#             the check. Needs the release build's generated scripts (bench/lib.sh).
 # Every cell is the median of RUNS runs (each run measures every row once, in turn).
 # Usage: bench/redis_core.sh [seconds per measurement, default 3] [runs, default 3]
 # Env: SLUICE (the sluice binary, default ./build/bin/sluice), ALGORITHMS (space-separated
@@ -60,6 +66,59 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -n "$rlf_dir" ] && echo "rate-limiter-flexible $(node -p "require('$rlf_dir/node_modules/rate-limiter-flexible/package.json').version"), ioredis $(node -p "require('$rlf_dir/node_modules/ioredis/package.json').version"), node $(node --version)"
 
 declare -A rate cpu client p50 p99 per floor_us floor_rps
+
+# Metered operations: `pipe_cpu <file>` sends a file of RESP commands with redis-cli --pipe
+# and prints the Redis CPU µs per command; `resp <n> <args…>` writes n commands, "%d" in
+# an argument replaced by the command's number (0 … n-1), "%k" by that number mod 10000.
+resp() {
+  python3 - "$@" <<'PY'
+import sys
+n, args = int(sys.argv[1]), sys.argv[2:]
+out = []
+for i in range(n):
+    out.append("*%d\r\n" % len(args))
+    for a in args:
+        v = a.replace("%d", str(i)).replace("%k", str(i % 10000)).replace("%e", "")
+        out.append("$%d\r\n%s\r\n" % (len(v), v))
+sys.stdout.write("".join(out))
+PY
+}
+pipe_cpu() {
+  local n c0 c1
+  n=$(grep -c '^\*' "$1")
+  c0=$(redis_cpu)
+  redis-cli -p "$port" --pipe < "$1" >/dev/null
+  c1=$(redis_cpu)
+  awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN{printf "%.3f", (b-a)*1e6/n}'
+}
+METERED_ALGORITHMS=()
+for a in "${ALGORITHMS[@]}"; do [ "$a" = concurrency ] || METERED_ALGORITHMS+=("$a"); done
+metered_run() {
+  local n=$((20000 * SECONDS_PER_RUN)) sha rsv a i f
+  rsv=$(cli SCRIPT LOAD "$(embedded_script kReservationLua)")
+  f=$(mktemp /tmp/sluice-metered.XXXXXX)
+  for a in "${METERED_ALGORITHMS[@]}"; do
+    sha=$(cli SCRIPT LOAD "$(lua_script "$a")")
+    i=$(case $a in fixed_window) echo 0;; sliding_window) echo 1;; sliding_log) echo 2;;
+        token_bucket) echo 3;; gcra) echo 4;; esac)
+    # "" (Redis TIME) cannot be a word of resp's argument list: %e stands for it.
+    # A budget no call exhausts; buckets refill 1 token a minute, so a reservation (held
+    # until its bucket would be full again) is still held when its settle comes.
+    local limit=(1000000000 60000 1 0)
+    resp "$n" EVALSHA "$sha" 1 "m:{$a:%k}:x" 0 %e 1 "${limit[@]}" > "$f"
+    cpu[metered/$a/check]+=" $(pipe_cpu "$f")"
+    resp "$n" EVALSHA "$sha" 1 "m:{$a:%k}:x" 7 %e 1 "${limit[@]}" > "$f"
+    cpu[metered/$a/debit]+=" $(pipe_cpu "$f")"
+    cli FLUSHALL >/dev/null
+    resp "$n" EVALSHA "$rsv" 2 "m:{$a:%k}:x" "m:{$a:%k}:x:r:%d" 8 %e 5 "${limit[@]}" "$i" > "$f"
+    cpu[metered/$a/reserve]+=" $(pipe_cpu "$f")"
+    resp "$n" EVALSHA "$rsv" 2 "m:{$a:%k}:x" "m:{$a:%k}:x:r:%d" 9 %e 3 "${limit[@]}" "$i" > "$f"
+    cpu[metered/$a/settle]+=" $(pipe_cpu "$f")"
+    [ "$(cli GET "m:{$a:0}:x:r:0" | cut -c1)" = s ] || echo "warning: $a: a settle did not settle" >&2
+    cli FLUSHALL >/dev/null
+  done
+  rm -f "$f"
+}
 SHAPES_LIST=(count_expiry one_value sorted_log lease_cycle)
 declare -A SHAPE_LABEL=([count_expiry]="count + expiry (fw v2)" [one_value]="one value: GET+SETRANGE+PEXPIREAT"
   [sorted_log]="sorted-set log" [lease_cycle]="lease cycle (4 commands)")
@@ -133,6 +192,7 @@ for run in $(seq 1 "$RUNS"); do
       done
     done
   fi
+  if [ "${METERED:-1}" = "1" ]; then metered_run; fi
   if [ -n "$rlf_dir" ]; then
     for c in "${LEVELS[@]}"; do
       out=$(NODE_PATH="$rlf_dir/node_modules" timeout $((SECONDS_PER_RUN + 60)) \
@@ -189,6 +249,20 @@ if [ -n "$rlf_dir" ]; then
         'BEGIN{printf "fixed_window Redis CPU per decision / rate-limiter-flexible'"'"'s at concurrency %s: %.2f\n", c, s/r}'
     done
   fi
+fi
+if [ "${METERED:-1}" = "1" ]; then
+  echo
+  echo "metered: Redis CPU us per call, each its own EVALSHA (redis-cli --pipe), and its ratio to the check"
+  printf '%-16s %9s %9s %6s %9s %6s %9s %6s\n' "" check debit x reserve x settle x
+  for a in "${METERED_ALGORITHMS[@]}"; do
+    ck=$(echo "${cpu[metered/$a/check]}" | median)
+    printf '%-16s %9.2f' "$a" "$ck"
+    for op in debit reserve settle; do
+      u=$(echo "${cpu[metered/$a/$op]}" | median)
+      printf ' %9.2f %6.2f' "$u" "$(awk -v u="$u" -v c="$ck" 'BEGIN{print u/c}')"
+    done
+    echo
+  done
 fi
 echo
 echo "redis us/d: Redis CPU (INFO cpu user+sys) per decision (lease: per acquire+release cycle);"

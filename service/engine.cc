@@ -1,6 +1,7 @@
 #include "service/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include <boost/asio/post.hpp>
@@ -395,6 +396,196 @@ void Engine::Check(CheckRequest request, CheckDone done) {
     return CheckTogether(pending, std::move(items));
   }
   CheckEach(pending, items);
+}
+
+// One reserve while its store calls are out: the request's items in order, the
+// reservations held so far and the handle once all are.
+struct Engine::Reserving {
+  std::shared_ptr<Pending> pending;
+  std::vector<Item> items;
+  std::vector<ReservedLimit> held;
+  std::string handle;
+};
+
+namespace {
+
+// Gives back reservations a refused (or failed) reserve held before: each settled with
+// nothing spent. One the store cannot take stays charged until it expires (stricter).
+void GiveBack(const std::vector<ReservedLimit>& held, const std::vector<sluice::Limiter>& by) {
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    by[i].SettleAsync(held[i].reservation_ref, 0, {}, [](const StatusOr<Decision>&) {});
+  }
+}
+
+}  // namespace
+
+void Engine::ReserveFrom(const std::shared_ptr<Reserving>& r, std::size_t k) {
+  const auto limiters = [r] {
+    std::vector<sluice::Limiter> by;
+    for (std::size_t i = 0; i < r->held.size(); ++i) by.push_back(*r->items[i].built->limiter);
+    return by;
+  };
+  if (k == r->items.size()) {
+    if (auto handle = EncodeReservationHandle(r->held)) {
+      r->handle = std::move(*handle);
+    } else {
+      GiveBack(r->held, limiters());
+      DescriptorResult& s = r->pending->result.statuses[r->items.back().index];
+      s.bad_request = true;
+      s.code = Code::kUnavailable;
+      s.error = "these descriptors' ids are too long for a reservation handle (at most " +
+                std::to_string(kMaxReservationHandleBytes) + " bytes)";
+    }
+    return Finish(r->pending);
+  }
+  const Item& item = r->items[k];
+  const std::string& id = r->pending->result.statuses[item.index].id;
+  item.built->limiter->ReserveAsync(
+      id, std::max<int64_t>(item.cost, 1), {},
+      [this, r, k, limiters](StatusOr<sluice::Reservation> reserved) {
+        const Item& at = r->items[k];
+        if (!reserved.ok()) {
+          Set(r->pending, at, reserved.status());
+        } else {
+          Set(r->pending, at, reserved->decision);
+          if (reserved->decision.allowed) {
+            r->held.push_back({at.built->limiter->name(), reserved->ref});
+            return ReserveFrom(r, k + 1);
+          }
+        }
+        GiveBack(r->held, limiters());
+        Finish(r->pending);
+      });
+}
+
+void Engine::Reserve(CheckRequest request, ReserveDone done) {
+  auto gen = current();
+  auto r = std::make_shared<Reserving>();
+  r->pending = std::make_shared<Pending>();
+  // The handle is read when the pending check finishes: after every reservation.
+  r->pending->done = [r_weak = std::weak_ptr<Reserving>(r), done](CheckResult result) {
+    const std::shared_ptr<Reserving> held = r_weak.lock();
+    done(std::move(result), held ? held->handle : std::string());
+  };
+  CheckResult& result = r->pending->result;
+  result.statuses.resize(request.descriptors.size());
+  const DomainConfig* domain = gen->config->FindDomain(request.domain);
+  if (!domain) {
+    result.unknown_domain = true;
+    return Finish(r->pending);
+  }
+  request.debit = false;
+  bool zero_refusal = false;
+  std::vector<Item> items = Plan(*gen, *domain, request, result, zero_refusal);
+  for (DescriptorResult& s : result.statuses) {
+    if (s.rule && s.rule->kind == RuleKind::kConcurrency) {
+      s.bad_request = true;
+      s.code = Code::kUnavailable;
+      s.error = "limit '" + s.rule->DisplayName() +
+                "' is a concurrency limit, which takes no reservations (acquire a lease)";
+    } else if (s.rule && s.rule->block_duration.count() > 0) {
+      // The library refuses it too: the reservation script runs without the block's gate.
+      s.bad_request = true;
+      s.code = Code::kUnavailable;
+      s.error = "limit '" + s.rule->DisplayName() +
+                "' has a block_duration, which takes no reservations";
+    }
+  }
+  for (const Item& it : items) {
+    if (!it.limit) continue;
+    DescriptorResult& s = result.statuses[it.index];
+    s.bad_request = true;
+    s.code = Code::kUnavailable;
+    s.error = "a reservation takes no per-descriptor limit override";
+  }
+  // A shadow-mode limit refuses nobody: it holds nothing.
+  std::erase_if(items, [](const Item& it) { return it.built->rule->shadow_mode; });
+  if (items.size() > kMaxReservationLimits) {
+    DescriptorResult& s = result.statuses[items.back().index];
+    s.bad_request = true;
+    s.code = Code::kUnavailable;
+    s.error = "a reservation covers at most " + std::to_string(kMaxReservationLimits) + " limits";
+  }
+  const bool bad = std::any_of(result.statuses.begin(), result.statuses.end(),
+                               [](const DescriptorResult& s) { return s.bad_request; });
+  if (bad || zero_refusal || items.empty()) return Finish(r->pending);
+  r->items = std::move(items);
+  ReserveFrom(r, 0);
+}
+
+std::optional<sluice::Limiter> Engine::RateLimiter(const std::string& limiter_name,
+                                                   std::shared_ptr<const Rule>& rule) const {
+  auto gen = current();
+  for (const auto& [_, built] : gen->rules) {
+    if (built.limiter && built.limiter->name() == limiter_name) {
+      rule = built.rule;
+      return built.limiter;
+    }
+  }
+  return std::nullopt;
+}
+
+void Engine::Settle(const std::string& handle, uint64_t actual,
+                    std::function<void(StatusOr<SettleResult>)> done) {
+  // One text for every handle that reaches nothing (garbage, another version, a limit
+  // removed by a reload): the answer tells a prober nothing about which part was wrong.
+  const auto no_such = [] {
+    return sluice::NotFoundError(
+        "no such reservation: the handle names no reservation of a configured rate limit");
+  };
+  const std::optional<std::vector<ReservedLimit>> limits = DecodeReservationHandle(handle);
+  if (!limits) return done(no_such());
+  struct Settling {
+    std::vector<sluice::Limiter> limiters;
+    std::vector<std::shared_ptr<const Rule>> rules;
+    std::vector<StatusOr<Decision>> answers;
+    std::atomic<std::size_t> outstanding{0};
+    std::function<void(StatusOr<SettleResult>)> done;
+  };
+  auto s = std::make_shared<Settling>();
+  for (const ReservedLimit& l : *limits) {
+    std::shared_ptr<const Rule> rule;
+    std::optional<sluice::Limiter> limiter = RateLimiter(l.limiter_name, rule);
+    if (!limiter) return done(no_such());
+    s->limiters.push_back(*std::move(limiter));
+    s->rules.push_back(std::move(rule));
+    s->answers.emplace_back(sluice::InternalError("no answer"));
+  }
+  s->outstanding = limits->size();
+  s->done = std::move(done);
+  const int64_t cost = static_cast<int64_t>(std::min<uint64_t>(actual, sluice::kMaxLimit));
+  for (std::size_t i = 0; i < limits->size(); ++i) {
+    const std::string& ref = (*limits)[i].reservation_ref;
+    s->limiters[i].SettleAsync(ref, cost, {}, [s, i](StatusOr<Decision> answer) {
+      s->answers[i] = std::move(answer);
+      if (s->outstanding.fetch_sub(1) != 1) return;
+      SettleResult out;
+      bool settled = false, already = false;
+      for (std::size_t j = 0; j < s->answers.size(); ++j) {
+        if (!s->answers[j].ok()) return s->done(s->answers[j].status());
+        const Decision& d = *s->answers[j];
+        settled |= d.settle == sluice::SettleOutcome::kSettled;
+        already |= d.settle == sluice::SettleOutcome::kAlreadySettled;
+        if (d.settle != sluice::SettleOutcome::kNotHeld) out.settled_hits = d.settled_cost;
+        DescriptorResult r;
+        r.rule = s->rules[j];
+        r.limit = r.rule->requests_per_unit;
+        r.unit = r.rule->unit;
+        r.decision = d;
+        r.code = CodeOf(d);
+        r.debit = true;  // the state after it, as a debit's: its debt shown
+        if (r.code == Code::kOverLimit && out.check.overall != Code::kOverLimit) {
+          out.check.overall = Code::kOverLimit;
+          out.check.headline = static_cast<int>(j);
+        }
+        out.check.statuses.push_back(std::move(r));
+      }
+      out.outcome = settled   ? sluice::SettleOutcome::kSettled
+                    : already ? sluice::SettleOutcome::kAlreadySettled
+                              : sluice::SettleOutcome::kNotHeld;
+      s->done(std::move(out));
+    });
+  }
 }
 
 StatusOr<Match> Engine::Resolve(const std::string& domain, const Entries& entries) const {

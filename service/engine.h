@@ -80,6 +80,18 @@ struct CheckResult {
 };
 
 using CheckDone = std::function<void(CheckResult)>;
+// A reserve's answer: the check of the estimates and, when every limit held its estimate,
+// the handle that settles them (empty otherwise, or when no limit applies).
+using ReserveDone = std::function<void(CheckResult, std::string handle)>;
+
+// A settle's answer: what it did (kSettled when any limit was settled by this call, else
+// kAlreadySettled when any was settled before, else kNotHeld) and each limit's state after
+// it, as a debit's (`debt` shown; OVER_LIMIT when the id's next request would be refused).
+struct SettleResult {
+  sluice::SettleOutcome outcome = sluice::SettleOutcome::kNotHeld;
+  int64_t settled_hits = 0;  // the actual cost the reservation was settled with
+  CheckResult check;
+};
 
 struct LeaseGrant {
   bool granted = false;
@@ -130,6 +142,18 @@ class Engine {
   std::shared_ptr<const Config> config() const;
 
   void Check(CheckRequest request, CheckDone done);
+
+  // Reservations (POST /v1/reservations; docs/sluiced.md, "Reserve, then settle") live in
+  // Redis only, as leases do: Reserve holds every descriptor's estimate (its hits) all or
+  // nothing (a refusal gives back the ones held before it) and hands over a handle naming
+  // each limit's reservation; Settle, on any instance, corrects each to `actual`, once.
+  // A concurrency limit or a per-descriptor limit override is refused whole (bad_request);
+  // shadow-mode and unlimited limits hold nothing. `done` runs on an I/O thread.
+  void Reserve(CheckRequest request, ReserveDone done);
+  // NotFound when the handle names no reservation of a configured rate limit (garbage, or a
+  // limit removed by a reload); the store's errors (retrying is safe: once only).
+  void Settle(const std::string& handle, uint64_t actual,
+              std::function<void(sluice::StatusOr<SettleResult>)> done);
 
   // Leases for remote holders live in Redis only (docs/design.md §4; service/engine_leases.cc):
   // Acquire grants one and hands over its handle (service/handles.h); Heartbeat and Release act on
@@ -226,6 +250,13 @@ class Engine {
                          const CheckRequest& request, CheckResult& result, bool& zero_refusal);
   void CheckTogether(const std::shared_ptr<Pending>& pending, std::vector<Item> items);
   void CheckEach(const std::shared_ptr<Pending>& pending, const std::vector<Item>& items);
+  // Reserve's steps: item k's estimate held after items 0..k-1's (`held`: their limiter
+  // names and refs); a refusal or an error settles those with 0 and answers.
+  struct Reserving;
+  void ReserveFrom(const std::shared_ptr<Reserving>& r, std::size_t k);
+  // The limiter of the rate limit named `limiter_name` in the current configuration.
+  std::optional<sluice::Limiter> RateLimiter(const std::string& limiter_name,
+                                             std::shared_ptr<const Rule>& rule) const;
   void Set(const std::shared_ptr<Pending>& pending, const Item& item,
            sluice::StatusOr<sluice::Decision> decision, bool timed = true);
   static void Finish(const std::shared_ptr<Pending>& pending);

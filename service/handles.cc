@@ -10,6 +10,7 @@ namespace {
 
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 constexpr unsigned char kLeaseHandleVersion = 1;
+constexpr unsigned char kReservationHandleVersion = 2;
 constexpr std::size_t kMaxLimiterNameBytes = 64;
 constexpr std::size_t kMaxLeaseRefBytes = 256;
 
@@ -103,6 +104,57 @@ std::optional<LeaseHandle> DecodeLeaseHandle(std::string_view handle) {
   if (ref_size == 0 || ref_size > kMaxLeaseRefBytes || raw->size() != 4 + name_size + ref_size)
     return std::nullopt;
   return LeaseHandle{raw->substr(2, name_size), raw->substr(4 + name_size)};
+}
+
+// Raw form: version (1 byte), count (1), then per limit: name size (1), name, reference
+// size (2, big-endian), reference. Every size is checked against what is there.
+std::optional<std::string> EncodeReservationHandle(const std::vector<ReservedLimit>& limits) {
+  if (limits.empty() || limits.size() > kMaxReservationLimits) return std::nullopt;
+  std::string raw;
+  raw.push_back(static_cast<char>(kReservationHandleVersion));
+  raw.push_back(static_cast<char>(limits.size()));
+  for (const ReservedLimit& l : limits) {
+    if (l.limiter_name.empty() || l.limiter_name.size() > kMaxLimiterNameBytes ||
+        l.reservation_ref.empty() || l.reservation_ref.size() > 0xffff) {
+      return std::nullopt;
+    }
+    raw.push_back(static_cast<char>(l.limiter_name.size()));
+    raw.append(l.limiter_name);
+    raw.push_back(static_cast<char>(l.reservation_ref.size() >> 8));
+    raw.push_back(static_cast<char>(l.reservation_ref.size() & 0xff));
+    raw.append(l.reservation_ref);
+  }
+  std::string handle = Base64Url(raw);
+  if (handle.size() > kMaxReservationHandleBytes) return std::nullopt;
+  return handle;
+}
+
+std::optional<std::vector<ReservedLimit>> DecodeReservationHandle(std::string_view handle) {
+  if (handle.empty() || handle.size() > kMaxReservationHandleBytes) return std::nullopt;
+  const std::optional<std::string> raw = FromBase64Url(handle);
+  if (!raw || raw->size() < 2 || static_cast<unsigned char>((*raw)[0]) != kReservationHandleVersion)
+    return std::nullopt;
+  const std::size_t count = static_cast<unsigned char>((*raw)[1]);
+  if (count == 0 || count > kMaxReservationLimits) return std::nullopt;
+  std::vector<ReservedLimit> limits;
+  std::size_t at = 2;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (raw->size() < at + 1) return std::nullopt;
+    const std::size_t name_size = static_cast<unsigned char>((*raw)[at]);
+    if (name_size == 0 || name_size > kMaxLimiterNameBytes || raw->size() < at + 3 + name_size)
+      return std::nullopt;
+    std::string name = raw->substr(at + 1, name_size);
+    at += 1 + name_size;
+    const std::size_t ref_size = static_cast<std::size_t>(static_cast<unsigned char>((*raw)[at]))
+                                     << 8 |
+                                 static_cast<unsigned char>((*raw)[at + 1]);
+    at += 2;
+    if (ref_size == 0 || raw->size() < at + ref_size) return std::nullopt;
+    limits.push_back({std::move(name), raw->substr(at, ref_size)});
+    at += ref_size;
+  }
+  if (at != raw->size()) return std::nullopt;
+  return limits;
 }
 
 }  // namespace sluiced

@@ -1,5 +1,5 @@
 // service/handles.h — what sluiced hands to callers to name something later: random
-// handles (an RLQS stream's client id) and lease handles.
+// handles (an RLQS stream's client id), lease handles and reservation handles.
 //
 // A lease handle names a lease that lives in Redis only (docs/design.md §4): the rule's
 // limiter name (stable across reloads at the rule's path) and the library's reference to
@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sluiced {
 
@@ -38,5 +39,25 @@ std::string EncodeLeaseHandle(std::string_view limiter_name, std::string_view le
 // version, a name or reference of the wrong size. (Whether the reference names a live
 // lease is the store's to say.)
 std::optional<LeaseHandle> DecodeLeaseHandle(std::string_view handle);
+
+// A reservation handle names a reservation that lives in Redis only, as a lease handle
+// names a lease: per limit it covers (one per descriptor a rate limit applies to), the
+// rule's limiter name and the library's reference (sluice::Reservation::ref: a 128-bit
+// random token, the secret, and the id). Any sluiced with the same configuration settles
+// it. Base64url without padding, at most kMaxReservationHandleBytes.
+inline constexpr std::size_t kMaxReservationHandleBytes = 2048;
+inline constexpr std::size_t kMaxReservationLimits = 8;
+
+struct ReservedLimit {
+  std::string limiter_name;
+  std::string reservation_ref;  // sluice::Reservation::ref
+};
+
+// The handle of `limits` (1 to kMaxReservationLimits, names of 1-64 bytes, refs of 1-65535
+// bytes); nullopt when it would be longer than kMaxReservationHandleBytes.
+std::optional<std::string> EncodeReservationHandle(const std::vector<ReservedLimit>& limits);
+// nullopt for anything EncodeReservationHandle never writes (whether each reference names
+// a reservation still held is the store's to say).
+std::optional<std::vector<ReservedLimit>> DecodeReservationHandle(std::string_view handle);
 
 }  // namespace sluiced

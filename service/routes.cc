@@ -105,6 +105,127 @@ void HandleDebit(Engine& engine, const HttpRequest& request, Respond respond) {
   });
 }
 
+// POST /v1/reservations: /v1/check's body, each descriptor's hits its estimate, held all
+// or nothing. 200 with the handle (and /v1/check's answer), 429 over a limit (nothing
+// held), 400 for a concurrency limit or a limit override, 503 when the store could not
+// hold it (no failure policy grants a reservation).
+void HandleReserve(Engine& engine, const HttpRequest& request, Respond respond) {
+  auto parsed = ParseCheckRequest(request.body());
+  if (!parsed.ok()) {
+    engine.metrics().BadRequest();
+    return Error(respond, http::status::bad_request, parsed.status().message());
+  }
+  const std::string domain = parsed->domain;
+  engine.Reserve(std::move(*parsed), [respond = std::move(respond), domain](CheckResult result,
+                                                                            std::string handle) {
+    if (result.unknown_domain) {
+      return Error(respond, http::status::bad_request, "unknown domain '" + domain + "'");
+    }
+    for (const DescriptorResult& s : result.statuses) {
+      if (s.bad_request) return Error(respond, http::status::bad_request, s.error);
+    }
+    http::status status = http::status::ok;
+    if (result.overall == Code::kOverLimit) status = http::status::too_many_requests;
+    if (result.overall == Code::kUnavailable) status = http::status::service_unavailable;
+    json body = json::parse(FormatCheckResponse(result));
+    // No handle when no limit applies: nothing is held, nothing to settle.
+    if (!handle.empty()) body["handle"] = handle;
+    HttpResponse response = MakeResponse(status, body.dump());
+    for (auto& [k, v] : RateLimitHeaders(result)) response.set(k, v);
+    if (!handle.empty()) response.set(http::field::location, "/v1/reservations/" + handle);
+    respond(std::move(response));
+  });
+}
+
+// POST /v1/reservations/{handle}/settle, body {"hits": actual} (>= 0): 200 settled now, 409
+// settled before (nothing changed), 410 no longer held (expired with the estimate's
+// window: nothing refunded or charged), each with every limit's state after it; 404 for a
+// handle that names nothing; 503 when the store could not take it (retry: once only).
+void HandleSettle(Engine& engine, const std::string& handle, const HttpRequest& request,
+                  Respond respond) {
+  const json body = json::parse(request.body(), nullptr, false);
+  if (!body.is_object() || !body.contains("hits") || !body["hits"].is_number_unsigned()) {
+    engine.metrics().BadRequest();
+    return Error(respond, http::status::bad_request,
+                 "a settle takes {\"hits\": <the actual cost, an integer >= 0>}");
+  }
+  engine.Settle(handle, body["hits"].get<uint64_t>(),
+                [respond = std::move(respond)](sluice::StatusOr<SettleResult> settled) {
+                  if (!settled.ok()) {
+                    return Error(respond, StatusFor(settled.status()), settled.status().message());
+                  }
+                  http::status status = http::status::ok;
+                  if (settled->outcome == sluice::SettleOutcome::kAlreadySettled) {
+                    status = http::status::conflict;
+                  } else if (settled->outcome == sluice::SettleOutcome::kNotHeld) {
+                    status = http::status::gone;
+                  }
+                  json j = json::parse(FormatCheckResponse(settled->check));
+                  j["outcome"] = sluice::SettleOutcomeName(settled->outcome);
+                  j["settled_hits"] = settled->settled_hits;
+                  HttpResponse response = MakeResponse(status, j.dump());
+                  for (auto& [k, v] : RateLimitHeaders(settled->check)) response.set(k, v);
+                  respond(std::move(response));
+                });
+}
+
+// /v1/reservations/{handle}/settle (POST); any other path under /v1/reservations/ is 404.
+void RouteSettle(Engine& engine, std::string_view path, const HttpRequest& request,
+                 Respond respond) {
+  constexpr std::string_view kReservations = "/v1/reservations/";
+  constexpr std::string_view kSettle = "/settle";
+  std::string_view rest = path.substr(kReservations.size());
+  if (!rest.ends_with(kSettle) || rest.size() == kSettle.size() ||
+      rest.substr(0, rest.size() - kSettle.size()).find('/') != std::string_view::npos) {
+    return Error(respond, http::status::not_found, "no such path");
+  }
+  if (request.method() != http::verb::post) {
+    return Error(respond, http::status::method_not_allowed, "use POST");
+  }
+  HandleSettle(engine, std::string(rest.substr(0, rest.size() - kSettle.size())), request,
+               std::move(respond));
+}
+
+// /v1/leases/{handle}/heartbeat (POST) and /v1/leases/{handle} (DELETE).
+void RouteLease(Engine& engine, std::string_view path, const HttpRequest& request,
+                Respond respond) {
+  constexpr std::string_view kLeases = "/v1/leases/";
+  std::string_view rest = path.substr(kLeases.size());
+  const bool heartbeat = rest.size() > 10 && rest.substr(rest.size() - 10) == "/heartbeat";
+  if (heartbeat) rest.remove_suffix(10);
+  if (rest.empty() || rest.find('/') != std::string_view::npos)
+    return Error(respond, http::status::not_found, "no such path");
+  const std::string handle(rest);
+  if (heartbeat && request.method() == http::verb::post) {
+    return engine.Heartbeat(
+        handle, [respond = std::move(respond)](sluice::StatusOr<std::chrono::milliseconds> left) {
+          if (!left.ok()) {
+            return Error(respond, HeartbeatStatusFor(left.status()), left.status().message());
+          }
+          respond(MakeResponse(http::status::ok,
+                               json{{"held", true}, {"expires_in_ms", left->count()}}.dump()));
+        });
+  }
+  if (!heartbeat && request.method() == http::verb::delete_) {
+    return engine.Release(handle, [respond = std::move(respond)](sluice::Status s) {
+      if (s.code() == sluice::StatusCode::kUnavailable ||
+          s.code() == sluice::StatusCode::kDeadlineExceeded) {
+        // Taken, not done: the engine sends it again until it lands or lease_ttl passes.
+        return respond(MakeResponse(
+            http::status::accepted,
+            json{{"released", false},
+                 {"detail",
+                  "Redis could not take the release now; it is sent again until it lands "
+                  "or the lease's lease_ttl passes"}}
+                .dump()));
+      }
+      if (!s.ok()) return Error(respond, StatusFor(s), s.message());
+      respond(MakeResponse(http::status::no_content, ""));
+    });
+  }
+  return Error(respond, http::status::method_not_allowed, "use POST .../heartbeat or DELETE");
+}
+
 // POST /v1/leases: the descriptor's body, and "wait_ms" (0 to Engine::kMaxAcquireWait) to
 // wait for a slot in arrival order instead of a 429 at once; the request is held open
 // meanwhile.
@@ -231,48 +352,21 @@ HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
         return Error(respond, http::status::method_not_allowed, "use POST");
       return HandleDebit(engine, request, std::move(respond));
     }
+    if (path == "/v1/reservations") {
+      if (method != http::verb::post)
+        return Error(respond, http::status::method_not_allowed, "use POST");
+      return HandleReserve(engine, request, std::move(respond));
+    }
+    if (path.starts_with("/v1/reservations/")) {
+      return RouteSettle(engine, path, request, std::move(respond));
+    }
     if (path == "/v1/leases") {
       if (method != http::verb::post)
         return Error(respond, http::status::method_not_allowed, "use POST");
       return HandleAcquire(engine, request, std::move(respond));
     }
-    constexpr std::string_view kLeases = "/v1/leases/";
-    if (path.substr(0, kLeases.size()) == kLeases) {
-      std::string_view rest = path.substr(kLeases.size());
-      const bool heartbeat = rest.size() > 10 && rest.substr(rest.size() - 10) == "/heartbeat";
-      if (heartbeat) rest.remove_suffix(10);
-      if (rest.empty() || rest.find('/') != std::string_view::npos)
-        return Error(respond, http::status::not_found, "no such path");
-      const std::string handle(rest);
-      if (heartbeat && method == http::verb::post) {
-        return engine.Heartbeat(handle, [respond = std::move(respond)](
-                                            sluice::StatusOr<std::chrono::milliseconds> left) {
-          if (!left.ok()) {
-            return Error(respond, HeartbeatStatusFor(left.status()), left.status().message());
-          }
-          respond(MakeResponse(http::status::ok,
-                               json{{"held", true}, {"expires_in_ms", left->count()}}.dump()));
-        });
-      }
-      if (!heartbeat && method == http::verb::delete_) {
-        return engine.Release(handle, [respond = std::move(respond)](sluice::Status s) {
-          if (s.code() == sluice::StatusCode::kUnavailable ||
-              s.code() == sluice::StatusCode::kDeadlineExceeded) {
-            // Taken, not done: the engine sends it again until it lands or lease_ttl passes.
-            return respond(MakeResponse(
-                http::status::accepted,
-                json{{"released", false},
-                     {"detail",
-                      "Redis could not take the release now; it is sent again until it lands "
-                      "or the lease's lease_ttl passes"}}
-                    .dump()));
-          }
-          if (!s.ok()) return Error(respond, StatusFor(s), s.message());
-          respond(MakeResponse(http::status::no_content, ""));
-        });
-      }
-      return Error(respond, http::status::method_not_allowed, "use POST .../heartbeat or DELETE");
-    }
+    if (path.starts_with("/v1/leases/"))
+      return RouteLease(engine, path, request, std::move(respond));
     // Metrics name descriptor values (lease ids, detailed_metric): never on this listener.
     if (path == "/metrics")
       return Error(respond, http::status::not_found,

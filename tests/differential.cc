@@ -123,6 +123,14 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   int decoded_checks = 0;
   int debts = 0;                          // debits that left their id in debt
   int blocked = 0, block_ttl_checks = 0;  // blocks' refusals, and their keys' expiries checked
+  // Reservations held on both sides (the twin's ref, the script's ref: their tokens
+  // differ), and what the settles found.
+  struct Held {
+    std::string id, memory_ref, redis_ref;
+  };
+  std::vector<Held> held;
+  std::map<SettleOutcome, int> settles;
+  bool settle_next = false;
   // Windows a varying trace moves between: much shorter and much longer than the base
   // (up to a day), so a stored end, TAT or count from the older one would show.
   const std::vector<int64_t> windows = {config.window_ms,
@@ -275,7 +283,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   };
 
   for (int step = 0; step < config.steps; ++step) {
-    const std::string id = "id" + std::to_string(pick(config.ids));
+    std::string id = "id" + std::to_string(pick(config.ids));
     // Time: stay, 1 ms, a little, exactly to (or 1 ms before) this id's reset or retry
     // moment, or a whole window.
     int64_t advance = 0;
@@ -299,6 +307,9 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
         break;
       default: advance = window_ms + pick(3) - 1; break;
     }
+    // Most reservations are settled at the next step, a few ms later, half of those
+    // again at the step after (the others at random later steps, when most have expired).
+    if (settle_next) advance = pick(3);
     clock->Advance(milliseconds(advance));
     if (pick(50) == 0) limit = 1 + pick(12);  // a plan change mid-trace
     if (config.vary_parameters && pick(25) == 0) {
@@ -335,16 +346,62 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
                           .window = milliseconds(window_ms),
                           .refill = refill,
                           .aligned = aligned};
-    const int64_t op = pick(100);
+    const int64_t op = settle_next ? 65 : pick(100);
+    settle_next = false;
     const bool debit = config.debits && op >= 70 && op < 80;
+    const bool reserve = config.reservations && op >= 60 && op < 65;
+    const bool settle = config.reservations && op >= 65 && op < 70 && !held.empty();
     const char* op_name = debit     ? "debit"
+                          : reserve ? "reserve"
+                          : settle  ? "settle"
                           : op < 80 ? "check"
                           : op < 90 ? "peek"
                           : op < 97 ? "refund"
                                     : "reset";
     StatusOr<Decision> m = InternalError("unset");
     internal::Op store_op = internal::Op::kConsume;
-    if (debit) {
+    if (reserve || settle) {
+      ASSERT_EQ(config.batch_max, 0) << "reservations are traced one call at a time";
+      Held pair;
+      if (settle) {
+        // The latest (held, or settled at the step before) or any (mostly long expired).
+        const auto n = static_cast<int64_t>(held.size());
+        pair = held[static_cast<size_t>(op == 65 ? n - 1 : pick(n))];
+        id = pair.id;
+        if (pick(10) == 0) {  // a forged token: the same forgery on both sides
+          for (std::string* ref : {&pair.memory_ref, &pair.redis_ref}) {
+            (*ref)[3] = (*ref)[3] == 'x' ? 'y' : 'x';
+          }
+        }
+        options.cost = pick(3 * limit);  // below, at or above the estimate; 0 too
+      }
+      const StatusOr<Decision> rd = settle ? on_redis->Settle(pair.redis_ref, options.cost, options)
+                                           : InternalError("reserve");
+      if (settle) {
+        m = on_memory.Settle(pair.memory_ref, options.cost, options);
+        ASSERT_TRUE(m.ok() && rd.ok()) << "step " << step;
+        ASSERT_EQ(rd->settle, m->settle) << "step " << step << " seed " << config.seed;
+        ASSERT_EQ(rd->settled_cost, m->settled_cost) << "step " << step;
+        ++settles[m->settle];
+        settle_next = op == 65 && pick(2) == 0;  // once more: already settled
+        last[id] = *rd;
+        verify({step, id, op, op_name, options, *m, clock->NowMs()}, *rd, true);
+        if (::testing::Test::HasFatalFailure()) return;
+        continue;
+      }
+      const StatusOr<Reservation> mr = on_memory.Reserve(id, options.cost, options);
+      const StatusOr<Reservation> rr = on_redis->Reserve(id, options.cost, options);
+      ASSERT_TRUE(mr.ok() && rr.ok()) << "step " << step;
+      if (mr->decision.allowed && rr->decision.allowed) {
+        held.push_back({id, mr->ref, rr->ref});
+        settle_next = pick(4) != 0;
+      }
+      last[id] = rr->decision;
+      m = mr->decision;
+      verify({step, id, op, op_name, options, *m, clock->NowMs()}, rr->decision, true);
+      if (::testing::Test::HasFatalFailure()) return;
+      continue;
+    } else if (debit) {
       options.cost = pick(10) == 0 ? 1 + pick(100 * limit) : 1 + pick(3 * limit);
       store_op = internal::Op::kDebit;
       m = on_memory.Debit(id, options.cost, options);
@@ -437,6 +494,15 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     EXPECT_GT(blocked, config.steps / 150);
     EXPECT_GT(block_ttl_checks, config.batch_max > 0 ? 0 : config.steps / 150);
   }
+  if (config.reservations) {
+    std::cout << "  reservations=" << held.size() << " settled=" << settles[SettleOutcome::kSettled]
+              << " already_settled=" << settles[SettleOutcome::kAlreadySettled]
+              << " not_held=" << settles[SettleOutcome::kNotHeld] << "\n";
+    EXPECT_GT(held.size(), static_cast<size_t>(config.steps / 50));
+    EXPECT_GT(settles[SettleOutcome::kSettled], config.steps / 100);
+    EXPECT_GT(settles[SettleOutcome::kAlreadySettled], config.steps / 200);
+    EXPECT_GT(settles[SettleOutcome::kNotHeld], config.steps / 200);
+  }
   if (config.batch_max > 0) {
     EXPECT_GE(decoded_checks + block_ttl_checks, batches);  // each batch's last step at least
   } else {
@@ -520,6 +586,23 @@ void RunBlockTraces(const RedisServer& server, Algorithm algorithm, bool vary_wi
                                 .batch_max = 20,
                                 .debits = true,
                                 .block_ms = 300});
+}
+
+void RunReservationTraces(const RedisServer& server, Algorithm algorithm, bool vary_window) {
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 61,
+                                .window_ms = 1'000,
+                                .steps = 1000,
+                                .debits = true,
+                                .reservations = true});
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 62,
+                                .window_ms = 10'000,
+                                .steps = 1500,
+                                .vary_parameters = true,
+                                .vary_window = vary_window,
+                                .debits = true,
+                                .reservations = true});
 }
 
 std::string Printable(const std::string& s) {

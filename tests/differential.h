@@ -52,6 +52,11 @@ struct TraceConfig {
   // hold their id refused for the block (decisions compared with Decision::blocked), and
   // the block key's expiry is checked as the id's key's is.
   int64_t block_ms = 0;
+  // Reserves (Limiter::Reserve) and settles (Limiter::Settle) take a tenth of the steps
+  // (not batched: each is one call through the Client): settles of earlier reservations
+  // picked at random, held, settled already or expired, with actual costs below and
+  // above the estimate, and refs with a forged token.
+  bool reservations = false;
 };
 
 // Runs the trace; fails the current test at the first differing decision (printing the
@@ -75,5 +80,8 @@ void RunDebitTraces(const RedisServer& server, Algorithm algorithm, bool vary_wi
 // Traces with a block (TraceConfig::block_ms): one plain, one with every parameter
 // changing (the block longer than the window), one batched with debits mixed in.
 void RunBlockTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
+// Traces with reservations (TraceConfig::reservations) and debits: one plain, one with
+// every parameter changing.
+void RunReservationTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
 
 }  // namespace sluice::testing

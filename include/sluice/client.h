@@ -341,6 +341,20 @@ struct CheckOptions {
   DecisionSource counted_by = DecisionSource::kStore;
 };
 
+// An estimate held by Limiter::Reserve until Limiter::Settle corrects it to the actual.
+struct Reservation {
+  // The reserve's answer, as a Check of the estimate: refused, nothing is held and `ref`
+  // is empty.
+  Decision decision;
+  // Names the reservation: a 128-bit random token from the OS CSPRNG (the secret: knowing
+  // the id alone settles nothing) followed by the id. Any process with a limiter of the same
+  // name and prefix can settle it (Limiter::Settle takes it); nothing of it lives in this
+  // process. At most 22 + the id's bytes.
+  std::string ref;
+  int64_t estimate = 0;
+};
+using ReservationCallback = std::function<void(StatusOr<Reservation>)>;
+
 class Limiter;
 struct LimitCheck;
 struct CompositeDecision;
@@ -402,6 +416,38 @@ class Limiter {
   void DebitAsync(std::string_view id, int64_t cost, const CheckOptions& options,
                   DecisionCallback done) const;
 
+  // Reserves `estimate` units for work whose real cost is known only after it (an AI
+  // stream): admitted like a Check of that cost, refused (nothing held) when it does not
+  // fit. Admitted, the estimate stays charged until Settle corrects it, or, never settled
+  // (the holder died), until the estimate stops counting by the algorithm's own rule (a
+  // fixed window's end; a sliding window's, the window after the one it went into; a log
+  // as it slides; a bucket when refill would have covered it): the reservation's key
+  // expires then, so nothing leaks and nothing reaps. Same errors and deadline as Refund:
+  // a reservation is held in the store, so no failure policy grants one (a store that
+  // cannot answer returns its error). Not taken from a local budget or a periodic sync.
+  StatusOr<Reservation> Reserve(std::string_view id, int64_t estimate,
+                                const CheckOptions& options = {}) const;
+  // As Reserve, without blocking, with the guarantees of CheckAsync.
+  void ReserveAsync(std::string_view id, int64_t estimate, const CheckOptions& options,
+                    ReservationCallback done) const;
+
+  // Settles the reservation `ref` (Reservation::ref) with the work's actual cost (>= 0):
+  // actual below the estimate, the difference is refunded (to the window the estimate went
+  // into); above it, the difference is debited as Debit does (into the same bounded debt).
+  // Once only: a second settle changes nothing and answers kAlreadySettled (settled_cost:
+  // the first's actual). After the reservation expired (see Reserve) it changes nothing
+  // and answers kNotHeld: a refund then would go into a window the estimate was not
+  // counted in, and the excess is not charged (Debit it if it must count). The Decision
+  // answers, as a Debit's, for the id's next request of one unit (`debt` when in debt);
+  // `settle` says which of the three happened. `options.limit` must be the reserve's (the
+  // limit in force). InvalidArgument for a ref Reserve never returns or a negative
+  // actual; the errors and deadline of Refund otherwise (retrying is safe: once only).
+  StatusOr<Decision> Settle(std::string_view ref, int64_t actual,
+                            const CheckOptions& options = {}) const;
+  // As Settle, without blocking, with the guarantees of CheckAsync.
+  void SettleAsync(std::string_view ref, int64_t actual, const CheckOptions& options,
+                   DecisionCallback done) const;
+
   // Forgets `id`: its state is full again. Same errors and deadline as Check.
   StatusOr<Decision> Reset(std::string_view id, const CheckOptions& options = {}) const;
 
@@ -428,6 +474,10 @@ class Limiter {
   // `window_end_ms` (store clock), asynchronously.
   void GiveBackLeftover(std::string_view id, int64_t units, int64_t window_end_ms) const;
   int64_t BudgetNowMs() const;
+  // The store call of a reserve (`token` new) or settle (`token` from a ref) of `id`.
+  Status MakeReservationCall(internal::Op op, std::string_view id, std::string_view token,
+                             int64_t amount, const CheckOptions& options,
+                             internal::CheckCall& call) const;
   // Before a debit: drops the id's local budget slice (options_.local_budget).
   void DropSliceForDebit(std::string_view id) const;
   // A consume of a hot id under periodic sync (options_.sync).

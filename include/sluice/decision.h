@@ -56,6 +56,18 @@ enum class StoreFailure {
 // "none", "deadline", "store_error", "breaker_open", "evicting".
 std::string_view StoreFailureName(StoreFailure failure);
 
+// What a settle did (Limiter::Settle).
+enum class SettleOutcome {
+  kNone,            // not a settle
+  kSettled,         // settled by this call: the difference refunded or debited
+  kAlreadySettled,  // an earlier settle did it; nothing changed (settled_cost: its actual)
+  kNotHeld,         // no reservation is held: it expired with the estimate's window (or
+                    // the bucket's recovery), or never was; nothing refunded or charged
+};
+
+// "none", "settled", "already_settled", "not_held".
+std::string_view SettleOutcomeName(SettleOutcome outcome);
+
 struct Decision {
   bool allowed = false;
   // The limit in force for this decision.
@@ -79,6 +91,10 @@ struct Decision {
   // retry_after, the block's remaining time; this refusal may be the one that started it
   // (reason kOverLimit either way).
   bool blocked = false;
+  // Limiter::Settle only: what the settle did, and the actual cost the reservation was
+  // settled with (by this call, or by the earlier one when kAlreadySettled).
+  SettleOutcome settle = SettleOutcome::kNone;
+  int64_t settled_cost = 0;
   // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
   // `allowed` is true anyway and `reason` says why it would have been refused.
   bool shadow_refused = false;

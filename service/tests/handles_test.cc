@@ -1,12 +1,13 @@
-// Lease handles (service/handles.h): what EncodeLeaseHandle writes decodes to what it
-// was given, and nothing else decodes: every truncation, every extension, every single
-// altered character that breaks the layout, another version, over-long input.
+// Lease and reservation handles (service/handles.h): what the encoders write decodes to
+// what they were given, and nothing else decodes: every truncation, every extension,
+// every single altered character that breaks the layout, another version, over-long input.
 #include "service/handles.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
+#include <vector>
 
 namespace sluiced {
 namespace {
@@ -47,6 +48,30 @@ TEST(LeaseHandle, NothingButWhatWasWrittenDecodes) {
     altered[5] = bad;
     EXPECT_FALSE(DecodeLeaseHandle(altered)) << "with " << int(bad);
   }
+}
+
+TEST(ReservationHandle, RoundTripsAndNothingElseDecodes) {
+  const std::vector<ReservedLimit> limits = {
+      {"shop.ai.account", "AbCdEfGhIjKlMnOpQrStUvaccount=dana"},
+      {std::string(64, 'n'), std::string(300, 'r')}};
+  const std::optional<std::string> handle = EncodeReservationHandle(limits);
+  ASSERT_TRUE(handle);
+  auto decoded = DecodeReservationHandle(*handle);
+  ASSERT_TRUE(decoded);
+  ASSERT_EQ(decoded->size(), 2u);
+  EXPECT_EQ((*decoded)[1].limiter_name, limits[1].limiter_name);
+  EXPECT_EQ((*decoded)[1].reservation_ref, limits[1].reservation_ref);
+  EXPECT_EQ((*decoded)[0].reservation_ref, limits[0].reservation_ref);
+  for (std::size_t n = 0; n < handle->size(); ++n)
+    EXPECT_FALSE(DecodeReservationHandle(handle->substr(0, n))) << "truncated to " << n;
+  for (const char* tail : {"A", "AA", "AAA", "AAAA", "QUFB"})
+    EXPECT_FALSE(DecodeReservationHandle(*handle + tail)) << "extended by " << tail;
+  // A lease handle is not a reservation handle, nor the other way round.
+  EXPECT_FALSE(DecodeReservationHandle(EncodeLeaseHandle("shop.ai.account", kRef)));
+  EXPECT_FALSE(DecodeLeaseHandle(*handle));
+  EXPECT_FALSE(EncodeReservationHandle({}));
+  EXPECT_FALSE(EncodeReservationHandle({{"n", std::string(2000, 'r')}})) << "too long";
+  EXPECT_FALSE(EncodeReservationHandle(std::vector<ReservedLimit>(9, limits[0])));
 }
 
 TEST(RandomHandle, Is128BitsOfBase64UrlAndNeverRepeats) {

@@ -229,6 +229,25 @@ def with_redis(c):
     c.call("debit of a concurrency limit", "post", "/v1/debit",
            {"domain": "api", "descriptors": [{"entries": lease_body("d")["entries"]}]}, 400)
 
+    # Reservations: held all or nothing, settled once, on the per-account limit (2 a minute).
+    clear_of_minute_boundary()
+    _, h, b = c.call("reserve", "post", "/v1/reservations", dict(descriptor("closed", "r"), hits=2),
+                     200)
+    handle = b["handle"]
+    assert h["location"] == ["/v1/reservations/" + handle], h
+    c.call("reserve over the limit", "post", "/v1/reservations", descriptor("closed", "r"), 429)
+    c.call("reserve on a concurrency limit", "post", "/v1/reservations",
+           {"domain": "api", "descriptors": [{"entries": lease_body("r")["entries"]}]}, 400)
+    _, _, b = c.call("settle", "post", "/v1/reservations/%s/settle" % handle, {"hits": 1}, 200)
+    assert b["outcome"] == "settled" and b["descriptors"][0]["remaining"] == 1, b
+    _, _, b = c.call("settle again", "post", "/v1/reservations/%s/settle" % handle, {"hits": 0},
+                     409)
+    assert b["outcome"] == "already_settled" and b["settled_hits"] == 1, b
+    c.call("settle without hits", "post", "/v1/reservations/%s/settle" % handle, {}, 400)
+    c.call("settle of garbage", "post", "/v1/reservations/nothing/settle", {"hits": 0}, 404)
+    c.call("settle a forged token", "post", "/v1/reservations/%s/settle" % forge(handle),
+           {"hits": 0}, 410)
+
     envoy = {"domain": "api", "descriptors": [{"entries": [
         {"key": "route", "value": "closed"}, {"key": "account", "value": "j"}]}]}
     for i in range(2):
@@ -331,6 +350,14 @@ def unwritable_audit_log(c, s):
     finally:
         os.rmdir(path)
         os.rename(kept, path)
+def forge(handle):
+    """The same reservation handle with another token: the first limit's reference starts
+    with its 22-character token, after version, count, name size, name and reference size."""
+    import base64
+    raw = bytearray(base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)))
+    at = 3 + raw[2] + 2  # the first token character
+    raw[at] = ord("B") if raw[at] == ord("A") else ord("A")
+    return base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
 
 
 def descriptor_request(route, account=None):
@@ -340,6 +367,9 @@ def descriptor_request(route, account=None):
 
 def without_redis(c, s):
     _, _, grant = c.call("acquire before Redis stops", "post", "/v1/leases", lease_body("l3"), 201)
+    _, _, b = c.call("reserve before Redis stops", "post", "/v1/reservations",
+                     descriptor("closed", "t"), 200)
+    reserved = b["handle"]
     s.stop_redis()
     _, h, b = c.call("check, closed, Redis stopped", "post", "/v1/check",
                      descriptor("closed", "c"), 503)
@@ -350,6 +380,9 @@ def without_redis(c, s):
     _, _, b = c.call("debit, Redis stopped", "post", "/v1/debit", descriptor("closed", "e"),
                      503)
     assert "error" in b["descriptors"][0], b
+    c.call("reserve, Redis stopped", "post", "/v1/reservations", descriptor("closed", "s"), 503)
+    c.call("settle, Redis stopped", "post", "/v1/reservations/%s/settle" % reserved, {"hits": 0},
+           503)
     c.call("acquire, closed, Redis stopped", "post", "/v1/leases", lease_body("l4"), 503)
     c.call("heartbeat, Redis stopped", "post", "/v1/leases/%s/heartbeat" % grant["lease"],
            expect=503)

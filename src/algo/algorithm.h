@@ -65,6 +65,13 @@ enum class Op : int {
   // reply as a peek of one unit after the charge. The id is then refused until its
   // algorithm's own recovery covers the debt (docs/algorithms.md, "Debt").
   kDebit = 7,
+  // Not an algorithm's op: the store runs the reservation driver (src/algo/reservation.lua,
+  // twin src/algo/reservation.h) on the id's counter and a reservation key beside it.
+  // Reserve: a consume of `cost` (the estimate) that, admitted, holds a reservation until
+  // the estimate stops counting. Settle: `cost` (>= 0) is the actual cost; the difference
+  // is refunded or debited once, never into a window the estimate was not counted in.
+  kReserve = 8,
+  kSettle = 9,
 };
 
 struct AlgoArgs {

@@ -95,6 +95,11 @@ class ClientCore {
       kept_ SLUICE_GUARDED_BY(kept_mu_);
 };
 
+// 128 random bits from the kernel's CSPRNG as 22 base64url characters (lease members,
+// reservation tokens): not derivable from the tokens handed out before.
+std::string NewToken();
+inline constexpr std::size_t kTokenChars = 22;
+
 // Runs `start(deliver)`, an asynchronous call, so that `done` gets what `deliver` is called
 // with on an I/O thread and never inside the caller: a result known before `start` returns
 // (the embedded store, bad input, an open breaker, a cached denial) is posted, so a

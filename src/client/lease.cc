@@ -44,8 +44,6 @@ namespace internal {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-namespace {
-
 // 128 random bits from the kernel's CSPRNG as 22 base64url characters. Bytes are drawn
 // 4 KiB at a time per thread, so an acquire costs no system call on average; a pool
 // drawn before a fork() is thrown away in the child.
@@ -85,8 +83,6 @@ std::string NewToken() {
   if (bits > 0) token.push_back(kAlphabet[(acc << (6 - bits)) & 63]);
   return token;
 }
-
-}  // namespace
 
 // Raised while this thread runs an on_lost callback.
 thread_local int t_in_on_lost = 0;

@@ -1,6 +1,8 @@
 // Limiter: one limit's checks, peeks, refunds and resets, sent to the client's store.
 #include <utility>
 
+#include <algorithm>
+#include <cctype>
 #include <set>
 #include <string>
 #include <vector>
@@ -253,6 +255,87 @@ void Limiter::DebitAsync(std::string_view id, int64_t cost, const CheckOptions& 
   internal::CallNeverInline<StatusOr<Decision>>(core_, std::move(done), [&](DecisionCallback then) {
     Execute(internal::Op::kDebit, id, with, std::move(then));
   });
+}
+
+Status Limiter::MakeReservationCall(internal::Op op, std::string_view id, std::string_view token,
+                                    int64_t amount, const CheckOptions& options,
+                                    internal::CheckCall& call) const {
+  if (amount < 0 || amount > kMaxLimit) {
+    return InvalidArgumentError("actual cost must be between 0 and " + std::to_string(kMaxLimit) +
+                                ", got " + std::to_string(amount));
+  }
+  if (op == internal::Op::kReserve && options_.block_for.count() > 0) {
+    // The reservation script runs the algorithm without the block's gate: a reserve would
+    // neither see a block nor start one.
+    return InvalidArgumentError("limiter '" + name_ +
+                                "' has a block (block_for): a reservation cannot be held on it");
+  }
+  CheckOptions with = options;
+  with.cost = std::max<int64_t>(amount, 1);  // a settle's actual may be 0
+  if (Status s = MakeCall(op, id, with, call); !s.ok()) return s;
+  call.cost = amount;
+  call.cache_denials = false;
+  call.reservation_key = call.key;
+  call.reservation_key.append(":r:").append(token);
+  return Status::Ok();
+}
+
+void Limiter::ReserveAsync(std::string_view id, int64_t estimate, const CheckOptions& options,
+                           ReservationCallback done) const {
+  std::string token = internal::NewToken();
+  internal::CheckCall call;
+  Status s = estimate < 1
+                 ? InvalidArgumentError("estimate must be >= 1, got " + std::to_string(estimate))
+                 : MakeReservationCall(internal::Op::kReserve, id, token, estimate, options, call);
+  auto finish = [token = std::move(token), id = std::string(id), estimate,
+                 done = std::move(done)](StatusOr<Decision> d) {
+    if (!d.ok()) return done(d.status());
+    Reservation r;
+    r.decision = *d;
+    r.estimate = estimate;
+    if (d->allowed) r.ref = token + id;
+    done(std::move(r));
+  };
+  internal::CallNeverInline<StatusOr<Decision>>(core_, std::move(finish),
+                                                [&](DecisionCallback then) {
+                                                  if (!s.ok()) return then(std::move(s));
+                                                  ExecuteCall(std::move(call), std::move(then));
+                                                });
+}
+
+StatusOr<Reservation> Limiter::Reserve(std::string_view id, int64_t estimate,
+                                       const CheckOptions& options) const {
+  return internal::WaitFor<StatusOr<Reservation>>(
+      [&](ReservationCallback done) { ReserveAsync(id, estimate, options, std::move(done)); });
+}
+
+void Limiter::SettleAsync(std::string_view ref, int64_t actual, const CheckOptions& options,
+                          DecisionCallback done) const {
+  internal::CheckCall call;
+  Status s = Status::Ok();
+  const bool token_ok =
+      ref.size() > internal::kTokenChars &&
+      std::all_of(ref.begin(), ref.begin() + internal::kTokenChars, [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+      });
+  if (!token_ok) {
+    s = InvalidArgumentError("not a reservation reference (Reservation::ref)");
+  } else {
+    const std::string_view id = ref.substr(internal::kTokenChars);
+    s = MakeReservationCall(internal::Op::kSettle, id, ref.substr(0, internal::kTokenChars), actual,
+                            options, call);
+    if (s.ok() && actual > 0) DropSliceForDebit(id);  // the settle may debit
+  }
+  internal::CallNeverInline<StatusOr<Decision>>(core_, std::move(done), [&](DecisionCallback then) {
+    if (!s.ok()) return then(std::move(s));
+    ExecuteCall(std::move(call), std::move(then));
+  });
+}
+
+StatusOr<Decision> Limiter::Settle(std::string_view ref, int64_t actual,
+                                   const CheckOptions& options) const {
+  return internal::WaitFor<StatusOr<Decision>>(
+      [&](DecisionCallback done) { SettleAsync(ref, actual, options, std::move(done)); });
 }
 
 StatusOr<Decision> Limiter::Reset(std::string_view id, const CheckOptions& options) const {

@@ -28,6 +28,16 @@ std::string_view StoreFailureName(StoreFailure failure) {
   return "unknown";
 }
 
+std::string_view SettleOutcomeName(SettleOutcome outcome) {
+  switch (outcome) {
+    case SettleOutcome::kNone: return "none";
+    case SettleOutcome::kSettled: return "settled";
+    case SettleOutcome::kAlreadySettled: return "already_settled";
+    case SettleOutcome::kNotHeld: return "not_held";
+  }
+  return "unknown";
+}
+
 std::string_view RefusalReasonName(RefusalReason reason) {
   switch (reason) {
     case RefusalReason::kNone: return "none";

@@ -163,18 +163,42 @@ AlgoReply MemoryStore::DecideLocked(Shard& shard, const std::string& key, const 
   return AlgoReply{};
 }
 
+ReservationReply MemoryStore::ReserveLocked(Shard& shard, const CheckCall& call, int64_t now) {
+  const Algorithm algorithm = call.limit.algorithm;
+  std::optional<ReservationState> held;
+  if (auto it = shard.entries.find(call.reservation_key);
+      it != shard.entries.end() && it->second.expires_at_ms > now) {
+    if (auto* stored = std::get_if<ReservationState>(&it->second.state)) held = *stored;
+  }
+  const ReservationReply out =
+      ReservationStep(held, ArgsFor(call.op, call.cost, call.limit), algorithm, now,
+                      [&](const AlgoArgs& a) SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+                        return StepLocked(shard, call.key, a, algorithm, now);
+                      });
+  // Found again: the counter's step may have rehashed the map.
+  Keep(shard, shard.entries.find(call.reservation_key), call.reservation_key, held,
+       held ? held->expires_at_ms : 0);
+  return out;
+}
+
 StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
   const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
   const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit, call.block_ms);
   Shard& shard = ShardFor(call.key);
-  AlgoReply reply;
+  const bool reservation = call.op == Op::kReserve || call.op == Op::kSettle;
+  ReservationReply reply;
   {
     MutexLock lock(shard.mu);
     Reclaim(shard, now);
-    reply = StepLocked(shard, call.key, args, call.limit.algorithm, now);
+    if (reservation) {
+      reply = ReserveLocked(shard, call, now);
+    } else {
+      reply.reply = StepLocked(shard, call.key, args, call.limit.algorithm, now);
+    }
   }
   ReclaimElsewhere(now);
-  return MakeDecision(reply, call.limit.limit, call.op);
+  if (reservation) return MakeReservationDecision(reply, call.limit.limit, call.op);
+  return MakeDecision(reply.reply, call.limit.limit, call.op);
 }
 
 void MemoryStore::CheckComposite(CompositeCall call, CompositeCallback done) {

@@ -50,6 +50,7 @@
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
 #include "algo/quota_shares.h"
+#include "algo/reservation.h"
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
@@ -111,7 +112,7 @@ class MemoryStore final : public Store {
   // gate reads both under one lock).
   using AnyState =
       std::variant<FixedWindowState, SlidingWindowState, SlidingLogState, TokenBucketState,
-                   GcraState, LeaseSetState, QuotaShareState, BlockState>;
+                   GcraState, LeaseSetState, QuotaShareState, BlockState, ReservationState>;
   // Lives in its shard's map node (never moved: node addresses survive rehashing), and
   // in one list of the shard's expiry index while `slot` is set.
   struct Entry {
@@ -165,6 +166,10 @@ class MemoryStore final : public Store {
   // a limit whose peek refused).
   static AlgoReply StartBlockLocked(Shard& shard, const std::string& key, int64_t block_ms,
                                     int64_t now, const AlgoReply& refused)
+      SLUICE_REQUIRES(shard.mu);
+  // A reserve or settle (src/algo/reservation.h) under the counter's shard lock; the
+  // reservation's entry lives in the counter's shard (it is only ever reached through it).
+  static ReservationReply ReserveLocked(Shard& shard, const CheckCall& call, int64_t now)
       SLUICE_REQUIRES(shard.mu);
   // Runs one twin on the key's state under the shard's lock.
   template <typename State, typename Step>

@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 
 #include "algo/algorithm.h"
+#include "algo/reservation.h"
 #include "redis/crc16.h"
 #include "redis/resp.h"
 #include "redis/scripts.h"
@@ -81,7 +82,62 @@ static_assert(EveryAlgorithmTakes(kAlgorithmArguments));
 
 }  // namespace
 
+void RedisStore::Reservation(CheckCall call, DecisionCallback done) {
+  // src/algo/reservation.lua: 2 keys (the counter, the reservation), then op, now, amount,
+  // limit, window, refill, aligned, algorithm.
+  std::string tail;
+  tail.reserve(160 + 2 * call.key.size());
+  AppendBulk(tail, int64_t{2});
+  AppendBulk(tail, call.key);
+  AppendBulk(tail, call.reservation_key);
+  AppendBulk(tail, static_cast<int64_t>(call.op));
+  if (call.now_ms) {
+    AppendBulk(tail, *call.now_ms);
+  } else {
+    AppendBulk(tail, "");
+  }
+  AppendBulk(tail, call.cost);
+  AppendBulk(tail, call.limit.limit);
+  AppendBulk(tail, call.limit.window.count());
+  AppendBulk(tail, call.limit.refill);
+  AppendBulk(tail, call.limit.aligned ? "1" : "0");
+  AppendBulk(tail, static_cast<int64_t>(call.limit.algorithm));
+  const int64_t limit = call.limit.limit;
+  const Op op = call.op;
+  connection_->Eval(
+      kReservationScript, std::move(tail), 11, call.deadline,
+      [limit, op, done = std::move(done)](const Status& status, const redisReply* reply) {
+        if (!status.ok()) {
+          done(status);
+          return;
+        }
+        if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 6) {
+          done(InternalError("the reservation script returned an unexpected reply"));
+          return;
+        }
+        for (size_t i = 0; i < 6; ++i) {
+          if (reply->element[i]->type != REDIS_REPLY_INTEGER) {
+            done(InternalError("the reservation script returned a non-integer field"));
+            return;
+          }
+        }
+        const auto at = [reply](size_t i) { return reply->element[i]->integer; };
+        const long long code = at(4);
+        if (code < 0 || code > 3) {
+          done(InternalError("the reservation script returned an unknown outcome"));
+          return;
+        }
+        ReservationReply r{
+            {static_cast<int>(at(0)), at(1), at(2), at(3)}, static_cast<SettleCode>(code), at(5)};
+        done(MakeReservationDecision(r, limit, op));
+      });
+}
+
 void RedisStore::Check(CheckCall call, DecisionCallback done) {
+  if (call.op == Op::kReserve || call.op == Op::kSettle) {
+    Reservation(std::move(call), std::move(done));
+    return;
+  }
   const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit, call.block_ms);
   std::string tail;
   tail.reserve(96);

@@ -67,6 +67,8 @@ class RedisStore final : public Store {
   Connection& connection() { return *connection_; }
 
  private:
+  // A reserve or settle (Op::kReserve, kSettle): src/algo/reservation.lua, sent alone.
+  void Reservation(CheckCall call, DecisionCallback done);
   RedisStore(std::shared_ptr<Connection> connection, Mode mode,
              boost::asio::any_io_executor executor, ConnectionOptions options)
       : connection_(std::move(connection)),

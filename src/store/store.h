@@ -50,6 +50,10 @@ struct CheckCall {
   // A consume that asks for the request's cost plus a local-budget slice (`cost` is
   // both): the request's own cost, which a failure policy decides with. 0: `cost`.
   int64_t request_cost = 0;
+  // Reserve and settle (Op::kReserve, kSettle): the reservation's key, beside `key` in its
+  // slot (`key` + ":r:" + the reservation's token); `cost` is the estimate (reserve) or
+  // the actual cost (settle, >= 0).
+  std::string reservation_key;
 };
 
 // One request against several limits, decided all-or-nothing (CheckComposite's one-script
