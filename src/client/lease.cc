@@ -574,7 +574,9 @@ ConcurrencyLimiter::ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> cor
     : core_(std::move(core)),
       name_(std::move(name)),
       options_(options),
-      key_head_(internal::KeyHead(core_->options.prefix, name_)) {}
+      key_head_(internal::KeyHead(core_->options.prefix, name_)) {
+  if (core_->options.runtime_overrides) core_->overrides->Track(name_);
+}
 
 StatusOr<std::string> ConcurrencyLimiter::KeyFor(std::string_view id) const {
   if (id.empty()) return InvalidArgumentError("id is empty");
@@ -590,13 +592,32 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
     core_->Post([done = std::move(done), why = std::move(why)] { done(why); });
   };
   if (id.empty()) return fail(InvalidArgumentError("id is empty"));
-  const int64_t limit = options.limit.value_or(options_.limit);
+  int64_t limit = options.limit.value_or(options_.limit);
+  LimitSource limit_source = options.limit ? LimitSource::kCall : LimitSource::kLimiter;
   if (limit < 1 || limit > kMaxLimit) {
     return fail(InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
                                      ", got " + std::to_string(limit)));
   }
   const milliseconds deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return fail(InvalidArgumentError("deadline must be > 0 ms"));
+  if (core_->options.runtime_overrides) {
+    if (const auto o = core_->overrides->Find(name_, id)) {
+      // An operator's runtime override of the cap wins; 0 refuses every acquire until it
+      // ends, without a store call.
+      limit_source = LimitSource::kRuntimeOverride;
+      limit = std::min(o->limit, kMaxLimit);
+      if (limit == 0) {
+        Acquisition refused;
+        refused.reason = RefusalReason::kOverLimit;
+        refused.retry_after = milliseconds(o->expires_in_ms);
+        refused.limit_source = limit_source;
+        core_->Post([done = std::move(done), refused = std::move(refused)]() mutable {
+          done(std::move(refused));
+        });
+        return;
+      }
+    }
+  }
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kAcquire;
   call.args.token = internal::NewToken();
@@ -624,48 +645,51 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   }
   const std::string token = call.args.token;
   ++internal::g_acquiring;
-  core_->store->RunLease(std::move(call), [state, token, limit, sent, done = std::move(done)](
-                                              StatusOr<internal::LeaseResult> result) mutable {
-    auto deliver = [&](StatusOr<Acquisition> answer) {
-      if (internal::g_acquiring == 0) return done(std::move(answer));
-      state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
-        done(std::move(answer));
+  core_->store->RunLease(
+      std::move(call), [state, token, limit, limit_source, sent,
+                        done = std::move(done)](StatusOr<internal::LeaseResult> result) mutable {
+        auto deliver = [&](StatusOr<Acquisition> answer) {
+          if (internal::g_acquiring == 0) return done(std::move(answer));
+          state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
+            done(std::move(answer));
+          });
+        };
+        if (!result.ok()) return deliver(result.status());
+        const internal::LeaseReply& reply = result->reply;
+        Acquisition a;
+        a.limit = limit;
+        a.limit_source = limit_source;
+        a.source = result->source;
+        const bool from_store = result->source == DecisionSource::kStore ||
+                                result->source == DecisionSource::kLocalFallback;
+        if (from_store) a.live = reply.count;
+        if (reply.code != 1) {
+          if (from_store) {
+            state->core->lease_gauges.Observe(state->gauge_key, reply.count, state->core->WallMs());
+          }
+          a.reason = result->source == DecisionSource::kFailClosed
+                         ? RefusalReason::kStoreUnavailable
+                         : RefusalReason::kOverLimit;
+          a.retry_after = milliseconds(std::max<int64_t>(0, reply.expires_at_ms - reply.now_ms));
+          return deliver(std::move(a));
+        }
+        a.acquired = true;
+        state->source = result->source;
+        state->acquired_at_ms = reply.now_ms;
+        if (state->Heartbeats()) state->member = internal::LeaseMember(reply.now_ms, token);
+        if (from_store) {
+          state->core->lease_gauges.Granted(state->gauge_key, reply.count, state->core->WallMs());
+        } else {
+          state->core->lease_gauges.Held(state->gauge_key, +1, state->core->WallMs());
+        }
+        {
+          internal::MutexLock lock(state->mu);
+          state->believable_until = sent + state->ttl;
+          if (state->Heartbeats()) state->Schedule(state->interval);
+        }
+        a.lease = Lease(state);
+        deliver(std::move(a));
       });
-    };
-    if (!result.ok()) return deliver(result.status());
-    const internal::LeaseReply& reply = result->reply;
-    Acquisition a;
-    a.limit = limit;
-    a.source = result->source;
-    const bool from_store = result->source == DecisionSource::kStore ||
-                            result->source == DecisionSource::kLocalFallback;
-    if (from_store) a.live = reply.count;
-    if (reply.code != 1) {
-      if (from_store) {
-        state->core->lease_gauges.Observe(state->gauge_key, reply.count, state->core->WallMs());
-      }
-      a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
-                                                               : RefusalReason::kOverLimit;
-      a.retry_after = milliseconds(std::max<int64_t>(0, reply.expires_at_ms - reply.now_ms));
-      return deliver(std::move(a));
-    }
-    a.acquired = true;
-    state->source = result->source;
-    state->acquired_at_ms = reply.now_ms;
-    if (state->Heartbeats()) state->member = internal::LeaseMember(reply.now_ms, token);
-    if (from_store) {
-      state->core->lease_gauges.Granted(state->gauge_key, reply.count, state->core->WallMs());
-    } else {
-      state->core->lease_gauges.Held(state->gauge_key, +1, state->core->WallMs());
-    }
-    {
-      internal::MutexLock lock(state->mu);
-      state->believable_until = sent + state->ttl;
-      if (state->Heartbeats()) state->Schedule(state->interval);
-    }
-    a.lease = Lease(state);
-    deliver(std::move(a));
-  });
   --internal::g_acquiring;
 }
 

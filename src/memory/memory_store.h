@@ -48,6 +48,7 @@
 #include "algo/concurrency.h"
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
+#include "algo/overrides.h"
 #include "algo/quota_shares.h"
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
@@ -75,6 +76,10 @@ class MemoryStore final : public Store {
   // latest client (plus the scripts' grace under a model clock), so reclaim frees it.
   void AssignQuota(QuotaCall call, QuotaCallback done) override;
   QuotaShareReply QuotaNow(const QuotaCall& call);
+  // The twin of src/algo/overrides.lua (algo/overrides.h), on hashes of their own that
+  // go when they expire (read or written after).
+  void Overrides(OverrideCall call, OverrideCallback done) override;
+  StatusOr<OverrideReply> OverridesNow(const OverrideCall& call);
 
   // Live (unexpired) keys; for tests and gauges. O(entries).
   std::size_t KeyCount();
@@ -155,6 +160,8 @@ class MemoryStore final : public Store {
 
   std::shared_ptr<const Clock> clock_;
   std::array<Shard, kShards> shards_;
+  Mutex overrides_mu_;
+  std::map<std::string, OverrideHashState> overrides_ SLUICE_GUARDED_BY(overrides_mu_);
   std::atomic<std::size_t> step_rotation_{0};  // ReclaimStep's next shard
 };
 

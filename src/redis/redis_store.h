@@ -52,6 +52,7 @@ class RedisStore final : public Store {
                       std::function<void(Status)> done) override;
   // src/algo/quota_shares.lua, sent alone (EVALSHA).
   void AssignQuota(QuotaCall call, QuotaCallback done) override;
+  void Overrides(OverrideCall call, OverrideCallback done) override;
   bool connected() const override { return connection_->ready(); }
   // The connection's last_error, or "… connecting" before its first attempt ends.
   Status connection_error() const override;

@@ -35,6 +35,9 @@ inline constexpr int kBatchScript = 7;
 // QuotaShares (src/algo/quota_shares.lua).
 extern const std::string_view kQuotaSharesLua;
 inline constexpr int kQuotaSharesScript = 8;
+// Runtime overrides (src/algo/overrides.lua).
+extern const std::string_view kOverridesLua;
+inline constexpr int kOverridesScript = 9;
 // The batch script's function index of each kind of call (cmake/batch_manifest.cmake):
 // an algorithm's is static_cast<int>(Algorithm), then these.
 inline constexpr int kConcurrencyFunction = batch_manifest::kConcurrency;
@@ -51,9 +54,11 @@ static_assert(batch_manifest::kAlgorithmCount == static_cast<int>(Algorithm::kGc
 static_assert(kConcurrencyScript == batch_manifest::kConcurrency);
 static_assert(kCompositeScript == kConcurrencyScript + 1 && kBatchScript == kCompositeScript + 1);
 static_assert(kQuotaSharesScript == kBatchScript + 1);
+static_assert(kOverridesScript == kQuotaSharesScript + 1);
 
 // Every script, in index order: the algorithms (static_cast<int>(Algorithm)), then
-// kConcurrencyScript, kCompositeScript, kBatchScript and kQuotaSharesScript.
+// kConcurrencyScript, kCompositeScript, kBatchScript, kQuotaSharesScript and
+// kOverridesScript.
 std::vector<Script> AllScripts();
 
 }  // namespace sluice::internal
