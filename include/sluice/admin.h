@@ -199,6 +199,17 @@ StatusOr<OverrideResult> ClearOverride(
     const ConcurrencyLimiter& limiter, std::string_view id, const AdminAction& action,
     const AuditOptions& audit, std::chrono::milliseconds deadline = std::chrono::seconds(2));
 
+// As SetOverride and ClearOverride above, for a limiter named rather than made (an
+// operator's tool that knows neither its algorithm nor its limit): the record says
+// "old":"limiter" without the limiter's own limit, and names no algorithm.
+StatusOr<OverrideResult> SetOverride(const Client& client, std::string_view limiter,
+                                     std::string_view id, const OverrideSpec& spec,
+                                     const AdminAction& action, const AuditOptions& audit,
+                                     std::chrono::milliseconds deadline = std::chrono::seconds(2));
+StatusOr<OverrideResult> ClearOverride(
+    const Client& client, std::string_view limiter, std::string_view id, const AdminAction& action,
+    const AuditOptions& audit, std::chrono::milliseconds deadline = std::chrono::seconds(2));
+
 // The runtime overrides of the named limiters in force now, read from the store (at most
 // kMaxOverridesPerLimiter each), ordered by limiter, then id. The store's errors
 // (Unavailable, DeadlineExceeded); FailedPrecondition in a forked child. Blocks up to

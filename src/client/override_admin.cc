@@ -18,10 +18,10 @@ namespace internal {
 // What an override action needs of a limiter of either kind.
 struct OverrideTarget {
   ClientCore& core;
-  const std::string& name;
-  std::string_view algorithm;  // AlgorithmName, or "concurrency"
-  int64_t own_limit = 0;
-  int64_t own_window_ms = 0;  // 0 for a concurrency limit
+  std::string name;
+  std::string_view algorithm;  // AlgorithmName, "concurrency", or "" (not known)
+  int64_t own_limit = -1;      // -1: not known (a limiter named, not made)
+  int64_t own_window_ms = 0;   // 0 for a concurrency limit
 };
 
 struct OverrideAccess {
@@ -52,6 +52,7 @@ std::string OldFields(const OverrideTarget& t, const std::optional<OverrideEntry
     return ",\"old\":\"runtime\",\"old_limit\":" + std::to_string(before->limit) +
            ",\"old_window_ms\":" + std::to_string(before->window_ms);
   }
+  if (t.own_limit < 0) return ",\"old\":\"limiter\"";
   return ",\"old\":\"limiter\",\"old_limit\":" + std::to_string(t.own_limit) +
          ",\"old_window_ms\":" + std::to_string(t.own_window_ms);
 }
@@ -195,6 +196,26 @@ StatusOr<OverrideResult> ClearOverride(const ConcurrencyLimiter& limiter, std::s
                                        const AdminAction& action, const AuditOptions& audit,
                                        std::chrono::milliseconds deadline) {
   return internal::Change(OverrideAccess::Of(limiter), id, nullptr, action, audit, deadline);
+}
+
+StatusOr<OverrideResult> SetOverride(const Client& client, std::string_view limiter,
+                                     std::string_view id, const OverrideSpec& spec,
+                                     const AdminAction& action, const AuditOptions& audit,
+                                     std::chrono::milliseconds deadline) {
+  if (Status s = internal::ValidateName("limiter name", limiter); !s.ok()) return s;
+  const internal::OverrideTarget t{internal::ClientFactory::CoreOf(client), std::string(limiter),
+                                   ""};
+  return internal::Change(t, id, &spec, action, audit, deadline);
+}
+
+StatusOr<OverrideResult> ClearOverride(const Client& client, std::string_view limiter,
+                                       std::string_view id, const AdminAction& action,
+                                       const AuditOptions& audit,
+                                       std::chrono::milliseconds deadline) {
+  if (Status s = internal::ValidateName("limiter name", limiter); !s.ok()) return s;
+  const internal::OverrideTarget t{internal::ClientFactory::CoreOf(client), std::string(limiter),
+                                   ""};
+  return internal::Change(t, id, nullptr, action, audit, deadline);
 }
 
 StatusOr<std::vector<RuntimeOverride>> ListOverrides(const Client& client,
