@@ -583,6 +583,29 @@ StatusOr<std::string> ConcurrencyLimiter::KeyFor(std::string_view id) const {
   return internal::MakeLeaseKey(key_head_, id);
 }
 
+namespace {
+
+// An operator's runtime override of `id`'s cap in force, if any (sluice/admin.h): `limit`
+// and `source` become its. A cap of 0 refuses every acquire until it ends, without a
+// store call: that refusal is returned.
+std::optional<Acquisition> ApplyCapOverride(internal::ClientCore& core, const std::string& name,
+                                            std::string_view id, int64_t& limit,
+                                            LimitSource& source) {
+  if (!core.options.runtime_overrides) return std::nullopt;
+  const auto o = core.overrides->Find(name, id);
+  if (!o) return std::nullopt;
+  source = LimitSource::kRuntimeOverride;
+  limit = std::min(o->limit, kMaxLimit);
+  if (limit > 0) return std::nullopt;
+  Acquisition refused;
+  refused.reason = RefusalReason::kOverLimit;
+  refused.retry_after = std::chrono::milliseconds(o->expires_in_ms);
+  refused.limit_source = source;
+  return refused;
+}
+
+}  // namespace
+
 void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions& options,
                                       AcquireCallback done) const {
   // Results known at once (bad input, embedded store, open breaker) are posted, never
@@ -600,23 +623,12 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   }
   const milliseconds deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return fail(InvalidArgumentError("deadline must be > 0 ms"));
-  if (core_->options.runtime_overrides) {
-    if (const auto o = core_->overrides->Find(name_, id)) {
-      // An operator's runtime override of the cap wins; 0 refuses every acquire until it
-      // ends, without a store call.
-      limit_source = LimitSource::kRuntimeOverride;
-      limit = std::min(o->limit, kMaxLimit);
-      if (limit == 0) {
-        Acquisition refused;
-        refused.reason = RefusalReason::kOverLimit;
-        refused.retry_after = milliseconds(o->expires_in_ms);
-        refused.limit_source = limit_source;
-        core_->Post([done = std::move(done), refused = std::move(refused)]() mutable {
-          done(std::move(refused));
-        });
-        return;
-      }
-    }
+  if (std::optional<Acquisition> refused =
+          ApplyCapOverride(*core_, name_, id, limit, limit_source)) {
+    core_->Post([done = std::move(done), refused = *std::move(refused)]() mutable {
+      done(std::move(refused));
+    });
+    return;
   }
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kAcquire;

@@ -151,7 +151,8 @@ StatusOr<OverrideResult> Change(const OverrideTarget& t, std::string_view id,
     return InternalError(std::string(spec ? "set" : "cleared") + " the override of " + key +
                          " but " + written.message());
   }
-  t.core.overrides->RefreshNow();  // this process applies it at once
+  // This process applies it at once.
+  t.core.overrides->Changed(t.name, std::string(id), c.after ? &*c.after : nullptr);
   OverrideResult result;
   result.changed = c.done;
   if (c.before) result.before = Public(t.name, *c.before);

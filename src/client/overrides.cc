@@ -37,6 +37,26 @@ bool OverrideCopy::Track(std::string_view limiter) {
   return true;
 }
 
+void OverrideCopy::Changed(const std::string& limiter, const std::string& id,
+                           const OverrideEntry* set) {
+  {
+    std::unique_lock lock(mu_);
+    auto copy = copies_.find(limiter);
+    if (copy != copies_.end()) {
+      if (set) {
+        copy->second.entries[id] = *set;
+      } else {
+        copy->second.entries.erase(id);
+      }
+      copy->second.counter = -1;  // the next refresh reads the hash whole
+      bool any = false;
+      for (const auto& [name, c] : copies_) any = any || !c.entries.empty();
+      any_.store(any, std::memory_order_release);
+    }
+  }
+  RefreshNow();
+}
+
 void OverrideCopy::RefreshNow() {
   std::unique_lock lock(mu_);
   if (!started_) return;

@@ -60,7 +60,10 @@ class OverrideCopy final : public HeartbeatScheduler::Target,
   bool Track(std::string_view limiter);
   // The override of `limiter`'s `id` in force now, if any.
   std::optional<Applied> Find(std::string_view limiter, std::string_view id) const;
-  // Refreshes at once (after a set or clear made through this client).
+  // A set (`set`) or clear (null) of `limiter`'s `id` made through this client: applied to
+  // the copy at once, then a refresh is made at once.
+  void Changed(const std::string& limiter, const std::string& id, const OverrideEntry* set);
+  // Refreshes at once.
   void RefreshNow();
 
   // Counters for metrics and tests.
