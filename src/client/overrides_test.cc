@@ -46,6 +46,18 @@ TEST(OverrideValue, RoundTripsWithAnyActorAndReason) {
   EXPECT_FALSE(internal::DecodeOverrideValue("x", "garbage").has_value());
 }
 
+TEST(OverrideKey, IsSluicesForAuditAndRepair) {
+  const auto name = ParseKeyName("pre.fix", "pre.fix:{overrides}:login");
+  ASSERT_TRUE(name.has_value());
+  EXPECT_EQ(name->limiter, "login");
+  EXPECT_EQ(name->suffix, "ovr");
+  EXPECT_EQ(ExpectedKeyType(name->suffix), KeyType::kHash);
+  EXPECT_EQ(SuffixAlgorithm(name->suffix), "runtime_overrides");
+  EXPECT_FALSE(ParseKeyName("pre.fix", "pre.fix:{overrides}:").has_value());
+  EXPECT_FALSE(ParseKeyName("pre.fix", "pre.fix:{overrides}:a:b").has_value());
+  EXPECT_FALSE(ParseKeyName("other", "pre.fix:{overrides}:login").has_value());
+}
+
 OverrideEntry Entry(std::string id, int64_t limit) {
   return {std::move(id), limit, 0, 0, 0, "ana", "why"};
 }
