@@ -263,30 +263,31 @@ void MemoryStore::Overrides(OverrideCall call, OverrideCallback done) {
   done(OverridesNow(call));  // outside the lock: `done` may call again
 }
 
+OverrideHashState MemoryStore::LiveOverrides(const std::string& key, int64_t now_ms) {
+  auto it = overrides_.find(key);
+  if (it == overrides_.end()) return {};
+  if (it->second.expires_at_ms <= now_ms) {  // gone, as in Redis
+    overrides_.erase(it);
+    return {};
+  }
+  return it->second;
+}
+
 StatusOr<OverrideReply> MemoryStore::OverridesNow(const OverrideCall& call) {
   const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
   const int64_t grace = call.now_ms ? kModelClockGraceMs : 0;
   OverrideReply reply;
   MutexLock lock(overrides_mu_);
-  // A hash whose expiry passed is gone, as in Redis.
-  auto live_state = [&](const std::string& key) {
-    auto it = overrides_.find(key);
-    if (it != overrides_.end() && it->second.expires_at_ms <= now) {
-      overrides_.erase(it);
-      it = overrides_.end();
-    }
-    return it == overrides_.end() ? OverrideHashState{} : it->second;
-  };
   if (call.op == OverrideOp::kRead) {
     reply.read.now_ms = now;
     for (std::size_t i = 0; i < call.keys.size(); ++i) {
       const int64_t known = i < call.known.size() ? call.known[i] : -1;
-      reply.read.hashes.push_back(OverrideReadOne(live_state(call.keys[i]), known));
+      reply.read.hashes.push_back(OverrideReadOne(LiveOverrides(call.keys[i], now), known));
     }
     return reply;
   }
   if (call.keys.size() != 1) return InvalidArgumentError("an override names one hash");
-  OverrideHashState state = live_state(call.keys[0]);
+  OverrideHashState state = LiveOverrides(call.keys[0], now);
   StatusOr<OverrideChange> change =
       OverrideStep(state, call.op, call.entry, call.lifetime_ms, call.most, now, grace);
   if (!change.ok()) return change.status();

@@ -144,6 +144,9 @@ class MemoryStore final : public Store {
   // with no lock held.
   void ReclaimElsewhere(int64_t now_ms);
   CompositeOutcome DecideMany(const std::vector<CheckCall>& calls);
+  // The override hash `key` at `now_ms`: empty when absent or expired (then erased).
+  OverrideHashState LiveOverrides(const std::string& key, int64_t now_ms)
+      SLUICE_REQUIRES(overrides_mu_);
   // Runs `step(state, now)` on the key's State (a set of members with expiries: lease sets,
   // quota buckets; empty when absent, expired or of another kind) under the shard's lock,
   // and keeps it until its latest member's expiry (plus the scripts' grace under a model
