@@ -49,7 +49,8 @@ TEST(CliOverride, SetAppliedByAClientListedThenCleared) {
                            ("sluice_cli_override_" + std::to_string(getpid()) + ".jsonl"))
                               .string();
   std::filesystem::remove(log);
-  auto client = testing::ConnectClient(server, {.prefix = "ovc", .deadline = 2000ms});
+  auto client = testing::ConnectClient(server, {.prefix = "ovc", .deadline = 2000ms},
+                                       /*runtime_overrides=*/true);
   auto login = *client->MakeLimiter("login", {.limit = 2, .window = 60s});
   const std::vector<std::string> common = {
       "--redis", server.url(), "--prefix", "ovc",      "--limiter",    "login",       "--id",

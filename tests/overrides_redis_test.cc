@@ -58,8 +58,8 @@ OverrideCall Set(std::string key, std::string id, int64_t limit, int64_t lifetim
 }
 
 TEST_F(OverridesRedisTest, ASecondClientAppliesItWithinTheBound) {
-  auto setter = Connect();
-  auto other = Connect();
+  auto setter = Connect(nullptr, /*runtime_overrides=*/true);
+  auto other = Connect(nullptr, /*runtime_overrides=*/true);
   auto login_here = *setter->MakeLimiter("login", {.limit = 2, .window = seconds(60)});
   auto login_there = *other->MakeLimiter("login", {.limit = 2, .window = seconds(60)});
   ASSERT_TRUE(login_there.Check("acme")->allowed);
@@ -96,7 +96,7 @@ TEST_F(OverridesRedisTest, ASecondClientAppliesItWithinTheBound) {
 }
 
 TEST_F(OverridesRedisTest, ScriptAndTwinAgreeAndKeepTheBounds) {
-  auto client = Connect();
+  auto client = Connect(nullptr, /*runtime_overrides=*/true);
   internal::Store& redis = *internal::ClientFactory::StoreOf(*client);
   internal::MemoryStore twin(std::make_shared<testing::FakeClock>(0));
   const std::string key = internal::MakeOverridesKey(prefix_, "api");
@@ -153,7 +153,7 @@ TEST_F(OverridesRedisTest, ScriptAndTwinAgreeAndKeepTheBounds) {
 
 TEST_F(OverridesRedisTest, AnOverrideEndsAtItsExpiryInEveryClient) {
   auto clock = std::make_shared<testing::FakeClock>(RedisNowMs());
-  auto client = Connect(clock);
+  auto client = Connect(clock, /*runtime_overrides=*/true);
   auto api = *client->MakeLimiter("api", {.limit = 10, .window = seconds(1)});
   ASSERT_THAT(
       SetOverride(api, "t", {.limit = 1, .ttl = seconds(5)}, {"a", "b"}, {.log_path = Log()}),
