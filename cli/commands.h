@@ -31,6 +31,7 @@ void AddInspect(CLI::App& app, int& exit_code);
 void AddTop(CLI::App& app, int& exit_code);
 void AddRelease(CLI::App& app, int& exit_code);
 void AddReset(CLI::App& app, int& exit_code);
+void AddOverride(CLI::App& app, int& exit_code);
 void AddSimulate(CLI::App& app, int& exit_code);
 
 }  // namespace sluice::cli

@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   sluice::cli::AddTop(app, exit_code);
   sluice::cli::AddRelease(app, exit_code);
   sluice::cli::AddReset(app, exit_code);
+  sluice::cli::AddOverride(app, exit_code);
   sluice::cli::AddSimulate(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -73,6 +73,12 @@ Planned Plan(const ScannedKey& k, int64_t now_ms, int64_t ttl_s) {
             "audit stream retention"};
   }
   if (ttl_s > 0) return {k.key, std::chrono::seconds(ttl_s), "--ttl"};
+  if (suffix == "ovr") {
+    // Never shorter than the longest lifetime an override may have.
+    return {k.key, std::max(std::chrono::seconds(30 * 24 * 3600), std::chrono::seconds(ttl_s)),
+            "runtime overrides' longest lifetime (their next set, clear or read sets the "
+            "expiry of the longest)"};
+  }
   if (suffix == "qs") {
     return {k.key, kDefaultTtl,
             "default (a quota shares bucket: its next call sets the expiry of its latest "

@@ -293,6 +293,7 @@ std::vector<Engine::Item> Engine::Plan(const Generation& gen, const DomainConfig
     }
     if (status.limit == 0) {
       status.decision = ZeroLimitDecision(rule, status.unit);
+      if (desc.limit) status.decision->limit_source = sluice::LimitSource::kCall;
       status.code = CodeOf(*status.decision);
       if (!status.decision->allowed) zero_refusal = true;
       Record(*found, status, {});
@@ -309,6 +310,8 @@ void Engine::Set(const std::shared_ptr<Pending>& p, const Item& item, StatusOr<D
   if (d.ok()) {
     s.decision = *d;
     s.code = CodeOf(*d);
+    // An operator's runtime override is the limit in force (RLS's current_limit too).
+    if (d->limit_source == sluice::LimitSource::kRuntimeOverride) s.limit = d->limit;
   } else {
     s.code = Code::kUnavailable;
     s.error = d.status().ToString();

@@ -106,6 +106,8 @@ struct LeaseGrant {
   std::chrono::milliseconds retry_after{0};
   sluice::DecisionSource source = sluice::DecisionSource::kStore;
   sluice::RefusalReason reason = sluice::RefusalReason::kNone;
+  // `limit` is an operator's runtime override of the id's cap (sluice::SetOverride).
+  bool runtime_override = false;
 };
 
 // What a readiness probe found.
@@ -190,6 +192,25 @@ class Engine {
   sluice::StatusOr<sluice::ResetResult> ResetCounter(const Match& match,
                                                      const sluice::AdminAction& action);
   sluice::StatusOr<sluice::IdState> Inspect(const Match& match);
+  // Runtime overrides of the matched limit's id (sluice::SetOverride and ClearOverride,
+  // audited into the audit log): a rate limit's limit (window: 0 keeps the rule's), or a
+  // concurrency limit's cap. InvalidArgument for a rule that keeps no counter (unlimited,
+  // or 0 requests per unit); FailedPrecondition when the rule's limiter has the most
+  // overrides in force already.
+  sluice::StatusOr<sluice::OverrideResult> SetOverride(const Match& match,
+                                                       const sluice::OverrideSpec& spec,
+                                                       const sluice::AdminAction& action);
+  sluice::StatusOr<sluice::OverrideResult> ClearOverride(const Match& match,
+                                                         const sluice::AdminAction& action);
+  // The runtime overrides in force for every limit of the configuration, at most
+  // kMaxOverridesShown (`truncated` says so), each with its rule's domain and its window
+  // (the rule's own when the override keeps it; 0 for a concurrency limit).
+  struct ShownOverride {
+    std::string domain;
+    sluice::RuntimeOverride override;
+  };
+  static constexpr std::size_t kMaxOverridesShown = 10000;
+  sluice::StatusOr<std::vector<ShownOverride>> ListOverrides(bool& truncated);
 
   // Readiness: one check on the store (it writes the probe's counter, a tiny key that
   // expires within a second, in the same atomic script as any check), so a store that

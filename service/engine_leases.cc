@@ -78,6 +78,7 @@ void Engine::Acquire(std::string domain, Entries entries, milliseconds wait,
         grant.granted = a->acquired;
         grant.live = a->live;
         grant.limit = a->limit;
+        grant.runtime_override = a->limit_source == sluice::LimitSource::kRuntimeOverride;
         grant.retry_after = a->retry_after;
         grant.source = a->source;
         grant.reason = a->reason;

@@ -339,6 +339,18 @@ int64_t CeilSeconds(std::chrono::milliseconds ms) {
   return (ms.count() + 999) / 1000;
 }
 
+// Which override set the limit in force: "runtime" (an operator's, sluice::SetOverride),
+// "request" (the request's RateLimitOverride), or "" (the rule's own).
+std::string_view OverrideName(const DescriptorResult& s) {
+  if (!s.decision) return "";
+  switch (s.decision->limit_source) {
+    case sluice::LimitSource::kRuntimeOverride: return "runtime";
+    case sluice::LimitSource::kCall: return "request";
+    case sluice::LimitSource::kLimiter: return "";
+  }
+  return "";
+}
+
 json DecisionJson(const DescriptorResult& s) {
   json d;
   d["code"] = CodeName(s.code);
@@ -349,6 +361,7 @@ json DecisionJson(const DescriptorResult& s) {
   } else {
     d["limit"] = nullptr;
   }
+  if (const std::string_view o = OverrideName(s); !o.empty()) d["override"] = std::string(o);
   if (s.decision) {
     const auto& dec = *s.decision;
     d["allowed"] = dec.allowed;
@@ -528,6 +541,10 @@ void AppendDecision(std::string& out, const DescriptorResult& s) {
   } else {
     out += "null";
   }
+  if (const std::string_view o = OverrideName(s); !o.empty()) {
+    out += ",\"override\":";
+    AppendJsonString(out, o);
+  }
   if (s.decision) {
     const auto& d = *s.decision;
     out += ",\"reason\":";
@@ -605,6 +622,7 @@ std::string FormatLeaseGrant(const LeaseGrant& g) {
   j["acquired"] = g.granted;
   if (g.granted) j["lease"] = g.handle;
   j["limit"] = g.limit;
+  if (g.runtime_override) j["override"] = "runtime";
   j["live"] = g.live;
   j["lease_ttl_ms"] = g.ttl.count();
   j["retry_after_ms"] = g.retry_after.count();

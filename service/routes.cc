@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <nlohmann/json.hpp>
 
+#include "service/admin_overrides.h"
 #include "service/json_api.h"
 
 namespace sluiced {
@@ -452,7 +453,12 @@ HttpResponse AdminConfig(Engine& engine) {
                      {"replaces", r->replaces},
                      {"at", r->position.ToString()}});
   }
-  json j = {{"store", engine.store_shown()}, {"files", config->files}, {"rules", rules}};
+  // The runtime overrides in force beside the configuration's own limits (a store read:
+  // this page is made on the blocking pool).
+  json j = {{"store", engine.store_shown()},
+            {"files", config->files},
+            {"rules", rules},
+            {"runtime_overrides", RuntimeOverridesJson(engine)}};
   spdlog::info("admin config rules={}", config->rules.size());
   return MakeResponse(http::status::ok, j.dump(-1, ' ', false, json::error_handler_t::replace));
 }
@@ -602,10 +608,20 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
     }
     const std::string path(PathOf(request));
     const auto method = request.method();
-    if (path == "/admin/config" && method == http::verb::get) return respond(AdminConfig(engine));
+    if (path == "/admin/config" && method == http::verb::get) {
+      return boost::asio::post(engine.blocking_pool(), [&engine, respond = std::move(respond)]() {
+        respond(AdminConfig(engine));
+      });
+    }
+    if (path == "/admin/overrides" && method == http::verb::get) {
+      return boost::asio::post(engine.blocking_pool(), [&engine, respond = std::move(respond)]() {
+        AdminListOverrides(engine, respond);
+      });
+    }
     if (path == "/admin/breaker" && method == http::verb::get) return respond(AdminBreaker(engine));
     // The audited actions need an actor and a reason besides the descriptor.
-    const bool audited = path == "/admin/leases/release" || path == "/admin/reset";
+    const bool audited = path == "/admin/leases/release" || path == "/admin/reset" ||
+                         path == "/admin/overrides" || path == "/admin/overrides/clear";
     if ((audited || path == "/admin/leases/list" || path == "/admin/inspect") &&
         method == http::verb::post) {
       auto parsed = ParseDescriptorRequest(request.body());
@@ -618,14 +634,28 @@ HttpHandler AdminRoutes(Engine& engine, std::string token) {
         if (!given.ok()) return Error(respond, http::status::bad_request, given.status().message());
         action = *std::move(given);
       }
+      sluice::OverrideSpec spec;
+      if (path == "/admin/overrides") {
+        auto asked = ParseOverrideSpec(request.body());
+        if (!asked.ok()) return Error(respond, http::status::bad_request, asked.status().message());
+        spec = *asked;
+      }
       // Blocking library calls: on the engine's blocking pool, never on a server thread.
-      return boost::asio::post(engine.blocking_pool(), [&engine, path, match = std::move(*match),
-                                                        action, respond = std::move(respond)]() {
-        if (path == "/admin/leases/release") return AdminRelease(engine, match, action, respond);
-        if (path == "/admin/reset") return AdminReset(engine, match, action, respond);
-        if (path == "/admin/leases/list") return AdminListLeases(engine, match, respond);
-        AdminInspect(engine, match, respond);
-      });
+      return boost::asio::post(
+          engine.blocking_pool(),
+          [&engine, path, match = std::move(*match), action, spec, respond = std::move(respond)]() {
+            if (path == "/admin/leases/release")
+              return AdminRelease(engine, match, action, respond);
+            if (path == "/admin/reset") return AdminReset(engine, match, action, respond);
+            if (path == "/admin/overrides") {
+              return AdminSetOverride(engine, match, spec, action, respond);
+            }
+            if (path == "/admin/overrides/clear") {
+              return AdminClearOverride(engine, match, action, respond);
+            }
+            if (path == "/admin/leases/list") return AdminListLeases(engine, match, respond);
+            AdminInspect(engine, match, respond);
+          });
     }
     return Error(respond, http::status::not_found,
                  "no such admin call: " + std::string(request.method_string()) + " " + path);

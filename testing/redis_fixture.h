@@ -19,9 +19,13 @@
 namespace sluice::testing {
 
 // A client of `server` with `options` (its url set to the server's); a failure to create
-// one fails the test and returns null.
-inline std::shared_ptr<Client> ConnectClient(const RedisServer& server, ClientOptions options) {
+// one fails the test and returns null. It applies no runtime overrides unless
+// `runtime_overrides` (ClientOptions::runtime_overrides): their refresh is a script call a
+// second per client, which the tests' exact counts of script calls must not see.
+inline std::shared_ptr<Client> ConnectClient(const RedisServer& server, ClientOptions options,
+                                             bool runtime_overrides = false) {
   options.url = server.url();
+  options.runtime_overrides = runtime_overrides;
   auto client = Client::Create(std::move(options));
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   return client.ok() ? *std::move(client) : nullptr;
@@ -44,11 +48,13 @@ class RedisAlgorithmTest : public ::testing::Test {
 
   // A client under the test's prefix; `clock`: a model clock passed into the scripts
   // instead of Redis TIME.
-  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr) {
+  // `runtime_overrides`: as ConnectClient's.
+  std::shared_ptr<Client> Connect(std::shared_ptr<const Clock> clock = nullptr,
+                                  bool runtime_overrides = false) {
     ClientOptions options = options_;
     options.prefix = prefix_;
     options.model_clock = std::move(clock);
-    return ConnectClient(server_, std::move(options));
+    return ConnectClient(server_, std::move(options), runtime_overrides);
   }
   int64_t Pttl(const std::string& key) const { return server_.Command({"PTTL", key}).integer; }
   std::string Get(const std::string& key) const { return server_.Command({"GET", key}).str; }

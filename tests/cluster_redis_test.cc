@@ -53,6 +53,8 @@ class ClusterRedis : public ::testing::Test {
                                   .deadline = seconds(2),
                                   .on_failure = FailurePolicy::kClosed,
                                   .denial_cache_size = denial_cache_size,
+                                  // No refresh: the tests count script calls exactly.
+                                  .runtime_overrides = false,
                                   .model_clock = std::move(clock)});
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     return client.ok() ? *client : nullptr;

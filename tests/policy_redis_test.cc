@@ -573,7 +573,10 @@ TEST(PolicyRedis, MaxBatchBoundsHowManyCallsShareOneScriptCall) {
   constexpr int kCalls = 2000;
   auto burst = [&](std::size_t max_batch) {
     auto client =
-        *Client::Create({.url = server.url(), .deadline = seconds(5), .max_batch = max_batch});
+        *Client::Create({.url = server.url(),
+                         .deadline = seconds(5),
+                         .max_batch = max_batch,
+                         .runtime_overrides = false});  // counted script calls: no refresh
     auto limiter = *client->MakeLimiter("batched", {.limit = 1'000'000, .window = seconds(60)});
     server.Command({"CONFIG", "RESETSTAT"});
     std::atomic<int> from_store{0}, answered{0};

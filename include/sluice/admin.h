@@ -1,6 +1,7 @@
 // sluice/admin.h — operators' access to the keys sluice keeps under a prefix: scan them
 // with their type and expiry, read and decode one id's state, give leaked keys (no
-// expiry) an expiry; and the audited actions (release an id's leases, reset its counter).
+// expiry) an expiry; and the audited actions (release an id's leases, reset its counter,
+// set or clear a runtime override of its limit).
 // The `sluice` CLI's audit, repair, inspect, top, release and reset are built on it.
 //
 //   auto admin = sluice::Admin::Connect({.url = "redis://127.0.0.1:6379", .prefix = "sluice"});
@@ -34,6 +35,7 @@
 
 namespace sluice {
 
+class Client;   // sluice/client.h
 class Limiter;  // sluice/client.h
 
 // An operator's action, for the audit record: both fields required, UTF-8 text without
@@ -113,6 +115,109 @@ StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
                                    const AdminAction& action, const AuditOptions& audit,
                                    std::chrono::milliseconds deadline = std::chrono::seconds(2));
 
+// An operator's runtime override of one id's limit (SetOverride), as the store holds it.
+struct RuntimeOverride {
+  std::string limiter;
+  std::string id;
+  // The limit in force for the id instead of the limiter's (0: every request refused).
+  int64_t limit = 0;
+  // The window (refill period for token_bucket and gcra); 0: the limiter's own.
+  std::chrono::milliseconds window{0};
+  int64_t expires_at_ms = 0;  // when it ends, on the store's clock (Redis TIME)
+  int64_t set_at_ms = 0;      // when it was set, on the store's clock
+  std::string actor;
+  std::string reason;
+};
+
+// What SetOverride sets.
+struct OverrideSpec {
+  // The id's limit while the override lasts: 0 to kMaxLimit. 0 refuses every request
+  // (and acquire) of the id, without a store call, until it ends. Default: none.
+  int64_t limit = 0;
+  // The window (refill period) to go with it; 0: the limiter's own. Ignored by a
+  // concurrency limit. Default: 0.
+  std::chrono::milliseconds window{0};
+  // How long it lasts: 1 s to kMaxOverrideTtl. Default: none.
+  std::chrono::seconds ttl{0};
+};
+
+// At most this many runtime overrides in force per limiter, each for at most
+// kMaxOverrideTtl.
+inline constexpr int64_t kMaxOverridesPerLimiter = 1000;
+inline constexpr std::chrono::seconds kMaxOverrideTtl{30 * 24 * 3600};
+
+struct OverrideResult {
+  // Set: whether it was stored (always true when OK). Clear: whether the id had an
+  // override in force (false: nothing was cleared).
+  bool changed = false;
+  std::optional<RuntimeOverride> before;  // the override in force before (replaced or cleared)
+  std::optional<RuntimeOverride> after;   // set: the override now in force
+  std::string record;                     // the audit record written (one JSON line)
+  // AuditOptions::stream: why the stream did not get the record (empty when it did, or
+  // when not asked). The file has it either way.
+  std::string stream_error;
+};
+
+// Operators: sets a runtime override of `limiter`'s limit for `id` for `spec.ttl`, in one
+// script on the store's clock (src/algo/overrides.lua), replacing the id's earlier one.
+// Every client of the store (this process's at once, every other sluiced and library
+// client within 1 s plus one round trip: ClientOptions::runtime_overrides) then decides
+// the id's checks with it, whatever the limiter's limit or a call's CheckOptions::limit,
+// until it ends or is cleared; Decision::limit_source is then kRuntimeOverride. The
+// override lives in one hash per limiter (`<prefix>:{overrides}:<limiter>`), which expires
+// with its longest override. While the store cannot be reached, every client keeps
+// applying the overrides it last read until each ends.
+// Audited as ResetCounter is: {"ts","op","action":"override_set","actor","reason",
+// "limiter","algorithm","id","key","limit","window_ms","ttl_s","outcome",...}, written
+// with "outcome":"pending" before the store is touched, then completed in place: "done"
+// with what it replaced ("old":"runtime" or "limiter", "old_limit", "old_window_ms": the
+// earlier override's, or the limiter's own), or "unknown"/"failed" as for ReleaseAll;
+// "refused" when the limiter has kMaxOverridesPerLimiter overrides in force already.
+// Errors: those of ResetCounter; InvalidArgument for a limit or ttl out of range or an id
+// longer than 512 bytes; FailedPrecondition, saying so, when kMaxOverridesPerLimiter
+// other ids have an override in force (nothing is set: clear one, or wait for one to end).
+// Blocks up to `deadline`.
+StatusOr<OverrideResult> SetOverride(const Limiter& limiter, std::string_view id,
+                                     const OverrideSpec& spec, const AdminAction& action,
+                                     const AuditOptions& audit,
+                                     std::chrono::milliseconds deadline = std::chrono::seconds(2));
+// A concurrency limit's: the override's limit is the cap on live leases (spec.window is
+// ignored); 0 refuses every acquire of the id. Leases already held are kept.
+StatusOr<OverrideResult> SetOverride(const ConcurrencyLimiter& limiter, std::string_view id,
+                                     const OverrideSpec& spec, const AdminAction& action,
+                                     const AuditOptions& audit,
+                                     std::chrono::milliseconds deadline = std::chrono::seconds(2));
+
+// Operators: ends `id`'s runtime override now (every client within the bound above).
+// Audited as SetOverride ("action":"override_clear"; the outcome "done" with
+// "cleared":true and the old limit, or "cleared":false when the id had none). Errors as
+// ResetCounter's. Blocks up to `deadline`.
+StatusOr<OverrideResult> ClearOverride(
+    const Limiter& limiter, std::string_view id, const AdminAction& action,
+    const AuditOptions& audit, std::chrono::milliseconds deadline = std::chrono::seconds(2));
+StatusOr<OverrideResult> ClearOverride(
+    const ConcurrencyLimiter& limiter, std::string_view id, const AdminAction& action,
+    const AuditOptions& audit, std::chrono::milliseconds deadline = std::chrono::seconds(2));
+
+// As SetOverride and ClearOverride above, for a limiter named rather than made (an
+// operator's tool that knows neither its algorithm nor its limit): the record says
+// "old":"limiter" without the limiter's own limit, and names no algorithm.
+StatusOr<OverrideResult> SetOverride(const Client& client, std::string_view limiter,
+                                     std::string_view id, const OverrideSpec& spec,
+                                     const AdminAction& action, const AuditOptions& audit,
+                                     std::chrono::milliseconds deadline = std::chrono::seconds(2));
+StatusOr<OverrideResult> ClearOverride(
+    const Client& client, std::string_view limiter, std::string_view id, const AdminAction& action,
+    const AuditOptions& audit, std::chrono::milliseconds deadline = std::chrono::seconds(2));
+
+// The runtime overrides of the named limiters in force now, read from the store (at most
+// kMaxOverridesPerLimiter each), ordered by limiter, then id. The store's errors
+// (Unavailable, DeadlineExceeded); FailedPrecondition in a forked child. Blocks up to
+// `deadline`.
+StatusOr<std::vector<RuntimeOverride>> ListOverrides(
+    const Client& client, std::span<const std::string> limiters,
+    std::chrono::milliseconds deadline = std::chrono::seconds(2));
+
 struct AdminOptions {
   // Where the state lives: a redis://, rediss://, redis+sentinel://, unix:// or
   // redis+cluster:// URL as in ClientOptions::url (the embedded memory:// store has
@@ -145,6 +250,8 @@ std::string_view KeyTypeName(KeyType type);
 // <encoded id>:<suffix>`; or the audit stream of operators' actions, `<prefix>:audit`
 // (suffix "audit", limiter and ids empty). A quota shares bucket (sluice/quota.h) is of
 // the first form, suffix "qs" (the limiter is the QuotaShares' name, the id the bucket's).
+// A limiter's runtime overrides (SetOverride) are `<prefix>:{overrides}:<limiter>`
+// (suffix "ovr", the id empty).
 struct KeyName {
   std::string limiter;
   std::string encoded_id;         // as written in the key (see docs/library.md, Keys)
@@ -162,11 +269,12 @@ struct KeyName {
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key);
 
 // The Redis type sluice stores under `suffix`: kString for fw2, fw, sw, tb, gcra; kZset for
-// sl and cc; kHash for qs; kStream for audit; kNone for a suffix sluice does not write.
+// sl and cc; kHash for qs and ovr; kStream for audit; kNone for a suffix sluice does not
+// write.
 KeyType ExpectedKeyType(std::string_view suffix);
 
 // The algorithm a suffix stands for: "fixed_window", …, "concurrency", "quota_shares",
-// "audit_log"; "" if none.
+// "audit_log", "runtime_overrides"; "" if none.
 std::string_view SuffixAlgorithm(std::string_view suffix);
 
 // One key seen by Scan.

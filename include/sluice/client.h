@@ -63,7 +63,8 @@ class CompositeRun;
 class LocalBudgets;
 class SyncedCounts;
 struct CheckCall;
-enum class Op : int;  // algo/algorithm.h: consume, peek, refund, reset
+struct OverrideAccess;  // src/client/override_admin.cc
+enum class Op : int;    // algo/algorithm.h: consume, peek, refund, reset
 }  // namespace internal
 
 class ConcurrencyLimiter;  // sluice/lease.h
@@ -174,6 +175,14 @@ struct ClientOptions {
   // once when the store is seen with a maxmemory-policy that can evict sluice's keys,
   // and once when it is then seen evicting. Default: none.
   std::function<void(const std::string&)> on_warning;
+  // Apply operators' runtime overrides (sluice/admin.h, SetOverride): the client keeps a
+  // copy of the overrides of the limiters made on it (at most 1,024 limiters), read from
+  // the store once a second (one script call per 128 limiters, reading only hashes that
+  // changed), and every check, peek, refund, debit and acquire of an overridden id uses
+  // the override's limit (Decision::limit_source says so). An override reaches this
+  // client within 1 s plus one round trip of being set. false: no refresh call, no
+  // override applied. Default: true.
+  bool runtime_overrides = true;
   // Tests only: when set, scripts and the embedded store use this clock's time instead
   // of the store's own clock (Redis TIME). Default: none — the store's clock.
   std::shared_ptr<const Clock> model_clock;
@@ -467,6 +476,8 @@ class Limiter {
                   internal::CheckCall& call) const;
   StatusOr<Decision> ExecuteSync(internal::Op op, std::string_view id,
                                  const CheckOptions& options) const;
+  // Applies the runtime override of `id` in force, if any, to `call` (MakeCall).
+  void ApplyOverride(std::string_view id, internal::CheckCall& call) const;
   // A consume through the local budget: from the id's slice, or a store call that asks
   // for cost + a slice when the id is hot.
   void ExecuteBudgeted(internal::CheckCall call, std::string id, DecisionCallback done) const;
@@ -487,6 +498,7 @@ class Limiter {
   friend void CheckCompositeAsync(std::span<const LimitCheck> checks, const CheckOptions& options,
                                   CompositeDecisionCallback done);
   friend class internal::CompositeRun;
+  friend struct internal::OverrideAccess;
   friend StatusOr<ResetResult> ResetCounter(const Limiter& limiter, std::string_view id,
                                             const AdminAction& action, const AuditOptions& audit,
                                             std::chrono::milliseconds deadline);

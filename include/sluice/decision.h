@@ -67,6 +67,16 @@ enum class SettleOutcome {
 
 // "none", "settled", "already_settled", "not_held".
 std::string_view SettleOutcomeName(SettleOutcome outcome);
+// Which limit a decision (or an acquire) was made with.
+enum class LimitSource {
+  kLimiter,          // the limiter's own (Client::MakeLimiter, ConcurrencyOptions::limit)
+  kCall,             // the call's own (CheckOptions::limit, AcquireOptions::limit)
+  kRuntimeOverride,  // an operator's runtime override of the id, in force now
+                     // (sluice/admin.h, SetOverride); it wins over both others
+};
+
+// "limiter", "call", "runtime".
+std::string_view LimitSourceName(LimitSource source);
 
 struct Decision {
   bool allowed = false;
@@ -98,6 +108,10 @@ struct Decision {
   // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
   // `allowed` is true anyway and `reason` says why it would have been refused.
   bool shadow_refused = false;
+  // Which limit `limit` is. A runtime override of limit 0 refuses every request of the id
+  // without a store call until it ends (source kStore: the override is the store's;
+  // retry_after: until it ends).
+  LimitSource limit_source = LimitSource::kLimiter;
 
   // retry_after rounded up to whole seconds, as HTTP's Retry-After wants it.
   int64_t RetryAfterSeconds() const { return (retry_after.count() + 999) / 1000; }

@@ -43,6 +43,7 @@ namespace sluice {
 
 namespace internal {
 struct LeaseState;
+struct OverrideAccess;  // src/client/override_admin.cc
 }  // namespace internal
 
 struct AdminAction;       // sluice/admin.h
@@ -168,6 +169,9 @@ struct Acquisition {
   std::chrono::milliseconds retry_after{0};
   DecisionSource source = DecisionSource::kStore;
   RefusalReason reason = RefusalReason::kNone;  // kOverLimit or kStoreUnavailable
+  // Which limit `limit` is (a runtime override of 0 refuses without a store call, as for
+  // Decision::limit_source).
+  LimitSource limit_source = LimitSource::kLimiter;
 };
 
 using AcquireCallback = std::function<void(StatusOr<Acquisition>)>;
@@ -255,6 +259,7 @@ class ConcurrencyLimiter {
 
  private:
   friend class Client;
+  friend struct internal::OverrideAccess;
   friend StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter,
                                                std::string_view id, const AdminAction& action,
                                                const AuditOptions& audit,

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -325,6 +326,8 @@ def with_redis(c):
            dict(descriptor_request("none"), actor="openapi-test", reason="x"), 404,
            token=ADMIN_TOKEN)
 
+    overrides(c)
+
     # Metrics (this sluiced runs with --metrics-token).
     _, _, page = c.call("metrics", "get", "/metrics", expect=200, token=METRICS_TOKEN)
     assert "sluiced_decisions_total" in page
@@ -358,6 +361,47 @@ def forge(handle):
     at = 3 + raw[2] + 2  # the first token character
     raw[at] = ord("B") if raw[at] == ord("A") else ord("A")
     return base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("=")
+def overrides(c):
+    """Runtime overrides: set (a check then says so), listed, refused, cleared; 409 when the
+    limit has 1,000 in force (filled in Redis directly: 1,000 audited calls would be slow)."""
+    target = dict(descriptor_request("closed", "o"), actor="openapi-test", reason="a tenant's plan")
+    _, _, b = c.call("admin set override", "post", "/admin/overrides",
+                     dict(target, limit=5, ttl_s=60), 200, token=ADMIN_TOKEN)
+    assert b["override"]["limit"] == 5 and b["record"]["old"] == "limiter", b
+    _, _, b = c.call("check under a runtime override", "post", "/v1/check",
+                     descriptor("closed", "o"), 200)
+    assert b["descriptors"][0]["override"] == "runtime", b
+    _, _, b = c.call("admin list overrides", "get", "/admin/overrides", expect=200,
+                     token=ADMIN_TOKEN)
+    assert len(b["overrides"]) == 1, b
+    limiter = b["overrides"][0]["limiter"]
+    c.call("admin list overrides without a token", "get", "/admin/overrides", expect=401)
+    c.call("admin set override, ttl over 30 days", "post", "/admin/overrides",
+           dict(target, limit=5, ttl_s=31 * 86400), 400, token=ADMIN_TOKEN)
+    c.call("admin set override without a token", "post", "/admin/overrides",
+           dict(target, limit=5, ttl_s=60), 401)
+    c.call("admin set override matching no limit", "post", "/admin/overrides",
+           dict(descriptor_request("none"), actor="x", reason="y", limit=1, ttl_s=60), 404,
+           token=ADMIN_TOKEN)
+    fill = ("local now = redis.call('TIME')[1] * 1000 "
+            "for i = 1, 1000 do redis.call('HSET', KEYS[1], 'filler' .. i, "
+            "'1 0 ' .. (now + 3600000) .. ' ' .. now .. ' 1 xy') end "
+            "redis.call('HSET', KEYS[1], '', now) redis.call('PEXPIRE', KEYS[1], 3600000)")
+    subprocess.run(["redis-cli", "-p", str(c.s.redis_port), "EVAL", fill, "1",
+                    "sluice:{overrides}:" + limiter], check=True, stdout=subprocess.DEVNULL)
+    c.call("admin set override, 1,000 in force", "post", "/admin/overrides",
+           dict(descriptor_request("closed", "p"), actor="x", reason="y", limit=1, ttl_s=60), 409,
+           token=ADMIN_TOKEN)
+    _, _, b = c.call("admin clear override", "post", "/admin/overrides/clear", target, 200,
+                     token=ADMIN_TOKEN)
+    assert b["cleared"] is True, b
+    subprocess.run(["redis-cli", "-p", str(c.s.redis_port), "DEL",
+                    "sluice:{overrides}:" + limiter], check=True, stdout=subprocess.DEVNULL)
+    c.call("admin clear override without a reason", "post", "/admin/overrides/clear",
+           descriptor_request("closed", "o"), 400, token=ADMIN_TOKEN)
+    c.call("admin clear override without a token", "post", "/admin/overrides/clear", target, 401)
+    c.call("admin clear override matching no limit", "post", "/admin/overrides/clear",
+           dict(descriptor_request("none"), actor="x", reason="y"), 404, token=ADMIN_TOKEN)
 
 
 def descriptor_request(route, account=None):
@@ -398,6 +442,12 @@ def without_redis(c, s):
            token=ADMIN_TOKEN)
     reset = dict(descriptor_request("closed", "a"), actor="openapi-test", reason="Redis stopped")
     c.call("admin reset, Redis stopped", "post", "/admin/reset", reset, 503, token=ADMIN_TOKEN)
+    c.call("admin list overrides, Redis stopped", "get", "/admin/overrides", expect=503,
+           token=ADMIN_TOKEN)
+    c.call("admin set override, Redis stopped", "post", "/admin/overrides",
+           dict(reset, limit=1, ttl_s=60), 503, token=ADMIN_TOKEN)
+    c.call("admin clear override, Redis stopped", "post", "/admin/overrides/clear", reset, 503,
+           token=ADMIN_TOKEN)
     _, _, b = c.call("admin breaker, Redis stopped", "get", "/admin/breaker", expect=200,
                      token=ADMIN_TOKEN)
     assert b["connected"] is False, b

@@ -43,6 +43,7 @@ KeyType ExpectedKeyType(std::string_view suffix) {
     return KeyType::kZset;
   }
   if (suffix == "audit") return KeyType::kStream;
+  if (suffix == internal::kOverridesSuffix) return KeyType::kHash;
   return KeyType::kNone;
 }
 
@@ -62,6 +63,7 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
     return "quota_shares";
   }
   if (suffix == "audit") return "audit_log";
+  if (suffix == internal::kOverridesSuffix) return "runtime_overrides";
   return "";
 }
 
@@ -119,6 +121,17 @@ std::optional<KeyName> ParseColocated(std::string_view rest) {
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key) {
   if (key.size() == prefix.size() + 6 && key.starts_with(prefix) && key.ends_with(":audit")) {
     return KeyName{.suffix = "audit"};
+  }
+  constexpr std::string_view kOverridesTag = ":{overrides}:";
+  if (key.starts_with(prefix) && key.substr(prefix.size()).starts_with(kOverridesTag)) {
+    // A limiter's runtime overrides (core/keys.h, MakeOverridesKey).
+    const std::string_view limiter = key.substr(prefix.size() + kOverridesTag.size());
+    if (limiter.empty() || limiter.size() > internal::kMaxNameBytes ||
+        !std::all_of(limiter.begin(), limiter.end(), IsLimiterByte)) {
+      return std::nullopt;
+    }
+    return KeyName{.limiter = std::string(limiter),
+                   .suffix = std::string(internal::kOverridesSuffix)};
   }
   if (key.size() < prefix.size() + 2 || !key.starts_with(prefix) ||
       key.substr(prefix.size(), 2) != ":{") {

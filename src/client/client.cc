@@ -121,6 +121,8 @@ void ClientCore::UseStore(std::shared_ptr<Store> real) {
   store = policy;
   reclaimer_ = std::make_shared<Reclaimer>(heartbeats, *policy);
   reclaimer_->Schedule();
+  overrides =
+      std::make_shared<OverrideCopy>(heartbeats, *policy, options.prefix, options.model_clock);
 }
 
 ClientCore::~ClientCore() {

@@ -19,6 +19,7 @@
 #include "client/eviction.h"
 #include "client/gauges.h"
 #include "client/heartbeats.h"
+#include "client/overrides.h"
 #include "core/boot_clock.h"
 #include "core/mutex.h"
 #include "policy/policy_store.h"
@@ -77,6 +78,8 @@ class ClientCore {
   HeartbeatScheduler heartbeats{io};
   // The store's memory policy (client/eviction.h); started by Client::Create for Redis.
   EvictionWatch eviction{io};
+  // The runtime overrides of this client's limiters (made by UseStore; never null after).
+  std::shared_ptr<OverrideCopy> overrides;
 
   // Puts the policy layer in front of `real` and makes it the store, and starts the
   // periodic reclaim of its embedded stores (PolicyStore::ReclaimStep) on `heartbeats`.

@@ -620,12 +620,37 @@ ConcurrencyLimiter::ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> cor
     : core_(std::move(core)),
       name_(std::move(name)),
       options_(options),
-      key_head_(internal::KeyHead(core_->options.prefix, name_)) {}
+      key_head_(internal::KeyHead(core_->options.prefix, name_)) {
+  if (core_->options.runtime_overrides) core_->overrides->Track(name_);
+}
 
 StatusOr<std::string> ConcurrencyLimiter::KeyFor(std::string_view id) const {
   if (id.empty()) return InvalidArgumentError("id is empty");
   return internal::MakeLeaseKey(key_head_, id);
 }
+
+namespace {
+
+// An operator's runtime override of `id`'s cap in force, if any (sluice/admin.h): `limit`
+// and `source` become its. A cap of 0 refuses every acquire until it ends, without a
+// store call: that refusal is returned.
+std::optional<Acquisition> ApplyCapOverride(internal::ClientCore& core, const std::string& name,
+                                            std::string_view id, int64_t& limit,
+                                            LimitSource& source) {
+  if (!core.options.runtime_overrides) return std::nullopt;
+  const auto o = core.overrides->Find(name, id);
+  if (!o) return std::nullopt;
+  source = LimitSource::kRuntimeOverride;
+  limit = std::min(o->limit, kMaxLimit);
+  if (limit > 0) return std::nullopt;
+  Acquisition refused;
+  refused.reason = RefusalReason::kOverLimit;
+  refused.retry_after = std::chrono::milliseconds(o->expires_in_ms);
+  refused.limit_source = source;
+  return refused;
+}
+
+}  // namespace
 
 void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions& options,
                                       AcquireCallback done) const {
@@ -636,7 +661,8 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
     core_->Post([done = std::move(done), why = std::move(why)] { done(why); });
   };
   if (id.empty()) return fail(InvalidArgumentError("id is empty"));
-  const int64_t limit = options.limit.value_or(options_.limit);
+  int64_t limit = options.limit.value_or(options_.limit);
+  LimitSource limit_source = options.limit ? LimitSource::kCall : LimitSource::kLimiter;
   if (limit < 1 || limit > kMaxLimit) {
     return fail(InvalidArgumentError("limit must be between 1 and " + std::to_string(kMaxLimit) +
                                      ", got " + std::to_string(limit)));
@@ -651,6 +677,13 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
       (options_.max_waiters < 1 || options_.max_waiters > ConcurrencyOptions::kMaxWaiters)) {
     return fail(InvalidArgumentError("max_waiters must be between 1 and " +
                                      std::to_string(ConcurrencyOptions::kMaxWaiters)));
+  }
+  if (std::optional<Acquisition> refused =
+          ApplyCapOverride(*core_, name_, id, limit, limit_source)) {
+    core_->Post([done = std::move(done), refused = *std::move(refused)]() mutable {
+      done(std::move(refused));
+    });
+    return;
   }
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kAcquire;
@@ -682,32 +715,35 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
     call.args.op = internal::LeaseOp::kWait;
     call.args.ticket_ttl_ms = internal::kTicketTtl.count();
     call.args.max_waiters = options_.max_waiters;
-    internal::StartWaitingAcquire({.core = core_,
-                                   .call = std::move(call),
-                                   .wait_until = std::chrono::steady_clock::now() + options.wait,
-                                   .call_deadline = deadline,
-                                   .finish = [state, token, limit, done = std::move(done)](
-                                                 StatusOr<internal::LeaseResult> result,
-                                                 internal::BootClock::time_point sent_at) {
-                                     StatusOr<Acquisition> answer = internal::AcquisitionOf(
-                                         state, token, limit, sent_at, std::move(result));
-                                     if (answer.ok() && answer->acquired)
-                                       answer->lease = Lease(state);
-                                     done(std::move(answer));
-                                   }});
+    internal::StartWaitingAcquire(
+        {.core = core_,
+         .call = std::move(call),
+         .wait_until = std::chrono::steady_clock::now() + options.wait,
+         .call_deadline = deadline,
+         .finish = [state, token, limit, limit_source, done = std::move(done)](
+                       StatusOr<internal::LeaseResult> result,
+                       internal::BootClock::time_point sent_at) {
+           StatusOr<Acquisition> answer =
+               internal::AcquisitionOf(state, token, limit, sent_at, std::move(result));
+           if (answer.ok()) answer->limit_source = limit_source;
+           if (answer.ok() && answer->acquired) answer->lease = Lease(state);
+           done(std::move(answer));
+         }});
     return;
   }
   ++internal::g_acquiring;
-  core_->store->RunLease(std::move(call), [state, token, limit, sent, done = std::move(done)](
-                                              StatusOr<internal::LeaseResult> result) mutable {
-    StatusOr<Acquisition> answer =
-        internal::AcquisitionOf(state, token, limit, sent, std::move(result));
-    if (answer.ok() && answer->acquired) answer->lease = Lease(state);
-    if (internal::g_acquiring == 0) return done(std::move(answer));
-    state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
-      done(std::move(answer));
-    });
-  });
+  core_->store->RunLease(
+      std::move(call), [state, token, limit, limit_source, sent,
+                        done = std::move(done)](StatusOr<internal::LeaseResult> result) mutable {
+        StatusOr<Acquisition> answer =
+            internal::AcquisitionOf(state, token, limit, sent, std::move(result));
+        if (answer.ok()) answer->limit_source = limit_source;
+        if (answer.ok() && answer->acquired) answer->lease = Lease(state);
+        if (internal::g_acquiring == 0) return done(std::move(answer));
+        state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
+          done(std::move(answer));
+        });
+      });
   --internal::g_acquiring;
 }
 

@@ -1,4 +1,5 @@
 // Limiter: one limit's checks, peeks, refunds and resets, sent to the client's store.
+#include <algorithm>
 #include <utility>
 
 #include <algorithm>
@@ -29,6 +30,46 @@ Limiter::Limiter(std::shared_ptr<internal::ClientCore> core, std::string name, L
   if (options_.sync.enabled) {
     synced_ = internal::SyncedCounts::Make(core_, key_head_, limit_, options_);
   }
+  if (core_->options.runtime_overrides) core_->overrides->Track(name_);
+}
+
+namespace {
+
+// `limit` under a runtime override of limit >= 1: the override's limit, and its window
+// when it names one; token_bucket and gcra refill in proportion (an explicit refill r of
+// a limit L becomes r * L' / L, at least 1: 100 tokens at 10/s overridden to 500 is 500
+// at 50/s; refill 0, "limit per window", follows the new limit by itself).
+Limit Overridden(Limit limit, const internal::OverrideCopy::Applied& o) {
+  const int64_t to = std::min(o.limit, kMaxLimit);
+  if (limit.refill > 0 && limit.limit > 0) {
+    // In doubles: the product may pass 2^63; a rate needs no more than 53 bits.
+    const double scaled = static_cast<double>(limit.refill) * static_cast<double>(to) /
+                          static_cast<double>(limit.limit);
+    limit.refill = static_cast<int64_t>(std::clamp(scaled, 1.0, static_cast<double>(kMaxLimit)));
+  }
+  limit.limit = to;
+  if (o.window_ms > 0) {
+    limit.window = std::chrono::milliseconds(std::min(o.window_ms, kMaxWindow.count()));
+  }
+  return limit;
+}
+
+}  // namespace
+
+void Limiter::ApplyOverride(std::string_view id, internal::CheckCall& call) const {
+  if (!core_->options.runtime_overrides) return;
+  const std::optional<internal::OverrideCopy::Applied> o = core_->overrides->Find(name_, id);
+  if (!o) return;
+  const bool decision = call.op == internal::Op::kConsume || call.op == internal::Op::kPeek;
+  if (o->limit == 0) {
+    // Refuses every request of the id; what is not a request (a refund, a debit, a
+    // reset) keeps the limit it had.
+    if (!decision) return;
+    call.refused_by_override = std::chrono::milliseconds(o->expires_in_ms);
+  } else {
+    call.limit = Overridden(call.limit, *o);
+  }
+  call.limit_source = LimitSource::kRuntimeOverride;
 }
 
 int64_t Limiter::BudgetNowMs() const {
@@ -148,6 +189,8 @@ Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOption
   call.block_ms = options_.block_for.count();
   call.refuse_evicting = options_.refuse_evicting_store;
   call.counted_by = options.counted_by;
+  call.limit_source = options.limit ? LimitSource::kCall : LimitSource::kLimiter;
+  ApplyOverride(id, call);
   return Status::Ok();
 }
 
@@ -158,11 +201,14 @@ void Limiter::Execute(internal::Op op, std::string_view id, const CheckOptions& 
     done(std::move(s));
     return;
   }
-  if (budgets_ && op == internal::Op::kConsume && !options.limit && !options_.shadow) {
+  // An id under a runtime override takes the exact path: the slices and shares of the
+  // local budget and the periodic sync are of the limiter's own limit.
+  const bool own_limit = call.limit_source == LimitSource::kLimiter;
+  if (budgets_ && op == internal::Op::kConsume && own_limit && !options_.shadow) {
     ExecuteBudgeted(std::move(call), std::string(id), std::move(done));
     return;
   }
-  if (synced_ && op == internal::Op::kConsume && !options.limit && !options_.shadow &&
+  if (synced_ && op == internal::Op::kConsume && own_limit && !options_.shadow &&
       synced_->Check(id, call, done)) {
     return;
   }

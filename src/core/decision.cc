@@ -17,6 +17,15 @@ std::string_view DecisionSourceName(DecisionSource source) {
   return "unknown";
 }
 
+std::string_view LimitSourceName(LimitSource source) {
+  switch (source) {
+    case LimitSource::kLimiter: return "limiter";
+    case LimitSource::kCall: return "call";
+    case LimitSource::kRuntimeOverride: return "runtime";
+  }
+  return "limiter";
+}
+
 std::string_view StoreFailureName(StoreFailure failure) {
   switch (failure) {
     case StoreFailure::kNone: return "none";
@@ -63,6 +72,10 @@ std::string Decision::ToString() const {
   out += " retry_after=" + std::to_string(retry_after.count()) + "ms";
   out += " source=";
   out += DecisionSourceName(source);
+  if (limit_source != LimitSource::kLimiter) {
+    out += " limit_source=";
+    out += LimitSourceName(limit_source);
+  }
   if (shadow_refused) {
     out += " shadow_refused reason=";
     out += RefusalReasonName(reason);

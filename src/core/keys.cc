@@ -164,6 +164,13 @@ std::string MakeQuotaKey(std::string_view key_head, std::string_view id) {
   return MakeSuffixedKey(key_head, id, kQuotaSuffix);
 }
 
+std::string MakeOverridesKey(std::string_view prefix, std::string_view limiter) {
+  std::string key(prefix);
+  key += ":{overrides}:";
+  key += limiter;
+  return key;
+}
+
 std::string MakeQuotaIndexKey(std::string_view key_head, std::string_view id) {
   return MakeSuffixedKey(key_head, id, kQuotaIndexSuffix);
 }

@@ -76,6 +76,13 @@ inline constexpr std::string_view kQuotaSuffix = "qs";
 // same slot (the same hash tag); the admin API takes it for sluice's (a sorted set).
 inline constexpr std::string_view kQuotaIndexSuffix = "qx";
 
+// The runtime overrides of one limiter (src/algo/overrides.lua): one hash,
+// "<prefix>:{overrides}:<limiter>". Every limiter's shares the hash tag `{overrides}` (which
+// no limiter's key has: theirs hold a ':'), so one script call reads all of a client's.
+// The admin API takes it for sluice's (ParseKeyName: suffix kOverridesSuffix, a hash).
+inline constexpr std::string_view kOverridesSuffix = "ovr";
+std::string MakeOverridesKey(std::string_view prefix, std::string_view limiter);
+
 // The suffix fixed_window wrote before its v2 format ("<count>:<window end ms>", the
 // window end in the value): no release writes it any more; the admin API still reads
 // such keys until they expire (docs/design.md §2).

@@ -314,6 +314,43 @@ void MemoryStore::AssignQuota(QuotaCall call, QuotaCallback done) {
   done(QuotaNow(call));
 }
 
+void MemoryStore::Overrides(OverrideCall call, OverrideCallback done) {
+  done(OverridesNow(call));  // outside the lock: `done` may call again
+}
+
+OverrideHashState MemoryStore::LiveOverrides(const std::string& key, int64_t now_ms) {
+  auto it = overrides_.find(key);
+  if (it == overrides_.end()) return {};
+  if (it->second.expires_at_ms <= now_ms) {  // gone, as in Redis
+    overrides_.erase(it);
+    return {};
+  }
+  return it->second;
+}
+
+StatusOr<OverrideReply> MemoryStore::OverridesNow(const OverrideCall& call) {
+  const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
+  const int64_t grace = call.now_ms ? kModelClockGraceMs : 0;
+  OverrideReply reply;
+  MutexLock lock(overrides_mu_);
+  if (call.op == OverrideOp::kRead) {
+    reply.read.now_ms = now;
+    for (std::size_t i = 0; i < call.keys.size(); ++i) {
+      const int64_t known = i < call.known.size() ? call.known[i] : -1;
+      reply.read.hashes.push_back(OverrideReadOne(LiveOverrides(call.keys[i], now), known));
+    }
+    return reply;
+  }
+  if (call.keys.size() != 1) return InvalidArgumentError("an override names one hash");
+  OverrideHashState state = LiveOverrides(call.keys[0], now);
+  StatusOr<OverrideChange> change =
+      OverrideStep(state, call.op, call.entry, call.lifetime_ms, call.most, now, grace);
+  if (!change.ok()) return change.status();
+  if (state.counter != 0) overrides_[call.keys[0]] = std::move(state);
+  reply.change = *std::move(change);
+  return reply;
+}
+
 std::size_t MemoryStore::KeyCount() {
   const int64_t now = clock_->NowMs();
   std::size_t live = 0;

@@ -49,6 +49,7 @@
 #include "algo/concurrency.h"
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
+#include "algo/overrides.h"
 #include "algo/quota_shares.h"
 #include "algo/reservation.h"
 #include "algo/sliding_log.h"
@@ -82,6 +83,10 @@ class MemoryStore final : public Store {
   // latest client (plus the scripts' grace under a model clock), so reclaim frees it.
   void AssignQuota(QuotaCall call, QuotaCallback done) override;
   QuotaShareReply QuotaNow(const QuotaCall& call);
+  // The twin of src/algo/overrides.lua (algo/overrides.h), on hashes of their own that
+  // go when they expire (read or written after).
+  void Overrides(OverrideCall call, OverrideCallback done) override;
+  StatusOr<OverrideReply> OverridesNow(const OverrideCall& call);
 
   // Live (unexpired) keys; for tests and gauges. O(entries).
   std::size_t KeyCount();
@@ -149,6 +154,9 @@ class MemoryStore final : public Store {
   // with no lock held.
   void ReclaimElsewhere(int64_t now_ms);
   CompositeOutcome DecideMany(const std::vector<CheckCall>& calls);
+  // The override hash `key` at `now_ms`: empty when absent or expired (then erased).
+  OverrideHashState LiveOverrides(const std::string& key, int64_t now_ms)
+      SLUICE_REQUIRES(overrides_mu_);
   // Runs `step(state, now)` on the key's State (a set of members with expiries: lease sets,
   // quota buckets; empty when absent, expired or of another kind) under the shard's lock,
   // and keeps it until its latest member's expiry (plus the scripts' grace under a model
@@ -178,6 +186,8 @@ class MemoryStore final : public Store {
 
   std::shared_ptr<const Clock> clock_;
   std::array<Shard, kShards> shards_;
+  Mutex overrides_mu_;
+  std::map<std::string, OverrideHashState> overrides_ SLUICE_GUARDED_BY(overrides_mu_);
   std::atomic<std::size_t> step_rotation_{0};  // ReclaimStep's next shard
   // Waiting acquires' watches (bounded as the Redis store's subscriber bounds them).
   std::shared_ptr<Wakeups> wakeups_ = std::make_shared<Wakeups>(10000);

@@ -140,6 +140,14 @@ StatusOr<Decision> PolicyStore::Fallback(const CheckCall& call, const Breaker& b
 
 void PolicyStore::Check(CheckCall call, DecisionCallback done) {
   if (Forked()) return done(ForkedError());
+  if (call.limit_source != LimitSource::kLimiter) {
+    // Every answer says which limit it was made with (a cached or a policy's one too).
+    done = [source = call.limit_source, done = std::move(done)](StatusOr<Decision> d) {
+      if (d.ok()) d->limit_source = source;
+      done(std::move(d));
+    };
+  }
+  if (call.refused_by_override) return done(RefusedByOverride(call));
   if (call.op == Op::kRefund && call.counted_by != DecisionSource::kStore) {
     // Units a policy counted: given back where they were counted, or nowhere.
     if (call.counted_by == DecisionSource::kLocalFallback) {
@@ -249,6 +257,27 @@ StatusOr<CompositeOutcome> PolicyStore::FallbackMany(const std::vector<CheckCall
 
 void PolicyStore::CheckComposite(CompositeCall call, CompositeCallback done) {
   if (Forked()) return done(ForkedError());
+  std::vector<LimitSource> sources;
+  bool stamp = false;
+  for (const CheckCall& c : call.calls) {
+    sources.push_back(c.limit_source);
+    stamp = stamp || c.limit_source != LimitSource::kLimiter;
+  }
+  if (stamp)
+    done = [sources = std::move(sources), done = std::move(done)](StatusOr<CompositeOutcome> r) {
+      if (r.ok()) {
+        for (std::size_t i = 0; i < r->decisions.size(); ++i) {
+          const std::size_t k = r->refused_by ? *r->refused_by : i;
+          if (k < sources.size()) r->decisions[i].limit_source = sources[k];
+        }
+      }
+      done(std::move(r));
+    };
+  for (std::size_t i = 0; i < call.calls.size(); ++i) {
+    if (call.calls[i].refused_by_override) {
+      return done(CompositeOutcome{i, {RefusedByOverride(call.calls[i])}});
+    }
+  }
   std::vector<uint64_t> generations;  // of each call's key, read before the calls go out
   if (denials_) {
     generations.reserve(call.calls.size());
@@ -332,6 +361,17 @@ LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call, const Breaker& bre
   result.reply.expires_at_ms = result.reply.now_ms + call.args.ttl_ms;
   result.source = DecisionSource::kFailOpen;
   return result;
+}
+
+Decision PolicyStore::RefusedByOverride(const CheckCall& call) {
+  Decision d;
+  d.allowed = false;
+  d.limit = 0;
+  d.reason = RefusalReason::kOverLimit;
+  d.source = DecisionSource::kStore;
+  d.retry_after = d.reset_after = *call.refused_by_override;
+  d.limit_source = LimitSource::kRuntimeOverride;
+  return d;
 }
 
 void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {

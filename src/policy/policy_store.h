@@ -73,6 +73,11 @@ class PolicyStore final : public Store {
     if (Forked()) return done(ForkedError());
     inner_->AssignQuota(std::move(call), std::move(done));
   }
+  // Passed through, whatever the breaker's state (store/store.h).
+  void Overrides(OverrideCall call, OverrideCallback done) override {
+    if (Forked()) return done(ForkedError());
+    inner_->Overrides(std::move(call), std::move(done));
+  }
   bool connected() const override { return inner_->connected(); }
   Status connection_error() const override { return inner_->connection_error(); }
   void Shutdown() override { inner_->Shutdown(); }
@@ -104,6 +109,8 @@ class PolicyStore final : public Store {
   static Status ForkedError();
 
  private:
+  // The refusal of a call that a runtime override of limit 0 refuses (no store call).
+  static Decision RefusedByOverride(const CheckCall& call);
   // What the check answers instead of the store.
   // `breaker`: the one that gates the call (a refusal says when it probes again).
   // The policy's decision for `call`, which the store did not decide because of `why`.

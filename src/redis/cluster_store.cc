@@ -393,6 +393,19 @@ void ClusterStore::AssignQuota(QuotaCall call, QuotaCallback done) {
       std::move(done));
 }
 
+void ClusterStore::Overrides(OverrideCall call, OverrideCallback done) {
+  if (call.keys.empty()) return done(InvalidArgumentError("an override call names no hash"));
+  const uint16_t slot = KeySlot(call.keys.front());
+  const Deadline deadline = call.deadline;
+  Route<StatusOr<OverrideReply>>(
+      slot, deadline,
+      [call = std::move(call)](RedisStore& store,
+                               std::function<void(StatusOr<OverrideReply>)> then) {
+        store.Overrides(call, std::move(then));
+      },
+      std::move(done));
+}
+
 uint64_t ClusterStore::FaultDomain(std::string_view key) const {
   const uint16_t slot = KeySlot(key);
   MutexLock lock(mu_);

@@ -98,6 +98,8 @@ class ClusterStore final : public Store, public std::enable_shared_from_this<Clu
                       std::function<void(Status)> done) override;
   // Routed by the key's slot, as every call.
   void AssignQuota(QuotaCall call, QuotaCallback done) override;
+  // Every key of one call is of one slot (MakeOverridesKey): routed by the first.
+  void Overrides(OverrideCall call, OverrideCallback done) override;
   // Each primary is a fault domain of its own (a node's id, never reused: a replica
   // promoted in its place, or the node made anew after it was retired, is another); a
   // key whose slot the map does not name yet is in domain 0.

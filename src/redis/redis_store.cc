@@ -467,6 +467,111 @@ void RedisStore::AssignQuota(QuotaCall call, QuotaCallback done) {
                     });
 }
 
+namespace {
+
+std::string_view StringOf(const redisReply* r) {
+  return std::string_view(r->str, r->len);
+}
+
+// An entry's value as overrides.lua stores it, or nullopt (a field sluice never writes: ignored).
+std::optional<OverrideEntry> EntryOf(const redisReply* id, const redisReply* value) {
+  if (id->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING) return std::nullopt;
+  return DecodeOverrideValue(StringOf(id), StringOf(value));
+}
+
+// overrides.lua's reply to a read of `keys` hashes: {now, counter, entries or 0, ...}.
+StatusOr<OverrideReply> ParseOverrideRead(const redisReply* r, std::size_t keys) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + 2 * keys || !IsInteger(r->element[0])) {
+    return InternalError("the overrides script returned an unexpected reply");
+  }
+  OverrideReply reply;
+  reply.read.now_ms = r->element[0]->integer;
+  for (std::size_t i = 0; i < keys; ++i) {
+    const redisReply* counter = r->element[1 + 2 * i];
+    const redisReply* entries = r->element[2 + 2 * i];
+    if (!IsInteger(counter)) return InternalError("the overrides script returned a bad counter");
+    OverrideHash hash;
+    hash.counter = counter->integer;
+    if (entries->type == REDIS_REPLY_ARRAY) {
+      hash.changed = true;
+      for (std::size_t j = 0; j + 1 < entries->elements; j += 2) {
+        if (auto e = EntryOf(entries->element[j], entries->element[j + 1])) {
+          hash.entries.push_back(*std::move(e));
+        }
+      }
+    }
+    reply.read.hashes.push_back(std::move(hash));
+  }
+  return reply;
+}
+
+// overrides.lua's reply to a set {done, now, old, new | live} or a clear {done, now, old}.
+StatusOr<OverrideReply> ParseOverrideChange(const redisReply* r, const std::string& id) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || !IsInteger(r->element[0]) ||
+      !IsInteger(r->element[1])) {
+    return InternalError("the overrides script returned an unexpected reply");
+  }
+  OverrideReply reply;
+  OverrideChange& c = reply.change;
+  c.done = r->element[0]->integer == 1;
+  c.now_ms = r->element[1]->integer;
+  if (IsInteger(r->element[2])) {
+    c.live = r->element[2]->integer;  // a refused set
+    return reply;
+  }
+  if (r->element[2]->type == REDIS_REPLY_STRING && r->element[2]->len > 0) {
+    c.before = DecodeOverrideValue(id, StringOf(r->element[2]));
+  }
+  if (r->elements >= 4 && r->element[3]->type == REDIS_REPLY_STRING) {
+    c.after = DecodeOverrideValue(id, StringOf(r->element[3]));
+  }
+  return reply;
+}
+
+}  // namespace
+
+void RedisStore::Overrides(OverrideCall call, OverrideCallback done) {
+  // src/algo/overrides.lua: KEYS, then op, now, and the op's arguments.
+  std::string tail;
+  AppendBulk(tail, static_cast<int64_t>(call.keys.size()));
+  for (const std::string& key : call.keys) AppendBulk(tail, key);
+  const char* op = call.op == OverrideOp::kSet ? "s" : call.op == OverrideOp::kClear ? "c" : "r";
+  AppendBulk(tail, op);
+  if (call.now_ms) {
+    AppendBulk(tail, *call.now_ms);
+  } else {
+    AppendBulk(tail, "");
+  }
+  int items = 3 + static_cast<int>(call.keys.size());
+  if (call.op == OverrideOp::kRead) {
+    for (std::size_t i = 0; i < call.keys.size(); ++i) {
+      AppendBulk(tail, i < call.known.size() ? call.known[i] : int64_t{-1});
+    }
+    items += static_cast<int>(call.keys.size());
+  } else {
+    const OverrideEntry& e = call.entry;
+    AppendBulk(tail, e.id);
+    items += 1;
+    if (call.op == OverrideOp::kSet) {
+      AppendBulk(tail, e.limit);
+      AppendBulk(tail, e.window_ms);
+      AppendBulk(tail, call.lifetime_ms);
+      AppendBulk(tail, e.actor);
+      AppendBulk(tail, e.reason);
+      AppendBulk(tail, call.most);
+      items += 6;
+    }
+  }
+  const std::size_t keys = call.keys.size();
+  connection_->Eval(kOverridesScript, std::move(tail), items, call.deadline,
+                    [op = call.op, keys, id = std::move(call.entry.id), done = std::move(done)](
+                        const Status& status, const redisReply* reply) {
+                      if (!status.ok()) return done(status);
+                      done(op == OverrideOp::kRead ? ParseOverrideRead(reply, keys)
+                                                   : ParseOverrideChange(reply, id));
+                    });
+}
+
 Status RedisStore::connection_error() const {
   if (connection_->ready()) return Status::Ok();
   Status why = connection_->last_error();

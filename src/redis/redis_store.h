@@ -56,6 +56,7 @@ class RedisStore final : public Store {
   // The subscriber's connection (redis/subscriber.h), made at the first watch; none in
   // cluster mode (the router's stores: a channel lives on its key's shard).
   std::shared_ptr<void> WatchLeaseSet(const std::string& key, std::function<void()> wake) override;
+  void Overrides(OverrideCall call, OverrideCallback done) override;
   bool connected() const override { return connection_->ready(); }
   // The connection's last_error, or "… connecting" before its first attempt ends.
   Status connection_error() const override;

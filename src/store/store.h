@@ -16,6 +16,7 @@
 
 #include "algo/algorithm.h"
 #include "algo/concurrency.h"
+#include "algo/overrides.h"
 #include "algo/quota_shares.h"
 #include "sluice/decision.h"
 #include "sluice/limits.h"
@@ -54,6 +55,11 @@ struct CheckCall {
   // slot (`key` + ":r:" + the reservation's token); `cost` is the estimate (reserve) or
   // the actual cost (settle, >= 0).
   std::string reservation_key;
+  // Which limit `limit` is: the policy layer writes it into every decision of the call.
+  LimitSource limit_source = LimitSource::kLimiter;
+  // Set: a runtime override of limit 0 refuses this consume or peek, without a store
+  // call, for this long (until it ends); `limit` is then the limiter's.
+  std::optional<std::chrono::milliseconds> refused_by_override;
 };
 
 // One request against several limits, decided all-or-nothing (CheckComposite's one-script
@@ -105,6 +111,25 @@ struct QuotaCall {
   Deadline deadline;
 };
 using QuotaCallback = std::function<void(StatusOr<QuotaShareReply>)>;
+
+// One call of the runtime overrides' script (src/algo/overrides.lua): a set or clear of
+// one id in `keys[0]`, or a read of every hash in `keys` (all of one hash slot).
+struct OverrideCall {
+  OverrideOp op = OverrideOp::kRead;
+  std::vector<std::string> keys;
+  std::vector<int64_t> known;  // read: the counter held of each key (-1: none)
+  OverrideEntry entry;         // set: id, limit, window_ms, actor, reason; clear: id
+  int64_t lifetime_ms = 0;     // set
+  int64_t most = kMaxOverridesPerLimiter;
+  std::optional<int64_t> now_ms;  // as CheckCall::now_ms
+  Deadline deadline;
+};
+// A set or clear answers `change`; a read answers `read`.
+struct OverrideReply {
+  OverrideChange change;
+  OverrideRead read;
+};
+using OverrideCallback = std::function<void(StatusOr<OverrideReply>)>;
 
 // A part of a store that fails on its own: one primary of a Redis Cluster. The policy
 // layer keeps a circuit breaker per fault domain (src/policy/domain_breakers.h), so that
@@ -167,6 +192,12 @@ class Store {
     (void)key;
     (void)wake;
     return nullptr;
+  }
+  // Runs one call of the runtime overrides' script; `done` as for Check. No failure
+  // policy and no breaker: a failure comes back as its error (the client keeps its copy).
+  virtual void Overrides(OverrideCall call, OverrideCallback done) {
+    (void)call;
+    done(FailedPreconditionError("this store keeps no runtime overrides"));
   }
   virtual ClientStats stats() const { return {}; }
   // INFO <section> of the server behind the store; FailedPrecondition when there is none.
