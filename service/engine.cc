@@ -172,6 +172,10 @@ void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Cloc
   const Decision& d = *result.decision;
   built.counters->decisions[OutcomeOf(d)][static_cast<int>(d.source)].fetch_add(
       1, std::memory_order_relaxed);
+  if (OutcomeOf(d) == kOverLimit) {
+    refused_ids_.Add(built.rule->domain, built.rule->limiter_name, result.id,
+                     RefusedIds::MinuteNow());
+  }
   if (built.rule->detailed_metric) {
     metrics_.ForDescriptor(built.rule->domain, built.rule->DisplayName(), result.id)
         ->decisions[OutcomeOf(d)]

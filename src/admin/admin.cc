@@ -709,6 +709,8 @@ StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
       commands.push_back(internal::FormatCommand({"ZCARD", s.key}));
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "0", max_lease, "WITHSCORES"}));
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "-1", "-1", "WITHSCORES"}));
+    } else if (s.name->suffix == internal::kLeaseHistorySuffix) {
+      commands.push_back(internal::FormatCommand({"HGETALL", s.key}));  // 64 fields at most
     }
   }
   auto replies = redis.Exec(std::move(commands));
@@ -745,6 +747,8 @@ StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
       } else if (suffix == "cc") {
         internal::DescribeLeases(r[3], r[4], *now, s);
       }  // a quota shares bucket's expiry index (`qx`): its members only
+    } else if (suffix == internal::kLeaseHistorySuffix) {
+      internal::DescribeLeaseHistory(r[2], *now, s);
     }
   }
   // Sets with more leases than were read, every one read stale: how many of the rest

@@ -36,7 +36,9 @@ KeyType ExpectedKeyType(std::string_view suffix) {
     return KeyType::kString;
   }
   if (suffix == "sl" || suffix == "cc") return KeyType::kZset;
-  if (suffix == internal::kQuotaSuffix) return KeyType::kHash;
+  if (suffix == internal::kQuotaSuffix || suffix == internal::kLeaseHistorySuffix) {
+    return KeyType::kHash;
+  }
   if (suffix == internal::kQuotaIndexSuffix) return KeyType::kZset;
   if (suffix == "audit") return KeyType::kStream;
   return KeyType::kNone;
@@ -48,7 +50,7 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
   if (suffix == "sl") return "sliding_log";
   if (suffix == "tb") return "token_bucket";
   if (suffix == "gcra") return "gcra";
-  if (suffix == "cc") return "concurrency";
+  if (suffix == "cc" || suffix == internal::kLeaseHistorySuffix) return "concurrency";
   if (suffix == internal::kQuotaSuffix || suffix == internal::kQuotaIndexSuffix) {
     return "quota_shares";
   }

@@ -74,9 +74,14 @@ inline constexpr std::string_view kQuotaIndexSuffix = "qx";
 // such keys until they expire (docs/design.md §2).
 inline constexpr std::string_view kFixedWindowV1Suffix = "fw";
 
-// Every suffix of an id's keys: the algorithms' (AlgorithmSuffix), the lease set's, and
-// fixed_window's earlier one (read by the admin API, never written).
-inline constexpr std::string_view kKeySuffixes[] = {"fw2", "sw", "sl", "tb", "gcra", "cc", "fw"};
+// The suffix of a concurrency limiter's per-minute history of live leases: a hash beside
+// the lease set, written by concurrency.lua (its History comment has the format).
+inline constexpr std::string_view kLeaseHistorySuffix = "ch";
+
+// Every suffix of an id's keys: the algorithms' (AlgorithmSuffix), the lease set's and its
+// history's, and fixed_window's earlier one (read by the admin API, never written).
+inline constexpr std::string_view kKeySuffixes[] = {"fw2",  "sw", "sl", "tb",
+                                                    "gcra", "cc", "ch", "fw"};
 
 // KeyHead + EncodeId(id) + "}:" + kLeaseSuffix.
 std::string MakeLeaseKey(std::string_view key_head, std::string_view id);
