@@ -50,6 +50,28 @@ constexpr ProxiedCall kProxied[] = {
     {http::verb::post, "/admin/overrides/clear", true},
 };
 
+// The console's own calls (the proxied ones are in kProxied).
+struct ConsoleCall {
+  http::verb method;
+  std::string_view path;
+};
+constexpr ConsoleCall kOwnCalls[] = {
+    {http::verb::post, "/console/api/signin"},  {http::verb::get, "/console/api/session"},
+    {http::verb::post, "/console/api/signout"}, {http::verb::get, "/console/api/top"},
+    {http::verb::post, "/console/api/peek"},    {http::verb::get, "/console/api/audit"},
+};
+constexpr std::string_view kApi = "/console/api";
+
+// Whether (method, path) is a call of the console's: its own or a proxied admin call.
+bool KnownCall(http::verb method, std::string_view path) {
+  for (const ConsoleCall& c : kOwnCalls)
+    if (c.method == method && c.path == path) return true;
+  if (!path.starts_with(kApi)) return false;
+  for (const ProxiedCall& c : kProxied)
+    if (c.method == method && path.substr(kApi.size()) == c.path) return true;
+  return false;
+}
+
 struct Console {
   Console(Engine& e, std::string t)
       : engine(e), token(std::move(t)), admin(AdminRoutes(e, token)) {}
@@ -326,9 +348,8 @@ void Api(Console& c, const ConsoleSession& s, HttpRequest&& request, const Respo
           respond(AuditSearch(c.engine.audit_log(), id, actor, limit));
         });
   }
-  constexpr std::string_view kAdmin = "/console/api";
   for (const ProxiedCall& call : kProxied) {
-    if (method != call.method || path.substr(kAdmin.size()) != call.path) continue;
+    if (method != call.method || path.substr(kApi.size()) != call.path) continue;
     return c.admin(AdminRequest(c, s, request, call), [respond](HttpResponse r) {
       Harden(r);
       respond(std::move(r));
@@ -351,6 +372,11 @@ void HandleConsole(Console& c, HttpRequest&& request, const Respond& respond) {
       return respond(Refuse(http::status::method_not_allowed, "use GET"));
     return respond(Asset(path));
   }
+  // An unknown call is 404 whoever asks (signed in or not), as on the admin API.
+  if (!KnownCall(method, path))
+    return respond(Refuse(
+        http::status::not_found,
+        "no such console call: " + std::string(request.method_string()) + " " + std::string(path)));
   if (method == http::verb::post && !SameOrigin(request))
     return respond(Refuse(http::status::forbidden, "a console call from another origin"));
   if (path == "/console/api/signin" && method == http::verb::post)
