@@ -26,13 +26,17 @@
 #               ThreadSanitizer (build/tsan): too long for `make test` (docs/development.md, Sanitizers)
 PRESET ?= release
 JOBS ?= 2
-# CTest's jobs: twice the compile jobs. Most tests wait (on the redis-servers they start, on
-# the faults they inject, on timeouts) far more than they compute: the release suite's
-# 323 s of CPU would fill a quarter of the 657 s it took on two cores at -j2
-# (docs/development.md, Where the time goes). A test that keeps the CPU busy counts as two
-# jobs (PROCESSORS, tests/CMakeLists.txt), so no more busy tests run at once than at -j2.
-# On a machine loaded by other work, where timing bounds fail anyway, TEST_JOBS=2.
-TEST_JOBS ?= 4
+# CTest's slots: four times the compile jobs. Most tests wait (on the redis-servers they
+# start, on the faults they inject, on timeouts) far more than they compute: the release
+# suite's 323 s of CPU would fill a quarter of the 657 s it took on two cores at -j2
+# (docs/development.md, Where the time goes). A test takes slots by what it keeps busy
+# (PROCESSORS; the top-level CMakeLists.txt): an ordinary test 2, so four run at once; a
+# test that keeps a core busy 4, so no more of them run at once than at -j2; a fault-matrix
+# cell, which waits for its fault nearly all of its time, 1. On a machine loaded by other
+# work, where timing bounds fail anyway, TEST_JOBS=4.
+TEST_JOBS ?= 8
+# The sanitizer trees' suites, longer and heavier: two ordinary tests at once.
+SANITIZER_TEST_JOBS ?= 4
 # ccache keys a compilation on paths relative to the checkout, not absolute ones, so every
 # clone and worktree on a machine shares one cache: a fresh clone of a commit built
 # elsewhere on the machine compiles from the cache.
@@ -102,9 +106,9 @@ test-sanitizers: setup
 	  cmake --preset $$p; \
 	  cmake --build --preset $$p -j $(JOBS); \
 	  if [ $$p = tsan ]; then \
-	    ctest --preset $$p -j $(JOBS) --timeout 1200 -E '^(Style|Setup|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
+	    ctest --preset $$p -j $(SANITIZER_TEST_JOBS) --timeout 1200 -E '^(Style|Setup|PackageConfig|Package|Image|Docs|CompositeFigure)\.|ListenersBackOffWhenOutOfDescriptors|$(FORKING_TESTS)'; \
 	  else \
-	    ctest --preset $$p -j $(JOBS) --timeout 1200 $(SANITIZED_TESTS); \
+	    ctest --preset $$p -j $(SANITIZER_TEST_JOBS) --timeout 1200 $(SANITIZED_TESTS); \
 	  fi; \
 	done
 

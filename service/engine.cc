@@ -484,6 +484,14 @@ std::vector<std::string> Engine::OpenDomainsShown(const sluice::StoreHealth& h) 
 
 std::string Engine::MetricsText() {
   std::vector<sluice::MetricSample> samples = client_->Metrics();
+  if (quota_client_) {
+    // The RLQS quota calls' own client: its connection, breaker and counters, as the same
+    // series with client="quota" (it holds no leases, so adds no per-id series).
+    for (sluice::MetricSample& s : quota_client_->Metrics()) {
+      s.labels.emplace_back("client", "quota");
+      samples.push_back(std::move(s));
+    }
+  }
   const std::size_t folded = CapLeaseSeries(samples, Metrics::kMaxLeaseIds);
   std::string out = metrics_.Format(folded);
   out += sluice::FormatPrometheus(samples);

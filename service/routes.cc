@@ -35,14 +35,22 @@ void Error(const Respond& respond, http::status status, std::string_view message
   respond(MakeResponse(status, ErrorJson(message)));
 }
 
+// A call that cannot run in this server's state (an audit log it cannot write, a store
+// too old for the command) is the server's error, 500 with the reason; a lease gone from
+// the store is answered 410 where heartbeats are (HeartbeatStatusFor).
 http::status StatusFor(const sluice::Status& s) {
   switch (s.code()) {
     case sluice::StatusCode::kInvalidArgument: return http::status::bad_request;
     case sluice::StatusCode::kNotFound: return http::status::not_found;
-    case sluice::StatusCode::kFailedPrecondition: return http::status::gone;
+    case sluice::StatusCode::kFailedPrecondition: return http::status::internal_server_error;
     case sluice::StatusCode::kPermissionDenied: return http::status::forbidden;
     default: return http::status::service_unavailable;
   }
+}
+
+// Engine::Heartbeat answers FailedPrecondition for a lease gone from the store: 410.
+http::status HeartbeatStatusFor(const sluice::Status& s) {
+  return s.code() == sluice::StatusCode::kFailedPrecondition ? http::status::gone : StatusFor(s);
 }
 
 void HandleCheck(Engine& engine, const HttpRequest& request, Respond respond, bool envoy) {
@@ -235,7 +243,9 @@ HttpHandler PublicRoutes(Engine& engine, std::string metrics_listener) {
       if (heartbeat && method == http::verb::post) {
         return engine.Heartbeat(handle, [respond = std::move(respond)](
                                             sluice::StatusOr<std::chrono::milliseconds> left) {
-          if (!left.ok()) return Error(respond, StatusFor(left.status()), left.status().message());
+          if (!left.ok()) {
+            return Error(respond, HeartbeatStatusFor(left.status()), left.status().message());
+          }
           respond(MakeResponse(http::status::ok,
                                json{{"held", true}, {"expires_in_ms", left->count()}}.dump()));
         });

@@ -192,7 +192,12 @@ TEST(PolicyRedis, OpenBreakerSendsNoCommands) {
   auto limiter = *client->MakeLimiter("b", {.limit = 100, .window = seconds(60)});
   ASSERT_EQ(limiter.Check("x", {.deadline = seconds(2)})->source, DecisionSource::kStore);
   server.Pause();
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(limiter.Check("x")->source, DecisionSource::kFailClosed);
+  // Three store failures open it. A deadline missed while this process lagged (a loaded
+  // machine, a sanitizer) is not one, so the checks go on until three did count, within a
+  // bound; each is answered by the policy either way.
+  for (int i = 0; i < 50 && client->Health().breaker != "open"; ++i) {
+    EXPECT_EQ(limiter.Check("x")->source, DecisionSource::kFailClosed);
+  }
   ASSERT_EQ(client->Health().breaker, "open");
   const uint64_t commands = client->stats().commands;
   const auto t0 = steady_clock::now();

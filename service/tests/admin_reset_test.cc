@@ -4,6 +4,7 @@
 // nothing and write no record.
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -177,6 +178,24 @@ TEST_F(AdminReset, RefusedCallsChangeNothingAndWriteNoRecord) {
   EXPECT_EQ(AuditLines(s).size(), 0u) << s.audit_log();
   EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", check).status, 429)
       << "nothing was reset by a refused call";
+}
+
+// The record is written before the store is touched: an audit log sluiced cannot write
+// (here a directory where the file should be) refuses the action with the server's error,
+// 500 naming the log, and the counter is not reset.
+TEST_F(AdminReset, AnAuditLogThatCannotBeWrittenRefusesTheResetWith500) {
+  Sluiced s(config_.path(), redis_.url(), {"--deadline-ms", "200", "--admin-token", "s3cret"});
+  const std::string check = CheckBody("fixed_window", "acme");
+  for (int i = 0; i < 2; ++i)
+    ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", check).status, 200);
+  ASSERT_EQ(Call(s.http_port(), "POST", "/v1/check", check).status, 429);
+  ASSERT_TRUE(std::filesystem::create_directory(s.audit_log_path()));
+  HttpReply reset = Call(s.admin_port(), "POST", "/admin/reset",
+                         ResetBody(Entries("fixed_window", "acme"), "ops", "why"), kAuth);
+  EXPECT_EQ(reset.status, 500) << reset.body;
+  EXPECT_NE(reset.body.find("audit"), std::string::npos) << reset.body;
+  EXPECT_EQ(Call(s.http_port(), "POST", "/v1/check", check).status, 429)
+      << "the counter was reset without its audit record";
 }
 
 }  // namespace

@@ -940,6 +940,10 @@ TEST_F(E2e, MetricsPassPromtoolAndCountDecisions) {
       std::string::npos);
   EXPECT_NE(m.body.find("sluiced_store_latency_seconds_bucket"), std::string::npos);
   EXPECT_NE(m.body.find("sluice_breaker_state"), std::string::npos);
+  // The RLQS quota calls' own client, told apart by a label.
+  EXPECT_NE(m.body.find(R"(sluice_breaker_state{state="closed",client="quota"} 1)"),
+            std::string::npos)
+      << m.body;
   EXPECT_NE(m.body.find("sluiced_config_reloads_total 1"), std::string::npos);
   std::string promtool;
   EXPECT_TRUE(testing::PromtoolAccepts(m.body, promtool)) << promtool;

@@ -23,9 +23,11 @@ envoyproxy/envoy commit c33e7f824b9946853a80e839d6e80ef2a09f3bb4 (and at the ear
   back to its no-assignment behaviour (no fallback configured).
 Options model what other clients may do: domain_every_report False sends the domain in a
 stream's first report only (the proto allows it)."""
+import atexit
 import math
 import os
 import queue
+import shutil
 import sys
 import tempfile
 import threading
@@ -43,6 +45,8 @@ def messages(proto_dir):
     if _PB is None:
         from grpc_tools import protoc
         out = tempfile.mkdtemp(prefix="envoy-sim-")
+        # The generated modules are imported from here; removed when the process ends.
+        atexit.register(shutil.rmtree, out, True)
         well_known = os.path.join(os.path.dirname(protoc.__file__), "_proto")
         protos = []
         for root, _, files in os.walk(proto_dir):

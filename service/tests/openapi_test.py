@@ -351,6 +351,27 @@ def with_redis(c):
     c.call("metrics without a token", "get", "/metrics", expect=401)
 
 
+def unwritable_audit_log(c, s):
+    """A directory where the audit log should be: the record cannot be written, so the
+    actions are refused (500) before the store is touched; then the log is given back."""
+    path = os.path.join(s.workdir, "audit.log")
+    kept = path + ".kept"
+    os.rename(path, kept)
+    os.mkdir(path)
+    try:
+        c.call("acquire for the unaudited release", "post", "/v1/leases", lease_body("l5"), 201)
+        release = dict(lease_body("l5"), actor="openapi-test", reason="no audit log")
+        _, _, b = c.call("admin release, audit log unwritable", "post", "/admin/leases/release",
+                         release, 500, token=ADMIN_TOKEN)
+        assert "audit" in b["error"], b
+        reset = dict(descriptor_request("closed", "a"), actor="openapi-test", reason="no log")
+        c.call("admin reset, audit log unwritable", "post", "/admin/reset", reset, 500,
+               token=ADMIN_TOKEN)
+    finally:
+        os.rmdir(path)
+        os.rename(kept, path)
+
+
 def descriptor_request(route, account=None):
     d = descriptor(route, account)
     return {"domain": d["domain"], "entries": d["descriptors"][0]["entries"]}
@@ -482,6 +503,7 @@ def main():
             try:
                 with_redis(c)
                 console(c)
+                unwritable_audit_log(c, s)
                 undescribed(c, spec, s)
                 without_redis(c, s)
                 draining(spec, s)

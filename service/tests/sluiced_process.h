@@ -202,7 +202,8 @@ class Sluiced {
   int admin_port() const { return admin_port_; }
   int metrics_port() const { return metrics_port_; }
   std::string log() const { return ReadAll(log_path_); }
-  std::string audit_log() const { return ReadAll(log_dir_.path() + "/audit.log"); }
+  std::string audit_log() const { return ReadAll(audit_log_path()); }
+  std::string audit_log_path() const { return log_dir_.path() + "/audit.log"; }
 
  private:
   TempDir log_dir_;
