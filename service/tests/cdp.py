@@ -174,7 +174,15 @@ class Page:
             time.sleep(0.05)
         raise CdpError("timed out after %.0f s waiting for %s (last: %r)" % (timeout_s, what, last))
 
-    def screenshot(self, path):
-        data = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})
+    def screenshot(self, path, selector=None, scale=1.0):
+        """The whole page, or the element `selector` names, as a PNG at `scale`."""
+        what = "document.documentElement" if selector is None else \
+            "document.querySelector(%s)" % json.dumps(selector)
+        box = self.eval("(() => { const r = %s.getBoundingClientRect(); return {x: r.left + "
+                        "scrollX, y: r.top + scrollY, width: r.width, height: r.height}; })()"
+                        % what)
+        box["scale"] = scale
+        data = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                    "clip": box})
         with open(path, "wb") as f:
             f.write(base64.b64decode(data["data"]))

@@ -123,6 +123,8 @@ def release_leases(page, s, shots, holder):
     page.wait("the chart at 3", "document.getElementById('chart').dataset.latest === '3' && "
               "document.querySelector('#chart rect.bar[data-max=\"3\"]') !== null")
     page.screenshot(os.path.join(shots, "account_leases.png"))
+    # The one docs/operating.md shows: the account alone, scaled down.
+    page.screenshot(os.path.join(shots, "console.png"), selector="#account", scale=0.7)
     fill(page, {"action-reason": "ticket 1234: stuck streams after the client crash"})
     page.eval("document.getElementById('do-release').click()")
     confirm(page, ["3 live leases", "streams=video,account=42", "will be released"])

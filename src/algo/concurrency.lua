@@ -35,15 +35,20 @@
 -- last moved to: a shorter ttl applies from the lease's next heartbeat past that expiry
 -- and to new leases (cutting a live lease short could give its slot to another holder
 -- while the first still believes it holds it).
--- History (the support console's chart of live leases): every granted acquire and every
--- heartbeat that extends a lease records the id's live count in a hash beside the lease
--- set, `<lease key without "cc">ch` (the same hash tag, so the same slot): field
+-- History (the support console's chart of live leases): every granted acquire, and the
+-- first heartbeat of a lease in each minute (one that extends it), records the id's live
+-- count in a hash beside the lease set, `<lease key without "cc">ch` (the same hash tag, so the same slot): field
 -- minute % 64, value "<minute>:<highest live count that minute>" (minute = ms / 60000 on
 -- the clock above). At most 64 fields per id, each overwritten when its slot comes round
 -- again, so nothing needs trimming; the hash expires 65 minutes after the last minute that
 -- wrote one (PEXPIRE when a minute's first write lands). Readers keep the last 60 minutes.
 -- It costs an HGET per write, and an HSET plus PEXPIRE when the maximum moves or a minute
--- begins (docs/benchmarks.md). A history key that is not a hash (WRONGTYPE) is deleted.
+-- begins (docs/benchmarks.md). A heartbeat in the minute of its lease's grant or previous
+-- heartbeat (the lease's old expiry minus the ttl) writes nothing: the count has risen since
+-- only by grants, which wrote it themselves; so a holder's heartbeats cost the history one
+-- write per lease per minute, not one per heartbeat. (A ttl shortened between two
+-- heartbeats can make one minute's heartbeat skip its write; grants and the other leases'
+-- heartbeats still write that minute.) A history key that is not a hash (WRONGTYPE) is deleted.
 -- Cost: an acquire on an id with no set makes 4 redis.calls (TIME, ZCARD, ZADD, PEXPIRE),
 -- on an id with leases 5 (+ ZREMRANGEBYSCORE); a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE).
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
@@ -164,7 +169,9 @@ if op == '1' then
   if expires > score then
     redis.call('ZADD', key, string.format('%d', expires), member)
     follow(key, now, grace, grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), false)
-    note_live(key, now, redis.call('ZCOUNT', key, string.format('(%d', now), '+inf'))
+    if math.floor((score - tonumber(ARGV[5])) / 60000) < math.floor(now / 60000) then
+      note_live(key, now, redis.call('ZCOUNT', key, string.format('(%d', now), '+inf'))
+    end
     return {1, 0, now, expires}
   end
   restore_ttl(key, now, grace)
