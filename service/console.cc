@@ -30,6 +30,7 @@ constexpr std::string_view kCookie = "sluice_console";
 // The audit log's tail read per search, and the records one search returns at most.
 constexpr std::size_t kAuditTailBytes = 4 << 20;
 constexpr std::size_t kMaxAuditRecords = 200;
+constexpr std::size_t kDefaultAuditRecords = 50;
 // Rows of each "most ... now" list.
 constexpr std::size_t kTopRows = 20;
 // The admin API's calls the console makes (method, path under /admin), and which of them
@@ -113,6 +114,10 @@ std::string_view PathOf(const HttpRequest& r) {
   return target.substr(0, target.find('?'));
 }
 
+bool IsHex(char c) {
+  return std::isxdigit(static_cast<unsigned char>(c)) != 0;
+}
+
 // The value of `name` in the query string, %XX and '+' decoded; empty when absent.
 std::string QueryParam(const HttpRequest& r, std::string_view name) {
   const std::string_view target = View(r.target());
@@ -129,8 +134,7 @@ std::string QueryParam(const HttpRequest& r, std::string_view name) {
     for (std::size_t i = 0; i < v.size(); ++i) {
       if (v[i] == '+') {
         out.push_back(' ');
-      } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(v[i + 1]) &&
-                 std::isxdigit(v[i + 2])) {
+      } else if (v[i] == '%' && i + 2 < v.size() && IsHex(v[i + 1]) && IsHex(v[i + 2])) {
         out.push_back(static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16)));
         i += 2;
       } else {
@@ -339,9 +343,12 @@ void Api(Console& c, const ConsoleSession& s, HttpRequest&& request, const Respo
   if (path == "/console/api/peek" && method == http::verb::post)
     return Peek(c.engine, request, respond);
   if (path == "/console/api/audit" && method == http::verb::get) {
-    const std::size_t limit = std::clamp<std::size_t>(
-        static_cast<std::size_t>(std::atoi(QueryParam(request, "limit").c_str())), 1,
-        kMaxAuditRecords);
+    const std::string asked = QueryParam(request, "limit");
+    const std::size_t limit =
+        asked.empty() ? kDefaultAuditRecords
+                      : std::clamp<std::size_t>(
+                            static_cast<std::size_t>(std::max(1, std::atoi(asked.c_str()))), 1,
+                            kMaxAuditRecords);
     return boost::asio::post(
         c.engine.blocking_pool(),
         [&c, id = QueryParam(request, "id"), actor = QueryParam(request, "actor"), limit, respond] {
