@@ -252,12 +252,12 @@ HttpRequest AdminRequest(const Console& c, const ConsoleSession& s, const HttpRe
   return out;
 }
 
-// GET /console/api/top: the ids with the most live leases (the library's per-id gauges:
-// the ids this instance acquired or heartbeated for, each with its fleet-wide live count
-// as last read) and the ids this instance refused most in the last minute or two.
-HttpResponse Top(Engine& engine) {
-  json leases = json::array();
-  std::vector<std::tuple<double, std::string, std::string>> live;
+// The ids with the most live leases now: the candidates are the ids of the library's
+// per-id gauges (those this instance acquired leases for, with the fleet-wide count its
+// latest acquire saw), the kTopRows highest of them counted again in the store (a release
+// or an expiry since then shows), those with none left dropped.
+json MostLiveLeases(Engine& engine) {
+  std::vector<std::tuple<int64_t, std::string, std::string>> live;
   for (const sluice::MetricSample& m : engine.client().Metrics()) {
     if (m.name != "sluice_leases_live" || m.value <= 0) continue;
     std::string limiter, id;
@@ -265,12 +265,32 @@ HttpResponse Top(Engine& engine) {
       if (k == "limiter") limiter = v;
       if (k == "id") id = v;
     }
-    live.emplace_back(m.value, limiter, id);
+    live.emplace_back(static_cast<int64_t>(m.value), limiter, id);
   }
   std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a > b; });
   if (live.size() > kTopRows) live.resize(kTopRows);
+  const auto config = engine.config();
+  for (auto& [n, limiter, id] : live) {
+    for (const auto& rule : config->rules) {
+      if (rule->limiter_name != limiter) continue;
+      auto now = engine.ListLeases(Match{.rule = rule, .id = id});
+      if (now.ok()) n = static_cast<int64_t>(now->size());
+      break;
+    }
+  }
+  std::erase_if(live, [](const auto& row) { return std::get<0>(row) <= 0; });
+  std::stable_sort(live.begin(), live.end(),
+                   [](auto& a, auto& b) { return std::get<0>(a) > std::get<0>(b); });
+  json leases = json::array();
   for (auto& [n, limiter, id] : live)
-    leases.push_back({{"limiter", limiter}, {"id", id}, {"live", static_cast<int64_t>(n)}});
+    leases.push_back({{"limiter", limiter}, {"id", id}, {"live", n}});
+  return leases;
+}
+
+// GET /console/api/top (blocking: run on the engine's pool): MostLiveLeases, and the ids
+// this instance refused most in the last minute or two.
+HttpResponse Top(Engine& engine) {
+  const json leases = MostLiveLeases(engine);
   json refused = json::array();
   for (const auto& row : engine.refused_ids().Top(kTopRows, RefusedIds::MinuteNow()))
     refused.push_back({{"domain", row.domain},
@@ -339,7 +359,8 @@ void Api(Console& c, const ConsoleSession& s, HttpRequest&& request, const Respo
     r.set(http::field::set_cookie, SessionCookie(request, ""));
     return respond(std::move(r));
   }
-  if (path == "/console/api/top" && method == http::verb::get) return respond(Top(c.engine));
+  if (path == "/console/api/top" && method == http::verb::get)
+    return boost::asio::post(c.engine.blocking_pool(), [&c, respond] { respond(Top(c.engine)); });
   if (path == "/console/api/peek" && method == http::verb::post)
     return Peek(c.engine, request, respond);
   if (path == "/console/api/audit" && method == http::verb::get) {

@@ -126,7 +126,7 @@ async function find() {
   $('account-title').textContent = `${inspect.json.id} on ${inspect.json.limiter}`;
   $('account').hidden = false;
   say('');
-  await showAccount(inspect.json);
+  await Promise.all([showAccount(inspect.json), loadTop()]);
 }
 
 async function showAccount(inspected) {

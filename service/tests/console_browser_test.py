@@ -120,6 +120,8 @@ def release_leases(page, s, shots, holder):
               "[...document.querySelectorAll('#lease-table tbody tr')]"
               ".every(tr => tr.cells[3].textContent === 'yes')", timeout_s=10)
     # The chart's bar of this minute: the most live leases, from the store's history.
+    page.wait("the id among the most live leases now", "document.getElementById('top-leases')"
+              ".textContent.includes('streams=video,account=42 on shop.streams.account: 3 live')")
     page.wait("the chart at 3", "document.getElementById('chart').dataset.latest === '3' && "
               "document.querySelector('#chart rect.bar[data-max=\"3\"]') !== null")
     page.screenshot(os.path.join(shots, "account_leases.png"))
@@ -134,6 +136,8 @@ def release_leases(page, s, shots, holder):
         tr => tr.cells[1].textContent === 'Dana from support' &&
               tr.cells[2].textContent === 'release_all' &&
               tr.cells[5].textContent.startsWith('ticket 1234'))""")
+    page.wait("the id no longer among the most live leases",
+              "!document.getElementById('top-leases').textContent.includes('account=42')")
     page.screenshot(os.path.join(shots, "released.png"))
     deadline = time.monotonic() + 5
     while holder.gone < 3 and time.monotonic() < deadline:
@@ -151,6 +155,8 @@ def reset_counter(page, s, shots):
     assert status == 429, "the sign-in counter should refuse its 4th call, got %d" % status
     find(page, SIGN_IN)
     page.wait("refused now", "document.querySelector('#limit-table tr.refused') !== null")
+    page.wait("the id among the most refused now", "document.getElementById('top-refused')"
+              ".textContent.includes('route=sign_in,account=7 on shop.route_sign_in.account')")
     assert limit_row(page, "refused now") == "yes"
     page.screenshot(os.path.join(shots, "account_refused.png"))
     fill(page, {"action-reason": "customer verified by phone"})
