@@ -40,7 +40,19 @@ instructions() {
     redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
     >"$work/vg.log" 2>&1 &
   vg_pid=$!
-  for _ in $(seq 1 600); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  local up=""
+  for _ in $(seq 1 600); do
+    redis-cli -p "$p" ping >/dev/null 2>&1 && { up=1; break; }
+    kill -0 "$vg_pid" 2>/dev/null || break  # exited: the port was taken meanwhile
+    sleep 0.1
+  done
+  if [ -z "$up" ]; then
+    kill "$vg_pid" 2>/dev/null; wait "$vg_pid" 2>/dev/null || true; vg_pid=""
+    starts=$((starts + 1))
+    [ "$starts" -lt 5 ] || { echo "redis-server under valgrind did not start" >&2; exit 2; }
+    instructions "$@"  # another port
+    return
+  fi
   local sha
   sha=$(redis-cli -p "$p" SCRIPT LOAD "$1")
   if [ "$3" = acquire ]; then
@@ -64,7 +76,7 @@ for i in range(100):
   vg_pid=""
   sed -n 's/^summary: \([0-9]*\).*/\1/p' "$work/cg.out"
 }
-N1=2000 N2=12000
+N1=2000 N2=12000 starts=0
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'), $(nproc) cores"
 printf '%-26s %12s   (callgrind, whole server, per EVALSHA; %d - %d calls)\n' variant "instr/call" "$N2" "$N1"
 for call in acquire heartbeat; do

@@ -50,7 +50,8 @@
 -- heartbeats can make one minute's heartbeat skip its write; grants and the other leases'
 -- heartbeats still write that minute.) A history key that is not a hash (WRONGTYPE) is deleted.
 -- Cost: an acquire on an id with no set makes 4 redis.calls (TIME, ZCARD, ZADD, PEXPIRE),
--- on an id with leases 5 (+ ZREMRANGEBYSCORE); a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE).
+-- on an id with leases 5 (+ ZREMRANGEBYSCORE); a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE);
+-- then the history's (above): a grant 1 to 3, a lease's first heartbeat of a minute 2 to 4.
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
 -- argument with a costly '%.17g').
 -- The two helpers above `--[[ per call ]]` take what they use as arguments: in the batch
