@@ -78,7 +78,8 @@ for i in range(100):
 }
 N1=2000 N2=12000 starts=0
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p'), $(nproc) cores"
-printf '%-26s %12s   (callgrind, whole server, per EVALSHA; %d - %d calls)\n' variant "instr/call" "$N2" "$N1"
+printf '%-26s %12s   (callgrind, whole server, per EVALSHA; %d - %d calls)\n' \
+  variant "instr/call" "$N2" "$N1"
 for call in acquire heartbeat; do
   for v in without with; do
     script=$without

@@ -155,7 +155,8 @@ async function showCounter(tbody) {
   const used = d.limit !== undefined && d.remaining !== undefined ? d.limit - d.remaining : '-';
   a.used = used;
   a.limit = d.limit;
-  row(tbody, ['limit', `${d.limit} per ${d.unit}` + (d.override ? ` (${d.override} override)` : '')]);
+  const override = d.override ? ` (${d.override} override)` : '';
+  row(tbody, ['limit', `${d.limit} per ${d.unit}${override}`]);
   row(tbody, ['used', used]);
   row(tbody, ['remaining', d.remaining]);
   row(tbody, ['resets in', seconds(d.reset_after_ms)]);
@@ -198,7 +199,8 @@ function drawChart(fields, nowMs) {
     const v = fields['max_live_at_' + (m * 60000)];
     values.push(v === undefined ? null : v);
   }
-  const top = Math.max(1, ...values.filter((v) => v !== null), state.account.rule.requests_per_unit || 1);
+  const seen = values.filter((v) => v !== null);
+  const top = Math.max(1, ...seen, state.account.rule.requests_per_unit || 1);
   const W = 640, H = 200, left = 30, bottom = 20, plotH = H - bottom - 10;
   const barW = (W - left) / 60;
   const add = (tag, attrs, text) => {
@@ -219,8 +221,7 @@ function drawChart(fields, nowMs) {
     add('rect', {x: left + i * barW + 1, y: H - bottom - h, width: barW - 2, height: h,
       class: 'bar', 'data-minute': String(thisMinute - 59 + i), 'data-max': String(v)});
   });
-  const latest = values.filter((v) => v !== null);
-  svg.setAttribute('data-latest', latest.length ? String(latest[latest.length - 1]) : '');
+  svg.setAttribute('data-latest', seen.length ? String(seen[seen.length - 1]) : '');
 }
 
 // ---- overrides
@@ -256,9 +257,11 @@ async function act(path, extra, text) {
   const reason = $('action-reason').value.trim();
   if (!reason) return say('Give a reason: it goes to the audit log with your name.', true);
   if (!(await confirmAction(text))) return say('Nothing was done.');
-  const r = await api('POST', path, Object.assign({domain: a.domain, entries: a.entries, reason}, extra));
+  const body = Object.assign({domain: a.domain, entries: a.entries, reason}, extra);
+  const r = await api('POST', path, body);
   if (r.status !== 200) return say(r.json.error || 'refused (' + r.status + ')', true);
-  say('Done: ' + (r.json.record ? r.json.record.action + ', ' + r.json.record.outcome : 'recorded'));
+  const rec = r.json.record;
+  say('Done: ' + (rec ? rec.action + ', ' + rec.outcome : 'recorded'));
   $('action-reason').value = '';
   await find();
   await searchAudit();
@@ -267,7 +270,8 @@ async function act(path, extra, text) {
 function release() {
   const a = state.account;
   return act('/admin/leases/release', {},
-    `${a.live} live lease${a.live === 1 ? '' : 's'} of account ${a.id} on ${a.limiter} will be released.`);
+    `${a.live} live lease${a.live === 1 ? '' : 's'} of account ${a.id} on ${a.limiter} ` +
+    'will be released.');
 }
 
 function reset() {
@@ -280,7 +284,8 @@ function reset() {
 function setOverride() {
   const a = state.account;
   const limit = Number($('override-limit').value);
-  if (!Number.isInteger(limit) || limit < 0) return say('The override limit is a whole number.', true);
+  if (!Number.isInteger(limit) || limit < 0)
+    return say('The override limit is a whole number.', true);
   const extra = {limit};
   if ($('override-window').value) extra.window_ms = Number($('override-window').value);
   if ($('override-ttl').value) extra.ttl_s = Number($('override-ttl').value);
@@ -298,7 +303,8 @@ function clearOverride() {
 // ---- audit
 
 async function searchAudit() {
-  const q = new URLSearchParams({id: $('audit-id').value, actor: $('audit-actor').value, limit: '50'});
+  const q = new URLSearchParams(
+    {id: $('audit-id').value, actor: $('audit-actor').value, limit: '50'});
   const r = await api('GET', '/audit?' + q.toString());
   if (r.status !== 200) return;
   const tbody = $('audit-table').tBodies[0];
@@ -318,7 +324,8 @@ function on(id, event, f) {
 }
 
 on('signin-form', 'submit', async () => {
-  const r = await api('POST', '/signin', {token: $('signin-token').value, actor: $('signin-actor').value});
+  const r = await api('POST', '/signin',
+    {token: $('signin-token').value, actor: $('signin-actor').value});
   $('signin-token').value = '';
   if (r.status !== 200) return say(r.json.error || 'refused (' + r.status + ')', true);
   say('');
