@@ -172,10 +172,6 @@ void Engine::Record(const BuiltRule& built, const DescriptorResult& result, Cloc
   const Decision& d = *result.decision;
   built.counters->decisions[OutcomeOf(d)][static_cast<int>(d.source)].fetch_add(
       1, std::memory_order_relaxed);
-  if (OutcomeOf(d) == kOverLimit) {
-    refused_ids_.Add(built.rule->domain, built.rule->limiter_name, result.id,
-                     RefusedIds::MinuteNow());
-  }
   if (built.rule->detailed_metric) {
     metrics_.ForDescriptor(built.rule->domain, built.rule->DisplayName(), result.id)
         ->decisions[OutcomeOf(d)]
@@ -316,6 +312,11 @@ void Engine::Set(const std::shared_ptr<Pending>& p, const Item& item, StatusOr<D
     s.error = d.status().ToString();
   }
   Record(*item.built, s, Clock::now() - p->start, timed);
+  // A request refused (a peek, hits 0, spends nothing and is no refusal of the id).
+  if (item.cost > 0 && s.decision && OutcomeOf(*s.decision) == kOverLimit) {
+    const Rule& rule = *item.built->rule;
+    refused_ids_.Add(rule.domain, rule.limiter_name, s.id, RefusedIds::MinuteNow());
+  }
 }
 
 // One composite check: a request refused by any limit spends none of them. Started here,

@@ -152,11 +152,13 @@ async function showCounter(tbody) {
   const r = await api('POST', '/peek', {domain: a.domain, descriptors: [{entries: a.entries}]});
   const d = r.status === 200 ? r.json.descriptors[0] : null;
   if (!d) return row(tbody, ['state', r.json.error || 'unreadable']);
-  const used = d.limit !== undefined && d.remaining !== undefined ? d.limit - d.remaining : '-';
+  const lim = d.limit || {};
+  if (lim.unlimited) return row(tbody, ['limit', 'unlimited']);
+  const used = d.remaining !== undefined ? lim.requests_per_unit - d.remaining : '-';
   a.used = used;
-  a.limit = d.limit;
+  a.limit = lim.requests_per_unit;
   const override = d.override ? ` (${d.override} override)` : '';
-  row(tbody, ['limit', `${d.limit} per ${d.unit}${override}`]);
+  row(tbody, ['limit', `${lim.requests_per_unit} per ${lim.unit}${override}`]);
   row(tbody, ['used', used]);
   row(tbody, ['remaining', d.remaining]);
   row(tbody, ['resets in', seconds(d.reset_after_ms)]);
