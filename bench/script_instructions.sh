@@ -12,13 +12,14 @@
 # Usage: bench/script_instructions.sh [algorithm ...]   (default: all five)
 # Env: BEFORE (git revision for the "before" scripts), GENERATED (the generated scripts of
 # another build directory, to compare two builds), N (calls per measurement, default
-# 10000).
+# 10000), BLOCK_MS (the block of the rows "with a block", default 900000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ALGORITHMS=("$@")
 [ ${#ALGORITHMS[@]} -gt 0 ] || ALGORITHMS=(fixed_window sliding_window sliding_log token_bucket gcra)
 BEFORE=${BEFORE:-6e33174}
 N=${N:-10000}
+BLOCK_MS=${BLOCK_MS:-900000}  # the block of the "with a block" rows
 GENERATED=${GENERATED:-build/release/generated/lua_scripts.cc}  # another build's, to compare
 [ -f "$GENERATED" ] || { echo "build first: make build" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "valgrind not found" >&2; exit 2; }
@@ -28,6 +29,11 @@ work=$(mktemp -d)
 vg_pid=""
 trap '[ -n "$vg_pid" ] && kill "$vg_pid" 2>/dev/null; rm -rf "$work"' EXIT
 before_script() {
+  # src/algo/clock.lua in front of the scripts that read "now" with it, where BEFORE has it.
+  case $1 in
+    fixed_window) ;;
+    *) git show "$BEFORE:src/algo/clock.lua" 2>/dev/null || true ;;
+  esac
   case $1 in
     token_bucket|gcra) git show "$BEFORE:src/algo/bucket_prelude.lua"; git show "$BEFORE:src/algo/$1.lua" ;;
     *) git show "$BEFORE:src/algo/$1.lua" ;;
@@ -103,18 +109,25 @@ for a in "${ALGORITHMS[@]}"; do
   before_script "$a" >"$work/before.lua"
   lua_script "$a" >"$work/now.lua"
   embedded_script kBatchLua >"$work/batch.lua"
+  # Seven arguments for the scripts before blocks; now an eighth, the block: "0" (none)
+  # or BLOCK_MS (a check of a limiter with a block, every call admitted: the gate reads
+  # the block key, finds none, and the algorithm decides).
   single=(EVALSHA @SHA@ 1 "sluicebench:{bench:user:__rand_int__}:$s" 0 "" 1 1000000000 60000 0 0)
   per_call "$a alone, before ($BEFORE)" 1 "$work/before.lua" "${single[@]}"
-  per_call "$a alone, now" 1 "$work/now.lua" "${single[@]}"
+  per_call "$a alone, now" 1 "$work/now.lua" "${single[@]}" 0
+  per_call "$a alone, now, with a block" 1 "$work/now.lua" "${single[@]}" "$BLOCK_MS"
   batch=(EVALSHA @SHA@ 50)
   fn=$(case $a in fixed_window) echo 0;; sliding_window) echo 1;; sliding_log) echo 2;;
                   token_bucket) echo 3;; gcra) echo 4;; esac)
   for i in $(seq 1 50); do batch+=("sluicebench:{bench:user:__rand_int__}:$s"); done
   own=("${batch[@]}")
-  for i in $(seq 1 50); do own+=("$fn" 0 "" 1 1000000000 60000 0 0); done
+  for i in $(seq 1 50); do own+=("$fn" 0 "" 1 1000000000 60000 0 0 0); done
   per_call "$a in batches of 50, own arguments" 50 "$work/batch.lua" "${own[@]}"
   # As a limiter's calls of one cost go: the first sends the arguments, the rest share them.
-  batch+=("$fn" 0 "" 1 1000000000 60000 0 0)
-  for i in $(seq 2 50); do batch+=("$fn/"); done  # "the arguments of function fn's last call"
-  per_call "$a in batches of 50, shared" 50 "$work/batch.lua" "${batch[@]}"
+  shared=("${batch[@]}" "$fn" 0 "" 1 1000000000 60000 0 0 0)
+  for i in $(seq 2 50); do shared+=("$fn/"); done  # "the arguments of function fn's last call"
+  per_call "$a in batches of 50, shared" 50 "$work/batch.lua" "${shared[@]}"
+  blocked=("${batch[@]}" "$fn" 0 "" 1 1000000000 60000 0 0 "$BLOCK_MS")
+  for i in $(seq 2 50); do blocked+=("$fn/"); done
+  per_call "$a in batches of 50, shared, with a block" 50 "$work/batch.lua" "${blocked[@]}"
 done

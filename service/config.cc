@@ -251,7 +251,8 @@ struct Parser {
   }
 
   // sluice's extensions beside rate_limit (burst, lease_ttl, failure_mode, local_servers,
-  // colocate, debit_entry) and envoy-ratelimit's shadow_mode and detailed_metric.
+  // colocate, debit_entry, block_duration) and envoy-ratelimit's shadow_mode and
+  // detailed_metric.
   void ParseExtensions(const YAML::Node& descriptor, Rule& rule) {
     if (const YAML::Node burst = descriptor["burst"]) {
       if (rule.kind != RuleKind::kTokenBucket && rule.kind != RuleKind::kGcra)
@@ -286,6 +287,15 @@ struct Parser {
       if (rule.unlimited) Fail(file, de, "debit_entry has nothing to charge on an unlimited rule");
       rule.debit_entry = Scalar(file, de, "debit_entry");
       if (rule.debit_entry.empty()) Fail(file, de, "debit_entry must not be empty");
+    }
+    if (const YAML::Node bd = descriptor["block_duration"]) {
+      if (rule.kind == RuleKind::kConcurrency)
+        Fail(file, bd, "block_duration applies to rate limits, not to algorithm: concurrency");
+      if (rule.unlimited) Fail(file, bd, "block_duration has nothing to hold on an unlimited rule");
+      rule.block_duration = Duration(file, bd, "block_duration");
+      if (rule.block_duration < std::chrono::milliseconds(1) ||
+          rule.block_duration > sluice::kMaxWindow)
+        Fail(file, bd, "block_duration must be between 1ms and 366 days");
     }
     if (descriptor["shadow_mode"])
       rule.shadow_mode = Bool(file, descriptor["shadow_mode"], "shadow_mode");
@@ -325,7 +335,7 @@ struct Parser {
       OnlyKeys(file, d, "descriptor",
                {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
                 "algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate",
-                "debit_entry"});
+                "debit_entry", "block_duration"});
       if (!d["key"]) Fail(file, d, "descriptor needs a key");
       DescriptorNode node;
       node.key = Scalar(file, d["key"], "key");
@@ -349,7 +359,7 @@ struct Parser {
         node.rule = ParseRule(d, d["rate_limit"], child_pieces, child_path);
       } else {
         for (const char* ext : {"algorithm", "burst", "lease_ttl", "failure_mode", "local_servers",
-                                "colocate", "debit_entry"}) {
+                                "colocate", "debit_entry", "block_duration"}) {
           if (d[ext])
             Fail(file, d[ext], std::string(ext) + " needs a rate_limit on the same descriptor");
         }

@@ -73,6 +73,10 @@ struct Rule {
   // of its hits (sluice::Limiter::Debit): Envoy's `apply_on_stream_done` request, made
   // recognisable by an action that appends that entry. Empty: none.
   std::string debit_entry;
+  // `block_duration: 15m` (rate limits, not concurrency): once the rule refuses an id
+  // over its limit, the id stays refused this long (sluice::LimiterOptions::block_for).
+  // 0: none.
+  std::chrono::milliseconds block_duration{0};
   Position position;
 
   // The sluice limit this rule enforces (not meaningful for concurrency/unlimited/0).

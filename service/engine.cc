@@ -109,6 +109,7 @@ StatusOr<std::shared_ptr<const Engine::Generation>> Engine::Build(
           {.on_failure = rule->failure_mode,
            .servers = rule->local_servers,
            .shadow = rule->shadow_mode,
+           .block_for = rule->block_duration,
            .colocate = rule->colocate
                            ? std::optional(sluice::LimiterOptions::Colocate{.separator = ','})
                            : std::nullopt});

@@ -362,6 +362,8 @@ json DecisionJson(const DescriptorResult& s) {
     if (dec.store_failure != sluice::StoreFailure::kNone)
       d["store_failure"] = sluice::StoreFailureName(dec.store_failure);
     if (s.debit) d["debt"] = dec.debt;
+    // Present when the id is in its rule's block (block_duration).
+    if (dec.blocked) d["blocked"] = true;
   } else {
     d["allowed"] = s.code == Code::kOk;
   }
@@ -470,6 +472,7 @@ void AppendDecision(std::string& out, const DescriptorResult& s) {
   const bool allowed = s.decision ? s.decision->allowed : s.code == Code::kOk;
   out += "{\"allowed\":";
   AppendBool(out, allowed);
+  if (s.decision && s.decision->blocked) out += ",\"blocked\":true";
   out += ",\"code\":\"";
   out += CodeName(s.code);
   out += '"';

@@ -446,6 +446,40 @@ TEST(CliInspect, DecodesEveryAlgorithm) {
   EXPECT_EQ(escaped.Json()["keys"].size(), 1u);
 }
 
+// A block (LimiterOptions::block_for) is shown beside its algorithm's key, with its end.
+TEST(CliInspect, ShowsABlockWithItsEnd) {
+  RedisServer server;
+  const std::string prefix = "inspb";
+  auto client = Connect(server, prefix);
+  auto limiter = client->MakeLimiter(
+      "signin", {.algorithm = Algorithm::kTokenBucket, .limit = 1, .window = 600s},
+      {.block_for = 900s});
+  ASSERT_THAT(limiter, IsOk());
+  ASSERT_TRUE(limiter->Check("ann")->allowed);
+  ASSERT_TRUE(limiter->Check("ann")->blocked);
+  Result run = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                       "signin", "--id", "ann", "--json"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  nlohmann::json j = run.Json();
+  const int64_t now = j["now_ms"];
+  int blocks = 0;
+  for (const auto& k : j["keys"]) {
+    if (!k["state"].contains("blocked_until_ms")) continue;
+    ++blocks;
+    EXPECT_EQ(k["algorithm"], "token_bucket") << k.dump();
+    EXPECT_GT(k["state"]["blocked_until_ms"].get<int64_t>(), now);
+    EXPECT_LE(k["state"]["blocked_until_ms"].get<int64_t>(), now + 900'000);
+    EXPECT_GT(k["state"]["block_ends_in_ms"].get<int64_t>(), 0);
+    EXPECT_GT(k["ttl_ms"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(blocks, 1) << j.dump();
+  Result human = Sluice({"inspect", "--redis", server.url(), "--prefix", prefix, "--limiter",
+                         "signin", "--id", "ann"});
+  EXPECT_EQ(human.exit_code, 0) << human.err;
+  EXPECT_NE(human.out.find("tb.blk"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("block_ends_in_ms"), std::string::npos) << human.out;
+}
+
 TEST(CliBadInput, ForeignKeysAreReportedAndNeverTouched) {
   RedisServer server;
   const std::string prefix = "shared";

@@ -89,7 +89,8 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   std::cout << "differential trace " << name << ": seed=" << config.seed
             << " window_ms=" << config.window_ms << " refill=" << config.refill
             << " aligned=" << config.aligned << " steps=" << config.steps
-            << " vary_parameters=" << config.vary_parameters << "\n";
+            << " vary_parameters=" << config.vary_parameters << " block_ms=" << config.block_ms
+            << "\n";
   const auto started = std::chrono::steady_clock::now();
   auto clock = std::make_shared<FakeClock>(1'700'000'000'000 + config.seed);
   const std::string prefix = "diff" + std::to_string(config.seed);
@@ -106,7 +107,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
                    .refill = config.refill,
                    .aligned = config.aligned};
   // Every call must reach the script and the twin: no denial cache in front of them.
-  const LimiterOptions uncached{.cache_denials = false};
+  const LimiterOptions uncached{.cache_denials = false, .block_for = milliseconds(config.block_ms)};
   auto on_redis = (*redis)->MakeLimiter("trace", base, uncached);
   ASSERT_TRUE(on_redis.ok()) << on_redis.status().ToString();
   auto on_memory = *(*memory)->MakeLimiter("trace", base, uncached);
@@ -120,7 +121,8 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
   bool aligned = config.aligned;
   int allowed = 0, refused = 0, boundary_steps = 0, changes = 0, foreign = 0, ttl_checks = 0;
   int decoded_checks = 0;
-  int debts = 0;  // debits that left their id in debt
+  int debts = 0;                          // debits that left their id in debt
+  int blocked = 0, block_ttl_checks = 0;  // blocks' refusals, and their keys' expiries checked
   // Windows a varying trace moves between: much shorter and much longer than the base
   // (up to a day), so a stored end, TAT or count from the older one would show.
   const std::vector<int64_t> windows = {config.window_ms,
@@ -197,9 +199,25 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     ASSERT_EQ(r.retry_after, m.retry_after) << where;
     ASSERT_EQ(r.reason, m.reason) << where;
     ASSERT_EQ(r.debt, m.debt) << where;
+    ASSERT_EQ(r.blocked, m.blocked) << where;
     if (r.debt > 0) ++debts;
+    if (r.blocked) ++blocked;
     if (p.op < 80) (r.allowed ? allowed : refused)++;
     if (!check_state) return;
+    if (r.blocked) {
+      // A block's reply says nothing of the algorithm's state; the block key holds the
+      // block until its end (plus the model clock's grace, less the real time passed).
+      const int64_t pttl = server.Command({"PTTL", *on_redis->KeyFor(p.id) + ".blk"}).integer;
+      const int64_t real_ms =
+          std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started)
+              .count();
+      // (The refusal that starts a block may wait longer, for the algorithm's own reason.)
+      const int64_t block_left = std::min<int64_t>(r.retry_after.count(), config.block_ms);
+      ASSERT_GE(pttl, block_left + 60'000 - real_ms - 2)
+          << "the block key expires before the block ends: " << where;
+      ++block_ttl_checks;
+      return;
+    }
     // The state the script left, read back by the algorithm's decoder, says what the
     // script's own decision said is left.
     const std::optional<Decision> decoded =
@@ -304,6 +322,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
       std::vector<std::string> command = writers[pick(static_cast<int64_t>(writers.size()))];
       command[1] = *on_redis->KeyFor(id);
       server.Command({"DEL", command[1]});
+      server.Command({"DEL", command[1] + ".blk"});  // the twin's Reset forgets the block too
       server.Command(command);
       server.Command({"PEXPIRE", command[1], "600000"});
       ASSERT_THAT(on_memory.Reset(id), IsOk());
@@ -373,6 +392,7 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     call.limit = *options.limit;
     call.cost = options.cost;
     call.now_ms = clock->NowMs();
+    call.block_ms = config.block_ms;
     call.deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     const size_t index = pending.size() - 1;
     store->Check(std::move(call), [&, index](StatusOr<Decision> result) {
@@ -412,10 +432,15 @@ void RunDifferentialTrace(const RedisServer& server, const TraceConfig& given) {
     std::cout << "  debits_in_debt=" << debts << "\n";
     EXPECT_GT(debts, config.steps / 100);
   }
+  if (config.block_ms > 0) {
+    std::cout << "  blocked=" << blocked << " block_ttl_checks=" << block_ttl_checks << "\n";
+    EXPECT_GT(blocked, config.steps / 150);
+    EXPECT_GT(block_ttl_checks, config.batch_max > 0 ? 0 : config.steps / 150);
+  }
   if (config.batch_max > 0) {
-    EXPECT_GE(decoded_checks, batches);  // each batch's last step at least
+    EXPECT_GE(decoded_checks + block_ttl_checks, batches);  // each batch's last step at least
   } else {
-    EXPECT_EQ(decoded_checks, config.steps);
+    EXPECT_EQ(decoded_checks + block_ttl_checks, config.steps);
   }
   EXPECT_GT(allowed, config.steps / 10);
   EXPECT_GT(refused, config.steps / 20);
@@ -474,6 +499,27 @@ void RunDebitTraces(const RedisServer& server, Algorithm algorithm, bool vary_wi
                                 .steps = 3000,
                                 .batch_max = 20,
                                 .debits = true});
+}
+
+void RunBlockTraces(const RedisServer& server, Algorithm algorithm, bool vary_window) {
+  RunDifferentialTrace(
+      server,
+      {.algorithm = algorithm, .seed = 61, .window_ms = 1'000, .steps = 1500, .block_ms = 700});
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 62,
+                                .window_ms = 10'000,
+                                .steps = 1500,
+                                .vary_parameters = true,
+                                .vary_window = vary_window,
+                                .block_ms = 25'000});
+  RunDifferentialTrace(server, {.algorithm = algorithm,
+                                .seed = 63,
+                                .window_ms = 1'000,
+                                .aligned = true,
+                                .steps = 1500,
+                                .batch_max = 20,
+                                .debits = true,
+                                .block_ms = 300});
 }
 
 std::string Printable(const std::string& s) {

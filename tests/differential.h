@@ -48,6 +48,10 @@ struct TraceConfig {
   // Debits (Limiter::Debit) take a tenth of the steps, of costs up to three times the
   // limit and sometimes far beyond it (the debt bound), so checks meet ids in debt.
   bool debits = false;
+  // The limiter's block (LimiterOptions::block_for); 0: none. Refusals over the limit then
+  // hold their id refused for the block (decisions compared with Decision::blocked), and
+  // the block key's expiry is checked as the id's key's is.
+  int64_t block_ms = 0;
 };
 
 // Runs the trace; fails the current test at the first differing decision (printing the
@@ -67,5 +71,9 @@ void RunBatchedTraces(const RedisServer& server, Algorithm algorithm, bool vary_
 // Traces with debits (TraceConfig::debits): one plain, one with every parameter
 // changing, one batched (a debit in a batch script call is decided as alone).
 void RunDebitTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
+
+// Traces with a block (TraceConfig::block_ms): one plain, one with every parameter
+// changing (the block longer than the window), one batched with debits mixed in.
+void RunBlockTraces(const RedisServer& server, Algorithm algorithm, bool vary_window = true);
 
 }  // namespace sluice::testing

@@ -194,5 +194,12 @@ TEST(GcraDifferential, DebitsIntoDebt) {
   testing::RunDebitTraces(server, Algorithm::kGcra);
 }
 
+// Blocks (LimiterOptions::block_for): a refusal over the limit holds the id refused for
+// the block, through checks, peeks, refunds, debits and resets, on both sides alike.
+TEST(GcraDifferential, BlocksHoldUntilTheyEnd) {
+  testing::RedisServer server;
+  testing::RunBlockTraces(server, Algorithm::kGcra);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -56,5 +56,12 @@ TEST(SlidingLogDifferential, DebitsIntoDebt) {
   testing::RunDebitTraces(server, Algorithm::kSlidingLog, /*vary_window=*/false);
 }
 
+// Blocks (LimiterOptions::block_for): a refusal over the limit holds the id refused for
+// the block, through checks, peeks, refunds, debits and resets, on both sides alike.
+TEST(SlidingLogDifferential, BlocksHoldUntilTheyEnd) {
+  testing::RedisServer server;
+  testing::RunBlockTraces(server, Algorithm::kSlidingLog, /*vary_window=*/false);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -145,5 +145,12 @@ TEST(SlidingWindowDifferential, DebitsIntoDebt) {
   testing::RunDebitTraces(server, Algorithm::kSlidingWindow);
 }
 
+// Blocks (LimiterOptions::block_for): a refusal over the limit holds the id refused for
+// the block, through checks, peeks, refunds, debits and resets, on both sides alike.
+TEST(SlidingWindowDifferential, BlocksHoldUntilTheyEnd) {
+  testing::RedisServer server;
+  testing::RunBlockTraces(server, Algorithm::kSlidingWindow);
+}
+
 }  // namespace
 }  // namespace sluice

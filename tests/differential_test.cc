@@ -32,5 +32,12 @@ TEST(FixedWindowDifferential, DebitsIntoDebt) {
   testing::RunDebitTraces(server, Algorithm::kFixedWindow);
 }
 
+// Blocks (LimiterOptions::block_for): a refusal over the limit holds the id refused for
+// the block, through checks, peeks, refunds, debits and resets, on both sides alike.
+TEST(FixedWindowDifferential, BlocksHoldUntilTheyEnd) {
+  testing::RedisServer server;
+  testing::RunBlockTraces(server, Algorithm::kFixedWindow);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -200,5 +200,12 @@ TEST(TokenBucketDifferential, DebitsIntoDebt) {
   testing::RunDebitTraces(server, Algorithm::kTokenBucket);
 }
 
+// Blocks (LimiterOptions::block_for): a refusal over the limit holds the id refused for
+// the block, through checks, peeks, refunds, debits and resets, on both sides alike.
+TEST(TokenBucketDifferential, BlocksHoldUntilTheyEnd) {
+  testing::RedisServer server;
+  testing::RunBlockTraces(server, Algorithm::kTokenBucket);
+}
+
 }  // namespace
 }  // namespace sluice

@@ -199,6 +199,18 @@ struct LimiterOptions {
   // failure policy (as for a store that cannot answer) while a reading says so.
   // Default: false.
   bool refuse_evicting_store = false;
+  // Block duration (a penalty box): once a check of an id is refused over the limit, the
+  // id stays refused for this long, whatever the cost and whatever its algorithm would
+  // allow meanwhile (Decision::blocked, retry_after the block's remaining time). Decided
+  // in the same script as the refusal and stored in the store with its expiry beside the
+  // id's key (`<key>.blk`, the same hash slot), so every process agrees; the denial cache
+  // answers the block's checks of any cost without a store call (cache_denials). A check
+  // during a block does not extend it; a refused Peek, a cost larger than the limit and
+  // a Debit start none (docs/algorithms.md, "Block duration"). Reset clears it. Set to 0,
+  // an existing block stops holding at the next check (limits are arguments). Not with
+  // local_budget or sync (InvalidArgument): they admit without asking the store.
+  // 0 <= block_for <= kMaxWindow. Default: 0 (none).
+  std::chrono::milliseconds block_for{0};
   // Local budgets for ids hotter than one store key should carry (fixed_window,
   // sliding_window, token_bucket, gcra; docs/design.md §7). When this process sees an id
   // called at least `hot_checks_per_second`, a check that goes to the store asks for

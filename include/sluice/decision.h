@@ -74,6 +74,10 @@ struct Decision {
   // the charge fitted). Bounded: never more than the limit (one window's worth below
   // zero), so a huge debit cannot lock an id out for ever (docs/algorithms.md, "Debt").
   int64_t debt = 0;
+  // The id is blocked (LimiterOptions::block_for): refused whatever the cost until
+  // retry_after, the block's remaining time; this refusal may be the one that started it
+  // (reason kOverLimit either way).
+  bool blocked = false;
   // Shadow mode (LimiterOptions::shadow): the limit would have refused this request;
   // `allowed` is true anyway and `reason` says why it would have been refused.
   bool shadow_refused = false;

@@ -181,6 +181,41 @@ descriptors:
             "bad.yaml:4:18: debit_entry needs a rate_limit on the same descriptor");
 }
 
+// block_duration: how long an id refused over the rule's limit stays refused; for rate
+// limits, not for concurrency limits.
+TEST(Config, BlockDuration) {
+  auto c = Build(R"(domain: auth
+descriptors:
+  - key: login
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    block_duration: 15m
+  - key: otp
+    algorithm: gcra
+    block_duration: 500ms
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: page
+    rate_limit: {unit: second, requests_per_unit: 10}
+)");
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ((*c)->rules[0]->block_duration, std::chrono::minutes(15));
+  EXPECT_EQ((*c)->rules[1]->block_duration, std::chrono::milliseconds(500));
+  EXPECT_EQ((*c)->rules[2]->block_duration, std::chrono::milliseconds(0));
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    algorithm: concurrency\n    "
+                    "block_duration: 1m\n    rate_limit: {requests_per_unit: 3}\n"),
+            "bad.yaml:5:21: block_duration applies to rate limits, not to algorithm: concurrency");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    block_duration: soon\n    "
+                    "rate_limit: {unit: second, requests_per_unit: 3}\n"),
+            "bad.yaml:4:21: block_duration must be a duration such as 500ms, 30s, 2m or 1h");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    block_duration: 0s\n    "
+                    "rate_limit: {unit: second, requests_per_unit: 3}\n"),
+            "bad.yaml:4:21: block_duration must be between 1ms and 366 days");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    block_duration: 9000h\n    "
+                    "rate_limit: {unit: second, requests_per_unit: 3}\n"),
+            "bad.yaml:4:21: block_duration must be between 1ms and 366 days");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    block_duration: 1m\n"),
+            "bad.yaml:4:21: block_duration needs a rate_limit on the same descriptor");
+}
+
 TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: fortnight\n "
                     "     requests_per_unit: 1\n"),
@@ -193,7 +228,7 @@ TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
             "bad.yaml:4:5: unknown key 'rate_limt' in descriptor (expected one of: key, value, "
             "rate_limit, "
             "descriptors, shadow_mode, detailed_metric, algorithm, burst, lease_ttl, failure_mode, "
-            "local_servers, colocate, debit_entry)");
+            "local_servers, colocate, debit_entry, block_duration)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - value: x\n"),
             "bad.yaml:3:5: descriptor needs a key");
   EXPECT_EQ(ErrorOf("descriptors: []\n"), "bad.yaml:1:1: missing domain");

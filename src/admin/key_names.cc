@@ -32,6 +32,7 @@ std::string_view KeyTypeName(KeyType type) {
 }
 
 KeyType ExpectedKeyType(std::string_view suffix) {
+  if (suffix.ends_with(internal::kBlockSuffix)) return KeyType::kString;  // a block's end
   if (suffix == "fw2" || suffix == "fw" || suffix == "sw" || suffix == "tb" || suffix == "gcra") {
     return KeyType::kString;
   }
@@ -45,6 +46,8 @@ KeyType ExpectedKeyType(std::string_view suffix) {
 }
 
 std::string_view SuffixAlgorithm(std::string_view suffix) {
+  // A block is its algorithm's (the key's state says it is a block).
+  if (suffix.ends_with(internal::kBlockSuffix)) suffix.remove_suffix(internal::kBlockSuffix.size());
   if (suffix == "fw2" || suffix == "fw") return "fixed_window";
   if (suffix == "sw") return "sliding_window";
   if (suffix == "sl") return "sliding_log";

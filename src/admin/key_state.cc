@@ -14,6 +14,7 @@
 #include "algo/sliding_log.h"
 #include "algo/sliding_window.h"
 #include "algo/token_bucket.h"
+#include "core/keys.h"
 #include "core/numbers.h"
 #include "sluice/limits.h"
 
@@ -153,8 +154,26 @@ std::optional<int64_t> ParseScore(const Reply& r) {
   return ExactInteger(std::floor(d));
 }
 
+namespace {
+
+// A block (`<algorithm suffix>.blk`, src/algo/block.lua): the block's end, on the Redis
+// clock; the id is refused until then.
+void DescribeBlock(std::string_view v, int64_t now, KeyState& s) {
+  const auto ends = ParseDecimal(v);
+  if (!ends) {
+    s.problem = "value is not a block's end (an integer ms)";
+    return;
+  }
+  Add(s, "blocked_until_ms", *ends);
+  Add(s, "block_ends_in_ms", std::max<int64_t>(0, *ends - now));
+  s.ends_at_ms = *ends;
+}
+
+}  // namespace
+
 void DescribeStringValue(std::string_view suffix, std::string_view value, int64_t now_ms,
                          KeyState& state) {
+  if (suffix.ends_with(kBlockSuffix)) DescribeBlock(value, now_ms, state);
   if (suffix == "fw2") DescribeFixedWindowV2(value, now_ms, state);
   if (suffix == "fw") DescribeFixedWindow(value, now_ms, state);
   if (suffix == "sw") DescribeSlidingWindow(value, state);

@@ -16,6 +16,7 @@ Decision MakeDecision(const AlgoReply& reply, int64_t limit, Op op) {
   d.retry_after = d.allowed && op != Op::kSync && op != Op::kTake
                       ? std::chrono::milliseconds(0)
                       : std::chrono::milliseconds(reply.retry_after_ms);
+  d.blocked = reply.code == 3;
   d.reason = reply.code == 1   ? RefusalReason::kNone
              : reply.code == 2 ? RefusalReason::kCostExceedsLimit
                                : RefusalReason::kOverLimit;

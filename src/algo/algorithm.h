@@ -17,6 +17,9 @@
 //            were counted in (0: none known); give back: the end of the window the
 //            units were counted in
 //   ARGV[7]  aligned  ("1" or "0")
+//   ARGV[8]  block ms ("0": none): the id stays refused that long once refused over the
+//            limit; read by the gate src/algo/block.lua puts in front of the algorithm
+//            (the algorithm itself never reads it)
 //   returns  {code, remaining, reset_after_ms, retry_after_ms}
 //            code 1: admitted (consume), would be admitted (peek), done (refund, reset);
 //            code 0: refused, over the limit; code 2: refused, cost > limit (never passes);
@@ -25,6 +28,9 @@
 //            debit: {code, remaining, reset_after_ms, retry_after_ms} of a peek of one
 //            unit after the charge, remaining negative when the id is in debt
 //            (>= -limit: the debt bound)
+//            code 3 (the gate, src/algo/block.lua): refused by a block, whatever the
+//            cost, for retry_after_ms: {3, 0, left_ms, left_ms}, or the refusal that
+//            starts one, {3, 0, max(reset_after, block), max(retry_after, block)}
 // Each twin is a function with the same inputs and outputs on an explicit state, and the
 // differential tests hold script and twin to identical replies.
 #pragma once
@@ -68,6 +74,7 @@ struct AlgoArgs {
   int64_t window_ms = 0;
   int64_t refill = 0;  // as given; the algorithm treats 0 as `limit`
   bool aligned = false;
+  int64_t block_ms = 0;  // the block (LimiterOptions::block_for); 0: none
 };
 
 struct AlgoReply {
@@ -79,8 +86,9 @@ struct AlgoReply {
   bool operator==(const AlgoReply&) const = default;
 };
 
-inline AlgoArgs ArgsFor(Op op, int64_t cost, const Limit& limit) {
-  return AlgoArgs{op, cost, limit.limit, limit.window.count(), limit.refill, limit.aligned};
+inline AlgoArgs ArgsFor(Op op, int64_t cost, const Limit& limit, int64_t block_ms = 0) {
+  return AlgoArgs{op,           cost,          limit.limit, limit.window.count(),
+                  limit.refill, limit.aligned, block_ms};
 }
 
 // The Decision both stores return for a reply (of a call of `op`: a sync's carries its

@@ -9,7 +9,8 @@
 -- it), ARITY (a digit per function: how many arguments it takes) and NUMERIC (per
 -- function, the digits of the arguments it reads only as numbers), so no algorithm's
 -- code is copied. Functions by index, as sent ('0' is MAKERS[1]): '0' fixed_window,
--- '1' sliding_window, '2' sliding_log, '3' token_bucket, '4' gcra (7 arguments each),
+-- '1' sliding_window, '2' sliding_log, '3' token_bucket, '4' gcra (8 arguments each: an
+-- algorithm's 7 and the block, src/algo/block.lua),
 -- '5' concurrency (5), '6' release (1).
 -- KEYS[i]  call i's key (what its script takes as KEYS[1]); 1 <= i <= 256
 --          Or no KEYS at all: then ARGV[1] is the number of calls n and ARGV[2..n+1]
@@ -32,7 +33,8 @@
 --          them, so each argument shared is one less of both.
 -- Returns  one flat array, the calls' replies one after the other, in order. Per call:
 --            the 4 items of a decision's table (what its script returns alone) when the
---            first is a code, 0, 1 or 2 (every algorithm's reply; a lease's acquire,
+--            first is a code, 0, 1, 2 or 3 (every algorithm's reply, 3 a block's
+--            refusal; a lease's acquire,
 --            heartbeat, release-all): the first item tells the client what follows;
 --            -2 - w (<= -2), then the w items of any other table (a list of leases);
 --            -1, then the one value its script returns alone (release: ZREM's count);
@@ -176,7 +178,7 @@ for i = 1, n do
   -- `return {a, b, c, d}` lines into `return a, b, c, d`: cmake/SluiceLua.cmake); any other
   -- reply as one value.
   local ok, r, r2, r3, r4, r5 = pcall(fn, keys, args)
-  if ok and r4 ~= nil and r5 == nil and (r == 1 or r == 0 or r == 2) then
+  if ok and r4 ~= nil and r5 == nil and (r == 1 or r == 0 or r == 2 or r == 3) then
     -- A decision's reply: its 4 items as they are (the first says what follows).
     out[at + 1] = r
     out[at + 2] = r2
@@ -196,7 +198,7 @@ for i = 1, n do
       if r.err then
         at = at + 1
         out[at] = r -- an error reply its script returned
-      elseif w == 4 and (h == 1 or h == 0 or h == 2) then
+      elseif w == 4 and (h == 1 or h == 0 or h == 2 or h == 3) then
         -- A decision kept in a table before its return (`return reply`): as above.
         out[at + 1] = h
         out[at + 2] = r[2]

@@ -10,13 +10,19 @@
 -- KEYS[i]  limit i's key, what its algorithm's script takes as KEYS[1] (1 <= i <= 64)
 -- ARGV[1]  now: model clock ms, or "" to read Redis TIME (see src/algo/algorithm.h)
 -- ARGV[2]  cost of the request, the same for every limit; integer >= 1
--- ARGV[3 + 5(i-1) .. 7 + 5(i-1)]  limit i: algorithm (0 fixed window, 1 sliding window,
---          2 sliding log, 3 token bucket, 4 gcra), limit, window ms, refill, aligned
+-- ARGV[3 + 6(i-1) .. 8 + 6(i-1)]  limit i: algorithm (0 fixed window, 1 sliding window,
+--          2 sliding log, 3 token bucket, 4 gcra), limit, window ms, refill, aligned,
+--          block ms ("0": none; src/algo/block.lua)
 -- Returns  {0, code_1, remaining_1, reset_after_ms_1, retry_after_ms_1, ..., code_N, ...}
 --          when every limit admitted the request and counts it (every code is 1), or
 --          {i, code, remaining, reset_after_ms, retry_after_ms}: limit i (the first that
---          refused, in KEYS order) refused with that reply (code 0 or 2), and no limit
---          counts the request.
+--          refused, in KEYS order) refused with that reply (code 0 or 2, or 3: refused by
+--          its block), and no limit counts the request.
+-- Blocks: a limit with a block refuses while it holds (its gate, in the peek or the
+-- consume), and the limit that refuses the request over its limit starts its block:
+-- the last one's consume does so itself; a peek does not (a peek is a question), so the
+-- driver starts the block of the limit whose peek refused. The other limits start none:
+-- they did not refuse.
 -- TTL rule: each algorithm keeps its own (its function is its script); the driver writes
 -- no key itself.
 --
@@ -34,14 +40,14 @@
 -- refunded (op 2), newest first, and that refusal is returned: all or nothing holds.
 local n = #KEYS
 local count = #ARGV
-if n < 1 or n > 64 or count ~= 2 + 5 * n then
-  return redis.error_reply('ERR sluice composite: want 1-64 keys and 2 + 5 per key ' ..
+if n < 1 or n > 64 or count ~= 2 + 6 * n then
+  return redis.error_reply('ERR sluice composite: want 1-64 keys and 2 + 6 per key ' ..
                            'arguments, got ' .. n .. ' keys and ' .. count .. ' arguments')
 end
 local now, cost = ARGV[1], ARGV[2]
 local steps, keys, args, made = {}, {}, {}, {}
 for i = 1, n do
-  local at = 5 * i - 2 -- ARGV index of limit i's algorithm
+  local at = 6 * i - 3 -- ARGV index of limit i's algorithm
   local a = (tonumber(ARGV[at]) or -1) + 1
   local make = ALGORITHMS[a]
   if not make then
@@ -55,7 +61,8 @@ for i = 1, n do
   end
   steps[i] = step
   keys[i] = {KEYS[i]}
-  args[i] = {'1', now, cost, ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]}
+  args[i] = {'1', now, cost, ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4],
+             ARGV[at + 5]}
 end
 
 -- Peek 1 .. n-1; the last limit's "peek" is its consume: a refused consume changes
@@ -64,6 +71,13 @@ end
 for i = 1, n - 1 do
   local r = steps[i](keys[i], args[i])
   if r[1] ~= 1 then
+    local ms = tonumber(args[i][8]) or 0
+    if r[1] == 0 and ms > 0 then
+      -- Refused over its limit: this limit's block starts (as its consume would start it).
+      local now, grace = block_clock(args[i])
+      block_start(keys[i][1], now, grace, ms)
+      return {i, 3, 0, math.max(r[3], ms), math.max(r[4], ms)}
+    end
     return {i, r[1], r[2], r[3], r[4]}
   end
 end

@@ -294,6 +294,17 @@ StatusOr<Limiter> Client::MakeLimiter(std::string_view name, const Limit& limit,
     return InvalidArgumentError(
         "colocate.separator must be printable ASCII other than a letter, digit or space");
   }
+  if (options.block_for.count() < 0 || options.block_for > kMaxWindow) {
+    return InvalidArgumentError("block_for must be between 0 (no block) and 366 days, got " +
+                                std::to_string(options.block_for.count()) + " ms");
+  }
+  if (options.block_for.count() > 0 && (options.local_budget.enabled || options.sync.enabled)) {
+    // A slice or a synced share admits without asking the store: a block started by
+    // another process would not be seen until it is spent.
+    return InvalidArgumentError(
+        "block_for cannot be used with local_budget or sync (they admit without asking the "
+        "store, which holds the block)");
+  }
   if (options.local_budget.enabled) {
     const LimiterOptions::LocalBudget& b = options.local_budget;
     if (limit.algorithm != Algorithm::kFixedWindow &&

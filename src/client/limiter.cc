@@ -143,6 +143,7 @@ Status Limiter::MakeCall(internal::Op op, std::string_view id, const CheckOption
                                                                    : options_.on_failure;
   call.servers = options_.servers > 0 ? options_.servers : core_->options.servers;
   call.cache_denials = options_.cache_denials;
+  call.block_ms = options_.block_for.count();
   call.refuse_evicting = options_.refuse_evicting_store;
   call.counted_by = options.counted_by;
   return Status::Ok();

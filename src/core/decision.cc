@@ -47,6 +47,7 @@ std::string Decision::ToString() const {
   out += " limit=" + std::to_string(limit);
   out += " remaining=" + std::to_string(remaining);
   if (debt > 0) out += " debt=" + std::to_string(debt);
+  if (blocked) out += " blocked";
   out += " reset_after=" + std::to_string(reset_after.count()) + "ms";
   out += " retry_after=" + std::to_string(retry_after.count()) + "ms";
   out += " source=";

@@ -126,6 +126,29 @@ AlgoReply MemoryStore::Apply(Shard& shard, const std::string& key, const AlgoArg
 
 AlgoReply MemoryStore::StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
                                   Algorithm algorithm, int64_t now) {
+  if (!BlockGated(args)) return DecideLocked(shard, key, args, algorithm, now);
+  const std::string block_key = key + ".blk";
+  const AlgoReply blocked = Apply<BlockState>(shard, block_key, args, now, BlockBefore);
+  if (blocked.code != kNotBlocked) return blocked;
+  const AlgoReply decided = DecideLocked(shard, key, args, algorithm, now);
+  return Apply<BlockState>(shard, block_key, args, now,
+                           [&decided](std::optional<BlockState>& block, const AlgoArgs& a,
+                                      int64_t at, int64_t& expires_at_ms) {
+                             return BlockAfter(block, a, at, decided, expires_at_ms);
+                           });
+}
+
+AlgoReply MemoryStore::StartBlockLocked(Shard& shard, const std::string& key, int64_t block_ms,
+                                        int64_t now, const AlgoReply& refused) {
+  return Apply<BlockState>(
+      shard, key + ".blk", AlgoArgs{}, now,
+      [&](std::optional<BlockState>& block, const AlgoArgs&, int64_t at, int64_t& expires_at_ms) {
+        return StartBlock(block, block_ms, at, refused, expires_at_ms);
+      });
+}
+
+AlgoReply MemoryStore::DecideLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
+                                    Algorithm algorithm, int64_t now) {
   switch (algorithm) {
     case Algorithm::kFixedWindow:
       return Apply<FixedWindowState>(shard, key, args, now, FixedWindowStep);
@@ -142,7 +165,7 @@ AlgoReply MemoryStore::StepLocked(Shard& shard, const std::string& key, const Al
 
 StatusOr<Decision> MemoryStore::CheckNow(const CheckCall& call) {
   const int64_t now = call.now_ms ? *call.now_ms : clock_->NowMs();
-  const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
+  const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit, call.block_ms);
   Shard& shard = ShardFor(call.key);
   AlgoReply reply;
   {
@@ -181,13 +204,17 @@ CompositeOutcome MemoryStore::DecideMany(const std::vector<CheckCall>& calls)
   for (Shard* s : order) Reclaim(*s, now);
   const auto step = [&](std::size_t i, Op op) SLUICE_NO_THREAD_SAFETY_ANALYSIS {
     const CheckCall& c = calls[i];
-    return StepLocked(*shards[i], c.key, ArgsFor(op, c.cost, c.limit), c.limit.algorithm, now);
+    return StepLocked(*shards[i], c.key, ArgsFor(op, c.cost, c.limit, c.block_ms),
+                      c.limit.algorithm, now);
   };
   // Peek all but the last, consume the last (a refused consume changes nothing), then
-  // consume the others.
+  // consume the others. A limit whose peek refused over its limit starts its block.
   const std::size_t last = calls.size() - 1;
   for (std::size_t i = 0; i < last; ++i) {
-    const AlgoReply r = step(i, Op::kPeek);
+    AlgoReply r = step(i, Op::kPeek);
+    if (r.code == 0 && calls[i].block_ms > 0) {
+      r = StartBlockLocked(*shards[i], calls[i].key, calls[i].block_ms, now, r);
+    }
     if (r.code != 1) return CompositeOutcome{i, {MakeDecision(r, calls[i].limit.limit)}};
   }
   CompositeOutcome out;

@@ -45,6 +45,7 @@
 #include <variant>
 #include <vector>
 
+#include "algo/block.h"
 #include "algo/concurrency.h"
 #include "algo/fixed_window.h"
 #include "algo/gcra.h"
@@ -101,8 +102,11 @@ class MemoryStore final : public Store {
 
  private:
   // Keys carry their algorithm's suffix, so one key only ever holds one kind of state.
-  using AnyState = std::variant<FixedWindowState, SlidingWindowState, SlidingLogState,
-                                TokenBucketState, GcraState, LeaseSetState, QuotaShareState>;
+  // A block (BlockState) lives at `<key>.blk`, filed in the shard of `<key>` (the
+  // gate reads both under one lock).
+  using AnyState =
+      std::variant<FixedWindowState, SlidingWindowState, SlidingLogState, TokenBucketState,
+                   GcraState, LeaseSetState, QuotaShareState, BlockState>;
   // Lives in its shard's map node (never moved: node addresses survive rehashing), and
   // in one list of the shard's expiry index while `slot` is set.
   struct Entry {
@@ -145,9 +149,18 @@ class MemoryStore final : public Store {
   // clock), or erases the entry when the step left it empty. Returns what `step` returns.
   template <typename State, typename Step>
   auto StepExpiringSet(const std::string& key, std::optional<int64_t> now_ms, Step step);
-  // Runs `algorithm`'s twin on the key's state; the caller holds the shard's lock.
+  // Runs `algorithm`'s twin on the key's state, under the block gate when the call
+  // names a block or resets (src/algo/block.h); the caller holds the shard's lock.
   static AlgoReply StepLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
                               Algorithm algorithm, int64_t now) SLUICE_REQUIRES(shard.mu);
+  // The twin alone, without the gate.
+  static AlgoReply DecideLocked(Shard& shard, const std::string& key, const AlgoArgs& args,
+                                Algorithm algorithm, int64_t now) SLUICE_REQUIRES(shard.mu);
+  // Starts a block of `block_ms` at `key` over the refusal `refused` (the composite's, for
+  // a limit whose peek refused).
+  static AlgoReply StartBlockLocked(Shard& shard, const std::string& key, int64_t block_ms,
+                                    int64_t now, const AlgoReply& refused)
+      SLUICE_REQUIRES(shard.mu);
   // Runs one twin on the key's state under the shard's lock.
   template <typename State, typename Step>
   static AlgoReply Apply(Shard& shard, const std::string& key, const AlgoArgs& args, int64_t now_ms,

@@ -40,7 +40,8 @@ std::optional<Decision> DenialCache::Lookup(const std::string& key, const Limit&
   // Only the same request is answered here: a different limit (a plan change) or a
   // smaller cost may pass, and a larger cost waits longer than the cached retry_after
   // (or can never pass): ask the store.
-  if (!SameLimit(e.limit, limit) || cost != e.cost) return std::nullopt;
+  // A block holds whatever the request (the store would answer the same).
+  if (!e.blocked && (!SameLimit(e.limit, limit) || cost != e.cost)) return std::nullopt;
   Decision d;
   d.allowed = false;
   d.limit = limit.limit;
@@ -48,6 +49,7 @@ std::optional<Decision> DenialCache::Lookup(const std::string& key, const Limit&
   d.retry_after = std::chrono::milliseconds(e.retry_at_ms - now_ms);
   d.reset_after = std::chrono::milliseconds(std::max<int64_t>(e.reset_at_ms - now_ms, 0));
   d.reason = RefusalReason::kOverLimit;
+  d.blocked = e.blocked;
   d.source = DecisionSource::kCachedDenial;
   return d;
 }
@@ -70,7 +72,7 @@ void DenialCache::Record(const std::string& key, const Limit& limit, int64_t cos
   if (!keep) return;
   shard.lru.push_front(Entry{key, limit, cost, decision.remaining,
                              now_ms + decision.retry_after.count(),
-                             now_ms + decision.reset_after.count()});
+                             now_ms + decision.reset_after.count(), decision.blocked});
   shard.index.emplace(key, shard.lru.begin());
   if (shard.lru.size() > per_shard_) {
     shard.index.erase(shard.lru.back().key);

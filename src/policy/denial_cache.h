@@ -1,6 +1,7 @@
 // Cached denials: once the store refused a key until time T (retry_after), later checks
-// of that key with the same limit and the same cost are refused here until T,
-// without a store call — a flood from one refused id costs Redis one call per denial
+// of that key with the same limit and the same cost (any cost and limit, when the
+// refusal was a block's: Decision::blocked) are refused here until T, without a store
+// call — a flood from one refused id costs Redis one call per denial
 // period. Bounded: an LRU of `capacity` keys (16 shards). A refund or reset of the key
 // from this process drops its entry, and a refusal of a check sent before that refund or
 // reset began is not cached when it arrives after it (the store decided it before the
@@ -56,6 +57,7 @@ class DenialCache {
     int64_t remaining = 0;
     int64_t retry_at_ms = 0;
     int64_t reset_at_ms = 0;
+    bool blocked = false;  // a block's refusal: answers every cost and limit
   };
   struct Shard {
     Mutex mu;

@@ -121,7 +121,7 @@ const redisReply* BatchReplyReader::Next() {
     at_ += 1;
   } else if (head->type != REDIS_REPLY_INTEGER) {
     return nullptr;
-  } else if (head->integer >= 0 && head->integer <= 2 && left >= 4) {
+  } else if (head->integer >= 0 && head->integer <= 3 && left >= 4) {
     view_ = redisReply{};
     view_.type = REDIS_REPLY_ARRAY;
     view_.elements = 4;

@@ -58,7 +58,7 @@ uint64_t BatchItems(const BatchCall* calls, std::size_t n, bool undeclared);
 void AppendBatchArguments(std::string& out, const BatchCall* calls, std::size_t n, bool undeclared);
 
 // Reads the batch script's one flat reply (src/algo/batch.lua), call by call. Per call:
-// an error reply; a code (0, 1 or 2) and the 3 items after it, a decision's 4; -2 - w and
+// an error reply; a code (0, 1, 2 or 3) and the 3 items after it, a decision's 4; -2 - w and
 // then w items; or -1 and then one value. (Flat, not an array per call: Redis makes a
 // nested table into a reply at about ten times the cost, and hiredis makes one object
 // per element.) A call's items are handed out as an array of its own, a view into the

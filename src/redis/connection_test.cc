@@ -277,9 +277,9 @@ std::shared_ptr<internal::Connection> StartBatchingConnection(boost::asio::io_co
 std::future<std::string> Consume(internal::Connection& conn, const std::string& key,
                                  std::string_view cost, uint32_t batch_tag = 0) {
   std::string args;
-  for (std::string_view a :
-       {std::string_view("0"), std::string_view(""), cost, std::string_view("10"),
-        std::string_view("60000"), std::string_view("0"), std::string_view("0")}) {
+  for (std::string_view a : {std::string_view("0"), std::string_view(""), cost,
+                             std::string_view("10"), std::string_view("60000"),
+                             std::string_view("0"), std::string_view("0"), std::string_view("0")}) {
     internal::AppendBulk(args, a);
   }
   auto promise = std::make_shared<std::promise<std::string>>();
@@ -287,7 +287,7 @@ std::future<std::string> Consume(internal::Connection& conn, const std::string& 
              .function = 0,
              .key = key,
              .args = std::move(args),
-             .arg_items = 7,
+             .arg_items = 8,
              .batch_tag = batch_tag},
             steady_clock::now() + seconds(10), [promise](const Status& s, const redisReply* r) {
               if (!s.ok()) {
@@ -377,7 +377,7 @@ TEST_P(ConnectionBatchTags, CallsWithTheArgumentsOfTheCallBeforeShareThem) {
     }
   }
   EXPECT_EQ(numkeys, tag == internal::Connection::kAnySlot ? "0 7" : "7 s:{x}:fw");
-  EXPECT_EQ(items, "[0][0][][1][10][60000][0][0][0/][0/][0/3][bad][0/][0/3][3][0/]");
+  EXPECT_EQ(items, "[0][0][][1][10][60000][0][0][0][0/][0/][0/3][bad][0/][0/3][3][0/]");
   conn->Shutdown();
 }
 
@@ -542,7 +542,7 @@ TEST(Connection, ABatchWhoseItemsCannotBeParsedFailsFromThereOn) {
   RedisServer server;
   const std::string source(internal::AllScripts()[internal::kBatchScript].source);
   const auto reused_nothing = server.Command({"EVAL", source, "2", "m:{a}:fw", "m:{b}:fw", "0", "0",
-                                              "", "1", "10", "60000", "0", "0", "3/"});
+                                              "", "1", "10", "60000", "0", "0", "0", "3/"});
   ASSERT_EQ(reused_nothing.type, internal::Reply::Type::kArray);
   ASSERT_EQ(reused_nothing.elements.size(), 5u);  // a's 4 items, then b's error
   EXPECT_EQ(reused_nothing.elements[0].integer, 1);
@@ -552,7 +552,7 @@ TEST(Connection, ABatchWhoseItemsCannotBeParsedFailsFromThereOn) {
       << reused_nothing.elements[4].str;
   const auto the_clock =
       server.Command({"EVAL", source, "3", "m:{a}:fw", "m:{b}:fw", "m:{c}:fw", "0", "0", "", "1",
-                      "10", "60000", "0", "0", "0/2", "5", "0/"});
+                      "10", "60000", "0", "0", "0", "0/2", "5", "0/"});
   ASSERT_EQ(the_clock.elements.size(), 6u);     // a's 4 items, then b's and c's errors
   EXPECT_EQ(the_clock.elements[1].integer, 8);  // a's second unit of 10
   for (size_t i : {4u, 5u}) {

@@ -48,8 +48,9 @@ uint32_t RedisStore::BatchTag(std::string_view key) const {
 
 namespace {
 
-// The arguments Check writes: what the batch manifest says every algorithm takes.
-constexpr int kAlgorithmArguments = 7;
+// The arguments Check writes: what the batch manifest says every algorithm takes (its
+// 7 and the block, src/algo/block.lua).
+constexpr int kAlgorithmArguments = 8;
 constexpr bool EveryAlgorithmTakes(int arguments) {
   for (int f = 0; f < batch_manifest::kAlgorithmCount; ++f) {
     if (batch_manifest::kArity[f] != arguments) return false;
@@ -61,7 +62,7 @@ static_assert(EveryAlgorithmTakes(kAlgorithmArguments));
 }  // namespace
 
 void RedisStore::Check(CheckCall call, DecisionCallback done) {
-  const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit);
+  const AlgoArgs args = ArgsFor(call.op, call.cost, call.limit, call.block_ms);
   std::string tail;
   tail.reserve(96);
   AppendBulk(tail, static_cast<int64_t>(args.op));
@@ -75,6 +76,7 @@ void RedisStore::Check(CheckCall call, DecisionCallback done) {
   AppendBulk(tail, args.window_ms);
   AppendBulk(tail, args.refill);
   AppendBulk(tail, args.aligned ? "1" : "0");
+  AppendBulk(tail, args.block_ms);
   const int64_t limit = call.limit.limit;
   const Op op = call.op;
   const int script = static_cast<int>(call.limit.algorithm);
@@ -116,7 +118,7 @@ void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
     return;
   }
   // src/algo/composite.lua: KEYS, then now, cost, and per limit algorithm, limit, window,
-  // refill, aligned.
+  // refill, aligned, block.
   std::string tail;
   tail.reserve(32 + 64 * calls.size());
   AppendBulk(tail, static_cast<int64_t>(calls.size()));
@@ -135,9 +137,10 @@ void RedisStore::CheckComposite(CompositeCall call, CompositeCallback done) {
     AppendBulk(tail, c.limit.window.count());
     AppendBulk(tail, c.limit.refill);
     AppendBulk(tail, c.limit.aligned ? "1" : "0");
+    AppendBulk(tail, c.block_ms);
     limits.push_back(c.limit.limit);
   }
-  const int items = 3 + 6 * static_cast<int>(calls.size());
+  const int items = 3 + 7 * static_cast<int>(calls.size());
   connection_->Eval(
       kCompositeScript, std::move(tail), items, calls[0].deadline,
       [limits = std::move(limits), done = std::move(done)](const Status& status,

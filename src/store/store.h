@@ -44,6 +44,9 @@ struct CheckCall {
   bool refuse_evicting = false;
   // Refunds only: where the units were counted (CheckOptions::counted_by).
   DecisionSource counted_by = DecisionSource::kStore;
+  // The id stays refused this long once refused over the limit (LimiterOptions::
+  // block_for; src/algo/block.lua); 0: no block.
+  int64_t block_ms = 0;
   // A consume that asks for the request's cost plus a local-budget slice (`cost` is
   // both): the request's own cost, which a failure policy decides with. 0: `cost`.
   int64_t request_cost = 0;
