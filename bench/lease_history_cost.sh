@@ -2,7 +2,7 @@
 # What the per-minute history of live leases (the support console's chart; concurrency.lua,
 # History) costs Redis per lease acquire, counted in instructions with callgrind
 # (independent of the machine's load): the concurrency script as the build embeds it
-# against the same script with its two note_live calls taken out, on a private
+# against the same script with its note_live calls taken out, on a private
 # redis-server under valgrind on a free loopback port (stopped by pid). Each variant is run
 # N1 and then N2 times (a fresh server each); the difference of the totals over N2 - N1 is
 # one call's cost, start-up cancelled out. Two workloads:
@@ -22,7 +22,7 @@ without=$(printf '%s' "$with" | python3 -c '
 import re, sys
 s = sys.stdin.read()
 calls = re.findall(r"\n *note_live\(.*\)\n", s)
-assert len(calls) == 2, "the concurrency script changed: update bench/lease_history_cost.sh"
+assert len(calls) == 3, "the concurrency script changed: update bench/lease_history_cost.sh"
 for c in calls:
     s = s.replace(c, "\n")
 print(s, end="")')

@@ -137,7 +137,14 @@ class Engine {
   // the lease a handle names, whichever instance granted it. No instance keeps anything of a lease
   // or heartbeats for a caller, so no instance's stop, crash or restart changes a slot. `done` runs
   // on an I/O thread.
-  void Acquire(std::string domain, Entries entries, std::function<void(LeaseGrant)> done);
+  // `wait`: how long to wait for a slot (AcquireOptions::wait), at most kMaxAcquireWait.
+  // At most kMaxWaitingAcquires wait at once on this instance (each holds its HTTP
+  // request open); past that, an acquire is answered at once as if it did not wait.
+  void Acquire(std::string domain, Entries entries, std::chrono::milliseconds wait,
+               std::function<void(LeaseGrant)> done);
+  static constexpr std::chrono::milliseconds kMaxAcquireWait{60000};
+  static constexpr int64_t kMaxWaitingAcquires = 1024;
+  int64_t waiting_acquires() const { return waiting_acquires_.load(std::memory_order_relaxed); }
   // The time the lease now has left; NotFound (the handle names no lease of a configured
   // concurrency limit: garbage, or its limit was removed by a reload), FailedPrecondition
   // (the lease is gone from the store: its slot is free), store errors (Unavailable,
@@ -252,6 +259,7 @@ class Engine {
   std::shared_ptr<const Generation> generation_;
   std::optional<sluice::Limiter> probe_;
   std::atomic<bool> draining_{false};
+  std::atomic<int64_t> waiting_acquires_{0};  // acquires waiting for a slot now
 };
 
 }  // namespace sluiced

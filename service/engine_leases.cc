@@ -26,7 +26,8 @@ Status NoSuchLease() {
 
 }  // namespace
 
-void Engine::Acquire(std::string domain, Entries entries, std::function<void(LeaseGrant)> done) {
+void Engine::Acquire(std::string domain, Entries entries, milliseconds wait,
+                     std::function<void(LeaseGrant)> done) {
   LeaseGrant grant;
   auto gen = current();
   const DomainConfig* d = gen->config->FindDomain(domain);
@@ -54,10 +55,20 @@ void Engine::Acquire(std::string domain, Entries entries, std::function<void(Lea
     done(std::move(grant));
     return;
   }
+  // A waiting acquire holds its caller's request open: bounded per instance.
+  bool waits = false;
+  if (wait.count() > 0) {
+    if (waiting_acquires_.fetch_add(1, std::memory_order_relaxed) < kMaxWaitingAcquires) {
+      waits = true;
+    } else {
+      waiting_acquires_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
   built.concurrency->AcquireAsync(
-      m.id, {},
-      [this, grant = std::move(grant), done = std::move(done),
+      m.id, {.wait = waits ? std::min(wait, kMaxAcquireWait) : milliseconds(0)},
+      [this, waits, grant = std::move(grant), done = std::move(done),
        counters = built.counters](StatusOr<sluice::Acquisition> a) mutable {
+        if (waits) waiting_acquires_.fetch_sub(1, std::memory_order_relaxed);
         if (!a.ok()) {
           grant.error = a.status().ToString();
           metrics_.StoreError();

@@ -417,10 +417,9 @@ StatusOr<CheckRequest> ParseEnvoyJsonRequest(std::string_view body) {
   return ParseRequest(body, true);
 }
 
-StatusOr<std::pair<std::string, Entries>> ParseDescriptorRequest(std::string_view body) {
-  auto parsed = Parse(body);
-  if (!parsed.ok()) return parsed.status();
-  const json& j = *parsed;
+namespace {
+
+StatusOr<std::pair<std::string, Entries>> DescriptorOf(const json& j) {
   std::pair<std::string, Entries> out;
   const json* domain = Field(j, {"domain"});
   if (!domain) return InvalidArgumentError("missing domain");
@@ -432,6 +431,33 @@ StatusOr<std::pair<std::string, Entries>> ParseDescriptorRequest(std::string_vie
   }
   if (!entries) return InvalidArgumentError("missing entries (or descriptor.entries)");
   if (auto s = ParseEntries(*entries, out.second); !s.ok()) return s;
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::pair<std::string, Entries>> ParseDescriptorRequest(std::string_view body) {
+  auto parsed = Parse(body);
+  if (!parsed.ok()) return parsed.status();
+  return DescriptorOf(*parsed);
+}
+
+StatusOr<AcquireRequest> ParseAcquireRequest(std::string_view body,
+                                             std::chrono::milliseconds max_wait) {
+  auto parsed = Parse(body);
+  if (!parsed.ok()) return parsed.status();
+  auto descriptor = DescriptorOf(*parsed);
+  if (!descriptor.ok()) return descriptor.status();
+  AcquireRequest out{.domain = std::move(descriptor->first),
+                     .entries = std::move(descriptor->second)};
+  if (const json* wait = Field(*parsed, {"wait_ms"})) {
+    if (!wait->is_number_integer() || wait->get<int64_t>() < 0 ||
+        wait->get<int64_t>() > max_wait.count()) {
+      return InvalidArgumentError("wait_ms must be an integer from 0 to " +
+                                  std::to_string(max_wait.count()));
+    }
+    out.wait = std::chrono::milliseconds(wait->get<int64_t>());
+  }
   return out;
 }
 

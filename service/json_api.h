@@ -23,6 +23,15 @@ sluice::StatusOr<CheckRequest> ParseCheckRequest(std::string_view body);
 sluice::StatusOr<CheckRequest> ParseEnvoyJsonRequest(std::string_view body);
 // {"domain": ..., "descriptor": {"entries": [...]}} or {"domain", "entries"}.
 sluice::StatusOr<std::pair<std::string, Entries>> ParseDescriptorRequest(std::string_view body);
+// POST /v1/leases: a descriptor request and "wait_ms" (an integer, 0 to `max_wait`;
+// absent: 0).
+struct AcquireRequest {
+  std::string domain;
+  Entries entries;
+  std::chrono::milliseconds wait{0};
+};
+sluice::StatusOr<AcquireRequest> ParseAcquireRequest(std::string_view body,
+                                                     std::chrono::milliseconds max_wait);
 
 // POST /v1/check's hot shape without a JSON tree; false (nothing parsed) for anything
 // else, which ParseCheckRequest then hands to the general parser (same results).

@@ -105,31 +105,35 @@ void HandleDebit(Engine& engine, const HttpRequest& request, Respond respond) {
   });
 }
 
+// POST /v1/leases: the descriptor's body, and "wait_ms" (0 to Engine::kMaxAcquireWait) to
+// wait for a slot in arrival order instead of a 429 at once; the request is held open
+// meanwhile.
 void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) {
-  auto parsed = ParseDescriptorRequest(request.body());
+  auto parsed = ParseAcquireRequest(request.body(), Engine::kMaxAcquireWait);
   if (!parsed.ok()) {
     engine.metrics().BadRequest();
     return Error(respond, http::status::bad_request, parsed.status().message());
   }
-  engine.Acquire(
-      parsed->first, std::move(parsed->second), [respond = std::move(respond)](LeaseGrant grant) {
-        if (!grant.error.empty() && !grant.rule)
-          return Error(respond, http::status::bad_request, grant.error);
-        http::status status = http::status::created;
-        if (!grant.error.empty())
-          status = http::status::service_unavailable;
-        else if (!grant.granted)
-          status = grant.reason == sluice::RefusalReason::kStoreUnavailable
-                       ? http::status::service_unavailable
-                       : http::status::too_many_requests;
-        HttpResponse response = MakeResponse(status, FormatLeaseGrant(grant));
-        if (grant.granted)
-          response.set(http::field::location, "/v1/leases/" + grant.handle);
-        else
-          response.set(http::field::retry_after, std::to_string(std::max<int64_t>(
-                                                     1, (grant.retry_after.count() + 999) / 1000)));
-        respond(std::move(response));
-      });
+  engine.Acquire(std::move(parsed->domain), std::move(parsed->entries), parsed->wait,
+                 [respond = std::move(respond)](LeaseGrant grant) {
+                   if (!grant.error.empty() && !grant.rule)
+                     return Error(respond, http::status::bad_request, grant.error);
+                   http::status status = http::status::created;
+                   if (!grant.error.empty())
+                     status = http::status::service_unavailable;
+                   else if (!grant.granted)
+                     status = grant.reason == sluice::RefusalReason::kStoreUnavailable
+                                  ? http::status::service_unavailable
+                                  : http::status::too_many_requests;
+                   HttpResponse response = MakeResponse(status, FormatLeaseGrant(grant));
+                   if (grant.granted)
+                     response.set(http::field::location, "/v1/leases/" + grant.handle);
+                   else
+                     response.set(http::field::retry_after,
+                                  std::to_string(std::max<int64_t>(
+                                      1, (grant.retry_after.count() + 999) / 1000)));
+                   respond(std::move(response));
+                 });
 }
 
 // Why the store is not connected (StoreHealth::connection_error) as the public listener

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "redis/endpoint.h"
 #include "redis/resp.h"
 #include "sluice/sluice.h"
+#include "testing/eventually.h"
 #include "testing/redis_cluster.h"
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
@@ -122,6 +124,23 @@ TEST_F(AclTest, TheLimiterWorksUnderItsRules) {
   EXPECT_EQ(released->released, 1);
   EXPECT_EQ(released->stream_error, "");
   EXPECT_EQ(server_.Command({"XLEN", "sluice:audit"}).integer, 1);
+  // A waiting acquire: its ticket, the release's SPUBLISH and the subscriber's SSUBSCRIBE.
+  auto one = (*client)->MakeConcurrencyLimiter("one", {.limit = 1, .lease_ttl = seconds(10)});
+  ASSERT_THAT(one, IsOk());
+  auto held = one->Acquire("w");
+  ASSERT_TRUE(held.ok() && held->acquired);
+  std::promise<StatusOr<Acquisition>> waited;
+  one->AcquireAsync("w", {.wait = seconds(10)},
+                    [&waited](StatusOr<Acquisition> w) { waited.set_value(std::move(w)); });
+  ASSERT_TRUE(testing::Eventually([&] {
+    return server_.Command({"ZCARD", *one->KeyFor("w") + "w"}).integer == 1;
+  }));
+  server_.Command({"CONFIG", "RESETSTAT"});
+  EXPECT_THAT(held->lease.Release(), IsOk());
+  auto got = waited.get_future().get();
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE(got->acquired);
+  EXPECT_EQ(server_.CommandCalls("spublish"), 1) << "the release's wake-up was refused";
   // Quota shares: an assignment and a release.
   auto shares = (*client)->MakeQuotaShares("rlqs");
   ASSERT_THAT(shares, IsOk());

@@ -3,9 +3,11 @@
 // Random traces mix acquires (limits 1-5 changing mid-trace, ttls 5-2000 ms), heartbeats
 // (ttls shorter and longer than what is left of the lease), releases (a plain ZREM, as
 // RedisStore sends it) of live, expired-unpruned, released and unknown members,
-// release-all and list; steps land exactly on lease expiries and 1 ms before them. After
-// every step the replies (code, count, now, expiry, rows), the stored sets and the keys'
-// expiries must agree. Also: a key that lost its TTL gets one back, and a key of another
+// release-all and list, and waiting acquires (tickets taken, refreshed, granted in turn,
+// refused past the bound, left, and expired); steps land exactly on lease and ticket
+// expiries and 1 ms before them. After every step the replies (code, count, now, expiry,
+// rows), the stored sets (the lease set and both queue sets) and the keys' expiries must
+// agree. Also: a key that lost its TTL gets one back, and a key of another
 // type is replaced by the acquire that finds it.
 
 #include <algorithm>
@@ -76,12 +78,22 @@ std::string Show(const std::map<std::string, int64_t>& members) {
   return s + "}";
 }
 
+std::string Show(const std::map<std::string, internal::LeaseTicket>& tickets) {
+  std::string s = "{";
+  for (const auto& [token, t] : tickets) {
+    s += Printable(token) + "@" + std::to_string(t.arrival) + "-" +
+         std::to_string(t.expires_at_ms) + " ";
+  }
+  return s + "}";
+}
+
 // The script by EVAL with the arguments RedisStore sends (see the script's header).
 RedisValue Eval(Connection& conn, const std::string& key, LeaseOp op, const std::string& now,
                 const LeaseArgs& args) {
   return conn.Command({"EVAL", std::string(internal::kConcurrencyLua), "1", key,
                        std::to_string(static_cast<int>(op)), now, args.token,
-                       std::to_string(args.limit), std::to_string(args.ttl_ms)});
+                       std::to_string(args.limit), std::to_string(args.ttl_ms),
+                       std::to_string(args.ticket_ttl_ms), std::to_string(args.max_waiters)});
 }
 
 // The script's reply as RedisStore parses it; false (and `error`) when malformed.
@@ -144,6 +156,9 @@ struct TraceConfig {
   int steps = 3000;
   int ids = 5;
   int64_t max_ttl_ms = 2000;
+  // Waiting acquires mostly, small limits, time moving in small steps: queues form,
+  // drain, fill up, and meet newcomers (the outcomes then required are the queue's).
+  bool queues = false;
 };
 
 void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config) {
@@ -177,22 +192,25 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
     std::string key;
     LeaseSetState twin;
     std::vector<std::string> members;  // every member ever granted (live, expired, released)
+    std::vector<std::string> waiters;  // every token that ever took a ticket
   };
   std::vector<Id> ids(static_cast<size_t>(config.ids));
   for (int i = 0; i < config.ids; ++i) {
     ids[static_cast<size_t>(i)].key = prefix + ":{c:id" + std::to_string(i) + "}:cc";
   }
   int64_t now = 1'700'000'000'000 + 7 * static_cast<int64_t>(config.seed);
-  int64_t limit = 1 + pick(5);
+  auto new_limit = [&] { return config.queues ? 1 + pick(2) : 1 + pick(5); };
+  int64_t limit = new_limit();
   const auto start = std::chrono::steady_clock::now();
 
   std::map<std::string, int> seen;  // what the trace reached, by outcome
   int64_t longest_ttl = 0;          // the longest ttl asked for so far
+  int64_t longest_ticket_ttl = 0;   // the longest ticket ttl asked for so far
   for (int step = 0; step < config.steps; ++step) {
     Id& id = ids[static_cast<size_t>(pick(config.ids))];
     // Time: stay, 1 ms, a little, onto (or 1 ms before) a lease's expiry, or far.
     std::string time_kind = "stay";
-    switch (pick(10)) {
+    switch (config.queues && pick(3) > 0 ? 9 : pick(10)) {
       case 0:
       case 1: break;
       case 2:
@@ -209,6 +227,9 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
         std::vector<int64_t> ahead;
         for (const auto& [member, expires] : id.twin.members) {
           if (expires >= now + 1) ahead.push_back(expires);
+        }
+        for (const auto& [waiter, ticket] : id.twin.tickets) {
+          if (ticket.expires_at_ms >= now + 1) ahead.push_back(ticket.expires_at_ms);
         }
         if (!ahead.empty()) {
           const int64_t target =
@@ -233,7 +254,7 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
         break;
     }
     ++seen["time: " + time_kind];
-    if (pick(40) == 0) limit = 1 + pick(5);  // a plan change mid-trace
+    if (pick(40) == 0) limit = new_limit();  // a plan change mid-trace
 
     // An existing member: live, expired-unpruned, or granted earlier and gone since.
     auto some_member = [&](std::string& kind) -> std::string {
@@ -257,8 +278,34 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
 
     LeaseArgs args;
     std::string target_kind;
-    const int64_t r = pick(100);
-    if (r < 45) {
+    const int64_t r =
+        config.queues && pick(3) > 0 ? 100 + pick(40) : pick(config.queues ? 100 : 140);
+    if (r >= 100) {
+      // A waiter: one holding a ticket (or that held one), or a newcomer.
+      args.op = r < 126 ? LeaseOp::kWait : LeaseOp::kLeave;
+      const int64_t who = pick(10);
+      if (!id.twin.tickets.empty() && who < 5) {
+        auto it = id.twin.tickets.begin();
+        std::advance(it, pick(static_cast<int64_t>(id.twin.tickets.size())));
+        args.token = it->first;
+        target_kind = it->second.expires_at_ms > now ? "ticket" : "no ticket";
+      } else if (!id.waiters.empty() && who < 7) {
+        args.token = id.waiters[static_cast<size_t>(pick(static_cast<int64_t>(id.waiters.size())))];
+        auto it = id.twin.tickets.find(args.token);
+        target_kind =
+            it != id.twin.tickets.end() && it->second.expires_at_ms > now ? "ticket" : "no ticket";
+      } else {
+        args.token = token();
+        target_kind = "new";
+        if (args.op == LeaseOp::kWait) id.waiters.push_back(args.token);
+      }
+      args.limit = limit;
+      args.ttl_ms = ttl();
+      // Tickets often outlive leases, so waiters queue behind them and meet newcomers.
+      args.ticket_ttl_ms = pick(3) == 0 ? ttl() : config.max_ttl_ms * (1 + pick(3));
+      args.max_waiters = 1 + pick(pick(2) ? 2 : 5);
+      longest_ticket_ttl = std::max(longest_ticket_ttl, args.ticket_ttl_ms);
+    } else if (r < 45) {
       args = {.op = LeaseOp::kAcquire, .token = token(), .limit = limit, .ttl_ms = ttl()};
     } else if (r < 68) {
       args.op = LeaseOp::kHeartbeat;
@@ -282,10 +329,11 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       args.op = LeaseOp::kReleaseAll;
     }
 
-    if (args.op != LeaseOp::kRelease && pick(60) == 0) {
+    if (args.op != LeaseOp::kRelease && args.op != LeaseOp::kLeave && pick(60) == 0) {
       // A value of another Redis type replaces the set (someone else's stray write): the
       // script must take it for no set at all, as the twin, which forgets the id, does.
-      // (Release is a plain ZREM, not a script: it answers WRONGTYPE, and is not drawn.)
+      // (Release is a plain ZREM, not a script: it answers WRONGTYPE, and is not drawn;
+      // leaving a queue does not read the lease set.)
       static const std::vector<std::vector<std::string>> kWriters = {{"SET", "", "foreign"},
                                                                      {"HSET", "", "f", "v"},
                                                                      {"RPUSH", "", "a"},
@@ -294,19 +342,21 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       std::vector<std::string> command =
           kWriters[static_cast<size_t>(pick(static_cast<int64_t>(kWriters.size())))];
       command[1] = id.key;
-      conn.Command({"DEL", id.key});
+      conn.Command({"DEL", id.key, id.key + "w", id.key + "x"});
       conn.Command(command);
       conn.Command({"PEXPIRE", id.key, "600000"});
       id.twin = LeaseSetState{};
       ++seen["foreign value"];
     }
-    if (args.op == LeaseOp::kAcquire || args.op == LeaseOp::kHeartbeat) {
+    if (args.op == LeaseOp::kAcquire || args.op == LeaseOp::kHeartbeat ||
+        args.op == LeaseOp::kWait) {
       longest_ttl = std::max(longest_ttl, args.ttl_ms);
     }
+    const std::map<std::string, internal::LeaseTicket> tickets_before = id.twin.tickets;
     const bool present = id.twin.members.count(args.token) > 0;
     const std::map<std::string, int64_t> before = id.twin.members;
     const LeaseReply want = LeaseStep(id.twin, args, now);
-    if (args.op == LeaseOp::kAcquire && want.code == 1) {
+    if ((args.op == LeaseOp::kAcquire || args.op == LeaseOp::kWait) && want.code == 1) {
       id.members.push_back(LeaseMember(now, args.token));
     }
 
@@ -326,15 +376,17 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       error = "EVAL: " + error;
     }
     static const char* const kOpNames[] = {"acquire", "heartbeat", "release", "release all",
-                                           "list"};
+                                           "list",    "audit",     "wait",    "leave"};
     const std::string where =
         "seed " + std::to_string(config.seed) + " step " + std::to_string(step) + ": " +
         kOpNames[static_cast<int>(args.op)] + " key " + id.key + " now " + std::to_string(now) +
         " (" + time_kind + ") token/member \"" + Printable(args.token) + "\"" +
         (target_kind.empty() ? "" : " (" + target_kind + ")") + " limit " +
-        std::to_string(args.limit) + " ttl " + std::to_string(args.ttl_ms) +
-        "\n  set before: " + Show(before) + "\n  redis raw:  " + ShowReply(raw) +
-        "\n  redis:      " + Show(got) + "\n  twin:       " + Show(want);
+        std::to_string(args.limit) + " ttl " + std::to_string(args.ttl_ms) + " ticket ttl " +
+        std::to_string(args.ticket_ttl_ms) + " max waiters " + std::to_string(args.max_waiters) +
+        "\n  set before: " + Show(before) + "\n  queue before: " + Show(tickets_before) +
+        "\n  redis raw:  " + ShowReply(raw) + "\n  redis:      " + Show(got) +
+        "\n  twin:       " + Show(want);
     ASSERT_TRUE(error.empty()) << where << "\n  " << error;
     ASSERT_EQ(Show(got), Show(want)) << where;
     if (args.op == LeaseOp::kRelease) {
@@ -351,10 +403,41 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       const int64_t elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
                                   std::chrono::steady_clock::now() - start)
                                   .count();
-      const int64_t need = id.twin.MaxExpiry() - now + kGraceMs;
+      const int64_t need = id.twin.LeaseMaxExpiry() - now + kGraceMs;
       ASSERT_GT(pttl, 0) << where << "\n  the key has no expiry";
       ASSERT_GE(pttl + elapsed + 5, need) << where << "\n  the key expires before its latest lease";
       ASSERT_LE(pttl, longest_ttl + 2 + kGraceMs) << where << "\n  an expiry past every lease";
+    }
+    // The queue: arrivals in one set, ticket expiries in the other, both expiring no
+    // sooner than the latest ticket and no later than the longest ticket ttl.
+    if (tickets_before.empty() && id.twin.tickets.empty()) {
+      // No queue before nor after: none in Redis either (one command instead of four).
+      ASSERT_EQ(conn.Command({"EXISTS", id.key + "w", id.key + "x"}).integer, 0) << where;
+    }
+    std::map<std::string, int64_t> want_order, want_expiry;
+    for (const auto& [t, ticket] : id.twin.tickets) {
+      want_order[t] = ticket.arrival;
+      want_expiry[t] = ticket.expires_at_ms;
+    }
+    if (!tickets_before.empty() || !id.twin.tickets.empty()) {
+      ASSERT_EQ(Show(Stored(conn, id.key + "w")), Show(want_order)) << where;
+      ASSERT_EQ(Show(Stored(conn, id.key + "x")), Show(want_expiry)) << where;
+    }
+    for (const std::string& queue_key : {id.key + "w", id.key + "x"}) {
+      if (tickets_before.empty() && id.twin.tickets.empty()) break;
+      const long long queue_pttl = conn.Command({"PTTL", queue_key}).integer;
+      if (id.twin.tickets.empty()) {
+        ASSERT_EQ(queue_pttl, -2) << where << "\n  an empty queue is no key";
+        continue;
+      }
+      const int64_t elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count();
+      const int64_t need = id.twin.queue_expires_at_ms - now + kGraceMs;
+      ASSERT_GT(queue_pttl, 0) << where << "\n  " << queue_key << " has no expiry";
+      ASSERT_GE(queue_pttl + elapsed + 5, need) << where << "\n  the queue expires too soon";
+      ASSERT_LE(queue_pttl, longest_ticket_ttl + 2 + kGraceMs)
+          << where << "\n  an expiry past every ticket";
     }
 
     // What the step reached.
@@ -371,6 +454,18 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
       case LeaseOp::kReleaseAll:
         ++seen[want.count > 0 ? "release all live" : "release all none"];
         break;
+      case LeaseOp::kWait: {
+        static const char* const kWaitOutcomes[] = {"?", "granted", "waiting", "queue full"};
+        ++seen["wait " + target_kind + " " + kWaitOutcomes[want.code]];
+        break;
+      }
+      case LeaseOp::kLeave: ++seen["leave " + target_kind]; break;
+    }
+    if (args.op == LeaseOp::kAcquire && want.code == 0 && want.count < args.limit) {
+      ++seen["acquire refused for waiters"];
+    }
+    for (const auto& [t, ticket] : tickets_before) {
+      if (ticket.expires_at_ms <= now && id.twin.tickets.count(t) == 0) ++seen["ticket expired"];
     }
     if (args.op == LeaseOp::kAcquire &&
         before.size() > id.twin.members.size() - static_cast<size_t>(want.code)) {
@@ -402,9 +497,19 @@ void RunLeaseTrace(const testing::RedisServer& server, const TraceConfig& config
                            "time: at expiry",
                            "time: 1 ms before expiry",
                            "foreign value"}) {
+    if (config.queues) break;
     EXPECT_GT(seen[what], 0) << "seed " << config.seed << " never reached: " << what;
   }
-  EXPECT_GT(seen["time: at expiry"] + seen["time: 1 ms before expiry"], config.steps / 20);
+  for (const char* what :
+       {"wait new granted", "wait new waiting", "wait new queue full", "wait ticket granted",
+        "wait ticket waiting", "wait no ticket waiting", "leave ticket", "acquire granted",
+        "acquire refused for waiters", "ticket expired"}) {
+    if (!config.queues) break;
+    EXPECT_GT(seen[what], 0) << "seed " << config.seed << " never reached: " << what;
+  }
+  if (!config.queues) {
+    EXPECT_GT(seen["time: at expiry"] + seen["time: 1 ms before expiry"], config.steps / 20);
+  }
   EXPECT_EQ(server.KeysWithoutTtl(prefix + ":*"), std::vector<std::string>{});
 }
 
@@ -412,6 +517,15 @@ TEST(ConcurrencyDifferential, RandomTraces) {
   testing::RedisServer server;
   for (uint32_t seed : {20261201u, 2u, 33u, 404u}) {
     RunLeaseTrace(server, {.seed = seed, .steps = 4000, .ids = 4 + static_cast<int>(seed % 3)});
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(ConcurrencyDifferential, WaitersQueueInArrivalOrderAndTheirTicketsExpire) {
+  testing::RedisServer server;
+  for (uint32_t seed : {5u, 2026u}) {
+    RunLeaseTrace(server,
+                  {.seed = seed, .steps = 1500, .ids = 2, .max_ttl_ms = 300, .queues = true});
     if (::testing::Test::HasFatalFailure()) return;
   }
 }

@@ -37,6 +37,7 @@ enum class RefusalReason {
   kOverLimit,         // the budget of the current window/bucket is spent
   kCostExceedsLimit,  // the request's cost is larger than the limit: it can never pass
   kStoreUnavailable,  // the store could not answer and the limit's policy is `closed`
+  kTooManyWaiters,    // a waiting acquire found the id's queue full (max_waiters)
 };
 
 std::string_view RefusalReasonName(RefusalReason reason);

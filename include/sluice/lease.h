@@ -73,6 +73,11 @@ struct ConcurrencyOptions {
   bool refuse_evicting_store = false;
   // kLocal: servers sharing the limit; 0 means ClientOptions::servers.
   int64_t servers = 0;
+  // The most acquires of one id that may wait at once (AcquireOptions::wait), fleet-wide:
+  // past it a waiting acquire is refused at once (kTooManyWaiters). 1 – kMaxWaiters.
+  // Default: 100.
+  int64_t max_waiters = 100;
+  static constexpr int64_t kMaxWaiters = 4096;
 };
 
 // Why a lease stopped being held by its owner.
@@ -155,7 +160,8 @@ struct Acquisition {
   Lease lease;  // held when acquired
   int64_t limit = 0;
   // Live leases of the id as the store counted them: after granting this one, or when
-  // refused (never below the limit then). 0 for kFailOpen and kFailClosed.
+  // refused (below the limit only when the free slots are owed to waiters). 0 for
+  // kFailOpen and kFailClosed, and for a waiting acquire refused from the queue.
   int64_t live = 0;
   // Refused: until the earliest live lease expires (a slot may free up sooner, when a
   // holder releases). For kFailClosed: until the store is probed again.
@@ -169,8 +175,23 @@ using AcquireCallback = std::function<void(StatusOr<Acquisition>)>;
 struct AcquireOptions {
   // The limit for this call instead of the limiter's (a plan upgrade takes effect now).
   std::optional<int64_t> limit;
-  // Deadline of the acquire instead of ClientOptions::deadline.
+  // Deadline of the acquire instead of ClientOptions::deadline (of each store call, when
+  // waiting).
   std::optional<std::chrono::milliseconds> deadline;
+  // How long to wait for a slot when the id is at its limit, instead of being refused at
+  // once; 0 – kMaxWait. Waiters are served in the order they arrived, across every
+  // process sharing the store: each holds a ticket in the id's queue in the store, and a
+  // slot that frees goes to the first ticket (an acquire that does not wait never takes
+  // a slot a waiter is owed). A waiter is woken when a lease of the id is released (on
+  // Redis, by sharded pub/sub: one subscriber connection per client, not on a Redis
+  // Cluster), and asks again at least every 500 ms and one deadline before its wait ends,
+  // so the answer comes within `wait` (plus the last call's deadline at worst when the
+  // client lags). A waiter that dies loses its place within 3 s. When the store cannot
+  // answer, the failure policy answers at once (kLocal as a plain acquire). A wait that
+  // ends in the queue is refused (kOverLimit); one refused because ConcurrencyOptions::
+  // max_waiters already wait, kTooManyWaiters. Default: 0.
+  std::chrono::milliseconds wait{0};
+  static constexpr std::chrono::milliseconds kMaxWait{std::chrono::hours(1)};
   // Called once, on an I/O thread (never inside the owner's own call, such as a
   // Heartbeat() that finds the lease gone), when the lease is lost, so a stream can stop
   // instead of running unaccounted. Not called when its owner releases it, nor once

@@ -711,6 +711,9 @@ StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
       commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "-1", "-1", "WITHSCORES"}));
     } else if (s.name->suffix == internal::kLeaseHistorySuffix) {
       commands.push_back(internal::FormatCommand({"HGETALL", s.key}));  // 64 fields at most
+    } else if (ExpectedKeyType(s.name->suffix) == KeyType::kZset) {
+      // Another sorted set (a quota bucket's expiry index, a lease set's queue): its size.
+      commands.push_back(internal::FormatCommand({"ZCARD", s.key}));
     }
   }
   auto replies = redis.Exec(std::move(commands));
@@ -746,7 +749,7 @@ StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
         internal::DescribeSlidingLog(r[3], r[4], s);
       } else if (suffix == "cc") {
         internal::DescribeLeases(r[3], r[4], *now, s);
-      }  // a quota shares bucket's expiry index (`qx`): its members only
+      }  // a quota bucket's expiry index, a lease set's queue: their members only
     } else if (suffix == internal::kLeaseHistorySuffix) {
       internal::DescribeLeaseHistory(r[2], *now, s);
     }

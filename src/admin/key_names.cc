@@ -41,6 +41,9 @@ KeyType ExpectedKeyType(std::string_view suffix) {
     return KeyType::kHash;
   }
   if (suffix == internal::kQuotaIndexSuffix) return KeyType::kZset;
+  if (suffix == internal::kLeaseQueueSuffix || suffix == internal::kLeaseTicketSuffix) {
+    return KeyType::kZset;
+  }
   if (suffix == "audit") return KeyType::kStream;
   return KeyType::kNone;
 }
@@ -53,7 +56,10 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
   if (suffix == "sl") return "sliding_log";
   if (suffix == "tb") return "token_bucket";
   if (suffix == "gcra") return "gcra";
-  if (suffix == "cc" || suffix == internal::kLeaseHistorySuffix) return "concurrency";
+  if (suffix == "cc" || suffix == internal::kLeaseQueueSuffix ||
+      suffix == internal::kLeaseTicketSuffix || suffix == internal::kLeaseHistorySuffix) {
+    return "concurrency";
+  }
   if (suffix == internal::kQuotaSuffix || suffix == internal::kQuotaIndexSuffix) {
     return "quota_shares";
   }
@@ -65,7 +71,8 @@ namespace {
 
 bool KnownSuffix(std::string_view suffix) {
   return std::find(std::begin(internal::kKeySuffixes), std::end(internal::kKeySuffixes), suffix) !=
-         std::end(internal::kKeySuffixes);
+             std::end(internal::kKeySuffixes) ||
+         suffix == internal::kLeaseQueueSuffix || suffix == internal::kLeaseTicketSuffix;
 }
 
 // `<encoded tag>}:<limiter>:<encoded id>:<suffix>`, the rest of a co-located key after

@@ -108,6 +108,64 @@ TEST(LeaseStep, AcquiresUpToTheLimitThenRefusesWithTheEarliestExpiry) {
   EXPECT_EQ(state.members.size(), 4u);
 }
 
+LeaseArgs Wait(std::string token, int64_t limit, int64_t ticket_ttl_ms, int64_t max_waiters = 10) {
+  return {.op = LeaseOp::kWait,
+          .token = std::move(token),
+          .limit = limit,
+          .ttl_ms = 1000,
+          .ticket_ttl_ms = ticket_ttl_ms,
+          .max_waiters = max_waiters};
+}
+
+LeaseReply Waiting(int64_t ahead, int64_t now, int64_t earliest) {
+  return {.code = 2, .count = ahead, .now_ms = now, .expires_at_ms = earliest};
+}
+
+TEST(LeaseStep, WaitersAreGrantedInArrivalOrderAndNewcomersDoNotOvertake) {
+  LeaseSetState state;
+  EXPECT_REPLY(LeaseStep(state, Acquire("a", 1, 500), kT0), Granted(1, kT0, kT0 + 500));
+  // Two waiters in one millisecond, the later with the lower token: arrival order holds.
+  EXPECT_REPLY(LeaseStep(state, Wait("w2", 1, 3000), kT0 + 1), Waiting(0, kT0 + 1, kT0 + 500));
+  EXPECT_REPLY(LeaseStep(state, Wait("w1", 1, 3000), kT0 + 1), Waiting(1, kT0 + 1, kT0 + 500));
+  EXPECT_EQ(state.tickets.at("w1").arrival, state.tickets.at("w2").arrival + 1);
+  // The slot frees: a newcomer that does not wait is refused below the limit, and the
+  // second waiter is still behind the first.
+  EXPECT_REPLY(LeaseStep(state, {.op = LeaseOp::kRelease, .token = LeaseMember(kT0, "a")}, kT0 + 2),
+               (LeaseReply{.code = 1, .now_ms = kT0 + 2}));
+  EXPECT_REPLY(LeaseStep(state, Acquire("n", 1, 500), kT0 + 3), Refused(0, kT0 + 3, 0));
+  EXPECT_REPLY(LeaseStep(state, Wait("w1", 1, 3000), kT0 + 3), Waiting(1, kT0 + 3, 0));
+  EXPECT_REPLY(LeaseStep(state, Wait("w2", 1, 3000), kT0 + 4), Granted(1, kT0 + 4, kT0 + 1004));
+  EXPECT_EQ(state.tickets.count("w2"), 0u) << "a granted waiter's ticket is dropped";
+  // A larger limit: the next waiter's turn and a newcomer's slot.
+  EXPECT_REPLY(LeaseStep(state, Wait("w1", 3, 3000), kT0 + 5), Granted(2, kT0 + 5, kT0 + 1005));
+  EXPECT_TRUE(state.tickets.empty());
+  EXPECT_EQ(state.queue_expires_at_ms, 0);
+  EXPECT_REPLY(LeaseStep(state, Acquire("n", 3, 500), kT0 + 6), Granted(3, kT0 + 6, kT0 + 506));
+}
+
+TEST(LeaseStep, TicketsExpireUnlessRefreshedAndTheQueueIsBounded) {
+  LeaseSetState state;
+  EXPECT_REPLY(LeaseStep(state, Acquire("a", 1, 60000), kT0), Granted(1, kT0, kT0 + 60000));
+  EXPECT_REPLY(LeaseStep(state, Wait("w1", 1, 100, 2), kT0), Waiting(0, kT0, kT0 + 60000));
+  EXPECT_REPLY(LeaseStep(state, Wait("w2", 1, 3000, 2), kT0), Waiting(1, kT0, kT0 + 60000));
+  EXPECT_REPLY(
+      LeaseStep(state, Wait("w3", 1, 3000, 2), kT0 + 99),
+      (LeaseReply{.code = 3, .count = 2, .now_ms = kT0 + 99, .expires_at_ms = kT0 + 60000}));
+  EXPECT_EQ(state.queue_expires_at_ms, kT0 + 3000);
+  // w1's ticket expires at kT0 + 100 (live while now < expiry): its place is free.
+  EXPECT_REPLY(LeaseStep(state, Wait("w3", 1, 3000, 2), kT0 + 100),
+               Waiting(1, kT0 + 100, kT0 + 60000));
+  EXPECT_EQ(state.tickets.count("w1"), 0u);
+  // w1 comes back: a new ticket, at the back.
+  EXPECT_REPLY(LeaseStep(state, Wait("w1", 1, 3000, 3), kT0 + 101),
+               Waiting(2, kT0 + 101, kT0 + 60000));
+  // Leaving drops the ticket; the others move up.
+  EXPECT_REPLY(LeaseStep(state, {.op = LeaseOp::kLeave, .token = "w2"}, kT0 + 102),
+               (LeaseReply{.code = 1, .count = 2, .now_ms = kT0 + 102}));
+  EXPECT_REPLY(LeaseStep(state, Wait("w3", 1, 3000, 3), kT0 + 103),
+               Waiting(0, kT0 + 103, kT0 + 60000));
+}
+
 TEST(LeaseStep, LimitOneTakesOneLease) {
   LeaseSetState state;
   EXPECT_REPLY(LeaseStep(state, Acquire("a", 1, 10), kT0), Granted(1, kT0, kT0 + 10));

@@ -32,6 +32,7 @@
 #include "algo/concurrency.h"
 #include "client/client_core.h"
 #include "client/gauges.h"
+#include "client/lease_wait.h"
 #include "core/keys.h"
 #include "core/mutex.h"
 #include "core/process.h"
@@ -569,6 +570,55 @@ Status Lease::Heartbeat() {
       [this](std::function<void(Status)> done) { state_->SendHeartbeat(std::move(done)); });
 }
 
+namespace internal {
+namespace {
+
+// The Acquisition a lease call's answer makes (but its Lease, which the limiter makes): a
+// grant starts the lease's heartbeats; a refusal says why and for how long. `sent`: when the call
+// that made it was sent.
+StatusOr<Acquisition> AcquisitionOf(const std::shared_ptr<LeaseState>& state,
+                                    const std::string& token, int64_t limit,
+                                    BootClock::time_point sent, StatusOr<LeaseResult> result) {
+  if (!result.ok()) return result.status();
+  const LeaseReply& reply = result->reply;
+  Acquisition a;
+  a.limit = limit;
+  a.source = result->source;
+  const bool from_store =
+      result->source == DecisionSource::kStore || result->source == DecisionSource::kLocalFallback;
+  // A waiting acquire's answer counts tickets, not leases (src/algo/concurrency.h).
+  const bool queued = reply.code == 2 || reply.code == 3;
+  if (from_store && !queued) a.live = reply.count;
+  if (reply.code != 1) {
+    if (from_store && !queued) {
+      state->core->lease_gauges.Observe(state->gauge_key, reply.count, state->core->WallMs());
+    }
+    a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
+               : reply.code == 3                             ? RefusalReason::kTooManyWaiters
+                                                             : RefusalReason::kOverLimit;
+    a.retry_after = milliseconds(std::max<int64_t>(0, reply.expires_at_ms - reply.now_ms));
+    return a;
+  }
+  a.acquired = true;
+  state->source = result->source;
+  state->acquired_at_ms = reply.now_ms;
+  if (state->Heartbeats()) state->member = LeaseMember(reply.now_ms, token);
+  if (from_store) {
+    state->core->lease_gauges.Granted(state->gauge_key, reply.count, state->core->WallMs());
+  } else {
+    state->core->lease_gauges.Held(state->gauge_key, +1, state->core->WallMs());
+  }
+  {
+    MutexLock lock(state->mu);
+    state->believable_until = sent + state->ttl;
+    if (state->Heartbeats()) state->Schedule(state->interval);
+  }
+  return a;  // the caller hands it its Lease(state)
+}
+
+}  // namespace
+}  // namespace internal
+
 ConcurrencyLimiter::ConcurrencyLimiter(std::shared_ptr<internal::ClientCore> core, std::string name,
                                        ConcurrencyOptions options)
     : core_(std::move(core)),
@@ -597,6 +647,15 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
   }
   const milliseconds deadline = options.deadline.value_or(core_->options.deadline);
   if (deadline.count() <= 0) return fail(InvalidArgumentError("deadline must be > 0 ms"));
+  if (options.wait.count() < 0 || options.wait > AcquireOptions::kMaxWait) {
+    return fail(InvalidArgumentError("wait must be between 0 and " +
+                                     std::to_string(AcquireOptions::kMaxWait.count()) + " ms"));
+  }
+  if (options.wait.count() > 0 &&
+      (options_.max_waiters < 1 || options_.max_waiters > ConcurrencyOptions::kMaxWaiters)) {
+    return fail(InvalidArgumentError("max_waiters must be between 1 and " +
+                                     std::to_string(ConcurrencyOptions::kMaxWaiters)));
+  }
   internal::LeaseCall call;
   call.args.op = internal::LeaseOp::kAcquire;
   call.args.token = internal::NewToken();
@@ -623,48 +682,35 @@ void ConcurrencyLimiter::AcquireAsync(std::string_view id, const AcquireOptions&
     state->on_lost = options.on_lost;
   }
   const std::string token = call.args.token;
+  if (options.wait.count() > 0) {
+    call.args.op = internal::LeaseOp::kWait;
+    call.args.ticket_ttl_ms = internal::kTicketTtl.count();
+    call.args.max_waiters = options_.max_waiters;
+    internal::StartWaitingAcquire({.core = core_,
+                                   .call = std::move(call),
+                                   .wait_until = std::chrono::steady_clock::now() + options.wait,
+                                   .call_deadline = deadline,
+                                   .finish = [state, token, limit, done = std::move(done)](
+                                                 StatusOr<internal::LeaseResult> result,
+                                                 internal::BootClock::time_point sent_at) {
+                                     StatusOr<Acquisition> answer = internal::AcquisitionOf(
+                                         state, token, limit, sent_at, std::move(result));
+                                     if (answer.ok() && answer->acquired)
+                                       answer->lease = Lease(state);
+                                     done(std::move(answer));
+                                   }});
+    return;
+  }
   ++internal::g_acquiring;
   core_->store->RunLease(std::move(call), [state, token, limit, sent, done = std::move(done)](
                                               StatusOr<internal::LeaseResult> result) mutable {
-    auto deliver = [&](StatusOr<Acquisition> answer) {
-      if (internal::g_acquiring == 0) return done(std::move(answer));
-      state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
-        done(std::move(answer));
-      });
-    };
-    if (!result.ok()) return deliver(result.status());
-    const internal::LeaseReply& reply = result->reply;
-    Acquisition a;
-    a.limit = limit;
-    a.source = result->source;
-    const bool from_store = result->source == DecisionSource::kStore ||
-                            result->source == DecisionSource::kLocalFallback;
-    if (from_store) a.live = reply.count;
-    if (reply.code != 1) {
-      if (from_store) {
-        state->core->lease_gauges.Observe(state->gauge_key, reply.count, state->core->WallMs());
-      }
-      a.reason = result->source == DecisionSource::kFailClosed ? RefusalReason::kStoreUnavailable
-                                                               : RefusalReason::kOverLimit;
-      a.retry_after = milliseconds(std::max<int64_t>(0, reply.expires_at_ms - reply.now_ms));
-      return deliver(std::move(a));
-    }
-    a.acquired = true;
-    state->source = result->source;
-    state->acquired_at_ms = reply.now_ms;
-    if (state->Heartbeats()) state->member = internal::LeaseMember(reply.now_ms, token);
-    if (from_store) {
-      state->core->lease_gauges.Granted(state->gauge_key, reply.count, state->core->WallMs());
-    } else {
-      state->core->lease_gauges.Held(state->gauge_key, +1, state->core->WallMs());
-    }
-    {
-      internal::MutexLock lock(state->mu);
-      state->believable_until = sent + state->ttl;
-      if (state->Heartbeats()) state->Schedule(state->interval);
-    }
-    a.lease = Lease(state);
-    deliver(std::move(a));
+    StatusOr<Acquisition> answer =
+        internal::AcquisitionOf(state, token, limit, sent, std::move(result));
+    if (answer.ok() && answer->acquired) answer->lease = Lease(state);
+    if (internal::g_acquiring == 0) return done(std::move(answer));
+    state->core->Post([done = std::move(done), answer = std::move(answer)]() mutable {
+      done(std::move(answer));
+    });
   });
   --internal::g_acquiring;
 }

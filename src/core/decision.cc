@@ -34,6 +34,7 @@ std::string_view RefusalReasonName(RefusalReason reason) {
     case RefusalReason::kOverLimit: return "over_limit";
     case RefusalReason::kCostExceedsLimit: return "cost_exceeds_limit";
     case RefusalReason::kStoreUnavailable: return "store_unavailable";
+    case RefusalReason::kTooManyWaiters: return "too_many_waiters";
   }
   return "unknown";
 }

@@ -61,6 +61,13 @@ std::string_view AlgorithmSuffix(Algorithm algorithm);
 // The suffix of a concurrency limiter's lease set.
 inline constexpr std::string_view kLeaseSuffix = "cc";
 
+// The suffixes of a lease set's queue of waiting acquires (src/algo/concurrency.lua,
+// "Waiting acquires"): the lease set's key plus "w" (tickets by arrival) and "x" (by
+// expiry), two sorted sets in its slot. Not among kKeySuffixes (Inspect reads the lease
+// set); the admin API takes them for sluice's, so audit and repair count them.
+inline constexpr std::string_view kLeaseQueueSuffix = "ccw";
+inline constexpr std::string_view kLeaseTicketSuffix = "ccx";
+
 // The suffix of a QuotaShares bucket (sluice/quota.h): one hash of its clients' grants.
 // Not among kKeySuffixes (an id's keys, which Inspect reads): it is no limiter's state. The
 // admin API takes it for sluice's (ParseKeyName: a hash), so audit and repair count it.

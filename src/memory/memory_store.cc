@@ -265,10 +265,14 @@ auto MemoryStore::StepExpiringSet(const std::string& key, std::optional<int64_t>
 }
 
 LeaseResult MemoryStore::LeaseNow(const LeaseCall& call) {
-  return StepExpiringSet<LeaseSetState>(call.key, call.now_ms,
-                                        [&call](LeaseSetState& state, int64_t now) {
-                                          return LeaseResult{LeaseStep(state, call.args, now)};
-                                        });
+  LeaseResult result = StepExpiringSet<LeaseSetState>(
+      call.key, call.now_ms, [&call](LeaseSetState& state, int64_t now) {
+        return LeaseResult{LeaseStep(state, call.args, now)};
+      });
+  if (call.args.op == LeaseOp::kRelease || call.args.op == LeaseOp::kLeave) {
+    wakeups_->Notify(call.key);
+  }
+  return result;
 }
 
 void MemoryStore::RunLease(LeaseCall call, LeaseCallback done) {

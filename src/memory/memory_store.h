@@ -56,6 +56,7 @@
 #include "core/mutex.h"
 #include "sluice/clock.h"
 #include "store/store.h"
+#include "store/wakeups.h"
 
 namespace sluice::internal {
 
@@ -71,7 +72,11 @@ class MemoryStore final : public Store {
   std::optional<uint32_t> CompositeGroup(std::string_view) const override { return 0; }
   void CheckComposite(CompositeCall call, CompositeCallback done) override;
   void RunLease(LeaseCall call, LeaseCallback done) override;
+  // A release or a waiter leaving wakes the lease set's watchers, as on Redis.
   LeaseResult LeaseNow(const LeaseCall& call);
+  std::shared_ptr<void> WatchLeaseSet(const std::string& key, std::function<void()> wake) override {
+    return wakeups_->Watch(key, std::move(wake));
+  }
   // The twin of src/algo/quota_shares.lua on the key's state; the entry expires with its
   // latest client (plus the scripts' grace under a model clock), so reclaim frees it.
   void AssignQuota(QuotaCall call, QuotaCallback done) override;
@@ -169,6 +174,8 @@ class MemoryStore final : public Store {
   std::shared_ptr<const Clock> clock_;
   std::array<Shard, kShards> shards_;
   std::atomic<std::size_t> step_rotation_{0};  // ReclaimStep's next shard
+  // Waiting acquires' watches (bounded as the Redis store's subscriber bounds them).
+  std::shared_ptr<Wakeups> wakeups_ = std::make_shared<Wakeups>(10000);
 };
 
 }  // namespace sluice::internal

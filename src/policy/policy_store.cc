@@ -306,6 +306,8 @@ LeaseResult PolicyStore::LeaseFallback(const LeaseCall& call, const Breaker& bre
   switch (call.on_failure) {
     case FailurePolicy::kLocal: {
       LeaseCall local = call;
+      // The local fallback does not queue: a waiting acquire is answered as an acquire.
+      if (local.args.op == LeaseOp::kWait) local.args.op = LeaseOp::kAcquire;
       local.args.limit = std::max<int64_t>(1, call.args.limit / std::max<int64_t>(1, call.servers));
       LeaseResult result = local_.LeaseNow(local);
       result.source = DecisionSource::kLocalFallback;
@@ -338,9 +340,9 @@ void PolicyStore::RunLease(LeaseCall call, LeaseCallback done) {
     done(local_.LeaseNow(call));
     return;
   }
-  if (call.args.op != LeaseOp::kAcquire) {
-    // Heartbeats, releases and the operators' calls never wait on the breaker: they slow
-    // no request, and short-circuiting them loses leases (a heartbeat not sent) or keeps
+  if (call.args.op != LeaseOp::kAcquire && call.args.op != LeaseOp::kWait) {
+    // Heartbeats, releases, leaving a queue and the operators' calls never wait on the breaker:
+    // they slow no request, and short-circuiting them loses leases (a heartbeat not sent) or keeps
     // slots taken (a release not sent) while Redis may well be answering. Their
     // successes close the breaker (the store answers); their failures are not counted
     // (the checks and acquires that the breaker protects count their own).

@@ -57,6 +57,9 @@ class PolicyStore final : public Store {
   // store). Other lease operations go to the store whatever the breaker's state and pass
   // its errors through; a local lease's go to the local store.
   void RunLease(LeaseCall call, LeaseCallback done) override;
+  std::shared_ptr<void> WatchLeaseSet(const std::string& key, std::function<void()> wake) override {
+    return inner_->WatchLeaseSet(key, std::move(wake));
+  }
   void AppendToStream(std::string key, std::vector<std::pair<std::string, std::string>> fields,
                       int64_t max_len, int64_t retention_ms, Deadline deadline,
                       std::function<void(Status)> done) override {

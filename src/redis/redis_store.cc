@@ -20,10 +20,15 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
   options.scripts = AllScripts();
   options.batch_script = kBatchScript;
   options.asking = mode.asking;  // every command after ASKING: calls go alone
-  auto connection = Connection::Make(std::move(executor), std::move(endpoint), std::move(options));
+  const ConnectionOptions subscriber_options = options;
+  auto connection = Connection::Make(executor, std::move(endpoint), std::move(options));
+  auto make = [&] {
+    return std::shared_ptr<RedisStore>(
+        new RedisStore(std::move(connection), mode, executor, subscriber_options));
+  };
   if (in_background) {
     connection->Start(nullptr);
-    return std::shared_ptr<RedisStore>(new RedisStore(std::move(connection), mode));
+    return make();
   }
   auto promise = std::make_shared<std::promise<Status>>();
   std::future<Status> result = promise->get_future();
@@ -38,7 +43,22 @@ StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(boost::asio::any_io_ex
     connection->Shutdown();
     return status;
   }
-  return std::shared_ptr<RedisStore>(new RedisStore(std::move(connection), mode));
+  return make();
+}
+
+std::shared_ptr<void> RedisStore::WatchLeaseSet(const std::string& key,
+                                                std::function<void()> wake) {
+  if (mode_.cluster) return nullptr;
+  std::shared_ptr<Subscriber> subscriber;
+  {
+    MutexLock lock(subscriber_mu_);
+    if (shut_down_) return nullptr;
+    if (!subscriber_) {
+      subscriber_ = Subscriber::Start(executor_, connection_->endpoint(), options_);
+    }
+    subscriber = subscriber_;
+  }
+  return subscriber->Watch(key, std::move(wake));
 }
 
 uint32_t RedisStore::BatchTag(std::string_view key) const {
@@ -234,6 +254,16 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
     std::string token;
     AppendBulk(token, call.args.token);
     const uint32_t tag = BatchTag(call.key);
+    // A release that removed a lease wakes the id's waiters (src/algo/concurrency.lua,
+    // "Waiting acquires"): SPUBLISH on the channel named after the key, written after the
+    // ZREM's answer, off the caller's path (no subscriber: a hash lookup in Redis).
+    auto wake = [weak = std::weak_ptr<Connection>(connection_), key = call.key] {
+      if (auto connection = weak.lock()) {
+        connection->Send(FormatCommand({"SPUBLISH", key, ""}),
+                         std::chrono::steady_clock::now() + kLateReleaseDeadline,
+                         [](const Status&, const redisReply*) {});
+      }
+    };
     connection_->Call({.command = "ZREM",
                        .function = kReleaseFunction,
                        .key = std::move(call.key),
@@ -241,12 +271,14 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
                        .arg_items = batch_manifest::kArity[kReleaseFunction],
                        .batch_tag = tag},
                       call.deadline,
-                      [done = std::move(done)](const Status& status, const redisReply* reply) {
+                      [done = std::move(done), wake = std::move(wake)](const Status& status,
+                                                                       const redisReply* reply) {
                         if (!status.ok()) {
                           done(status);
                         } else if (reply->type != REDIS_REPLY_INTEGER) {
                           done(InternalError("ZREM returned an unexpected reply"));
                         } else {
+                          if (reply->integer == 1) wake();
                           done(LeaseResult{LeaseReply{.code = 1}});
                         }
                       });
@@ -263,11 +295,17 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
   AppendBulk(tail, call.args.token);
   AppendBulk(tail, call.args.limit);
   AppendBulk(tail, call.args.ttl_ms);
+  const bool queue_op = op == LeaseOp::kWait || op == LeaseOp::kLeave;
+  if (queue_op) {
+    // Sent alone (the batch function takes 5 arguments): the ticket's ttl and the bound.
+    AppendBulk(tail, call.args.ticket_ttl_ms);
+    AppendBulk(tail, call.args.max_waiters);
+  }
   // An acquire whose deadline passed may still run in Redis (a stalled server runs it on
   // resume) and grant a lease that nobody holds: that grant is released as soon as its
   // reply arrives, instead of keeping the slot for the whole lease_ttl.
   Connection::Callback late;
-  if (op == LeaseOp::kAcquire) {
+  if (op == LeaseOp::kAcquire || op == LeaseOp::kWait) {
     late = [weak = std::weak_ptr<Connection>(connection_), key = call.key, token = call.args.token](
                const Status& status, const redisReply* reply) {
       auto connection = weak.lock();
@@ -279,28 +317,34 @@ void RedisStore::RunLease(LeaseCall call, LeaseCallback done) {
                        [](const Status&, const redisReply*) {});
     };
   }
+  auto on_reply = [op, done = std::move(done)](const Status& status, const redisReply* reply) {
+    if (!status.ok()) {
+      done(status);
+      return;
+    }
+    StatusOr<LeaseReply> parsed = ParseLeaseReply(op, reply);
+    if (!parsed.ok()) {
+      done(parsed.status());
+    } else {
+      done(LeaseResult{*std::move(parsed)});
+    }
+  };
+  if (queue_op) {
+    std::string head;
+    AppendBulk(head, "1");
+    AppendBulk(head, call.key);
+    connection_->Eval(kConcurrencyScript, head + tail, 2 + 7, call.deadline, std::move(on_reply),
+                      std::move(late));
+    return;
+  }
   const uint32_t tag = BatchTag(call.key);
-  connection_->Call(
-      {.script = kConcurrencyScript,
-       .function = kConcurrencyFunction,
-       .key = std::move(call.key),
-       .args = std::move(tail),
-       .arg_items = batch_manifest::kArity[kConcurrencyFunction],
-       .batch_tag = tag},
-      call.deadline,
-      [op, done = std::move(done)](const Status& status, const redisReply* reply) {
-        if (!status.ok()) {
-          done(status);
-          return;
-        }
-        StatusOr<LeaseReply> parsed = ParseLeaseReply(op, reply);
-        if (!parsed.ok()) {
-          done(parsed.status());
-        } else {
-          done(LeaseResult{*std::move(parsed)});
-        }
-      },
-      std::move(late));
+  connection_->Call({.script = kConcurrencyScript,
+                     .function = kConcurrencyFunction,
+                     .key = std::move(call.key),
+                     .args = std::move(tail),
+                     .arg_items = batch_manifest::kArity[kConcurrencyFunction],
+                     .batch_tag = tag},
+                    call.deadline, std::move(on_reply), std::move(late));
 }
 
 void RedisStore::AppendToStream(std::string key,
@@ -376,6 +420,13 @@ Status RedisStore::connection_error() const {
 }
 
 void RedisStore::Shutdown() {
+  std::shared_ptr<Subscriber> subscriber;
+  {
+    MutexLock lock(subscriber_mu_);
+    shut_down_ = true;
+    subscriber = std::move(subscriber_);
+  }
+  if (subscriber) subscriber->Shutdown();
   connection_->Shutdown();
 }
 

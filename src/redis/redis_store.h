@@ -12,6 +12,7 @@
 
 #include "redis/connection.h"
 #include "redis/endpoint.h"
+#include "redis/subscriber.h"
 #include "store/store.h"
 
 namespace sluice::internal {
@@ -52,6 +53,9 @@ class RedisStore final : public Store {
                       std::function<void(Status)> done) override;
   // src/algo/quota_shares.lua, sent alone (EVALSHA).
   void AssignQuota(QuotaCall call, QuotaCallback done) override;
+  // The subscriber's connection (redis/subscriber.h), made at the first watch; none in
+  // cluster mode (the router's stores: a channel lives on its key's shard).
+  std::shared_ptr<void> WatchLeaseSet(const std::string& key, std::function<void()> wake) override;
   bool connected() const override { return connection_->ready(); }
   // The connection's last_error, or "… connecting" before its first attempt ends.
   Status connection_error() const override;
@@ -63,12 +67,22 @@ class RedisStore final : public Store {
   Connection& connection() { return *connection_; }
 
  private:
-  RedisStore(std::shared_ptr<Connection> connection, Mode mode)
-      : connection_(std::move(connection)), mode_(mode) {}
+  RedisStore(std::shared_ptr<Connection> connection, Mode mode,
+             boost::asio::any_io_executor executor, ConnectionOptions options)
+      : connection_(std::move(connection)),
+        mode_(mode),
+        executor_(std::move(executor)),
+        options_(std::move(options)) {}
   // The batch tag of a call on `key` (its slot in cluster mode).
   uint32_t BatchTag(std::string_view key) const;
   std::shared_ptr<Connection> connection_;
   const Mode mode_;
+  // What the subscriber connects with.
+  boost::asio::any_io_executor executor_;
+  ConnectionOptions options_;
+  Mutex subscriber_mu_;
+  std::shared_ptr<Subscriber> subscriber_ SLUICE_GUARDED_BY(subscriber_mu_);
+  bool shut_down_ SLUICE_GUARDED_BY(subscriber_mu_) = false;
 };
 
 }  // namespace sluice::internal

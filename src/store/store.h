@@ -155,6 +155,15 @@ class Store {
     (void)call;
     done(FailedPreconditionError("this store cannot share quotas"));
   }
+  // Runs `wake` (on any thread; it must not block) when a slot of the lease set `key` may
+  // have freed (a release there, a waiter leaving), while the returned handle lives; null
+  // when this store cannot tell (a waiting acquire then re-checks at intervals only). A
+  // wake-up may be missed: it is a hint, never a grant.
+  virtual std::shared_ptr<void> WatchLeaseSet(const std::string& key, std::function<void()> wake) {
+    (void)key;
+    (void)wake;
+    return nullptr;
+  }
   virtual ClientStats stats() const { return {}; }
   // INFO <section> of the server behind the store; FailedPrecondition when there is none.
   virtual void Info(std::string_view section, Deadline deadline,
