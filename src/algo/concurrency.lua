@@ -61,18 +61,18 @@
 -- History (the support console's chart of live leases): every granted acquire (ops 0 and
 -- 6), and the first heartbeat of a lease in each minute (one that extends it), records the
 -- id's live count in a hash beside the lease set, `<lease key without "cc">ch` (the same
--- hash tag, so the same slot): field minute % 64, value "<minute>:<highest live count that minute>" (minute = ms / 60000 on
--- the clock above). At most 64 fields per id, each overwritten when its slot comes round
--- again, so nothing needs trimming; the hash expires 65 minutes after the last minute that
--- wrote one (PEXPIRE when a minute's first write lands). Readers keep the last 60 minutes.
--- It costs an HGET per write, and an HSET plus PEXPIRE when the maximum moves or a minute
--- begins (docs/benchmarks.md). A heartbeat in the minute of its lease's grant or previous
--- heartbeat (the lease's old expiry minus the ttl) writes nothing: the count has risen since
--- only by grants, which wrote it themselves; so a holder's heartbeats cost the history one
--- write per lease per minute, not one per heartbeat. (A ttl shortened between two
--- heartbeats can make one minute's heartbeat skip its write; grants and the other leases'
--- heartbeats still write that minute.) A history key that is not a hash (WRONGTYPE) is
--- deleted.
+-- hash tag, so the same slot): field minute % 64, value "<minute>:<highest live count
+-- that minute>" (minute = ms / 60000 on the clock above). At most 64 fields per id, each
+-- overwritten when its slot comes round again, so nothing needs trimming; the hash expires
+-- 65 minutes after the last minute that wrote one (PEXPIRE when a minute's first write
+-- lands). Readers keep the last 60 minutes. It costs an HGET per write, and an HSET plus
+-- PEXPIRE when the maximum moves or a minute begins (docs/benchmarks.md). A heartbeat in
+-- the minute of its lease's grant or previous heartbeat (the lease's old expiry minus the
+-- ttl) writes nothing: the count has risen since only by grants, which wrote it
+-- themselves; so a holder's heartbeats cost the history one write per lease per minute,
+-- not one per heartbeat. (A ttl shortened between two heartbeats can make one minute's
+-- heartbeat skip its write; grants and the other leases' heartbeats still write that
+-- minute.) A history key that is not a hash (WRONGTYPE) is deleted.
 -- Cost: an acquire on an id with no set makes 5 redis.calls (TIME, ZCARD, the queue's
 -- ZCARD, ZADD, PEXPIRE), on an id with leases 6 (+ ZREMRANGEBYSCORE); one refused at the
 -- limit reads no queue; a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE); then the history's
