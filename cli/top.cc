@@ -111,6 +111,7 @@ StatusOr<Frame> Sample(Admin& admin, const TopOptions& o, View& view) {
                      for (const ScannedKey& k : batch.keys) {
                        ++frame.sampled;
                        if (!k.name) continue;
+                       if (k.name->suffix == "ch") continue;  // a lease set's history
                        if (k.name->suffix == "cc") {
                          view.lease_rows[k.key] = {k.key,
                                                    k.name->limiter,

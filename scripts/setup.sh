@@ -44,6 +44,7 @@ TEST_PACKAGES=(
   curl                                # make run's worked example
   wrk                                 # bench/service.sh (HTTP; gRPC load is our own client)
   haproxy                             # the fleet test's load balancer (2.6; examples/haproxy.cfg)
+  chromium fonts-dejavu-core          # the support console's browser test (headless, over its DevTools pipe)
   # the Debian packages' test (tests/package/deb_test.sh):
   lintian                             # checks each .deb
   systemd                             # systemd-analyze verify of sluiced.service

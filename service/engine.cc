@@ -317,6 +317,11 @@ void Engine::Set(const std::shared_ptr<Pending>& p, const Item& item, StatusOr<D
     s.error = d.status().ToString();
   }
   Record(*item.built, s, Clock::now() - p->start, timed);
+  // A request refused (a peek, hits 0, spends nothing and is no refusal of the id).
+  if (item.cost > 0 && s.decision && OutcomeOf(*s.decision) == kOverLimit) {
+    const Rule& rule = *item.built->rule;
+    refused_ids_.Add(rule.domain, rule.limiter_name, s.id, RefusedIds::MinuteNow());
+  }
 }
 
 // One composite check: a request refused by any limit spends none of them. Started here,

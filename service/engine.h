@@ -26,6 +26,7 @@
 #include "service/handles.h"
 #include "service/matcher.h"
 #include "service/metrics.h"
+#include "service/refused_ids.h"
 #include "sluice/sluice.h"
 
 namespace sluiced {
@@ -233,6 +234,10 @@ class Engine {
   // store_shown() (the library has no address of its own for it).
   std::vector<std::string> OpenDomainsShown(const sluice::StoreHealth& h) const;
   Metrics& metrics() { return metrics_; }
+  // The ids this instance refused in the last minute or two (the support console's list).
+  RefusedIds& refused_ids() { return refused_ids_; }
+  // The audit log admin actions are written to (EngineOptions::audit_log).
+  const std::string& audit_log() const { return options_.audit_log; }
   std::string MetricsText();
   boost::asio::thread_pool& blocking_pool() { return pool_; }
 
@@ -300,6 +305,7 @@ class Engine {
   std::shared_ptr<sluice::Client> client_;
   std::shared_ptr<sluice::Client> quota_client_;  // null: client_
   Metrics metrics_;
+  RefusedIds refused_ids_;
   boost::asio::thread_pool pool_;
   mutable std::mutex mu_;
   std::shared_ptr<const Generation> generation_;

@@ -17,6 +17,7 @@
 #include <boost/asio/ip/address.hpp>
 
 #include "service/config.h"
+#include "service/console.h"
 #include "service/engine.h"
 #include "service/grpc_service.h"
 #include "service/http_server.h"
@@ -189,7 +190,7 @@ bool StartListeners(Engine& engine, const Settings& settings, Listeners& out) {
                                   .port = settings.admin.port,
                                   .threads = 1,
                                   .read_timeout = read_timeout},
-                                 AdminRoutes(engine, s.admin_token));
+                                 AdminListenerRoutes(engine, s.admin_token));
   if (!admin.ok()) return ListenFailed(settings.admin, admin.status());
   out.admin = std::move(*admin);
   RlqsOptions rlqs{.report_interval = std::chrono::milliseconds(s.rlqs_report_interval_ms),

@@ -174,6 +174,78 @@ testing::RedisValue Script(const testing::RedisServer& server, const std::string
   return server.Command(args);
 }
 
+// The per-minute history of live leases (concurrency.lua, History) on a model clock: each
+// minute's highest live count, from grants and extending heartbeats, bounded to 64 fields
+// with an expiry; read back by Admin::Inspect as the last hour's minutes only.
+TEST(LeaseRedis, TheHistoryKeepsEachMinutesHighestLiveCountBoundedAndExpiring) {
+  testing::RedisServer server;
+  const std::string key = "lt:{hist:job}:cc", history = "lt:{hist:job}:ch";
+  const int64_t real_now = std::stoll(server.Command({"TIME"}).elements[0].str) * 1000;
+  const int64_t start = (real_now / 60000 - 100) * 60000;  // a minute's start, 100 min ago
+  const auto at = [&](int64_t minute, int64_t ms) {
+    return std::to_string(start + minute * 60000 + ms);
+  };
+  // Minute 0: three grants, one released (ZREM), a heartbeat: the highest is 3.
+  for (const char* token : {"a", "b", "c"})
+    ASSERT_EQ(Script(server, key, {"0", at(0, 100), token, "10", "600000"}).elements[0].integer, 1);
+  ASSERT_EQ(server.Command({"ZREM", key, at(0, 100) + ":c"}).integer, 1);
+  ASSERT_EQ(
+      Script(server, key, {"1", at(0, 500), at(0, 100) + ":a", "", "600000"}).elements[0].integer,
+      1);
+  const std::string field0 = std::to_string((start / 60000) % 64);
+  EXPECT_EQ(server.Command({"HGET", history, field0}).str, std::to_string(start / 60000) + ":3");
+  // Minute 1: a heartbeat sees two live leases.
+  ASSERT_EQ(
+      Script(server, key, {"1", at(1, 0), at(0, 100) + ":b", "", "600000"}).elements[0].integer, 1);
+  const std::string field1 = std::to_string((start / 60000 + 1) % 64);
+  EXPECT_EQ(server.Command({"HGET", history, field1}).str,
+            std::to_string(start / 60000 + 1) + ":2");
+  // A heartbeat in the minute of its lease's previous one writes nothing (grants wrote any rise).
+  server.Command({"HDEL", history, field1});
+  ASSERT_EQ(
+      Script(server, key, {"1", at(1, 30000), at(0, 100) + ":b", "", "600000"}).elements[0].integer,
+      1);
+  EXPECT_EQ(server.Command({"HEXISTS", history, field1}).integer, 0);
+  // 99 more minutes of heartbeats of both: never more than 64 fields, each slot reused.
+  for (int64_t m = 2; m <= 100; ++m) {
+    for (const char* token : {":a", ":b"}) {
+      ASSERT_EQ(Script(server, key, {"1", at(m, 0), at(0, 100) + token, "", "600000"})
+                    .elements[0]
+                    .integer,
+                1)
+          << m;
+    }
+  }
+  EXPECT_EQ(server.Command({"HLEN", history}).integer, 64);
+  EXPECT_EQ(server.Command({"HGET", history, field0}).str,
+            std::to_string(start / 60000 + 64) + ":2");
+  const int64_t pttl = server.Command({"PTTL", history}).integer;
+  EXPECT_GT(pttl, 3800000);
+  EXPECT_LE(pttl, 3900000);
+  // Inspect keeps the last hour's minutes (the real clock's): minutes 41 to 100 of the run.
+  auto admin = Admin::Connect({.url = server.url(), .prefix = "lt"});
+  ASSERT_THAT(admin.status(), IsOk());
+  auto state = (*admin)->Inspect("hist", "job");
+  ASSERT_THAT(state.status(), IsOk());
+  const KeyState* kept = nullptr;
+  for (const KeyState& k : state->keys)
+    if (k.key == history) kept = &k;
+  ASSERT_NE(kept, nullptr);
+  // (Minute 41 unless the real clock's minute turned since TIME above.)
+  const int64_t first = state->now_ms / 60000 - start / 60000 - 59;
+  EXPECT_EQ(kept->fields.size(), static_cast<size_t>(101 - first));
+  EXPECT_EQ(kept->fields.front().name, "max_live_at_" + std::to_string(start + first * 60000));
+  EXPECT_EQ(kept->fields.back().name, "max_live_at_" + std::to_string(start + 100 * 60000));
+  EXPECT_EQ(kept->used, 2);
+  // A history key of another type is not sluice's: the next write replaces it.
+  server.Command({"DEL", history});
+  server.Command({"SET", history, "x"});
+  ASSERT_EQ(
+      Script(server, key, {"1", at(101, 0), at(0, 100) + ":a", "", "600000"}).elements[0].integer,
+      1);
+  EXPECT_EQ(server.Command({"TYPE", history}).str, "hash");
+}
+
 TEST(LeaseRedis, AReleasedLeaseNeverComesBackAndALateHeartbeatNeverMovesTimeBack) {
   testing::RedisServer server;
   auto client = Connect(server, {.io_threads = 2});

@@ -161,13 +161,15 @@ class Client:
         self.ports = {"8080": sluiced.http, "8082": sluiced.admin, "8083": sluiced.metrics}
 
     def call(self, what, method, path, body=None, expect=None, token=None, raw=None,
-             query=""):
+             query="", headers=None):
         """Calls a described operation and validates the answer; returns (status, headers,
         parsed body)."""
         template = self.spec.template_for(path)
         assert template, "%s: %s is not a described path" % (what, path)
         port = self.ports[self.spec.listener_of(template)]
-        headers = {"Authorization": "Bearer " + token} if token else {}
+        headers = dict(headers or {})
+        if token:
+            headers["Authorization"] = "Bearer " + token
         status, got, data = request(port, method.upper(), path + query,
                                     raw if raw is not None else body, headers)
         if expect is not None:
@@ -197,6 +199,43 @@ def descriptor(route, account=None):
 
 def lease_body(account):
     return {"domain": "api", "entries": [{"key": "streams"}, {"key": "account", "value": account}]}
+
+
+def console(c):
+    """The support console's own calls (the browser test, Console.Browser, drives the page)."""
+    signin = "/console/api/signin"
+    c.call("console sign-in without a name", "post", signin, {"token": ADMIN_TOKEN}, 400)
+    c.call("console sign-in, wrong token", "post", signin, {"token": "x", "actor": "a"}, 401)
+    _, h, _ = c.call("console sign-in while closed", "post", signin,
+                     {"token": ADMIN_TOKEN, "actor": "a"}, 429)
+    time.sleep(int(h["retry-after"][0]))
+    _, h, b = c.call("console sign-in", "post", signin, {"token": ADMIN_TOKEN, "actor": "ann"},
+                     200)
+    cookie = h["set-cookie"][0].split(";")[0]
+    for attribute in ("HttpOnly", "SameSite=Strict", "Path=/console/"):
+        assert attribute in h["set-cookie"][0], h["set-cookie"]
+    signed_in = {"Cookie": cookie}
+    with_csrf = {"Cookie": cookie, "X-CSRF-Token": b["csrf"]}
+    c.call("console session, signed out", "get", "/console/api/session", expect=401)
+    c.call("console session", "get", "/console/api/session", expect=200, headers=signed_in)
+    c.call("console top", "get", "/console/api/top", expect=200, headers=signed_in)
+    c.call("console top, signed out", "get", "/console/api/top", expect=401)
+    c.call("console audit", "get", "/console/api/audit", expect=200, headers=signed_in,
+           query="?actor=ann&limit=5")
+    c.call("console audit, signed out", "get", "/console/api/audit", expect=401)
+    c.call("console peek", "post", "/console/api/peek", descriptor("closed", "p"), 200,
+           headers=with_csrf)
+    c.call("console peek, bad body", "post", "/console/api/peek", {"domain": "api"}, 400,
+           headers=with_csrf)
+    c.call("console peek, no CSRF token", "post", "/console/api/peek", descriptor("closed", "p"),
+           403, headers=signed_in)
+    c.call("console peek, signed out", "post", "/console/api/peek", descriptor("closed", "p"),
+           401)
+    c.call("console sign-out, no CSRF token", "post", "/console/api/signout", {}, 403,
+           headers=signed_in)
+    c.call("console sign-out", "post", "/console/api/signout", {}, 200, headers=with_csrf)
+    c.call("console sign-out, signed out", "post", "/console/api/signout", {}, 401,
+           headers=with_csrf)
 
 
 def with_redis(c):
@@ -546,6 +585,7 @@ def main():
             c = Client(spec, s)
             try:
                 with_redis(c)
+                console(c)
                 unwritable_audit_log(c, s)
                 undescribed(c, spec, s)
                 without_redis(c, s)

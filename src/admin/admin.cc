@@ -683,6 +683,32 @@ StatusOr<std::vector<KeyState>> Admin::ReadKeys(std::span<const std::string> key
   return states;
 }
 
+namespace {
+
+// The commands that read the value of a key of sluice's with `suffix` (after its TYPE and
+// PTTL), as ReadKeysOn decodes their replies.
+void AppendValueReads(const std::string& key, const std::string& suffix,
+                      const std::string& max_lease, std::vector<std::string>& commands) {
+  if (ExpectedKeyType(suffix) == KeyType::kString) {
+    commands.push_back(internal::FormatCommand({"GET", key}));
+  } else if (suffix == "sl") {
+    commands.push_back(internal::FormatCommand({"ZCARD", key}));
+    commands.push_back(internal::FormatCommand({"ZRANGE", key, "0", "0", "WITHSCORES"}));
+    commands.push_back(internal::FormatCommand({"ZRANGE", key, "-1", "-1", "WITHSCORES"}));
+  } else if (suffix == "cc") {
+    commands.push_back(internal::FormatCommand({"ZCARD", key}));
+    commands.push_back(internal::FormatCommand({"ZRANGE", key, "0", max_lease, "WITHSCORES"}));
+    commands.push_back(internal::FormatCommand({"ZRANGE", key, "-1", "-1", "WITHSCORES"}));
+  } else if (suffix == internal::kLeaseHistorySuffix) {
+    commands.push_back(internal::FormatCommand({"HGETALL", key}));  // 64 fields at most
+  } else if (ExpectedKeyType(suffix) == KeyType::kZset) {
+    // Another sorted set (a quota bucket's expiry index, a lease set's queue): its size.
+    commands.push_back(internal::FormatCommand({"ZCARD", key}));
+  }
+}
+
+}  // namespace
+
 StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
                                                         std::span<const std::string> keys) {
   std::vector<std::string> commands;
@@ -698,21 +724,7 @@ StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
     first_command[i] = commands.size();
     commands.push_back(internal::FormatCommand({"TYPE", s.key}));
     commands.push_back(internal::FormatCommand({"PTTL", s.key}));
-    if (!s.name) continue;
-    if (ExpectedKeyType(s.name->suffix) == KeyType::kString) {
-      commands.push_back(internal::FormatCommand({"GET", s.key}));
-    } else if (s.name->suffix == "sl") {
-      commands.push_back(internal::FormatCommand({"ZCARD", s.key}));
-      commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "0", "0", "WITHSCORES"}));
-      commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "-1", "-1", "WITHSCORES"}));
-    } else if (s.name->suffix == "cc") {
-      commands.push_back(internal::FormatCommand({"ZCARD", s.key}));
-      commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "0", max_lease, "WITHSCORES"}));
-      commands.push_back(internal::FormatCommand({"ZRANGE", s.key, "-1", "-1", "WITHSCORES"}));
-    } else if (ExpectedKeyType(s.name->suffix) == KeyType::kZset) {
-      // Another sorted set (a quota bucket's expiry index, a lease set's queue): its size.
-      commands.push_back(internal::FormatCommand({"ZCARD", s.key}));
-    }
+    if (s.name) AppendValueReads(s.key, s.name->suffix, max_lease, commands);
   }
   auto replies = redis.Exec(std::move(commands));
   if (!replies.ok()) return replies.status();
@@ -748,6 +760,8 @@ StatusOr<std::vector<KeyState>> Admin::Impl::ReadKeysOn(BlockingClient& redis,
       } else if (suffix == "cc") {
         internal::DescribeLeases(r[3], r[4], *now, s);
       }  // a quota bucket's expiry index, a lease set's queue: their members only
+    } else if (suffix == internal::kLeaseHistorySuffix) {
+      internal::DescribeLeaseHistory(r[2], *now, s);
     }
   }
   // Sets with more leases than were read, every one read stale: how many of the rest

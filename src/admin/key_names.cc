@@ -37,7 +37,9 @@ KeyType ExpectedKeyType(std::string_view suffix) {
     return KeyType::kString;
   }
   if (suffix == "sl" || suffix == "cc") return KeyType::kZset;
-  if (suffix == internal::kQuotaSuffix) return KeyType::kHash;
+  if (suffix == internal::kQuotaSuffix || suffix == internal::kLeaseHistorySuffix) {
+    return KeyType::kHash;
+  }
   if (suffix == internal::kQuotaIndexSuffix) return KeyType::kZset;
   if (suffix == internal::kLeaseQueueSuffix || suffix == internal::kLeaseTicketSuffix) {
     return KeyType::kZset;
@@ -56,7 +58,7 @@ std::string_view SuffixAlgorithm(std::string_view suffix) {
   if (suffix == "tb") return "token_bucket";
   if (suffix == "gcra") return "gcra";
   if (suffix == "cc" || suffix == internal::kLeaseQueueSuffix ||
-      suffix == internal::kLeaseTicketSuffix) {
+      suffix == internal::kLeaseTicketSuffix || suffix == internal::kLeaseHistorySuffix) {
     return "concurrency";
   }
   if (suffix == internal::kQuotaSuffix || suffix == internal::kQuotaIndexSuffix) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -225,6 +226,28 @@ void DescribeLeases(const Reply& range, const Reply& newest, int64_t now, KeySta
   s.used = live;
   s.used_unit = "live leases";
   if (!last.empty()) s.ends_at_ms = last[0].second;
+}
+
+void DescribeLeaseHistory(const Reply& all, int64_t now_ms, KeyState& s) {
+  if (all.type != Reply::Type::kArray) return;
+  const int64_t this_minute = now_ms / 60000;
+  std::map<int64_t, int64_t> by_minute;
+  for (size_t i = 0; i + 1 < all.elements.size(); i += 2) {
+    const std::string& v = all.elements[i + 1].str;
+    const size_t colon = v.find(':');
+    if (colon == std::string::npos) continue;
+    const auto minute = ParseDecimal(std::string_view(v).substr(0, colon));
+    const auto most = ParseDecimal(std::string_view(v).substr(colon + 1));
+    if (!minute || !most || *minute > this_minute || *minute <= this_minute - 60) continue;
+    by_minute[*minute] = *most;
+  }
+  int64_t highest = 0;
+  for (const auto& [minute, most] : by_minute) {
+    Add(s, "max_live_at_" + std::to_string(minute * 60000), most);
+    highest = std::max(highest, most);
+  }
+  s.used = highest;
+  s.used_unit = "most live leases in a minute";
 }
 
 std::optional<int64_t> StateEndsAt(std::string_view suffix, const Reply& value, int64_t now_ms,

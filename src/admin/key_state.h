@@ -28,6 +28,12 @@ void DescribeSlidingLog(const Reply& oldest, const Reply& newest, KeyState& stat
 // (ZRANGE -1 -1 WITHSCORES); state.members must hold ZCARD.
 void DescribeLeases(const Reply& range, const Reply& newest, int64_t now_ms, KeyState& state);
 
+// A lease set's per-minute history (`ch`, HGETALL's reply; concurrency.lua's History
+// comment has the format): one field per minute of the last 60 that has one, oldest first,
+// named `max_live_at_<minute start ms>`, valued the most live leases seen in it; `used` is
+// the highest of them ("most live leases in a minute").
+void DescribeLeaseHistory(const Reply& all, int64_t now_ms, KeyState& state);
+
 // A sorted-set score as Redis returns it (RESP2: a bulk string), floored to an integer.
 std::optional<int64_t> ParseScore(const Reply& reply);
 

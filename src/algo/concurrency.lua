@@ -58,9 +58,25 @@
 -- last moved to: a shorter ttl applies from the lease's next heartbeat past that expiry
 -- and to new leases (cutting a live lease short could give its slot to another holder
 -- while the first still believes it holds it).
+-- History (the support console's chart of live leases): every granted acquire (ops 0 and
+-- 6), and the first heartbeat of a lease in each minute (one that extends it), records the
+-- id's live count in a hash beside the lease set, `<lease key without "cc">ch` (the same
+-- hash tag, so the same slot): field minute % 64, value "<minute>:<highest live count
+-- that minute>" (minute = ms / 60000 on the clock above). At most 64 fields per id, each
+-- overwritten when its slot comes round again, so nothing needs trimming; the hash expires
+-- 65 minutes after the last minute that wrote one (PEXPIRE when a minute's first write
+-- lands). Readers keep the last 60 minutes. It costs an HGET per write, and an HSET plus
+-- PEXPIRE when the maximum moves or a minute begins (docs/benchmarks.md). A heartbeat in
+-- the minute of its lease's grant or previous heartbeat (the lease's old expiry minus the
+-- ttl) writes nothing: the count has risen since only by grants, which wrote it
+-- themselves; so a holder's heartbeats cost the history one write per lease per minute,
+-- not one per heartbeat. (A ttl shortened between two heartbeats can make one minute's
+-- heartbeat skip its write; grants and the other leases' heartbeats still write that
+-- minute.) A history key that is not a hash (WRONGTYPE) is deleted.
 -- Cost: an acquire on an id with no set makes 5 redis.calls (TIME, ZCARD, the queue's
 -- ZCARD, ZADD, PEXPIRE), on an id with leases 6 (+ ZREMRANGEBYSCORE); one refused at the
--- limit reads no queue; a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE).
+-- limit reads no queue; a heartbeat 4 (TIME, ZSCORE, ZADD, PEXPIRE); then the history's
+-- (above): a grant 1 to 3, a lease's first heartbeat of a minute 2 to 4.
 -- Numbers passed to redis.call are formatted with '%d' (Redis 7.0 formats a Lua number
 -- argument with a costly '%.17g').
 -- The two helpers above `--[[ per call ]]` take what they use as arguments: in the batch
@@ -82,6 +98,32 @@ local function follow(key, now, grace, ms, fresh)
     redis.call('PEXPIRE', key, ms)
   elseif redis.call('PEXPIRE', key, ms, 'GT') == 0 then
     restore_ttl(key, now, grace)
+  end
+end
+
+-- Records `live` leases at `now` in the id's per-minute history (see History above).
+local function note_live(key, now, live)
+  local history = string.sub(key, 1, -3) .. 'ch'
+  local minute = math.floor(now / 60000)
+  local field = string.format('%d', minute % 64)
+  local seen = redis.pcall('HGET', history, field)
+  if type(seen) == 'table' then
+    redis.call('DEL', history) -- WRONGTYPE: not sluice's
+    seen = false
+  end
+  local same_minute = false
+  if seen then
+    local at, most = string.match(seen, '^(%d+):(%d+)$')
+    if tonumber(at) == minute then
+      if tonumber(most) >= live then
+        return
+      end
+      same_minute = true
+    end
+  end
+  redis.call('HSET', history, field, string.format('%d:%d', minute, live))
+  if not same_minute then
+    redis.call('PEXPIRE', history, 3900000)
   end
 end
 
@@ -161,6 +203,7 @@ if op == '0' then
     end
     redis.call('ZADD', key, expires_text, now_text .. ARGV[3])
     follow(key, now, grace, grace == 0 and ARGV[5] or string.format('%d', ttl_n + grace), count == 0)
+    note_live(key, now, count + 1)
     return {1, count + 1, now, expires}
   end
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -190,6 +233,9 @@ if op == '1' then
   if expires > score then
     redis.call('ZADD', key, string.format('%d', expires), member)
     follow(key, now, grace, grace == 0 and ARGV[5] or string.format('%d', ARGV[5] + grace), false)
+    if math.floor((score - tonumber(ARGV[5])) / 60000) < math.floor(now / 60000) then
+      note_live(key, now, redis.call('ZCOUNT', key, string.format('(%d', now), '+inf'))
+    end
     return {1, 0, now, expires}
   end
   restore_ttl(key, now, grace)
@@ -254,6 +300,7 @@ if op == '6' then
     local ttl = tonumber(ARGV[5])
     redis.call('ZADD', key, string.format('%d', now + ttl), string.format('%d:', now) .. token)
     follow(key, now, grace, string.format('%d', ttl + grace), count == 0)
+    note_live(key, now, count + 1)
     return {1, count + 1, now, now + ttl}
   end
   if count > 0 then

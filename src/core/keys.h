@@ -88,15 +88,19 @@ std::string MakeOverridesKey(std::string_view prefix, std::string_view limiter);
 // such keys until they expire (docs/design.md §2).
 inline constexpr std::string_view kFixedWindowV1Suffix = "fw";
 
+// The suffix of a concurrency limiter's per-minute history of live leases: a hash beside
+// the lease set, written by concurrency.lua (its History comment has the format).
+inline constexpr std::string_view kLeaseHistorySuffix = "ch";
+
 // What a block (LimiterOptions::block_for, src/algo/block.lua) adds to its algorithm's
 // key: `<key>.blk`, a string holding the block's end, in the same hash slot.
 inline constexpr std::string_view kBlockSuffix = ".blk";
-// Every suffix of an id's keys: the algorithms' (AlgorithmSuffix), the lease set's,
-// fixed_window's earlier one (read by the admin API, never written) and the algorithms'
-// blocks.
-inline constexpr std::string_view kKeySuffixes[] = {"fw2",    "sw",     "sl",     "tb",
-                                                    "gcra",   "cc",     "fw",     "fw2.blk",
-                                                    "sw.blk", "sl.blk", "tb.blk", "gcra.blk"};
+// Every suffix of an id's keys: the algorithms' (AlgorithmSuffix), the lease set's and its
+// history's, fixed_window's earlier one (read by the admin API, never written) and the
+// algorithms' blocks.
+inline constexpr std::string_view kKeySuffixes[] = {
+    "fw2", "sw",      "sl",     "tb",     "gcra",   "cc",      "ch",
+    "fw",  "fw2.blk", "sw.blk", "sl.blk", "tb.blk", "gcra.blk"};
 
 // KeyHead + EncodeId(id) + "}:" + kLeaseSuffix.
 std::string MakeLeaseKey(std::string_view key_head, std::string_view id);
