@@ -495,8 +495,8 @@ void Engine::Reserve(CheckRequest request, ReserveDone done) {
       // The library refuses it too: the reservation script runs without the block's gate.
       s.bad_request = true;
       s.code = Code::kUnavailable;
-      s.error = "limit '" + s.rule->DisplayName() +
-                "' has a block_duration, which takes no reservations";
+      s.error =
+          "limit '" + s.rule->DisplayName() + "' has a block_duration, which takes no reservations";
     }
   }
   for (const Item& it : items) {

@@ -5,8 +5,9 @@ loopback ports, with examples/config:
   sign in; reset a refused sign-in counter and see the next check admitted; find an account
   whose holder keeps heartbeating three leases and see them, and the chart's bar of this
   minute at 3; release them with a reason and see them gone, the holder's next heartbeat
-  refused and the audit entry; set a runtime override and see a check use it; a POST without the CSRF token refused (403); a wrong token
-  refused (401) and then sign-in closed (429); no request of the page to another origin.
+  refused and the audit entry; set a runtime override and see a check use it; a POST
+  without the CSRF token refused (403); a wrong token refused (401) and then sign-in closed
+  (429); no request of the page to another origin.
 
 A screenshot of each page goes to --artifacts. Without Chromium the test is skipped
 (exit 77) saying so.
