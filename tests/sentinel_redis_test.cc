@@ -372,7 +372,7 @@ int BatchOfConsumes(internal::Connection& conn, int n) {
   conn.Cork();
   for (int i = 0; i < n; ++i) {
     std::string args;
-    for (std::string_view a : {"0", "", "1", "1000", "60000", "0", "0"}) {
+    for (std::string_view a : {"0", "", "1", "1000", "60000", "0", "0", "0"}) {
       internal::AppendBulk(args, a);
     }
     auto promise = std::make_shared<std::promise<bool>>();
@@ -381,7 +381,7 @@ int BatchOfConsumes(internal::Connection& conn, int n) {
                .function = 0,
                .key = "sen:{batch:" + std::to_string(i) + "}:fw",
                .args = std::move(args),
-               .arg_items = 7},
+               .arg_items = 8},
               steady_clock::now() + seconds(2), [promise](const Status& s, const redisReply* r) {
                 promise->set_value(s.ok() && internal::CopyReply(*r).elements.size() == 4);
               });
