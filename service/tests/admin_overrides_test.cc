@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "service/tests/audit_lines.h"
 #include "service/tests/sluiced_process.h"
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
@@ -18,6 +19,7 @@ namespace sluiced {
 namespace {
 
 using nlohmann::json;
+using testing::AuditLines;
 using testing::Call;
 using testing::HttpReply;
 using testing::Sluiced;
@@ -46,14 +48,6 @@ std::string Check() {
 
 json Target(const json& entries) {
   return {{"domain", "support"}, {"entries", entries}, {"actor", "ana"}, {"reason", "ticket 7"}};
-}
-
-std::vector<json> AuditLines(const Sluiced& s) {
-  std::vector<json> lines;
-  std::stringstream in(s.audit_log());
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(json::parse(line));
-  return lines;
 }
 
 class AdminOverrides : public ::testing::Test {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "service/tests/audit_lines.h"
 #include "service/tests/sluiced_process.h"
 #include "testing/redis_server.h"
 
@@ -16,6 +17,7 @@ namespace sluiced {
 namespace {
 
 using nlohmann::json;
+using testing::AuditLines;
 using testing::Call;
 using testing::HttpReply;
 using testing::Sluiced;
@@ -78,14 +80,6 @@ std::string ResetBody(const json& entries, const std::string& actor, const std::
   if (!actor.empty()) j["actor"] = actor;
   if (!reason.empty()) j["reason"] = reason;
   return j.dump();
-}
-
-std::vector<json> AuditLines(const Sluiced& s) {
-  std::vector<json> lines;
-  std::stringstream in(s.audit_log());
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) lines.push_back(json::parse(line));
-  return lines;
 }
 
 class AdminReset : public ::testing::Test {
