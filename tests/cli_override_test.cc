@@ -19,7 +19,7 @@
 #include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 
-namespace sluice {
+namespace sluice::cli_override_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -89,4 +89,4 @@ TEST(CliOverride, SetAppliedByAClientListedThenCleared) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::cli_override_test

@@ -700,5 +700,7 @@ TEST(ConcurrencyDifferential, TheRedisClockHasNoGrace) {
       Show(std::map<std::string, int64_t>{{LeaseMember(got.now_ms, "tok"), got.now_ms + 30'000}}));
 }
 
+#undef EXPECT_PTTL_NEAR
+
 }  // namespace
 }  // namespace sluice

@@ -18,7 +18,7 @@
 #include "differential.h"
 #include "redis/scripts.h"
 
-namespace sluice {
+namespace sluice::differential_gcra_test {
 namespace {
 
 using internal::AlgoArgs;
@@ -202,4 +202,4 @@ TEST(GcraDifferential, BlocksHoldUntilTheyEnd) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::differential_gcra_test

@@ -27,7 +27,7 @@
 #include "redis/scripts.h"
 #include "testing/redis_server.h"
 
-namespace sluice {
+namespace sluice::differential_quota_test {
 namespace {
 
 using internal::kModelClockGraceMs;
@@ -467,4 +467,4 @@ TEST(QuotaDifferential, TheRedisClockHasNoGrace) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::differential_quota_test

@@ -24,7 +24,7 @@
 #include "testing/status_matchers.h"
 
 using sluice::testing::IsOk;
-namespace sluice {
+namespace sluice::gcra_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -315,4 +315,4 @@ TEST_F(GcraRedis, MixedCostsNeverExceedTheCapacity) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::gcra_redis_test

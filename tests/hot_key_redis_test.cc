@@ -39,7 +39,7 @@
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
-namespace sluice {
+namespace sluice::hot_key_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -552,4 +552,4 @@ TEST(HotKeyRedis, TheTakeAndGiveBackOpsMatchTheirTwin) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::hot_key_redis_test

@@ -30,7 +30,7 @@
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
-namespace sluice {
+namespace sluice::lease_wait_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -381,4 +381,4 @@ TEST(LeaseWaitRedis, BadWaitsAreInvalidArguments) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::lease_wait_redis_test

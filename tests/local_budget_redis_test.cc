@@ -16,7 +16,7 @@
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
-namespace sluice {
+namespace sluice::local_budget_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -88,4 +88,4 @@ TEST(LocalBudgetRedis, ManyClientsOnOneHotIdNeverExceedTheLimit) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::local_budget_redis_test

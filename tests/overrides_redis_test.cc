@@ -22,7 +22,7 @@
 #include "testing/redis_fixture.h"
 #include "testing/status_matchers.h"
 
-namespace sluice {
+namespace sluice::overrides_redis_test {
 namespace {
 
 using internal::OverrideCall;
@@ -169,4 +169,4 @@ TEST_F(OverridesRedisTest, AnOverrideEndsAtItsExpiryInEveryClient) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::overrides_redis_test

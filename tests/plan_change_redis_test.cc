@@ -17,7 +17,7 @@
 #include "testing/status_matchers.h"
 
 using sluice::testing::IsOk;
-namespace sluice {
+namespace sluice::plan_change_redis_test {
 namespace {
 
 using std::chrono::hours;
@@ -208,4 +208,4 @@ TEST_F(PlanChangeRedis, LeaseOperationsReplaceAForeignValue) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::plan_change_redis_test

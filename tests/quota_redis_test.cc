@@ -20,7 +20,7 @@
 #include "testing/redis_server.h"
 #include "testing/status_matchers.h"
 
-namespace sluice {
+namespace sluice::quota_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -183,4 +183,4 @@ TEST(QuotaRedis, AStoreThatCannotAnswerGivesTheCallsError) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::quota_redis_test

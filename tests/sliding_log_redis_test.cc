@@ -20,7 +20,7 @@
 #include "testing/redis_fixture.h"
 #include "testing/redis_server.h"
 
-namespace sluice {
+namespace sluice::sliding_log_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -431,4 +431,4 @@ TEST_F(SlidingLogRedis, MixedCostsUnderContentionNeverExceedTheLimit) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::sliding_log_redis_test

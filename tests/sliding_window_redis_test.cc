@@ -22,7 +22,7 @@
 #include "testing/status_matchers.h"
 
 using sluice::testing::IsOk;
-namespace sluice {
+namespace sluice::sliding_window_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -350,4 +350,4 @@ TEST_F(SlidingWindowRedis, MixedCostsNeverExceedTheLimit) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::sliding_window_redis_test

@@ -23,7 +23,7 @@
 #include "testing/status_matchers.h"
 
 using sluice::testing::IsOk;
-namespace sluice {
+namespace sluice::token_bucket_redis_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -318,4 +318,4 @@ TEST_F(TokenBucketRedis, MixedCostsNeverExceedTheCapacity) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::token_bucket_redis_test

@@ -15,7 +15,7 @@
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
 
-namespace sluiced {
+namespace sluiced::admin_overrides_test {
 namespace {
 
 using nlohmann::json;
@@ -151,4 +151,4 @@ TEST_F(AdminOverrides, ACapOfZeroRefusesAcquiresAndBadRequestsWriteNothing) {
 }
 
 }  // namespace
-}  // namespace sluiced
+}  // namespace sluiced::admin_overrides_test

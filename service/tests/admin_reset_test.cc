@@ -13,7 +13,7 @@
 #include "service/tests/sluiced_process.h"
 #include "testing/redis_server.h"
 
-namespace sluiced {
+namespace sluiced::admin_reset_test {
 namespace {
 
 using nlohmann::json;
@@ -193,4 +193,4 @@ TEST_F(AdminReset, AnAuditLogThatCannotBeWrittenRefusesTheResetWith500) {
 }
 
 }  // namespace
-}  // namespace sluiced
+}  // namespace sluiced::admin_reset_test

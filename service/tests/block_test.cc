@@ -11,7 +11,7 @@
 #include "service/tests/sluiced_process.h"
 #include "testing/redis_server.h"
 
-namespace sluiced {
+namespace sluiced::block_test {
 namespace {
 
 using nlohmann::json;
@@ -87,4 +87,4 @@ TEST(BlockDuration, ARefusalAnswers429WithTheBlocksRetryAfterUntilAnAdminReset) 
 }
 
 }  // namespace
-}  // namespace sluiced
+}  // namespace sluiced::block_test

@@ -12,7 +12,7 @@
 #include "service/tests/sluiced_process.h"
 #include "testing/redis_server.h"
 
-namespace sluiced {
+namespace sluiced::debit_test {
 namespace {
 
 namespace rls = envoy::service::ratelimit::v3;
@@ -165,4 +165,4 @@ TEST_F(Debit, EnvoysStreamDoneRequestIsChargedAsADebit) {
 }
 
 }  // namespace
-}  // namespace sluiced
+}  // namespace sluiced::debit_test

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-namespace sluiced {
+namespace sluiced::json_test {
 namespace {
 
 TEST(Json, CheckRequest) {
@@ -235,4 +235,4 @@ TEST(Json, FastFormatterMatchesTheTreeByteForByte) {
 }
 
 }  // namespace
-}  // namespace sluiced
+}  // namespace sluiced::json_test

@@ -12,7 +12,7 @@
 #include "testing/eventually.h"
 #include "testing/redis_server.h"
 
-namespace sluiced {
+namespace sluiced::lease_wait_test {
 namespace {
 
 using nlohmann::json;
@@ -85,4 +85,4 @@ TEST(LeaseWait, AnAcquireWithWaitMsIsHeldUntilASlotFreesOrTheWaitEnds) {
 }
 
 }  // namespace
-}  // namespace sluiced
+}  // namespace sluiced::lease_wait_test

@@ -10,7 +10,7 @@
 #include "service/tests/sluiced_process.h"
 #include "testing/redis_server.h"
 
-namespace sluiced {
+namespace sluiced::reservation_test {
 namespace {
 
 using nlohmann::json;
@@ -141,4 +141,4 @@ TEST_F(Reservations, AForgedOrGarbledHandleSettlesNothing) {
 }
 
 }  // namespace
-}  // namespace sluiced
+}  // namespace sluiced::reservation_test

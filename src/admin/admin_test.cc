@@ -12,7 +12,7 @@
 #include "core/keys.h"
 #include "sluice/admin.h"
 
-namespace sluice {
+namespace sluice::admin_test {
 namespace {
 
 // Audit and repair count each key once although SCAN may return it
@@ -167,4 +167,4 @@ TEST(ParseKeyName, RejectsCoLocatedKeysSluiceNeverWrites) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::admin_test

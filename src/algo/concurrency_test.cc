@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace sluice::internal {
+namespace sluice::internal::concurrency_test {
 namespace {
 
 constexpr int64_t kT0 = 1'700'000'000'123;  // an arbitrary, unaligned start time
@@ -393,5 +393,7 @@ TEST(LeaseStep, RepliesCarryTheStepsTime) {
   }
 }
 
+#undef EXPECT_REPLY
+
 }  // namespace
-}  // namespace sluice::internal
+}  // namespace sluice::internal::concurrency_test

@@ -17,7 +17,7 @@
 #include "sluice/decision.h"
 #include "sluice/limits.h"
 
-namespace sluice::internal {
+namespace sluice::internal::gcra_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -419,4 +419,4 @@ TEST(GcraDebit, DebtIsBoundedAndALoweredBurstKeepsAtMostOneBucketOfIt) {
 }
 
 }  // namespace
-}  // namespace sluice::internal
+}  // namespace sluice::internal::gcra_test

@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-namespace sluice::internal {
+namespace sluice::internal::quota_shares_test {
 namespace {
 
 constexpr int64_t kT0 = 1'700'000'000'123;
@@ -250,4 +250,4 @@ TEST(QuotaShares, ArgumentsAreValidatedWithAClearMessage) {
 }
 
 }  // namespace
-}  // namespace sluice::internal
+}  // namespace sluice::internal::quota_shares_test

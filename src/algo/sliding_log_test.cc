@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-namespace sluice::internal {
+namespace sluice::internal::sliding_log_test {
 namespace {
 
 constexpr int64_t kT0 = 1'700'000'000'123;  // an arbitrary, unaligned start time
@@ -320,4 +320,4 @@ TEST(SlidingLogDebit, DebtIsBoundedAndResetClearsIt) {
 }
 
 }  // namespace
-}  // namespace sluice::internal
+}  // namespace sluice::internal::sliding_log_test

@@ -12,7 +12,7 @@
 
 #include "sluice/limits.h"
 
-namespace sluice::internal {
+namespace sluice::internal::sliding_window_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -437,4 +437,4 @@ TEST(SlidingWindowDebit, ThatFitsLeavesRoomAndResetClearsADebt) {
 }
 
 }  // namespace
-}  // namespace sluice::internal
+}  // namespace sluice::internal::sliding_window_test

@@ -15,7 +15,7 @@
 #include "sluice/decision.h"
 #include "sluice/limits.h"
 
-namespace sluice::internal {
+namespace sluice::internal::token_bucket_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -410,4 +410,4 @@ TEST(TokenBucketDebit, DebtIsBoundedAndALoweredCapacityKeepsAtMostOneBucketOfIt)
 }
 
 }  // namespace
-}  // namespace sluice::internal
+}  // namespace sluice::internal::token_bucket_test

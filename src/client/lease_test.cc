@@ -38,7 +38,7 @@
 #include "testing/status_matchers.h"
 
 using sluice::testing::IsOk;
-namespace sluice {
+namespace sluice::lease_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -1029,4 +1029,4 @@ TEST(ConcurrencyLimiterApi, AcquireAsyncNeverAnswersInsideTheCall) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::lease_test

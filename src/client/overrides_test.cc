@@ -17,7 +17,7 @@
 #include "testing/fake_clock.h"
 #include "testing/status_matchers.h"
 
-namespace sluice {
+namespace sluice::overrides_test {
 namespace {
 
 using internal::OverrideEntry;
@@ -248,4 +248,4 @@ TEST_F(OverrideClientTest, LocalBudgetsStepAsideForAnOverriddenId) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::overrides_test

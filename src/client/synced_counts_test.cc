@@ -19,7 +19,7 @@
 #include "testing/fault_store.h"
 #include "testing/status_matchers.h"
 
-namespace sluice {
+namespace sluice::synced_counts_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -303,9 +303,9 @@ TEST(SyncedCounts, ACostAboveTheShareIsDecidedByTheStore) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::synced_counts_test
 
-namespace sluice {
+namespace sluice::synced_counts_test {
 namespace {
 
 // A reset forgets the id's count in the store, and what this process admitted and had
@@ -336,9 +336,9 @@ TEST(SyncedCounts, AResetForgetsTheUnitsNotPushedYet) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::synced_counts_test
 
-namespace sluice {
+namespace sluice::synced_counts_test {
 namespace {
 
 // An id that cools pushes its last count; when that push fails (the store is down just
@@ -386,4 +386,4 @@ TEST(SyncedCounts, ACooledIdsFailedLastPushIsPushedAgain) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::synced_counts_test

@@ -9,7 +9,7 @@
 #include "policy/policy_store.h"
 #include "testing/fake_clock.h"
 
-namespace sluice {
+namespace sluice::denial_cache_test {
 namespace {
 
 using std::chrono::hours;
@@ -51,4 +51,4 @@ TEST(DenialCacheClock, AWallClockStepBackDoesNotStretchACachedDenial) {
 }
 
 }  // namespace
-}  // namespace sluice
+}  // namespace sluice::denial_cache_test
