@@ -166,7 +166,11 @@ class Engine {
   // `wait`: how long to wait for a slot (AcquireOptions::wait), at most kMaxAcquireWait.
   // At most kMaxWaitingAcquires wait at once on this instance (each holds its HTTP
   // request open); past that, an acquire is answered at once as if it did not wait.
+  // `caller_gone` (may be null): set when the caller left while it waited; a slot granted
+  // after that is released at once (nobody would heartbeat or release it, and it would
+  // hold the slot for lease_ttl), and `done` gets no handle.
   void Acquire(std::string domain, Entries entries, std::chrono::milliseconds wait,
+               std::shared_ptr<const std::atomic<bool>> caller_gone,
                std::function<void(LeaseGrant)> done);
   static constexpr std::chrono::milliseconds kMaxAcquireWait{60000};
   static constexpr int64_t kMaxWaitingAcquires = 1024;

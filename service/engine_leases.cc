@@ -27,6 +27,7 @@ Status NoSuchLease() {
 }  // namespace
 
 void Engine::Acquire(std::string domain, Entries entries, milliseconds wait,
+                     std::shared_ptr<const std::atomic<bool>> caller_gone,
                      std::function<void(LeaseGrant)> done) {
   LeaseGrant grant;
   auto gen = current();
@@ -67,6 +68,7 @@ void Engine::Acquire(std::string domain, Entries entries, milliseconds wait,
   built.concurrency->AcquireAsync(
       m.id, {.wait = waits ? std::min(wait, kMaxAcquireWait) : milliseconds(0)},
       [this, waits, grant = std::move(grant), done = std::move(done),
+       caller_gone = std::move(caller_gone),
        counters = built.counters](StatusOr<sluice::Acquisition> a) mutable {
         if (waits) waiting_acquires_.fetch_sub(1, std::memory_order_relaxed);
         if (!a.ok()) {
@@ -88,7 +90,13 @@ void Engine::Acquire(std::string domain, Entries entries, milliseconds wait,
         counters->decisions[outcome][static_cast<int>(a->source)].fetch_add(
             1, std::memory_order_relaxed);
         if (a->source != DecisionSource::kStore) metrics_.StoreError();
-        if (a->acquired) {
+        if (a->acquired && caller_gone && caller_gone->load(std::memory_order_relaxed)) {
+          // Nobody is there to take the handle: the Lease is released as it goes out of
+          // scope with `a`, so the slot goes to the next waiter now, not lease_ttl later.
+          grant.granted = false;
+          grant.error = "the caller left before the lease was granted";
+          metrics_.LeaseAbandoned();
+        } else if (a->acquired) {
           const std::string ref = a->lease.Detach();
           if (ref.empty()) {
             // Lost between the grant and now (this process stalled past lease_ttl): a

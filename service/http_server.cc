@@ -1,5 +1,8 @@
 #include "service/http_server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <charconv>
 
 #include <boost/asio/dispatch.hpp>
@@ -175,14 +178,47 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = request.version();
     stream_.expires_never();
     auto self = shared_from_this();
-    listener_->context.handler(std::move(request), [self](HttpResponse response) {
-      // On the connection's strand: at once when the answer comes on it (a handler that
-      // answered inline), else queued to it. On the store client's I/O thread (sluiced),
-      // the queue is that thread's own: no other thread is woken.
-      asio::dispatch(self->strand_, [self, response = std::move(response)]() mutable {
-        self->Write(std::move(response));
-      });
-    });
+    const uint64_t answering = ++requests_;
+    answering_ = answering;
+    listener_->context.handler(
+        std::move(request),
+        Respond(
+            [self](HttpResponse response) {
+              // On the connection's strand: at once when the answer comes on it (a
+              // handler that answered inline), else queued to it. On the store client's
+              // I/O thread (sluiced), the queue is that thread's own: no other thread is
+              // woken.
+              asio::dispatch(self->strand_, [self, response = std::move(response)]() mutable {
+                self->Write(std::move(response));
+              });
+            },
+            [self, answering](std::function<void()> gone) {
+              asio::dispatch(self->strand_, [self, answering, gone = std::move(gone)]() mutable {
+                self->WatchClientGone(answering, std::move(gone));
+              });
+            }));
+  }
+
+  // Respond::OnClientGone for request `answering`. Nothing reads the socket while a
+  // request is decided, so the socket turns readable only for a FIN, a reset or the
+  // client's next request: the first two call `gone` and close the connection, the last
+  // ends the watch (its bytes are left for the next read). A client whose next request
+  // was read already is there: no watch.
+  void WatchClientGone(uint64_t answering, std::function<void()> gone) {
+    if (closed_ || answering != answering_ || buffer_.size() > 0) return;
+    stream_.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this(), answering,
+                                 gone = std::move(gone)](beast::error_code ec) mutable {
+          if (ec || self->closed_ || answering != self->answering_) return;
+          char byte;
+          const ssize_t n =
+              ::recv(self->stream_.socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (n > 0) return;
+          if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return self->WatchClientGone(answering, std::move(gone));
+          self->Close();
+          gone();
+        });
   }
 
   void Fail(http::status status, const std::string& message) {
@@ -194,6 +230,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // string the session keeps for its next responses: no serializer, no allocation once
   // the string has grown to the usual response size.
   void Write(HttpResponse response) {
+    answering_ = 0;
     if (closed_) return;
     if (listener_->draining()) keep_alive_ = false;
     response.version(version_);
@@ -277,8 +314,10 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string out_;  // the response being written
   bool keep_alive_ = false;
   bool closed_ = false;
-  bool reading_ = false;  // a request is being read
-  bool busy_ = false;     // counted in the listener's busy()
+  bool reading_ = false;    // a request is being read
+  bool busy_ = false;       // counted in the listener's busy()
+  uint64_t requests_ = 0;   // requests handed to the handler so far
+  uint64_t answering_ = 0;  // the one being decided (its number), or 0
   unsigned version_ = 11;
 };
 

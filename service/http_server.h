@@ -17,6 +17,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -32,7 +34,34 @@ namespace sluiced {
 namespace http = boost::beast::http;
 using HttpRequest = http::request<http::string_body>;
 using HttpResponse = http::response<http::string_body>;
-using Respond = std::function<void(HttpResponse)>;
+
+// How a handler answers its request: once, from any thread. A handler that may take long
+// (a waiting acquire) can also ask to hear of a client that leaves before its answer.
+class Respond {
+ public:
+  Respond() = default;
+  // From any callable taking the response (tests; a wrapper that adds headers): its
+  // OnClientGone never calls back.
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, Respond> &&
+                                                    std::is_invocable_v<F&, HttpResponse>>>
+  Respond(F send) : send_(std::move(send)) {}
+  Respond(std::function<void(HttpResponse)> send, std::function<void(std::function<void()>)> watch)
+      : send_(std::move(send)), watch_(std::move(watch)) {}
+
+  void operator()(HttpResponse response) const { send_(std::move(response)); }
+  explicit operator bool() const { return static_cast<bool>(send_); }
+  // `gone` runs at most once, on the connection's strand, if the client closes or resets
+  // the connection while the answer is being decided (the connection is closed then, and
+  // the answer, when it comes, is dropped). A client that sent its next request already
+  // (pipelined) is there: then never. Costs nothing for a request that does not ask.
+  void OnClientGone(std::function<void()> gone) const {
+    if (watch_) watch_(std::move(gone));
+  }
+
+ private:
+  std::function<void(HttpResponse)> send_;
+  std::function<void(std::function<void()>)> watch_;
+};
 using HttpHandler = std::function<void(HttpRequest&&, Respond)>;
 
 struct HttpServerOptions {

@@ -264,6 +264,9 @@ std::string Metrics::Format(std::size_t folded_lease_ids) const {
   counter("sluiced_grpc_requests_total", "ShouldRateLimit calls served.", grpc_requests_.load());
   counter("sluiced_bad_requests_total", "Requests refused as malformed (4xx, INVALID_ARGUMENT).",
           bad_requests_.load());
+  counter("sluiced_lease_waits_abandoned_total",
+          "Waiting acquires whose client left first: the slot granted after was released at once.",
+          leases_abandoned_.load());
   FormatRlqs(out);
   out +=
       "# HELP sluiced_lease_ids_folded Lease ids over the cap of per-id series, their "

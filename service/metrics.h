@@ -92,6 +92,7 @@ class Metrics {
     (grpc ? grpc_requests_ : http_requests_).fetch_add(1, std::memory_order_relaxed);
   }
   void BadRequest() { bad_requests_.fetch_add(1, std::memory_order_relaxed); }
+  void LeaseAbandoned() { leases_abandoned_.fetch_add(1, std::memory_order_relaxed); }
   // At most this many lease ids get series of their own (sluice_leases_held,
   // sluice_leases_live, sluice_leases_live_max_1m: three per id); see CapLeaseSeries.
   static constexpr std::size_t kMaxLeaseIds = 1000;
@@ -116,6 +117,7 @@ class Metrics {
   std::atomic<uint64_t> http_requests_{0};
   std::atomic<uint64_t> grpc_requests_{0};
   std::atomic<uint64_t> bad_requests_{0};
+  std::atomic<uint64_t> leases_abandoned_{0};
   std::map<std::string, std::unique_ptr<RlqsCounters>> rlqs_;
   std::atomic<int64_t> rlqs_streams_{0};
   std::atomic<uint64_t> rlqs_store_errors_{0};

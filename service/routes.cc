@@ -236,8 +236,13 @@ void HandleAcquire(Engine& engine, const HttpRequest& request, Respond respond) 
     engine.metrics().BadRequest();
     return Error(respond, http::status::bad_request, parsed.status().message());
   }
+  // A waiter whose client leaves (a client-side timeout shorter than wait_ms) must not be
+  // granted a slot nobody holds.
+  auto caller_gone = std::make_shared<std::atomic<bool>>(false);
+  if (parsed->wait.count() > 0)
+    respond.OnClientGone([caller_gone] { caller_gone->store(true, std::memory_order_relaxed); });
   engine.Acquire(std::move(parsed->domain), std::move(parsed->entries), parsed->wait,
-                 [respond = std::move(respond)](LeaseGrant grant) {
+                 std::move(caller_gone), [respond = std::move(respond)](LeaseGrant grant) {
                    if (!grant.error.empty() && !grant.rule)
                      return Error(respond, http::status::bad_request, grant.error);
                    http::status status = http::status::created;

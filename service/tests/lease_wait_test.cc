@@ -1,6 +1,7 @@
 // Waiting acquires through the built sluiced (POST /v1/leases with "wait_ms"): the
 // request is held open until a slot frees (201 then), or the wait ends (429, and the
-// waiter's ticket is gone from Redis); wait_ms out of bounds is a 400.
+// waiter's ticket is gone from Redis); wait_ms out of bounds is a 400; a slot that frees
+// after the waiter's client left goes to the next caller.
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -82,6 +83,69 @@ TEST(LeaseWait, AnAcquireWithWaitMsIsHeldUntilASlotFreesOrTheWaitEnds) {
   EXPECT_EQ(json::parse(refused.body)["reason"], "over_limit");
   EXPECT_TRUE(sluice::testing::Eventually([&] { return Tickets(redis) == 0; }));
   EXPECT_EQ(redis.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
+}
+
+// The lease set's live leases.
+int64_t Leases(const sluice::testing::RedisServer& redis) {
+  const std::vector<std::string> sets = redis.Keys("sluice:*}:cc");
+  return sets.empty() ? 0 : redis.Command({"ZCARD", sets[0]}).integer;
+}
+
+// A client whose own timeout is shorter than its wait_ms leaves while it waits: the slot
+// that frees afterwards must not go to nobody (a lease no one heartbeats or releases would
+// hold it for lease_ttl, two minutes here).
+TEST(LeaseWait, ASlotFreedAfterTheWaitersClientLeftGoesToTheNextCaller) {
+  sluice::testing::RedisServer redis;
+  TempDir config;
+  config.Write("ai.yaml", kConfig);
+  Sluiced s(config.path(), redis.url(), {"--deadline-ms", "200"});
+  HttpReply first = Call(s.http_port(), "POST", "/v1/leases", Body());
+  ASSERT_EQ(first.status, 201) << first.body;
+  const std::string handle = json::parse(first.body)["lease"];
+  {
+    testing::Connection leaving(s.http_port());
+    ASSERT_TRUE(leaving.Send(testing::Request("POST", "/v1/leases", Body(20000))));
+    ASSERT_TRUE(sluice::testing::Eventually([&] { return Tickets(redis) == 1; }))
+        << "the waiting acquire took no ticket";
+  }  // its client gives up: the connection closes while it waits
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(Call(s.http_port(), "DELETE", "/v1/leases/" + handle).status, 204);
+  // The waiter's ticket is first in the queue, so the freed slot goes to it, and is given
+  // back at once since nobody holds it.
+  ASSERT_TRUE(sluice::testing::Eventually([&] {
+    return Tickets(redis) == 0 && Leases(redis) == 0;
+  })) << Leases(redis)
+      << " lease(s) held, " << Tickets(redis) << " ticket(s): the slot went to a "
+      << "client that had left";
+  HttpReply next = Call(s.http_port(), "POST", "/v1/leases", Body());
+  EXPECT_EQ(next.status, 201) << next.body;
+  HttpReply metrics = Call(s.metrics_port(), "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("sluiced_lease_waits_abandoned_total 1\n"), std::string::npos)
+      << metrics.body.substr(0, 2000);
+}
+
+// A client that sends its next request while it waits (pipelining) is there: its waiting
+// acquire is granted, then the next request answered.
+TEST(LeaseWait, AClientThatPipelinesItsNextRequestHasNotLeft) {
+  sluice::testing::RedisServer redis;
+  TempDir config;
+  config.Write("ai.yaml", kConfig);
+  Sluiced s(config.path(), redis.url(), {"--deadline-ms", "200"});
+  HttpReply first = Call(s.http_port(), "POST", "/v1/leases", Body());
+  ASSERT_EQ(first.status, 201) << first.body;
+  testing::Connection waiter(s.http_port(), seconds(10));
+  ASSERT_TRUE(waiter.Send(testing::Request("POST", "/v1/leases", Body(20000))));
+  ASSERT_TRUE(sluice::testing::Eventually([&] { return Tickets(redis) == 1; }));
+  ASSERT_TRUE(waiter.Send(testing::Request("GET", "/healthz")));
+  std::this_thread::sleep_for(milliseconds(200));
+  const std::string handle = json::parse(first.body)["lease"];
+  EXPECT_EQ(Call(s.http_port(), "DELETE", "/v1/leases/" + handle).status, 204);
+  HttpReply granted = waiter.Read();
+  EXPECT_EQ(granted.status, 201) << granted.body;
+  EXPECT_EQ(waiter.Read().status, 200);
+  EXPECT_EQ(Leases(redis), 1);
+  HttpReply metrics = Call(s.metrics_port(), "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("sluiced_lease_waits_abandoned_total 0\n"), std::string::npos);
 }
 
 }  // namespace
