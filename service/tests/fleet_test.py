@@ -13,7 +13,10 @@ What must hold throughout (docs/operating.md, Behind a load balancer):
 - the checks admitted per fixed window never exceed the limit;
 - a quota bucket's live grants in Redis never sum above its rate, nor the assignments
   the RLQS clients keep in force (as Envoy keeps them: until their TTL or the next);
-- at the end, no key is without an expiry.
+- at the end, no key is without an expiry;
+- once the load has stopped, a caller that leaves while its acquire waits (wait_ms) gets no
+  slot: HAProxy (option abortonclose) closes sluiced's connection too, and the slot that
+  frees goes to the next caller within 2 s (lease_ttl is 3 s).
 And that the mechanisms were exercised: each roll replaced the process (a new pid served
 calls), HAProxy spread every kind of call over the three instances, leases were
 heartbeated through an instance other than the one that granted them and outlived the
@@ -803,6 +806,62 @@ def roll(instances, haproxy, rounds, pause_s):
     return drains
 
 
+def waiter_that_leaves(store, instances, port):
+    """A caller whose own timeout is shorter than its wait_ms leaves while it waits. HAProxy
+    (option abortonclose) closes its connection to sluiced too, so the slot that frees goes
+    to the next caller within a second, not to the caller that left (whose lease nobody would
+    heartbeat: it would hold the slot for lease_ttl)."""
+    client = Http(port)
+
+    def body(wait_ms=0):
+        b = {"domain": DOMAIN, "entries": [{"key": "streams"}, {"key": "account", "value": "leaver"}]}
+        if wait_ms:
+            b["wait_ms"] = wait_ms
+        return json.dumps(b)
+
+    handles = []
+    for _ in range(LEASE_CAP):
+        status, _, data = client.call("POST", "/v1/leases", body())
+        if status != 201:
+            F.fail("a waiter that left", "filling the cap: %d %s" % (status, data[:200]))
+            return
+        handles.append(json.loads(data)["lease"])
+    abandoned = sum(s.metric("sluiced_lease_waits_abandoned_total") for s in instances)
+    payload = body(10000).encode()
+    leaving = socket.create_connection(("127.0.0.1", port))
+    leaving.sendall(b"POST /v1/leases HTTP/1.1\r\nHost: fleet\r\nContent-Type: application/json"
+                    b"\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload)
+
+    def tickets():
+        n = 0
+        for c in store.primaries():
+            n += sum(c.call("ZCARD", k) for k in scan_keys(c, "*ccw"))  # no other waits
+            c.close()
+        return n
+    wait_for("the leaving waiter's ticket in Redis", lambda: tickets() == 1, 10)
+    leaving.close()
+    time.sleep(0.3)
+    status, _, data = client.call("DELETE", "/v1/leases/" + handles.pop())
+    if status != 204:
+        F.fail("a waiter that left", "release: %d %s" % (status, data[:200]))
+    released = time.time()
+    granted = None
+    while granted is None and time.time() - released < 2.0:  # lease_ttl is 3 s
+        status, _, data = client.call("POST", "/v1/leases", body())
+        if status == 201:
+            granted = json.loads(data)["lease"]
+            handles.append(granted)
+        else:
+            time.sleep(0.1)
+    if granted is None:
+        F.fail("a slot went to a caller that had left",
+               "2 s after a release, the next acquire still got %d %s" % (status, data[:200]))
+    if sum(s.metric("sluiced_lease_waits_abandoned_total") for s in instances) <= abandoned:
+        F.fail("mechanisms not exercised", "no instance saw the waiter leave")
+    for h in handles:
+        client.call("DELETE", "/v1/leases/" + h)
+
+
 def final_checks(store, instances, haproxy):
     over = {k: n for k, n in WINDOWS.admitted.items() if n > CHECK_LIMIT}
     for (account, window), n in sorted(over.items()):
@@ -975,6 +1034,7 @@ def main():
             if t.is_alive():
                 F.fail("harness", "a load thread did not stop within 30 s")
         F.count("longest drain, ms", int(max(drains) * 1000))
+        waiter_that_leaves(store, instances, haproxy.http)
         final_checks(store, instances, haproxy)
     except Exception as e:  # noqa: BLE001 (the harness itself failed: say where)
         stop.set()
