@@ -1100,6 +1100,25 @@ TEST(CliRepair, TtlsCoverTheLongestStateAndAreCapped) {
   EXPECT_TRUE(server.KeysWithoutTtl(prefix + ":*").empty());
 }
 
+// `key`, sluice's and with its expiry, loses the expiry: audit finds nothing wrong before
+// and a leak after (exit 1), never a foreign key (exit 2); repair --apply gives it one.
+// Returns the TTL repair set, in seconds.
+long long LoseTheExpiryThenRepair(const RedisServer& server, const std::string& prefix,
+                                  const std::string& key) {
+  Result clean = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(clean.exit_code, 0) << clean.err << clean.out;
+  EXPECT_EQ(clean.Json()["foreign"], 0) << clean.out;
+  EXPECT_EQ(server.Command({"PERSIST", key}).integer, 1);
+  Result leak = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(leak.exit_code, 1) << leak.err << leak.out;
+  EXPECT_EQ(leak.Json()["foreign"], 0);
+  Result apply =
+      Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
+  EXPECT_EQ(apply.exit_code, 0) << apply.err << apply.out;
+  EXPECT_EQ(apply.Json()["expiry_set"], 1);
+  return server.Command({"TTL", key}).integer;
+}
+
 // A quota shares bucket is sluice's: audit counts it (a leak when it lost its expiry, never
 // a foreign key) and repair gives it a day, until its next call sets its own expiry.
 TEST(CliRepair, AQuotaSharesBucketWithoutAnExpiryIsALeakAndGetsADay) {
@@ -1115,20 +1134,27 @@ TEST(CliRepair, AQuotaSharesBucketWithoutAnExpiryIsALeakAndGetsADay) {
                                 .rate_milli = 100,
                                 .hold = std::chrono::seconds(30)})
                   .ok());
-  const std::string key = *shares->KeyFor("b");
-  Result clean = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
-  EXPECT_EQ(clean.exit_code, 0) << clean.err << clean.out;
-  ASSERT_EQ(server.Command({"PERSIST", key}).integer, 1);
-  Result leak = Sluice({"audit", "--redis", server.url(), "--prefix", prefix, "--json"});
-  EXPECT_EQ(leak.exit_code, 1) << leak.err << leak.out;
-  EXPECT_EQ(leak.Json()["foreign"], 0);
-  Result apply =
-      Sluice({"repair", "--apply", "--redis", server.url(), "--prefix", prefix, "--json"});
-  ASSERT_EQ(apply.exit_code, 0) << apply.err << apply.out;
-  EXPECT_EQ(apply.Json()["expiry_set"], 1);
-  const long long ttl = server.Command({"TTL", key}).integer;
+  const long long ttl = LoseTheExpiryThenRepair(server, prefix, *shares->KeyFor("b"));
   EXPECT_GT(ttl, 24 * 3600 - 5);
   EXPECT_LE(ttl, 24 * 3600);
+}
+
+// A reservation is sluice's: audit counts it (a leak when it lost its expiry, never a
+// foreign key, which would make audit exit 2), and repair gives it back the time its value
+// says it counts until.
+TEST(CliRepair, AReservationWithoutAnExpiryIsALeakAndGetsItsOwnEnd) {
+  RedisServer server;
+  const std::string prefix = "metered";
+  auto client = Connect(server, prefix);
+  auto tokens = client->MakeLimiter("tokens", {.limit = 1000, .window = 60s});
+  ASSERT_TRUE(tokens.ok());
+  auto held = tokens->Reserve("acct", 40);
+  ASSERT_TRUE(held.ok() && held->decision.allowed);
+  const std::vector<std::string> reservations = server.Keys(prefix + ":*:r:*");
+  ASSERT_EQ(reservations.size(), 1u);
+  const long long ttl = LoseTheExpiryThenRepair(server, prefix, reservations[0]);
+  EXPECT_GT(ttl, 50) << "a fixed window's reservation counts until the window ends";
+  EXPECT_LE(ttl, 61);
 }
 
 // Past the 10,000 leases inspect reads, the rest are counted, not

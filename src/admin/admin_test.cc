@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "admin/key_set.h"
+#include "admin/key_state.h"
 #include "core/keys.h"
 #include "sluice/admin.h"
 
@@ -107,6 +108,57 @@ TEST(ParseKeyName, RejectsWhatSluiceNeverWrites) {
     EXPECT_FALSE(ParseKeyName("sluice", key).has_value()) << key;
   }
   EXPECT_TRUE(ParseKeyName("sluice", "sluice:{signin:a%7B%25}:fw").has_value());
+}
+
+// A reservation (Limiter::Reserve) is its counter's key, ":r:" and a 22-character token:
+// sluice's (audit must not call it foreign, nor exit 2 for it), named by the counter's
+// suffix and ":r", a string. Only a rate counter holds one, and only a token of the right
+// size and alphabet is one.
+TEST(ParseKeyName, AcceptsAReservationBesideItsCounter) {
+  const std::string token = "AbCdEfGhIjKlMnOpQr-_09";
+  ASSERT_EQ(token.size(), internal::kReservationTokenChars);
+  for (Algorithm a : {Algorithm::kFixedWindow, Algorithm::kSlidingWindow, Algorithm::kSlidingLog,
+                      Algorithm::kTokenBucket, Algorithm::kGcra}) {
+    const std::string counter = internal::MakeKey(internal::KeyHead("sluice", "ai"), "u:{7}", a);
+    auto name = ParseKeyName("sluice", counter + std::string(internal::kReservationInfix) + token);
+    ASSERT_TRUE(name.has_value()) << counter;
+    EXPECT_EQ(name->limiter, "ai");
+    EXPECT_EQ(name->id, "u:{7}");
+    EXPECT_EQ(name->suffix, std::string(internal::AlgorithmSuffix(a)) + ":r");
+    EXPECT_EQ(ExpectedKeyType(name->suffix), KeyType::kString);
+    EXPECT_EQ(SuffixAlgorithm(name->suffix), SuffixAlgorithm(internal::AlgorithmSuffix(a)));
+    const std::string colocated =
+        internal::MakeColocatedKey("sluice", "ai", ':', "u:7", internal::AlgorithmSuffix(a));
+    auto beside = ParseKeyName("sluice", colocated + ":r:" + token);
+    ASSERT_TRUE(beside.has_value()) << colocated;
+    EXPECT_EQ(beside->encoded_slot_tag, "u");
+  }
+  for (const std::string& key : {
+           "sluice:{ai:a}:cc:r:" + token,                  // a lease set holds none
+           "sluice:{ai:a}:tb.blk:r:" + token,              // nor a block
+           "sluice:{ai:a}:tb:r:" + token.substr(1),        // a short token
+           "sluice:{ai:a}:tb:r:" + token.substr(1) + "=",  // not base64url
+           "sluice:{ai:a}:tb:x:" + token,                  // another infix
+           "sluice:{ai:a}:tb:r:" + token + ":r:" + token,  // one on another
+       }) {
+    EXPECT_FALSE(ParseKeyName("sluice", key).has_value()) << key;
+  }
+}
+
+TEST(KeyState, AReservationCountsUntilItsValueSays) {
+  KeyState held;
+  internal::DescribeStringValue("tb:r", "r40:0:5000", 1000, held);
+  EXPECT_EQ(held.problem, "");
+  EXPECT_EQ(held.ends_at_ms, 5000);
+  KeyState settled;
+  internal::DescribeStringValue("sw:r", "s12:7000", 1000, settled);
+  EXPECT_EQ(settled.problem, "");
+  EXPECT_EQ(settled.ends_at_ms, 7000);
+  for (const char* bad : {"", "x1:2", "r40:5000", "s12", "r:0:1", "s1:x"}) {
+    KeyState s;
+    internal::DescribeStringValue("tb:r", bad, 1000, s);
+    EXPECT_NE(s.problem, "") << bad;
+  }
 }
 
 // Co-located keys (LimiterOptions::colocate) are sluice's too: audit must not call them

@@ -15,6 +15,16 @@ bool IsLimiterByte(char c) {
   return internal::IsNameByte(static_cast<unsigned char>(c));
 }
 
+bool IsTokenByte(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_';
+}
+
+// A rate algorithm's counter (what a reservation is held against).
+bool IsCounterSuffix(std::string_view suffix) {
+  return suffix == "fw2" || suffix == "sw" || suffix == "sl" || suffix == "tb" || suffix == "gcra";
+}
+
 }  // namespace
 
 std::string_view KeyTypeName(KeyType type) {
@@ -33,6 +43,7 @@ std::string_view KeyTypeName(KeyType type) {
 
 KeyType ExpectedKeyType(std::string_view suffix) {
   if (suffix.ends_with(internal::kBlockSuffix)) return KeyType::kString;  // a block's end
+  if (suffix.ends_with(internal::kReservationSuffix)) return KeyType::kString;
   if (suffix == "fw2" || suffix == "fw" || suffix == "sw" || suffix == "tb" || suffix == "gcra") {
     return KeyType::kString;
   }
@@ -52,6 +63,10 @@ KeyType ExpectedKeyType(std::string_view suffix) {
 std::string_view SuffixAlgorithm(std::string_view suffix) {
   // A block is its algorithm's (the key's state says it is a block).
   if (suffix.ends_with(internal::kBlockSuffix)) suffix.remove_suffix(internal::kBlockSuffix.size());
+  // So is a reservation.
+  if (suffix.ends_with(internal::kReservationSuffix)) {
+    suffix.remove_suffix(internal::kReservationSuffix.size());
+  }
   if (suffix == "fw2" || suffix == "fw") return "fixed_window";
   if (suffix == "sw") return "sliding_window";
   if (suffix == "sl") return "sliding_log";
@@ -121,6 +136,20 @@ std::optional<KeyName> ParseColocated(std::string_view rest) {
 }  // namespace
 
 std::optional<KeyName> ParseKeyName(std::string_view prefix, std::string_view key) {
+  // A reservation: a rate counter's key, ":r:" and a token (core/keys.h).
+  constexpr std::size_t kTail =
+      internal::kReservationInfix.size() + internal::kReservationTokenChars;
+  if (key.size() > kTail) {
+    const std::string_view tail = key.substr(key.size() - kTail);
+    const std::string_view token = tail.substr(internal::kReservationInfix.size());
+    if (tail.starts_with(internal::kReservationInfix) &&
+        std::all_of(token.begin(), token.end(), IsTokenByte)) {
+      std::optional<KeyName> name = ParseKeyName(prefix, key.substr(0, key.size() - kTail));
+      if (!name || !IsCounterSuffix(name->suffix)) return std::nullopt;
+      name->suffix += internal::kReservationSuffix;
+      return name;
+    }
+  }
   if (key.size() == prefix.size() + 6 && key.starts_with(prefix) && key.ends_with(":audit")) {
     return KeyName{.suffix = "audit"};
   }

@@ -169,10 +169,34 @@ void DescribeBlock(std::string_view v, int64_t now, KeyState& s) {
   s.ends_at_ms = *ends;
 }
 
+// A reservation (src/algo/reservation.lua): "r<estimate>:<window end>:<expires at>" while
+// held, "s<actual>:<expires at>" once settled; it counts until `expires at` (Redis clock).
+void DescribeReservation(std::string_view v, int64_t now, KeyState& s) {
+  const bool held = v.starts_with('r');
+  if (v.empty() || (!held && v.front() != 's')) {
+    s.problem = "value is not a reservation's";
+    return;
+  }
+  v.remove_prefix(1);
+  const size_t first = v.find(':'), last = v.rfind(':');
+  const auto amount = ParseDecimal(v.substr(0, first));
+  const auto ends =
+      first == std::string_view::npos ? std::nullopt : ParseDecimal(v.substr(last + 1));
+  if (!amount || !ends || (held && first == last)) {
+    s.problem = "value is not a reservation's";
+    return;
+  }
+  Add(s, held ? "estimate_held" : "actual_settled", *amount);
+  Add(s, "counts_until_ms", *ends);
+  Add(s, "ends_in_ms", std::max<int64_t>(0, *ends - now));
+  s.ends_at_ms = *ends;
+}
+
 }  // namespace
 
 void DescribeStringValue(std::string_view suffix, std::string_view value, int64_t now_ms,
                          KeyState& state) {
+  if (suffix.ends_with(kReservationSuffix)) return DescribeReservation(value, now_ms, state);
   if (suffix.ends_with(kBlockSuffix)) DescribeBlock(value, now_ms, state);
   if (suffix == "fw2") DescribeFixedWindowV2(value, now_ms, state);
   if (suffix == "fw") DescribeFixedWindow(value, now_ms, state);

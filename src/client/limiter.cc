@@ -322,7 +322,9 @@ Status Limiter::MakeReservationCall(internal::Op op, std::string_view id, std::s
   call.cost = amount;
   call.cache_denials = false;
   call.reservation_key = call.key;
-  call.reservation_key.append(":r:").append(token);
+  static_assert(internal::kTokenChars == internal::kReservationTokenChars,
+                "the admin API knows a reservation's key by its token's size");
+  call.reservation_key.append(internal::kReservationInfix).append(token);
   return Status::Ok();
 }
 

@@ -95,6 +95,13 @@ inline constexpr std::string_view kLeaseHistorySuffix = "ch";
 // What a block (LimiterOptions::block_for, src/algo/block.lua) adds to its algorithm's
 // key: `<key>.blk`, a string holding the block's end, in the same hash slot.
 inline constexpr std::string_view kBlockSuffix = ".blk";
+// A reservation (Limiter::Reserve, src/algo/reservation.lua) is its counter's key, then
+// kReservationInfix and a token of kReservationTokenChars base64url characters (128 random
+// bits): a string, written with its expiry. The admin API names it by its counter's suffix
+// and kReservationSuffix (`fw2:r`), the token left out.
+inline constexpr std::string_view kReservationInfix = ":r:";
+inline constexpr std::size_t kReservationTokenChars = 22;
+inline constexpr std::string_view kReservationSuffix = ":r";
 // Every suffix of an id's keys: the algorithms' (AlgorithmSuffix), the lease set's and its
 // history's, fixed_window's earlier one (read by the admin API, never written) and the
 // algorithms' blocks.
