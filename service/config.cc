@@ -250,8 +250,8 @@ struct Parser {
     }
   }
 
-  // sluice's extensions beside rate_limit (burst, lease_ttl, failure_mode, local_servers,
-  // colocate, debit_entry, block_duration) and envoy-ratelimit's shadow_mode and
+  // sluice's extensions beside rate_limit (burst, lease_ttl, max_waiters, failure_mode,
+  // local_servers, colocate, debit_entry, block_duration) and envoy-ratelimit's shadow_mode and
   // detailed_metric.
   void ParseExtensions(const YAML::Node& descriptor, Rule& rule) {
     if (const YAML::Node burst = descriptor["burst"]) {
@@ -265,6 +265,12 @@ struct Parser {
       rule.lease_ttl = Duration(file, ttl, "lease_ttl");
       if (rule.lease_ttl < std::chrono::milliseconds(10) || rule.lease_ttl > sluice::kMaxWindow)
         Fail(file, ttl, "lease_ttl must be between 10ms and 366 days");
+    }
+    if (const YAML::Node mw = descriptor["max_waiters"]) {
+      if (rule.kind != RuleKind::kConcurrency)
+        Fail(file, mw, "max_waiters applies to algorithm concurrency only");
+      rule.max_waiters =
+          Integer(file, mw, "max_waiters", 1, sluice::ConcurrencyOptions::kMaxWaiters);
     }
     if (const YAML::Node fm = descriptor["failure_mode"]) {
       const std::string f = Scalar(file, fm, "failure_mode");
@@ -334,8 +340,8 @@ struct Parser {
       }
       OnlyKeys(file, d, "descriptor",
                {"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric",
-                "algorithm", "burst", "lease_ttl", "failure_mode", "local_servers", "colocate",
-                "debit_entry", "block_duration"});
+                "algorithm", "burst", "lease_ttl", "max_waiters", "failure_mode", "local_servers",
+                "colocate", "debit_entry", "block_duration"});
       if (!d["key"]) Fail(file, d, "descriptor needs a key");
       DescriptorNode node;
       node.key = Scalar(file, d["key"], "key");
@@ -358,8 +364,8 @@ struct Parser {
       if (d["rate_limit"]) {
         node.rule = ParseRule(d, d["rate_limit"], child_pieces, child_path);
       } else {
-        for (const char* ext : {"algorithm", "burst", "lease_ttl", "failure_mode", "local_servers",
-                                "colocate", "debit_entry", "block_duration"}) {
+        for (const char* ext : {"algorithm", "burst", "lease_ttl", "max_waiters", "failure_mode",
+                                "local_servers", "colocate", "debit_entry", "block_duration"}) {
           if (d[ext])
             Fail(file, d[ext], std::string(ext) + " needs a rate_limit on the same descriptor");
         }

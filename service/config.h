@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sluice/client.h"
+#include "sluice/lease.h"
 #include "sluice/limits.h"
 #include "sluice/status.h"
 
@@ -60,6 +61,9 @@ struct Rule {
   RuleKind kind = RuleKind::kFixedWindow;
   int64_t burst = 0;  // token_bucket/gcra: bucket capacity; 0 = requests_per_unit
   std::chrono::milliseconds lease_ttl{120000};
+  // `max_waiters` (concurrency): the most acquires of one id that wait at once, fleet-wide
+  // (sluice::ConcurrencyOptions::max_waiters).
+  int64_t max_waiters = sluice::ConcurrencyOptions{}.max_waiters;
   sluice::FailurePolicy failure_mode = sluice::FailurePolicy::kDefault;
   int64_t local_servers = 0;
   // `colocate: true`: the limit's keys sit in the Redis Cluster hash slot of the

@@ -95,7 +95,8 @@ StatusOr<std::shared_ptr<const Engine::Generation>> Engine::Build(
       sluice::ConcurrencyOptions co{.limit = std::max<int64_t>(1, rule->requests_per_unit),
                                     .lease_ttl = rule->lease_ttl,
                                     .on_failure = rule->failure_mode,
-                                    .servers = rule->local_servers};
+                                    .servers = rule->local_servers,
+                                    .max_waiters = rule->max_waiters};
       auto cl = client_->MakeConcurrencyLimiter(rule->limiter_name, co);
       if (!cl.ok())
         return sluice::InvalidArgumentError(rule->position.ToString() + ": " +

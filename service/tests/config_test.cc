@@ -123,6 +123,7 @@ descriptors:
   - key: e
     algorithm: concurrency
     lease_ttl: 1500ms
+    max_waiters: 7
     rate_limit: {requests_per_unit: 3}
   - key: f
     algorithm: fixed_window
@@ -145,6 +146,8 @@ descriptors:
   EXPECT_EQ(r[3]->ToLimit().window, std::chrono::hours(24 * 7));
   EXPECT_EQ(r[4]->kind, RuleKind::kConcurrency);
   EXPECT_EQ(r[4]->lease_ttl, std::chrono::milliseconds(1500));
+  EXPECT_EQ(r[4]->max_waiters, 7);
+  EXPECT_EQ(r[1]->max_waiters, sluice::ConcurrencyOptions{}.max_waiters);
   EXPECT_EQ(r[5]->ToLimit().window, std::chrono::hours(24 * 30));
   EXPECT_EQ(r[0]->failure_mode == sluice::FailurePolicy::kDefault, false);
   EXPECT_EQ(r[3]->failure_mode, sluice::FailurePolicy::kDefault);
@@ -227,8 +230,8 @@ TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    rate_limt:\n      unit: second\n"),
             "bad.yaml:4:5: unknown key 'rate_limt' in descriptor (expected one of: key, value, "
             "rate_limit, "
-            "descriptors, shadow_mode, detailed_metric, algorithm, burst, lease_ttl, failure_mode, "
-            "local_servers, colocate, debit_entry, block_duration)");
+            "descriptors, shadow_mode, detailed_metric, algorithm, burst, lease_ttl, max_waiters, "
+            "failure_mode, local_servers, colocate, debit_entry, block_duration)");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - value: x\n"),
             "bad.yaml:3:5: descriptor needs a key");
   EXPECT_EQ(ErrorOf("descriptors: []\n"), "bad.yaml:1:1: missing domain");
@@ -248,6 +251,12 @@ TEST(Config, ErrorsNameFileLineColumnAndWhatIsWrong) {
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    algorithm: concurrency\n    "
                     "lease_ttl: soon\n    rate_limit: {requests_per_unit: 3}\n"),
             "bad.yaml:5:16: lease_ttl must be a duration such as 500ms, 30s, 2m or 1h");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: s\n    algorithm: concurrency\n"
+                    "    max_waiters: 0\n    rate_limit: {requests_per_unit: 3}\n"),
+            "bad.yaml:5:18: max_waiters must be between 1 and 4096, not 0");
+  EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: s\n    max_waiters: 5\n"
+                    "    rate_limit: {unit: second, requests_per_unit: 3}\n"),
+            "bad.yaml:4:18: max_waiters applies to algorithm concurrency only");
   EXPECT_EQ(ErrorOf("domain: d\ndescriptors:\n  - key: a\n    failure_mode: open\n"),
             "bad.yaml:4:19: failure_mode needs a rate_limit on the same descriptor");
   EXPECT_EQ(

@@ -85,6 +85,24 @@ TEST(LeaseWait, AnAcquireWithWaitMsIsHeldUntilASlotFreesOrTheWaitEnds) {
   EXPECT_EQ(redis.KeysWithoutTtl("sluice:*"), std::vector<std::string>{});
 }
 
+// max_waiters in the config bounds the acquires of one id that wait at once.
+TEST(LeaseWait, MaxWaitersFromTheConfigRefusesTheWaiterPastIt) {
+  sluice::testing::RedisServer redis;
+  TempDir config;
+  std::string yaml = kConfig;
+  yaml.insert(yaml.find("    rate_limit"), "    max_waiters: 1\n");
+  config.Write("ai.yaml", yaml);
+  Sluiced s(config.path(), redis.url(), {"--deadline-ms", "200"});
+  ASSERT_EQ(Call(s.http_port(), "POST", "/v1/leases", Body()).status, 201);
+  testing::Connection first(s.http_port(), seconds(10));
+  ASSERT_TRUE(first.Send(testing::Request("POST", "/v1/leases", Body(3000))));
+  ASSERT_TRUE(sluice::testing::Eventually([&] { return Tickets(redis) == 1; }));
+  HttpReply second = Call(s.http_port(), "POST", "/v1/leases", Body(3000));
+  EXPECT_EQ(second.status, 429) << second.body;
+  EXPECT_EQ(json::parse(second.body)["reason"], "too_many_waiters");
+  EXPECT_EQ(first.Read().status, 429);  // its wait ends in the queue
+}
+
 // The lease set's live leases.
 int64_t Leases(const sluice::testing::RedisServer& redis) {
   const std::vector<std::string> sets = redis.Keys("sluice:*}:cc");
