@@ -83,7 +83,9 @@ struct ReleaseAllResult {
 // without control characters (nothing is written or released); FailedPrecondition
 // when the log cannot be opened or written (nothing is released); the store's error
 // (its message says the outcome is recorded) otherwise. Holders of the released
-// leases learn at their next heartbeat (LeaseLoss::kGone).
+// leases learn at their next heartbeat (LeaseLoss::kGone). `deadline` bounds the store
+// call; the two writes of the log line (each fsync'd) come before and after it, and take
+// what the disk takes.
 StatusOr<ReleaseAllResult> ReleaseAll(const ConcurrencyLimiter& limiter, std::string_view id,
                                       const AdminAction& action, const AuditOptions& audit,
                                       std::chrono::milliseconds deadline = std::chrono::seconds(2));
