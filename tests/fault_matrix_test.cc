@@ -1013,11 +1013,9 @@ class ReleaseAllWorkload : public Workload {
     // writes once made two cells' calls take 818 ms against a 40 ms deadline.
     const std::filesystem::path shm("/dev/shm");
     std::error_code no_shm;
-    const std::filesystem::path dir = std::filesystem::is_directory(shm, no_shm)
-                                          ? shm
-                                          : std::filesystem::temp_directory_path();
-    audit_.log_path =
-        dir / ("sluice-fault-matrix-audit-" + std::to_string(::getpid()) + ".log");
+    const std::filesystem::path dir =
+        std::filesystem::is_directory(shm, no_shm) ? shm : std::filesystem::temp_directory_path();
+    audit_.log_path = dir / ("sluice-fault-matrix-audit-" + std::to_string(::getpid()) + ".log");
   }
   ~ReleaseAllWorkload() override {
     std::error_code ignored;
