@@ -11,6 +11,7 @@
 
 #include "admin_common.h"
 #include "commands.h"
+#include "service/override_json.h"
 #include "sluice/sluice.h"
 #include "target.h"
 
@@ -69,17 +70,6 @@ std::shared_ptr<Client> ClientOrReport(const char* command, const OverrideOption
   return *std::move(client);
 }
 
-nlohmann::json OverrideJson(const RuntimeOverride& o) {
-  return {{"limiter", o.limiter},
-          {"id", o.id},
-          {"limit", o.limit},
-          {"window_ms", o.window.count()},
-          {"expires_at_ms", o.expires_at_ms},
-          {"set_at_ms", o.set_at_ms},
-          {"actor", o.actor},
-          {"reason", o.reason}};
-}
-
 void PrintOverride(const RuntimeOverride& o) {
   std::printf("%s  id \"%s\": limit %lld per %s, until %s (set %s by %s: %s)\n", o.limiter.c_str(),
               o.id.c_str(), static_cast<long long>(o.limit),
@@ -95,8 +85,8 @@ int Report(const char* command, const OverrideOptions& o, const StatusOr<Overrid
   if (o.admin.json) {
     nlohmann::json j = {{"changed", r->changed},
                         {"record", nlohmann::json::parse(r->record, nullptr, false)}};
-    if (r->after) j["override"] = OverrideJson(*r->after);
-    if (r->before) j["before"] = OverrideJson(*r->before);
+    if (r->after) j["override"] = sluiced::RuntimeOverrideJson(*r->after);
+    if (r->before) j["before"] = sluiced::RuntimeOverrideJson(*r->before);
     if (!r->stream_error.empty()) j["stream_error"] = r->stream_error;
     PrintJson(j);
     return kExitOk;
@@ -184,7 +174,7 @@ int RunList(const OverrideOptions& o) {
   if (!listed.ok()) return ReportError("override list", listed.status());
   if (o.admin.json) {
     nlohmann::json list = nlohmann::json::array();
-    for (const RuntimeOverride& r : *listed) list.push_back(OverrideJson(r));
+    for (const RuntimeOverride& r : *listed) list.push_back(sluiced::RuntimeOverrideJson(r));
     PrintJson({{"overrides", list}});
     return kExitOk;
   }

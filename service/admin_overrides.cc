@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "service/json_api.h"
+#include "service/override_json.h"
 
 namespace sluiced {
 namespace {
@@ -29,15 +30,9 @@ http::status StatusOfChange(const sluice::Status& s) {
 }
 
 json OverrideJson(const std::string& domain, const sluice::RuntimeOverride& o) {
-  return {{"domain", domain},
-          {"limiter", o.limiter},
-          {"id", o.id},
-          {"limit", o.limit},
-          {"window_ms", o.window.count()},
-          {"expires_at_ms", o.expires_at_ms},
-          {"set_at_ms", o.set_at_ms},
-          {"actor", o.actor},
-          {"reason", o.reason}};
+  json j = RuntimeOverrideJson(o);
+  j["domain"] = domain;
+  return j;
 }
 
 std::string Dump(const json& j) {
